@@ -1,0 +1,189 @@
+// Shared device helpers for every kbit kernel family.
+// Format: see kbitcupy/reference.py (the oracle). Included textually by the Python
+// module loader, so a change here changes every kernel's cache key.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+typedef unsigned int u32;
+typedef unsigned char u8;
+
+#define KBIT_BLOCKSIZE 32
+#define KBIT_TILE_K 64
+#define KBIT_TILE_N 128
+#define KBIT_KB_PER_TILE 2
+
+// ---------------------------------------------------------------- dtype traits
+template <typename T> struct KbitType;
+template <> struct KbitType<__half> {
+    typedef __half2 T2;
+    static __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+    static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+    static __device__ __forceinline__ T2 pack2(float lo, float hi) { return __floats2half2_rn(lo, hi); }
+};
+template <> struct KbitType<__nv_bfloat16> {
+    typedef __nv_bfloat162 T2;
+    static __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+    static __device__ __forceinline__ T2 pack2(float lo, float hi) { return __floats2bfloat162_rn(lo, hi); }
+};
+template <> struct KbitType<float> {
+    static __device__ __forceinline__ float to_float(float x) { return x; }
+    static __device__ __forceinline__ float from_float(float x) { return x; }
+};
+
+// ---------------------------------------------------------------- E4M4 absmax
+// Branch-free decode: treat e = 0 as e = 1 (2^-10 * (1 + m/16)) and subtract the
+// implicit one (2^-10) for subnormals, which leaves exactly m * 2^-14.
+__device__ __forceinline__ float e4m4_decode(u32 code) {
+    u32 e = code >> 4, m = code & 15u;
+    u32 ee = e ? e : 1u;
+    float v = __uint_as_float(((ee + 127u - 11u) << 23) | (m << 19));
+    return v - (e ? 0.0f : 0.0009765625f);
+}
+
+// Round-to-nearest-even encode (identical integer recipe to reference.e4m4_encode).
+__device__ __forceinline__ u32 e4m4_encode(float a) {
+    if (a >= 0.0009765625f) {
+        u32 bits = __float_as_uint(a);
+        int ex = (int)(bits >> 23) - 127;
+        u32 mant = bits & 0x7FFFFFu;
+        u32 code = ((u32)(ex + 11) << 4) | (mant >> 19);
+        u32 rem = mant & 0x7FFFFu;
+        code += (rem > 0x40000u) || (rem == 0x40000u && (code & 1u));
+        return code > 255u ? 255u : code;  // host guarantees a <= 31 via the tensor scale
+    }
+    return (u32)__float2int_rn(a * 16384.0f);
+}
+
+// absmax in its storage formats -> float scale
+__device__ __forceinline__ float load_scale(const u8* p, long i) { return e4m4_decode(p[i]); }
+__device__ __forceinline__ float load_scale(const float* p, long i) { return p[i]; }
+__device__ __forceinline__ float load_scale(const __half* p, long i) { return __half2float(p[i]); }
+
+// ---------------------------------------------------------------- bit planes
+// Index of element j from k bit-plane words.
+template <int K>
+__device__ __forceinline__ u32 plane_index(const u32 (&w)[K], int j) {
+    u32 idx = 0;
+#pragma unroll
+    for (int b = 0; b < K; b++) idx |= ((w[b] >> j) & 1u) << b;
+    return idx;
+}
+
+// Codebook lookup through a warp shuffle: lane l holds codebook[l] (2^k <= 32).
+__device__ __forceinline__ float codebook_shfl(float cb_lane, u32 idx) {
+    return __shfl_sync(0xffffffffu, cb_lane, (int)idx);
+}
+
+// Tiled-layout addressing (seed 000 section 5): word offset of block (n, kblock).
+template <int K>
+__device__ __forceinline__ long tiled_word_offset(int n, int kblock, int n_tiles) {
+    int kt = kblock >> 1, kb = kblock & 1;
+    long tile = (long)kt * n_tiles + (n >> 7);
+    return tile * (KBIT_TILE_N * KBIT_KB_PER_TILE * K) + ((n & 127) * KBIT_KB_PER_TILE + kb) * K;
+}
+__device__ __forceinline__ long tiled_absmax_offset(int n, int kblock, int n_tiles) {
+    int kt = kblock >> 1, kb = kblock & 1;
+    long tile = (long)kt * n_tiles + (n >> 7);
+    return tile * (KBIT_TILE_N * KBIT_KB_PER_TILE) + (n & 127) * KBIT_KB_PER_TILE + kb;
+}
+
+// ---------------------------------------------------------------- pair lookup table
+// A pair key interleaves the index bits of two neighbouring elements e0 (even) and
+// e1 (odd): key bit 2b = bit b of idx(e0), key bit 2b+1 = bit b of idx(e1).  This is
+// what a few word-wide LOP3s make from the bit planes (see pair_keys), and one
+// shared-memory load per key returns both dequantized levels as a packed half2/bf162.
+__device__ __forceinline__ u32 deinterleave_even(u32 key) {
+    u32 x = key & 0x55555555u;  // bits 0,2,4,... -> 0,1,2,...
+    x = (x | (x >> 1)) & 0x33333333u;
+    x = (x | (x >> 2)) & 0x0F0F0F0Fu;
+    x = (x | (x >> 4)) & 0x00FF00FFu;
+    return x;
+}
+
+// From k planes of one 32-element block build 4 words of byte-sized pair keys
+// (k <= 4) such that byte r of out[q] is the key of elements (8r + 2q, 8r + 2q + 1).
+// k = 5 uses the planes 0..3 here plus plane4_field() for the top bit pair.
+template <int K>
+__device__ __forceinline__ void pair_keys(const u32 (&p)[K], u32 (&out)[4]) {
+    const u32 E2 = 0x33333333u;  // even 2-bit fields
+    u32 p0 = p[0], p1 = K > 1 ? p[1] : 0u;
+    // nibble q of wa: [p1 field 2q | p0 field 2q]; wb: fields 2q+1
+    u32 wa = (p0 & E2) | ((p1 & E2) << 2);
+    u32 wb = ((p0 >> 2) & E2) | (p1 & ~E2);
+    if (K == 2) {
+        out[0] = wa & 0x0F0F0F0Fu;         // pairs 4r   -> elements 8r,   8r+1
+        out[1] = wb & 0x0F0F0F0Fu;         // pairs 4r+1 -> elements 8r+2, 8r+3
+        out[2] = (wa >> 4) & 0x0F0F0F0Fu;  // pairs 4r+2
+        out[3] = (wb >> 4) & 0x0F0F0F0Fu;  // pairs 4r+3
+    } else if (K == 3) {
+        u32 p2 = p[K > 2 ? 2 : 0];
+        out[0] = (wa & 0x0F0F0F0Fu) | ((p2 & 0x03030303u) << 4);
+        out[1] = (wb & 0x0F0F0F0Fu) | ((p2 & 0x0C0C0C0Cu) << 2);
+        out[2] = ((wa >> 4) & 0x0F0F0F0Fu) | (p2 & 0x30303030u);
+        out[3] = ((wb >> 4) & 0x0F0F0F0Fu) | ((p2 >> 2) & 0x30303030u);
+    } else {
+        u32 p2 = p[K > 2 ? 2 : 0], p3 = p[K > 3 ? 3 : 0];
+        u32 xa = (p2 & E2) | ((p3 & E2) << 2);
+        u32 xb = ((p2 >> 2) & E2) | (p3 & ~E2);
+        out[0] = (wa & 0x0F0F0F0Fu) | ((xa & 0x0F0F0F0Fu) << 4);
+        out[1] = (wb & 0x0F0F0F0Fu) | ((xb & 0x0F0F0F0Fu) << 4);
+        out[2] = ((wa >> 4) & 0x0F0F0F0Fu) | (xa & 0xF0F0F0F0u);
+        out[3] = ((wb >> 4) & 0x0F0F0F0Fu) | (xb & 0xF0F0F0F0u);
+    }
+}
+
+// k = 5: the 2-bit field of plane 4 for the pair of out[q] byte r, placed at bits 8..9
+// of that key (so the full key is byte | field << 8).  Returned as 4 words whose byte r
+// holds the field in its low 2 bits, matching pair_keys' byte order.
+__device__ __forceinline__ void plane4_fields(u32 p4, u32 (&f)[4]) {
+    f[0] = p4 & 0x03030303u;
+    f[1] = (p4 >> 2) & 0x03030303u;
+    f[2] = (p4 >> 4) & 0x03030303u;
+    f[3] = (p4 >> 6) & 0x03030303u;
+}
+
+// ---------------------------------------------------------------- MMA / loads
+__device__ __forceinline__ void mma_16816(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3,
+                                          u32 b0, u32 b1, __half) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_16816(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3,
+                                          u32 b0, u32 b1, __nv_bfloat16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Streaming loads of weights: read once, keep out of L1.
+__device__ __forceinline__ uint4 ldg_stream_v4(const void* p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ uint2 ldg_stream_v2(const void* p) {
+    uint2 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ u32 ldg_stream(const void* p) {
+    u32 r;
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(r) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    u32 s = (u32)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }

@@ -1,0 +1,129 @@
+// Decode GEMV (M = 1..8): C[M, N] = A[M, K] * W^T, W k-bit quantized.
+//
+// Why this shape (see profiling/NOTES.md for the instruction budget): at Hopper
+// bandwidth a k = 4 weight arrives every ~0.1 ns, leaving ~4-6 issued instructions
+// per weight for the whole GPU.  Per-element bit extraction plus a shuffle and an FMA
+// per M row costs several times that.  So:
+//  * pair lookup table: word-wide LOP3s turn the k bit planes of a block into 16
+//    byte-sized keys, each naming two neighbouring elements; one conflict-free
+//    shared-memory load (the table is replicated per lane) returns both codebook
+//    levels as a packed half2/bf162;
+//  * the block scale multiplies the pair once (HMUL2; E4M4 scales are exact in
+//    fp16/bf16), so the packed pair is directly an mma.sync B-fragment register;
+//  * the tensor core does every multiply-add for all M <= 8 rows at once with fp32
+//    accumulation, so the cost per weight does not grow with M.
+// Any permutation of the K dimension applied to both A and B leaves the dot product
+// unchanged, so each lane feeds the MMA the elements its own block holds: lane
+// (g = lane/4, t = lane%4) owns column n0 + g and quantization block 4*s + t of step
+// s; it supplies A row g of the same block (rows >= M are zeros).
+#include "kbit_pairlut.cuh"
+
+// Grid: one block per 8 output columns; its W = blockDim.x/32 warps split K in steps
+// of 128 (4 quantization blocks per column), warp w taking steps w, w+W, ...; D steps
+// of weights stay in flight per lane (register ring).  A is staged in shared memory.
+// ABS: unsigned char (E4M4) or float.  TILED: repacked layout, else flat.
+template <int K, typename T, typename ABS, bool TILED, int D>
+__global__ void __launch_bounds__(512) kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed,
+                                                 const ABS* __restrict__ absmax, const float* __restrict__ codebook,
+                                                 T* __restrict__ C, int M, int N, int Kdim, float tensor_scale) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    u32* lut = reinterpret_cast<u32*>(smem);
+    const int KS = (Kdim + 127) >> 7;  // steps of 128
+    T* a_s = reinterpret_cast<T*>(smem + PairLut<K>::WORDS * 4);
+    float* red = reinterpret_cast<float*>(a_s + (long)M * KS * 128);
+    float* cb_s = red + (blockDim.x >> 5) * 64;
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int n = blockIdx.x * 8 + g;
+    const int KB = Kdim >> 5;
+    const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
+    const bool col_ok = TILED || n < N;  // tiled buffers are padded to 128 columns
+
+    // Lane's block for local step sl is kblock = 4 * (warp + sl * W) + t.
+    long woff, aoff, wstep, astep;
+    if (TILED) {
+        woff = tiled_word_offset<K>(n, 4 * warp + t, n_tiles);
+        aoff = tiled_absmax_offset(n, 4 * warp + t, n_tiles);
+        wstep = 2L * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K);
+        astep = 2L * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE);
+    } else {
+        woff = ((long)n * KB + 4 * warp + t) * K;
+        aoff = (long)n * KB + 4 * warp + t;
+        wstep = 4L * W * K;
+        astep = 4L * W;
+    }
+    const int S = warp < KS ? (KS - warp + W - 1) / W : 0;
+
+    u32 wr[D][K];
+    float sc[D];
+    auto load_step = [&](int j, int sl) {
+        const int kblock = 4 * (warp + sl * W) + t;
+        if (col_ok && kblock < KB) {
+            load_planes<K>(wr[j], packed + woff + sl * wstep);
+            sc[j] = load_scale(absmax, aoff + sl * astep);
+        } else {
+#pragma unroll
+            for (int b = 0; b < K; b++) wr[j][b] = 0u;
+            sc[j] = 0.0f;
+        }
+    };
+#pragma unroll
+    for (int j = 0; j < D; j++)
+        if (j < S) load_step(j, j);
+
+    // Stage A (rows < M) and the codebook, then build the pair table.
+    {
+        const int kpad = KS * 128;
+        const int chunks = M * (kpad / 8);
+        for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+            const int m = c / (kpad / 8), kk = (c % (kpad / 8)) * 8;
+            uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + kk);
+            if (kk < Kdim) cp_async16(dst, A + (long)m * Kdim + kk);
+            else *dst = make_uint4(0u, 0u, 0u, 0u);
+        }
+        cp_async_commit();
+        if (threadIdx.x < 32) cb_s[threadIdx.x] = threadIdx.x < (1 << K) ? codebook[threadIdx.x] : 0.0f;
+        __syncthreads();
+        build_pair_lut<K, T>(lut, cb_s);
+        cp_async_wait<0>();
+        __syncthreads();
+    }
+
+    const u32* lut_lane = lut + (lane & (PairLut<K>::COPIES - 1));
+    const T* a_row = a_s + (long)g * KS * 128 + t * 32;
+    const bool row_ok = g < M;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+
+    for (int s0 = 0; s0 < S; s0 += D) {
+#pragma unroll
+        for (int j = 0; j < D; j++) {
+            const int sl = s0 + j;
+            if (sl < S) {
+                uint4 a[4];
+                const uint4* ap = reinterpret_cast<const uint4*>(a_row + (warp + sl * W) * 128);
+#pragma unroll
+                for (int r = 0; r < 4; r++) a[r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
+                const u32 s2 = scale_pair<T>(sc[j]);
+                u32 wj[K];
+#pragma unroll
+                for (int b = 0; b < K; b++) wj[b] = wr[j][b];
+                if (sl + D < S) load_step(j, sl + D);
+                block_mma<K, T>(acc, wj, s2, a, lut_lane);
+            }
+        }
+    }
+
+    // Reduce the W warps' partial sums: acc[0..1] = rows g, columns 2t, 2t+1.
+    if (row_ok) {
+        red[warp * 64 + g * 8 + 2 * t] = acc[0];
+        red[warp * 64 + g * 8 + 2 * t + 1] = acc[1];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < M * 8; i += blockDim.x) {
+        const int m = i >> 3, c = i & 7, nn = blockIdx.x * 8 + c;
+        float s = 0.f;
+        for (int w = 0; w < W; w++) s += red[w * 64 + i];
+        if (nn < N) C[(long)m * N + nn] = KbitType<T>::from_float(s * tensor_scale);
+    }
+}

@@ -1,0 +1,153 @@
+"""Which backend an array belongs to, and zero-copy moves between torch and CuPy."""
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import numpy as np
+
+from .reference import bfloat16
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError:
+        return None
+    return cupy
+
+
+def is_torch(x) -> bool:
+    t = sys.modules.get("torch")
+    return t is not None and isinstance(x, t.Tensor)
+
+
+def is_cupy(x) -> bool:
+    cp = sys.modules.get("cupy")
+    return cp is not None and isinstance(x, cp.ndarray)
+
+
+def is_numpy(x) -> bool:
+    return isinstance(x, np.ndarray)
+
+
+def kind(x) -> str:
+    if is_cupy(x):
+        return "cupy"
+    if is_torch(x):
+        return "torch"
+    if is_numpy(x):
+        return "numpy"
+    return "other"
+
+
+def torch_to_cupy(t, name: str = "tensor"):
+    """Zero-copy view of a CUDA torch tensor as a CuPy array (bf16 through int16)."""
+    import torch
+
+    if not t.is_cuda:
+        raise ValueError(f"{name} is a CPU torch tensor; pass a CUDA tensor or a NumPy array")
+    cp = _cupy()
+    if t.dtype == torch.bfloat16:
+        return cp.from_dlpack(t.detach().view(torch.int16)).view(bfloat16)
+    return cp.from_dlpack(t.detach())
+
+
+def cupy_to_torch(a):
+    import torch
+
+    if bfloat16 is not None and a.dtype == bfloat16:
+        return torch.from_dlpack(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_dlpack(a)
+
+
+def to_backend(x, name: str):
+    """(array, kind): NumPy or CuPy array; torch CUDA tensors become zero-copy CuPy views
+    (kind 'torch'), CPU torch tensors NumPy views (kind 'torch_cpu')."""
+    k = kind(x)
+    if k == "torch":
+        if not x.is_cuda:
+            return _torch_cpu_to_numpy(x), "torch_cpu"
+        return torch_to_cupy(x, name), "torch"
+    if k in ("numpy", "cupy"):
+        return x, k
+    raise TypeError(f"{name} must be a NumPy array, a CuPy array or a torch tensor, got {type(x).__name__}")
+
+
+def from_backend(a, k: str):
+    """Return a result in the caller's array type."""
+    if k == "torch":
+        return cupy_to_torch(a)
+    if k == "torch_cpu":
+        import torch
+
+        if bfloat16 is not None and a.dtype == bfloat16:
+            return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(np.ascontiguousarray(a))
+    return a
+
+
+def _torch_cpu_to_numpy(x):
+    import torch
+
+    if x.dtype == torch.bfloat16:
+        return x.detach().view(torch.int16).numpy().view(bfloat16)
+    return x.detach().numpy()
+
+
+def torch_stream(x):
+    """Context that runs CuPy work on torch's current stream for x's device."""
+    import torch
+
+    cp = _cupy()
+    s = torch.cuda.current_stream(x.device)
+    return cp.cuda.ExternalStream(s.cuda_stream, x.device.index)
+
+
+def stream_ctx(orig):
+    if is_torch(orig) and orig.is_cuda:
+        return torch_stream(orig)
+    return contextlib.nullcontext()
+
+
+def device_of(a) -> int:
+    return a.device.id
+
+
+def check_same_device(**arrays):
+    devs = {n: a.device.id for n, a in arrays.items() if is_cupy(a)}
+    if len(set(devs.values())) > 1:
+        raise ValueError(f"arrays are on different devices: {devs}")
+    if devs:
+        cp = _cupy()
+        cur = cp.cuda.Device().id
+        d = next(iter(devs.values()))
+        if d != cur:
+            raise ValueError(f"arrays are on device {d} but the current CuPy device is {cur}")
+
+
+def dtype_name(dt) -> str:
+    dt = np.dtype(dt)
+    if bfloat16 is not None and dt == bfloat16:
+        return "bfloat16"
+    return dt.name
+
+
+def normalize_dtype(dtype, name: str = "dtype"):
+    """Accept numpy/cupy dtypes, strings and torch dtypes -> numpy dtype."""
+    if dtype is None:
+        return None
+    t = sys.modules.get("torch")
+    if t is not None and isinstance(dtype, t.dtype):
+        dtype = {t.float16: np.float16, t.float32: np.float32, t.bfloat16: bfloat16}.get(dtype, dtype)
+    if isinstance(dtype, str) and dtype in ("bf16", "bfloat16"):
+        dtype = bfloat16
+    if isinstance(dtype, str) and dtype in ("fp16", "half"):
+        dtype = np.float16
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"{name} must be float16, bfloat16 or float32, got {dtype!r}") from None
+    if dt not in (np.dtype(np.float16), np.dtype(np.float32)) and dt != bfloat16:
+        raise ValueError(f"{name} must be float16, bfloat16 or float32, got {dtype_name(dt)}")
+    return dt

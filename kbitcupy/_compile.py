@@ -1,0 +1,216 @@
+"""NVRTC module system.
+
+Each kernel family is one ``.cu`` file in ``cuda_src/``.  A family lists its template
+instantiations as name expressions; instantiations are compiled in groups (one
+``cupy.RawModule`` per group) lazily on first use, once per (source, group, GPU arch),
+and CuPy's on-disk kernel cache makes the next process's first call cheap.  Local
+``#include "..."`` lines are inlined into the source text so CuPy's cache key (the
+source string) changes whenever a shared header does.
+
+``compile_all(arch)`` compiles every instantiation of every family with NVRTC directly,
+without a GPU, and reports registers, stack frame and spills per kernel.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Sequence, Tuple
+
+CUDA_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cuda_src")
+if not os.path.isdir(CUDA_SRC):  # installed wheel: sources are package data
+    CUDA_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_src")
+
+_INCLUDE_RE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
+BASE_OPTIONS = ("--std=c++17", "-DNDEBUG")
+
+
+@functools.lru_cache(maxsize=None)
+def read_source(name: str) -> str:
+    """Source text with local includes inlined (each header once)."""
+    seen = set()
+
+    def expand(fname: str) -> str:
+        if fname in seen:
+            return ""
+        seen.add(fname)
+        with open(os.path.join(CUDA_SRC, fname)) as f:
+            text = f.read()
+        return _INCLUDE_RE.sub(lambda m: expand(m.group(1)), text)
+
+    return expand(name)
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_include_dirs() -> Tuple[str, ...]:
+    """Directories holding cuda_fp16.h / cuda_bf16.h: the pip CUDA runtime headers
+    (cu12 or cu13 layout) or a toolkit's include folder."""
+    dirs: List[str] = []
+    try:
+        import nvidia  # namespace package of the pip CUDA wheels
+
+        for base in list(nvidia.__path__):
+            for sub in ("cuda_runtime/include", "cu13/include", "cu12/include", "cuda_nvrtc/include"):
+                d = os.path.join(base, sub)
+                if os.path.isfile(os.path.join(d, "cuda_fp16.h")):
+                    dirs.append(d)
+    except ImportError:
+        pass
+    for env in ("CUDA_PATH", "CUDA_HOME"):
+        if os.environ.get(env):
+            dirs.append(os.path.join(os.environ[env], "include"))
+    dirs.append("/usr/local/cuda/include")
+    return tuple(d for d in dict.fromkeys(dirs) if os.path.isfile(os.path.join(d, "cuda_fp16.h")))
+
+
+def _options(extra: Sequence[str] = ()) -> Tuple[str, ...]:
+    return BASE_OPTIONS + tuple("-I" + d for d in cuda_include_dirs()) + tuple(extra)
+
+
+@dataclass
+class Family:
+    """A kernel family: one source file and its instantiations.
+
+    ``instances`` maps a key tuple to its name expression; ``group_of`` maps a key to
+    the group compiled together (keys in one group share one NVRTC call)."""
+
+    source: str
+    instances: Dict[tuple, str]
+    group_of: Callable[[tuple], tuple]
+    options: Tuple[str, ...] = ()
+    _modules: Dict[tuple, object] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def groups(self) -> Dict[tuple, List[tuple]]:
+        out: Dict[tuple, List[tuple]] = {}
+        for key in self.instances:
+            out.setdefault(self.group_of(key), []).append(key)
+        return out
+
+    def function(self, key: tuple):
+        """The cupy.RawKernel for one instantiation (compiles its group on first use)."""
+        try:
+            name = self.instances[key]
+        except KeyError:
+            raise ValueError(f"{self.source}: no kernel instantiation for {key}") from None
+        import cupy
+
+        dev = cupy.cuda.Device().id
+        gkey = (dev, self.group_of(key))
+        mod = self._modules.get(gkey)
+        if mod is None:
+            with self._lock:
+                mod = self._modules.get(gkey)
+                if mod is None:
+                    names = [self.instances[k] for k in self.groups()[gkey[1]]]
+                    mod = cupy.RawModule(code=read_source(self.source), options=_options(self.options),
+                                         name_expressions=names, backend="nvrtc")
+                    self._modules[gkey] = mod
+        return mod.get_function(name)
+
+    def cached_groups(self) -> List[tuple]:
+        return [g for (_, g) in self._modules]
+
+
+FAMILIES: Dict[str, Family] = {}
+
+
+def register(name: str, family: Family) -> Family:
+    FAMILIES[name] = family
+    return family
+
+
+# ----------------------------------------------------------------------------- offline
+_PTXAS_FN = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+a?)'")
+_PTXAS_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+_PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def _nvrtc():
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+    except ImportError:  # older layouts
+        from cupy.cuda import nvrtc  # type: ignore
+    return nvrtc
+
+
+def compile_group(source: str, names: Sequence[str], arch: str, extra: Sequence[str] = ()) -> List[dict]:
+    """Compile one group with NVRTC for ``arch`` (e.g. 'sm_90'), no GPU needed.
+    Returns one record per kernel: name, registers, stack, spill stores/loads, smem."""
+    nvrtc = _nvrtc()
+    prog = nvrtc.createProgram(read_source(source), source, [], [])
+    try:
+        for n in names:
+            nvrtc.addNameExpression(prog, n)
+        opts = list(_options(extra)) + [f"--gpu-architecture={arch}", "-Xptxas=-v"]
+        try:
+            nvrtc.compileProgram(prog, opts)
+        except Exception as e:
+            raise RuntimeError(f"NVRTC failed for {source} ({arch}):\n{nvrtc.getProgramLog(prog)}") from e
+        log = nvrtc.getProgramLog(prog)
+        lowered = {nvrtc.getLoweredName(prog, n): n for n in names}
+    finally:
+        nvrtc.destroyProgram(prog)
+    records: Dict[str, dict] = {}
+    current = None
+    for line in log.splitlines():
+        m = _PTXAS_FN.search(line)
+        if m:
+            current = {"kernel": lowered.get(m.group(1), m.group(1)), "source": source, "arch": arch}
+            records[m.group(1)] = current
+            continue
+        if current is None:
+            continue
+        m = _PTXAS_STACK.search(line)
+        if m:
+            current.update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        m = _PTXAS_REGS.search(line)
+        if m:
+            current["registers"] = int(m.group(1))
+            ms = _PTXAS_SMEM.search(line)
+            current["smem"] = int(ms.group(1)) if ms else 0
+    return [r for r in records.values() if r["kernel"] in names]
+
+
+def compile_all(arch: str = "sm_90", families: Sequence[str] | None = None, jobs: int | None = None) -> List[dict]:
+    """Compile every instantiation of every family for ``arch`` without a GPU."""
+    _load_families()
+    from concurrent.futures import ThreadPoolExecutor
+
+    work = []
+    for fname, fam in FAMILIES.items():
+        if families is not None and fname not in families:
+            continue
+        for gkey, keys in fam.groups().items():
+            work.append((fname, fam, [fam.instances[k] for k in keys]))
+    jobs = jobs or min(8, os.cpu_count() or 1)
+    with ThreadPoolExecutor(jobs) as ex:
+        futs = [ex.submit(compile_group, fam.source, names, arch, fam.options) for _, fam, names in work]
+        results = []
+        for (fname, _, _), f in zip(work, futs):
+            for r in f.result():
+                r["family"] = fname
+                results.append(r)
+    return results
+
+
+def _load_families():
+    # importing the launcher modules registers their families
+    from . import quantize, gemv  # noqa: F401
+
+
+def format_report(records: List[dict]) -> str:
+    lines = [f"{'family':<10} {'kernel':<70} {'regs':>4} {'stack':>5} {'spill':>5} {'smem':>6}"]
+    for r in sorted(records, key=lambda r: (r["family"], r["kernel"])):
+        lines.append(f"{r['family']:<10} {r['kernel']:<70} {r.get('registers', -1):>4} {r.get('stack', 0):>5} "
+                     f"{r.get('spill_stores', 0) + r.get('spill_loads', 0):>5} {r.get('smem', 0):>6}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m kbitcupy._compile sm_90
+    import sys
+
+    print(format_report(compile_all(sys.argv[1] if len(sys.argv) > 1 else "sm_90")))

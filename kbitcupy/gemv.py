@@ -1,0 +1,78 @@
+"""Launcher for the decode GEMV kernel (cuda_src/kbit_gemv.cu), M = 1..8."""
+from __future__ import annotations
+
+import numpy as np
+
+from ._compile import Family, register
+from .quantize import CTYPE
+from .reference import bfloat16
+
+MAX_M = 8
+DEPTHS = (2, 4)
+_VARIANTS = (("uint8", True), ("float32", False), ("uint8", False))
+
+
+def _instances():
+    inst = {}
+    for k in (2, 3, 4, 5):
+        for t in ("float16", "bfloat16"):
+            for a, tiled in _VARIANTS:
+                for d in DEPTHS:
+                    inst[(k, t, a, tiled, d)] = (f"kbit_gemv<{k}, {CTYPE[t]}, {CTYPE[a]}, "
+                                                 f"{'true' if tiled else 'false'}, {d}>")
+    return inst
+
+
+GEMV = register("gemv", Family("kbit_gemv.cu", _instances(), group_of=lambda key: key[:2]))
+
+# Hopper has 132 SMs; the plan aims for enough warps to keep ~all weight bytes in flight.
+TARGET_WARPS = 132 * 24
+
+
+def lut_bytes(k: int) -> int:
+    copies = 32 if k <= 4 else 16
+    return (1 << (2 * k)) * copies * 4
+
+
+def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = None, depth: int | None = None):
+    """(warps per block, register ring depth, dynamic smem bytes, grid) for one call."""
+    groups = -(-N // 8)
+    ks = -(-K // 128)
+    if warps is None:
+        want = max(1, -(-TARGET_WARPS // groups))
+        cands = [w for w in range(1, 17) if w <= ks]
+        # prefer a warp count that divides the steps evenly, at or above the target
+        warps = min(cands, key=lambda w: (w < min(want, ks), -(ks % w == 0), abs(w - want)))
+    steps = -(-ks // warps)
+    if depth is None:
+        depth = 4 if steps >= 4 else 2
+    smem = lut_bytes(k) + M * ks * 128 * itemsize + warps * 64 * 4 + 32 * 4
+    return warps, depth, smem, groups
+
+
+_PLANS: dict = {}
+_SMEM_SET: dict = {}
+
+
+def gemv(A, qw, out, plan_override=None):
+    """C[M, N] = A[M, K] @ W^T on CuPy arrays already validated by matmul(); out given.
+
+    No allocation, no host synchronisation: capturable in a CUDA graph."""
+    M, K = A.shape
+    N = qw.shape[0]
+    tname = "bfloat16" if A.dtype == bfloat16 else "float16"
+    key = (N, K, M, qw.k, plan_override)
+    p = _PLANS.get(key)
+    if p is None:
+        p = plan(N, K, M, qw.k, **(dict(plan_override) if plan_override else {}))
+        _PLANS[key] = p
+    warps, depth, smem, grid = p
+    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth))
+    fkey = (id(fn), fn)
+    if _SMEM_SET.get(id(fn), 0) < smem:
+        fn.max_dynamic_shared_size_bytes = max(smem, 48 * 1024)
+        _SMEM_SET[id(fn)] = smem
+        _SMEM_SET[("keep", id(fn))] = fkey  # keep fn alive so its id stays unique
+    fn((grid,), (warps * 32,), (A, qw.packed, qw.absmax, qw.codebook, out, np.int32(M), np.int32(N), np.int32(K),
+                                np.float32(qw.tensor_scale)), shared_mem=smem)
+    return out

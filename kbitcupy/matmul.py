@@ -1,0 +1,96 @@
+"""matmul(A, qw): C = A @ W^T with W k-bit quantized; validation and kernel dispatch."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import reference as R
+from ._arrays import from_backend, stream_ctx, to_backend
+from .reference import bfloat16
+from .weight import KbitWeight
+
+_ACT_DTYPES = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None else ())
+
+
+def _dispatch_gpu(A, qw, out):
+    """Pick the kernel for this M (see profiling/results for the measured crossovers)."""
+    M = A.shape[0]
+    if M <= 8:
+        from .gemv import gemv
+
+        return gemv(A, qw, out)
+    from .dequant_matmul import dequant_matmul
+
+    return dequant_matmul(A, qw, out)
+
+
+def _check(A, qw: KbitWeight, out):
+    if not isinstance(qw, KbitWeight):
+        raise TypeError(f"qw must be a KbitWeight, got {type(qw).__name__}")
+    if A.ndim < 1:
+        raise ValueError("A must have at least one dimension (..., K)")
+    N, K = qw.shape
+    if A.shape[-1] != K:
+        raise ValueError(f"A's last dimension ({A.shape[-1]}) must equal the weight's K ({K})")
+    if A.dtype not in _ACT_DTYPES:
+        raise ValueError(f"A must be float16 or bfloat16, got {A.dtype}")
+    if not A.flags.c_contiguous:
+        raise ValueError("A must be C-contiguous")
+
+
+def matmul(A, qw: KbitWeight, out=None):
+    """C[..., N] = A[..., K] @ W^T.
+
+    NumPy A with a CPU weight runs the reference (float32 result rounded to A's dtype).
+    CuPy arrays or CUDA torch tensors run the kernels on the current stream (torch's
+    current stream for torch tensors); torch in -> torch out.  ``out`` (same type and
+    dtype as A, shape [..., N], contiguous) avoids the allocation.
+    """
+    A_, kd = to_backend(A, "A")
+    _check(A_, qw, None)
+    lead = A_.shape[:-1]
+    N, K = qw.shape
+    M = int(np.prod(lead)) if lead else 1
+    if kd in ("numpy", "torch_cpu"):
+        if qw.on_gpu:
+            raise ValueError("A is on the CPU but the weight is on the GPU; move one of them")
+        from .quantize import dequantize
+
+        Wd = dequantize(qw, np.float32)
+        C = (A_.reshape(M, K).astype(np.float32) @ Wd.T).astype(A_.dtype).reshape(lead + (N,))
+        if out is not None:
+            o, _ = to_backend(out, "out")
+            o[...] = C
+            return out
+        return from_backend(C, kd)
+    if not qw.on_gpu:
+        raise ValueError("A is on the GPU but the weight is on the CPU; call qw.cuda()")
+    if A_.device.id != qw.packed.device.id:
+        raise ValueError(f"A is on device {A_.device.id} but the weight on device {qw.packed.device.id}")
+    if A_.data.ptr % 16:
+        raise ValueError("A's data pointer must be 16-byte aligned")
+    import cupy as cp
+
+    with stream_ctx(A):
+        if out is None:
+            out_ = cp.empty(lead + (N,), dtype=A_.dtype)
+        else:
+            out_, okd = to_backend(out, "out")
+            if out_.shape != lead + (N,) or out_.dtype != A_.dtype or not out_.flags.c_contiguous:
+                raise ValueError(f"out must be a contiguous {A_.dtype} array of shape {lead + (N,)}")
+        if M == 0:
+            return out if out is not None else from_backend(out_, kd)
+        _dispatch_gpu(A_.reshape(M, K), qw, out_.reshape(M, N))
+    if out is not None:
+        return out
+    return from_backend(out_, kd)
+
+
+def reference_matmul(A, qw: KbitWeight) -> np.ndarray:
+    """float64 oracle: A (as given) times the float64 dequantized weight."""
+    from .quantize import dequantize
+
+    q = qw.cpu()
+    Wd = dequantize(q, np.float32).astype(np.float64)
+    A_, _ = to_backend(A, "A")
+    A_ = A_.get() if hasattr(A_, "get") else np.asarray(A_)
+    return R.matmul(A_.astype(np.float32), Wd)
