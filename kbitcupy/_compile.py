@@ -197,9 +197,17 @@ def compile_all(arch: str = "sm_90", families: Sequence[str] | None = None, jobs
     return results
 
 
+# Launcher modules that register kernel families (imported by compile_all).
+FAMILY_MODULES = ("quantize", "gemv", "gemm", "grouped")
+
+
 def _load_families():
-    # importing the launcher modules registers their families
-    from . import quantize, gemv  # noqa: F401
+    import importlib
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for m in FAMILY_MODULES:
+        if os.path.exists(os.path.join(here, m + ".py")):
+            importlib.import_module("kbitcupy." + m)
 
 
 def format_report(records: List[dict]) -> str:
