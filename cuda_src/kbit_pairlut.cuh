@@ -69,7 +69,7 @@ __device__ __forceinline__ void block_mma(float (&acc)[4], const u32 (&w)[K], u3
     if (K <= 4) {
         pair_keys<K>(w, keys);
     } else {
-        const u32 (&w4)[4] = *reinterpret_cast<const u32(*)[4]>(&w[0]);
+        u32 w4[4] = {w[0], w[1 % K], w[2 % K], w[3 % K]};
         pair_keys<4>(w4, keys);
     }
     u32 f[4] = {0u, 0u, 0u, 0u};

@@ -60,6 +60,8 @@ def gemv(A, qw, out, plan_override=None):
     No allocation, no host synchronisation: capturable in a CUDA graph."""
     M, K = A.shape
     N = qw.shape[0]
+    if not 1 <= M <= MAX_M:
+        raise ValueError(f"gemv handles M = 1..{MAX_M} rows of A, got M = {M}; use kbitcupy.matmul")
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     key = (N, K, M, qw.k, plan_override)
     p = _PLANS.get(key)

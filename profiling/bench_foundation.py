@@ -1,0 +1,120 @@
+"""Foundation numbers: dequantize bandwidth, quantize time, SQNR per k (GPU machine).
+
+Cold L2 by rotating over R weight copies, R launches captured in one CUDA graph,
+median of replays / R (see ../shared/MEASURING.md).  Writes JSON + markdown.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+from dataclasses import replace
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import cupy as cp  # noqa: E402
+
+import kbitcupy as kb  # noqa: E402
+from kbitcupy import reference as R  # noqa: E402
+
+SHAPES = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "O": (2048, 4096),
+          "KV": (512, 2048), "lin_key": (2048, 2048), "lin_value": (4096, 2048)}
+
+
+def time_rotated(launches, reps=20):
+    """launches: list of R callables (one per weight copy). Returns median us per launch."""
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        for f in launches[:2]:
+            f()
+        s.synchronize()
+        s.begin_capture()
+        for f in launches:
+            f()
+        g = s.end_capture()
+        g.launch(s)
+        s.synchronize()
+        ts = []
+        for _ in range(reps):
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record(s)
+            g.launch(s)
+            e1.record(s)
+            e1.synchronize()
+            ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / len(launches))
+    return float(np.median(ts))
+
+
+def copies_for(nbytes):
+    l2 = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["l2CacheSize"]
+    return max(2, int(np.ceil(4 * l2 / nbytes)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="profiling/results")
+    args = ap.parse_args()
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    res = {"gpu": gpu, "date": datetime.date.today().isoformat(), "command": " ".join(sys.argv),
+           "dequant": [], "quantize": [], "sqnr": {}}
+    rng = np.random.default_rng()
+    # device copy bandwidth for reference
+    buf = cp.empty(1 << 30, cp.uint8)
+    dst = cp.empty_like(buf)
+    t = time_rotated([lambda: cp.copyto(dst, buf)] * 2, reps=10)
+    res["copy_GBps"] = 2 * buf.nbytes / (t * 1e-6) / 1e9
+    del buf, dst
+    for k in (2, 3, 4, 5):
+        for name, (N, K) in SHAPES.items():
+            W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
+            q = kb.quantize(W, k)
+            qf = kb.quantize(W, k, layout="flat")
+            for layout, qq in (("tiled", q), ("flat", qf)):
+                nb = qq.packed.nbytes + qq.absmax.nbytes + N * K * 2
+                R_ = copies_for(nb)
+                cps = [replace(qq, packed=qq.packed.copy(), absmax=qq.absmax.copy()) for _ in range(R_)]
+                outs = [cp.empty((N, K), cp.float16) for _ in range(min(R_, 4))]
+                fns = [lambda c=c, o=outs[i % len(outs)]: kb.dequantize(c, cp.float16, out=o) for i, c in enumerate(cps)]
+                us = time_rotated(fns)
+                res["dequant"].append(dict(shape=name, k=k, layout=layout, us=us, bytes=nb, GBps=nb / (us * 1e-6) / 1e9))
+                del cps, outs
+            if k == 4 and name == "gateup":
+                for dt in (cp.float16, kb.bfloat16):
+                    Wd = W.astype(dt)
+                    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+                    kb.quantize(Wd, k)
+                    ts = []
+                    for _ in range(5):
+                        e0.record(); kb.quantize(Wd, k); e1.record(); e1.synchronize()
+                        ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
+                    res["quantize"].append(dict(shape=name, k=k, dtype=np.dtype(dt).name, us_wall_incl_sync=float(np.median(ts))))
+        Wg = cp.asarray(rng.standard_normal((4096, 4096), dtype=np.float32))
+        res["sqnr"][k] = R.sqnr_db(Wg.get(), kb.dequantize(kb.quantize(Wg, k), np.float32).get())
+    lines = [f"# Foundation: dequantize bandwidth, quantize time, SQNR", "",
+             f"GPU: {gpu}  date: {res['date']}  command: `{res['command']}`", "",
+             f"Device copy (read+write, 1 GiB, graph): {res['copy_GBps']:.0f} GB/s", "",
+             "Dequantize to fp16 (cold L2, CUDA graph, median/R); GB/s counts packed+absmax read + fp16 written.", "",
+             "| shape | k | layout | us | GB/s | % of copy |", "|---|---|---|---|---|---|"]
+    for d in res["dequant"]:
+        lines.append(f"| {d['shape']} | {d['k']} | {d['layout']} | {d['us']:.2f} | {d['GBps']:.0f} | "
+                     f"{100 * d['GBps'] / res['copy_GBps']:.0f}% |")
+    lines += ["", "Quantize gate/up 2048x5120 (k=4, GPU, wall incl. the tensor-scale reductions and their sync):", ""]
+    for q in res["quantize"]:
+        lines.append(f"- {q['dtype']}: {q['us_wall_incl_sync']:.0f} us")
+    lines += ["", "SQNR of quantize-dequantize, Gaussian 4096x4096 (E4M4 absmax, default codebook):", ""]
+    lines += [f"- k={k}: {v:.2f} dB" for k, v in res["sqnr"].items()]
+    md = "\n".join(lines) + "\n"
+    print(md)
+    os.makedirs(args.out, exist_ok=True)
+    slug = gpu.replace(" ", "_").replace("/", "_")
+    base = os.path.join(args.out, f"{slug}_{res['date']}_foundation")
+    with open(base + ".md", "w") as f:
+        f.write(md)
+    with open(base + ".json", "w") as f:
+        json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Quick GEMV timing at M=1..4 (cold L2, graph) for kernel iteration; the full tables come from bench.py."""
+import os
+import sys
+from dataclasses import replace
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import cupy as cp  # noqa: E402
+
+import kbitcupy as kb  # noqa: E402
+from bench_foundation import SHAPES, copies_for, time_rotated  # noqa: E402
+from kbitcupy.gemv import gemv  # noqa: E402
+
+SOL_SRC = r"""
+extern "C" __global__ void sol_read(const uint4* __restrict__ p, long n, unsigned* sink) {
+    unsigned acc = 0;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        uint4 v = __ldcs(p + i); acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) *sink = acc;
+}"""
+sol = cp.RawKernel(SOL_SRC, "sol_read")
+sink = cp.zeros(1, cp.uint32)
+rng = np.random.default_rng()
+ks = [int(x) for x in os.environ.get("KS", "2,4,5").split(",")]
+Ms = [int(x) for x in os.environ.get("MS", "1,4").split(",")]
+plans = os.environ.get("PLANS", "")
+print(f"{'shape':8} {'k':>2} {'M':>2} {'gemv_us':>8} {'sol_us':>7} {'%sol':>5}")
+for name, (N, K) in SHAPES.items():
+    W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
+    for k in ks:
+        q = kb.quantize(W, k)
+        for M in Ms:
+            A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+            nb = q.packed.nbytes + q.absmax.nbytes + A.nbytes
+            R_ = copies_for(nb)
+            cps = [replace(q, packed=q.packed.copy(), absmax=q.absmax.copy()) for _ in range(R_)]
+            out = cp.empty((M, N), cp.float16)
+            t = time_rotated([lambda c=c: gemv(A, c, out) for c in cps])
+            n16 = -(-nb // 16)
+            bufs = [cp.empty(n16 * 16, cp.uint8) for _ in range(R_)]
+            ts = time_rotated([lambda b=b: sol((132 * 8,), (256,), (b, np.int64(n16), sink)) for b in bufs])
+            print(f"{name:8} {k:>2} {M:>2} {t:8.2f} {ts:7.2f} {100 * ts / t:5.0f}", flush=True)
+            del cps, bufs

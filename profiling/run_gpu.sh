@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The one command for the GPU machine: GPU tests + benchmarks, logs and JSON under $OUT.
+#   usage: OUT=/tmp/out bash profiling/run_gpu.sh [tests|bench|quick|all]...
+set -u
+OUT=${OUT:-/tmp/kbit_out}
+mkdir -p "$OUT"
+export PYTHONPATH=$(pwd)${PYTHONPATH:+:$PYTHONPATH}
+export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/cupy_cache}
+steps=${*:-all}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'cuda', cupy.cuda.runtime.runtimeGetVersion(), 'numpy', numpy.__version__)" >> "$OUT/gpu.txt" 2>&1
+for s in $steps; do
+  case $s in
+    tests|all)
+      python3 -m pytest -q -m gpu --maxfail=30 ${TESTS:-tests/} ${PYTEST_ARGS:-} > "$OUT/tests.log" 2>&1; tail -40 "$OUT/tests.log" ;;&
+    foundation|all)
+      python3 profiling/bench_foundation.py --out "$OUT" > "$OUT/foundation.log" 2>&1; tail -30 "$OUT/foundation.log" ;;&
+    quick)
+      python3 profiling/quick_gemv.py 2>&1 | tee "$OUT/quick.log" ;;&
+    bench|all)
+      if [ -f profiling/bench.py ]; then python3 profiling/bench.py --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1; tail -80 "$OUT/bench.log"; fi ;;&
+    *) ;;
+  esac
+done

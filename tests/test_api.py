@@ -1,0 +1,114 @@
+"""CPU tests of the public API: reference backend and input validation."""
+import numpy as np
+import pytest
+
+import kbitcupy as kb
+from kbitcupy import reference as R
+
+
+def test_quantize_dequantize_numpy(rng):
+    W = (rng.standard_normal((300, 96)) * 0.02).astype(np.float16)
+    for k in (2, 3, 4, 5):
+        q = kb.quantize(W, k)
+        assert q.layout == "tiled" and q.absmax.dtype == np.uint8 and q.shape == (300, 96)
+        qf = kb.quantize(W, k, layout="flat")
+        d1, d2 = kb.dequantize(q), kb.dequantize(qf)
+        assert d1.dtype == np.float16
+        np.testing.assert_array_equal(d1, d2)
+        np.testing.assert_array_equal(kb.dequantize(kb.repack(qf), np.float32), kb.dequantize(qf, np.float32))
+
+
+def test_bf16_numpy(rng):
+    W = rng.standard_normal((128, 64)).astype(kb.bfloat16)
+    q = kb.quantize(W, 4)
+    assert kb.dequantize(q).dtype == kb.bfloat16
+
+
+def test_float32_absmax_flat(rng):
+    W = rng.standard_normal((64, 64)).astype(np.float32)
+    q = kb.quantize(W, 4, layout="flat", absmax_format="float32")
+    assert q.absmax.dtype == np.float32
+    assert R.sqnr_db(W, kb.dequantize(q, np.float32)) > 20
+    qt = kb.repack(q)  # float32 absmax is E4M4-encoded on repack
+    assert qt.absmax.dtype == np.uint8
+    assert R.sqnr_db(W, kb.dequantize(qt, np.float32)) > 19
+
+
+def test_from_packed_roundtrip(rng):
+    W = rng.standard_normal((128, 128)).astype(np.float32)
+    q = kb.quantize(W, 3, layout="flat")
+    q2 = kb.from_packed(q.packed.view(np.int32), q.absmax, q.codebook, q.shape, 3, layout="flat")
+    assert np.shares_memory(q2.packed, q.packed)
+    np.testing.assert_array_equal(kb.dequantize(q2, np.float32), kb.dequantize(q, np.float32))
+    qt = kb.repack(q)
+    q3 = kb.from_packed(qt.packed, qt.absmax, qt.codebook, qt.shape, 3, layout="tiled")
+    np.testing.assert_array_equal(kb.dequantize(q3, np.float32), kb.dequantize(q, np.float32))
+
+
+def test_matmul_reference(rng):
+    W = rng.standard_normal((200, 96)).astype(np.float32)
+    q = kb.quantize(W, 4)
+    A = rng.standard_normal((2, 3, 96)).astype(np.float16)
+    C = kb.matmul(A, q)
+    assert C.shape == (2, 3, 200) and C.dtype == np.float16
+    ref = kb.reference_matmul(A.reshape(6, 96), q).reshape(2, 3, 200)
+    np.testing.assert_allclose(C.astype(np.float64), ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(k=6), "k must be"),
+    (dict(k=1), "k must be"),
+    (dict(layout="rows"), "layout"),
+    (dict(absmax_format="fp8"), "absmax_format"),
+    (dict(layout="tiled", absmax_format="float32"), "E4M4"),
+    (dict(codebook=np.zeros(8, np.float32)), "codebook"),
+    (dict(codebook=np.full(16, 2.0, np.float32)), "codebook"),
+])
+def test_quantize_bad_args(kwargs, match, rng):
+    W = rng.standard_normal((8, 64)).astype(np.float32)
+    with pytest.raises(ValueError, match=match):
+        kb.quantize(W, **kwargs)
+
+
+def test_quantize_bad_weights(rng):
+    with pytest.raises(ValueError, match="multiple of 32"):
+        kb.quantize(np.ones((4, 48), np.float32))
+    with pytest.raises(ValueError, match="2-D"):
+        kb.quantize(np.ones(64, np.float32))
+    with pytest.raises(ValueError, match="empty"):
+        kb.quantize(np.ones((0, 64), np.float32))
+    with pytest.raises(ValueError, match="contiguous"):
+        kb.quantize(np.ones((64, 128), np.float32)[:, ::2])
+    with pytest.raises(ValueError, match="float16"):
+        kb.quantize(np.ones((4, 64), np.int32))
+    for bad in (np.nan, np.inf):
+        W = np.ones((4, 64), np.float32)
+        W[2, 5] = bad
+        with pytest.raises(ValueError, match="NaN or Inf"):
+            kb.quantize(W)
+    with pytest.raises(TypeError, match="W must be"):
+        kb.quantize([[1.0] * 32])
+
+
+def test_matmul_bad_args(rng):
+    q = kb.quantize(rng.standard_normal((64, 64)).astype(np.float32), 4)
+    with pytest.raises(ValueError, match="last dimension"):
+        kb.matmul(np.ones((1, 32), np.float16), q)
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        kb.matmul(np.ones((1, 64), np.float32), q)
+    with pytest.raises(TypeError, match="KbitWeight"):
+        kb.matmul(np.ones((1, 64), np.float16), np.ones((64, 64)))
+
+
+def test_from_packed_bad(rng):
+    q = kb.quantize(rng.standard_normal((128, 64)).astype(np.float32), 4)
+    with pytest.raises(ValueError, match="packed must be 1-D"):
+        kb.from_packed(q.packed[:-1], q.absmax, q.codebook, q.shape, 4)
+    with pytest.raises(ValueError, match="codebook"):
+        kb.from_packed(q.packed, q.absmax, q.codebook[:8], q.shape, 4)
+    with pytest.raises(ValueError, match="k must be"):
+        kb.from_packed(q.packed, q.absmax, q.codebook, q.shape, 7)
+    with pytest.raises(ValueError, match="shape"):
+        kb.from_packed(q.packed, q.absmax, q.codebook, (128, 60), 4)
+    with pytest.raises(ValueError, match="tensor_scale"):
+        kb.from_packed(q.packed, q.absmax, q.codebook, q.shape, 4, tensor_scale=3.0)

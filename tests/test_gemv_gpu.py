@@ -1,0 +1,166 @@
+"""GPU decode GEMV (M = 1..8) against the float64 reference of the dequantized weight."""
+import numpy as np
+import pytest
+
+import kbitcupy as kb
+from kbitcupy.gemv import gemv
+
+pytestmark = pytest.mark.gpu
+
+DENSE = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "O": (2048, 4096),
+         "KV": (512, 2048), "lin_key": (2048, 2048), "lin_value": (4096, 2048)}
+TOL = {"float16": 2e-3, "bfloat16": 8e-3}
+_CACHE = {}
+
+
+def _weight(cp, shape, k, layout, rng):
+    key = (shape, k, layout)
+    if key not in _CACHE:
+        W = cp.asarray((rng.standard_normal(shape, dtype=np.float32) * 0.02))
+        if layout == "flat_f32":
+            q = kb.quantize(W, k, layout="flat", absmax_format="float32")
+        else:
+            q = kb.quantize(W, k, layout=layout)
+        Wd = kb.dequantize(q, np.float32).astype(cp.float64)  # bit-exact with the reference (other tests)
+        _CACHE.clear()
+        _CACHE[key] = (q, Wd)
+    return _CACHE[key]
+
+
+def _rel_err(C, ref):
+    import cupy as cp
+
+    C = C.astype(cp.float64)
+    return float(cp.linalg.norm(C - ref) / cp.linalg.norm(ref))
+
+
+def _run(cp, q, Wd, M, dt, rng):
+    N, K = q.shape
+    A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
+    out = cp.full((M, N), np.nan, dtype=dt)  # poisoned: every element must be written
+    kb.matmul(A, q, out=out)
+    ref = A.astype(cp.float64) @ Wd.T
+    assert not bool(cp.isnan(out).any())
+    return _rel_err(out, ref)
+
+
+@pytest.mark.parametrize("layout", ["tiled", "flat_f32"])
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+@pytest.mark.parametrize("name", list(DENSE))
+def test_gemv_dense_shapes(name, k, layout, rng):
+    import cupy as cp
+
+    q, Wd = _weight(cp, DENSE[name], k, layout, rng)
+    for dt in (np.float16, kb.bfloat16):
+        for M in (1, 2, 3, 4, 8):
+            err = _run(cp, q, Wd, M, dt, rng)
+            assert err < TOL[np.dtype(dt).name], (name, k, layout, np.dtype(dt).name, M, err)
+
+
+@pytest.mark.parametrize("shape", [(1, 32), (5, 96), (200, 160), (130, 64), (8, 4128), (1000, 224)])
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_gemv_edge_shapes(shape, k, rng):
+    import cupy as cp
+
+    for layout in ("tiled", "flat_f32", "flat"):
+        q, Wd = _weight(cp, shape, k, layout, rng)
+        for dt in (np.float16, kb.bfloat16):
+            for M in (1, 3, 7):
+                assert _run(cp, q, Wd, M, dt, rng) < TOL[np.dtype(dt).name]
+
+
+def test_gemv_plans_agree(rng):
+    """Every (warps, depth) plan computes the same function."""
+    import cupy as cp
+
+    q, Wd = _weight(cp, (1024, 2048), 4, "tiled", rng)
+    A = cp.asarray(rng.standard_normal((2, 2048), dtype=np.float32)).astype(cp.float16)
+    ref = A.astype(cp.float64) @ Wd.T
+    for warps in (1, 3, 4, 16):
+        for depth in (2, 4):
+            out = cp.full((2, 1024), np.nan, dtype=cp.float16)
+            gemv(A, q, out, plan_override=(("warps", warps), ("depth", depth)))
+            assert _rel_err(out, ref) < 2e-3, (warps, depth)
+
+
+def test_codebook_nondefault(rng):
+    import cupy as cp
+
+    cb = np.array([-1.0, -0.3, 0.05, 0.9], np.float32)
+    W = cp.asarray(rng.standard_normal((512, 1024), dtype=np.float32))
+    q = kb.quantize(W, 2, codebook=cb)
+    Wd = kb.dequantize(q, np.float32).astype(cp.float64)
+    for dt in (np.float16, kb.bfloat16):
+        assert _run(cp, q, Wd, 2, dt, rng) < TOL[np.dtype(dt).name]
+
+
+def test_large_activations_no_overflow(rng):
+    """fp32 accumulation: activations near fp16's limit must not overflow."""
+    import cupy as cp
+
+    q, Wd = _weight(cp, (512, 2048), 4, "tiled", rng)
+    A = cp.asarray(rng.uniform(3000, 6000, (1, 2048)).astype(np.float32)).astype(cp.float16)
+    out = kb.matmul(A, q)
+    ref = A.astype(cp.float64) @ Wd.T
+    assert bool(cp.isfinite(out).all())
+    assert _rel_err(out, ref) < 2e-3
+
+
+def test_graph_capture(rng):
+    import cupy as cp
+
+    q, Wd = _weight(cp, (2048, 2048), 4, "tiled", rng)
+    A = cp.asarray(rng.standard_normal((1, 2048), dtype=np.float32)).astype(cp.float16)
+    out = cp.empty((1, 2048), cp.float16)
+    kb.matmul(A, q, out=out)  # compile outside capture
+    expect = out.copy()
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        out.fill(np.nan)
+        s.begin_capture()
+        kb.matmul(A, q, out=out)
+        g = s.end_capture()
+        out.fill(np.nan)
+        g.launch(s)
+    s.synchronize()
+    cp.testing.assert_array_equal(out, expect)
+
+
+def test_torch_interop(rng):
+    torch = pytest.importorskip("torch")
+    import cupy as cp
+
+    q, Wd = _weight(cp, (512, 2048), 4, "tiled", rng)
+    A = torch.randn(3, 2048, device="cuda", dtype=torch.bfloat16)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        C = kb.matmul(A, q)
+    s.synchronize()
+    assert isinstance(C, torch.Tensor) and C.dtype == torch.bfloat16 and C.shape == (3, 512)
+    ref = cp.asarray(A.float().cpu().numpy()).astype(cp.float64) @ Wd.T
+    assert _rel_err(cp.asarray(C.float().cpu().numpy()), ref) < 8e-3
+    # out= with a torch tensor
+    out = torch.empty(3, 512, device="cuda", dtype=torch.bfloat16)
+    assert kb.matmul(A, q, out=out) is out
+    torch.testing.assert_close(out, C)
+
+
+def test_bad_inputs(rng):
+    import cupy as cp
+
+    q, _ = _weight(cp, (512, 2048), 4, "tiled", rng)
+    A = cp.zeros((1, 2048), cp.float16)
+    with pytest.raises(ValueError, match="M = 1..8"):
+        gemv(cp.zeros((9, 2048), cp.float16), q, cp.zeros((9, 512), cp.float16))
+    with pytest.raises(ValueError, match="last dimension"):
+        kb.matmul(cp.zeros((1, 1024), cp.float16), q)
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        kb.matmul(cp.zeros((1, 2048), cp.float32), q)
+    with pytest.raises(ValueError, match="CPU"):
+        kb.matmul(np.zeros((1, 2048), np.float16), q)
+    with pytest.raises(ValueError, match="weight is on the CPU"):
+        kb.matmul(A, q.cpu())
+    with pytest.raises(ValueError, match="out must be"):
+        kb.matmul(A, q, out=cp.zeros((1, 512), cp.float32))
+    with pytest.raises(ValueError, match="contiguous"):
+        kb.matmul(cp.zeros((2048, 2), cp.float16).T, q)
