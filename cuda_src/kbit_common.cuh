@@ -147,7 +147,7 @@ __device__ __forceinline__ void plane4_fields(u32 p4, u32 (&f)[4]) {
 // ---------------------------------------------------------------- MMA / loads
 __device__ __forceinline__ void mma_16816(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3,
                                           u32 b0, u32 b1, __half) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -155,7 +155,7 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], u32 a0, u32 a1, u32 a2,
 }
 __device__ __forceinline__ void mma_16816(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3,
                                           u32 b0, u32 b1, __nv_bfloat16) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])

@@ -18,54 +18,67 @@
 // s; it supplies A row g of the same block (rows >= M are zeros).
 #include "kbit_pairlut.cuh"
 
-// Grid: one block per 8 output columns; its W = blockDim.x/32 warps split K in steps
-// of 128 (4 quantization blocks per column), warp w taking steps w, w+W, ...; D steps
-// of weights stay in flight per lane (register ring).  A is staged in shared memory.
+// Grid: one block per 16 output columns; its W = blockDim.x/32 warps split K in
+// steps of 128 (4 quantization blocks per column), warp w taking steps w, w+W, ...;
+// lane (g, t) owns columns n0+g and n0+g+8 and block 4*s+t of step s.  D steps of
+// weights stay in flight per lane (register ring).  A is staged in shared memory.
 // ABS: unsigned char (E4M4) or float.  TILED: repacked layout, else flat.
 template <int K, typename T, typename ABS, bool TILED, int D>
 __global__ void __launch_bounds__(512, 1) kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed,
-                                                 const ABS* __restrict__ absmax, const float* __restrict__ codebook,
-                                                 T* __restrict__ C, int M, int N, int Kdim, float tensor_scale) {
+                                                    const ABS* __restrict__ absmax, const float* __restrict__ codebook,
+                                                    T* __restrict__ C, int M, int N, int Kdim, float tensor_scale) {
     extern __shared__ __align__(16) unsigned char smem[];
     u32* lut = reinterpret_cast<u32*>(smem);
     const int KS = (Kdim + 127) >> 7;  // steps of 128
     T* a_s = reinterpret_cast<T*>(smem + PairLut<K>::WORDS * 4);
     float* red = reinterpret_cast<float*>(a_s + (long)M * KS * 128);
-    float* cb_s = red + (blockDim.x >> 5) * 64;
+    float* cb_s = red + (blockDim.x >> 5) * 128;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int n = blockIdx.x * 8 + g;
+    const int n0 = blockIdx.x * 16;
     const int KB = Kdim >> 5;
     const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
-    const bool col_ok = TILED || n < N;  // tiled buffers are padded to 128 columns
 
-    // Lane's block for local step sl is kblock = 4 * (warp + sl * W) + t.
-    long woff, aoff, wstep, astep;
+    // Per column (c = 0: n0+g, c = 1: n0+g+8): base offsets for local step 0 and the
+    // stride per local step (kblock = 4 * (warp + sl * W) + t).
+    long woff[2], aoff[2], wstep, astep;
+    bool col_ok[2];
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int n = n0 + g + 8 * c;
+        col_ok[c] = TILED || n < N;  // tiled buffers are padded to 128 columns
+        if (TILED) {
+            woff[c] = tiled_word_offset<K>(n, 4 * warp + t, n_tiles);
+            aoff[c] = tiled_absmax_offset(n, 4 * warp + t, n_tiles);
+        } else {
+            woff[c] = ((long)n * KB + 4 * warp + t) * K;
+            aoff[c] = (long)n * KB + 4 * warp + t;
+        }
+    }
     if (TILED) {
-        woff = tiled_word_offset<K>(n, 4 * warp + t, n_tiles);
-        aoff = tiled_absmax_offset(n, 4 * warp + t, n_tiles);
         wstep = 2L * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K);
         astep = 2L * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE);
     } else {
-        woff = ((long)n * KB + 4 * warp + t) * K;
-        aoff = (long)n * KB + 4 * warp + t;
         wstep = 4L * W * K;
         astep = 4L * W;
     }
     const int S = warp < KS ? (KS - warp + W - 1) / W : 0;
 
-    u32 wr[D][K];
-    float sc[D];
+    u32 wr[D][2][K];
+    float sc[D][2];
     auto load_step = [&](int j, int sl) {
         const int kblock = 4 * (warp + sl * W) + t;
-        if (col_ok && kblock < KB) {
-            load_planes<K>(wr[j], packed + woff + sl * wstep);
-            sc[j] = load_scale(absmax, aoff + sl * astep);
-        } else {
 #pragma unroll
-            for (int b = 0; b < K; b++) wr[j][b] = 0u;
-            sc[j] = 0.0f;
+        for (int c = 0; c < 2; c++) {
+            if (col_ok[c] && kblock < KB) {
+                load_planes<K>(wr[j][c], packed + woff[c] + sl * wstep);
+                sc[j][c] = load_scale(absmax, aoff[c] + sl * astep);
+            } else {
+#pragma unroll
+                for (int b = 0; b < K; b++) wr[j][c][b] = 0u;
+                sc[j][c] = 0.0f;
+            }
         }
     };
 #pragma unroll
@@ -90,7 +103,7 @@ __global__ void __launch_bounds__(512, 1) kbit_gemv(const T* __restrict__ A, con
         __syncthreads();
     }
 
-    const u32* lut_lane = lut + (lane & (PairLut<K>::COPIES - 1));
+    const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
     const T* a_row = a_s + (long)g * KS * 128 + t * 32;
     const bool row_ok = g < M;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -104,26 +117,27 @@ __global__ void __launch_bounds__(512, 1) kbit_gemv(const T* __restrict__ A, con
                 const uint4* ap = reinterpret_cast<const uint4*>(a_row + (warp + sl * W) * 128);
 #pragma unroll
                 for (int r = 0; r < 4; r++) a[r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
-                const u32 s2 = scale_pair<T>(sc[j]);
-                u32 wj[K];
+                const u32 sA = scale_pair<T>(sc[j][0]), sB = scale_pair<T>(sc[j][1]);
+                u32 wA[K], wB[K];
 #pragma unroll
-                for (int b = 0; b < K; b++) wj[b] = wr[j][b];
+                for (int b = 0; b < K; b++) { wA[b] = wr[j][0][b]; wB[b] = wr[j][1][b]; }
                 if (sl + D < S) load_step(j, sl + D);
-                block_mma<K, T>(acc, wj, s2, a, lut_lane);
+                block_pair_mma<K, T>(acc, wA, sA, wB, sB, a, lut_lane);
             }
         }
     }
 
-    // Reduce the W warps' partial sums: acc[0..1] = rows g, columns 2t, 2t+1.
-    if (row_ok) {
-        red[warp * 64 + g * 8 + 2 * t] = acc[0];
-        red[warp * 64 + g * 8 + 2 * t + 1] = acc[1];
-    }
+    // Reduce the W warps' partial sums.  acc = C^T[col g | g+8][tokens 2t, 2t+1].
+    float* rw = red + warp * 128;
+    rw[g * 8 + 2 * t] = acc[0];
+    rw[g * 8 + 2 * t + 1] = acc[1];
+    rw[(g + 8) * 8 + 2 * t] = acc[2];
+    rw[(g + 8) * 8 + 2 * t + 1] = acc[3];
     __syncthreads();
-    for (int i = threadIdx.x; i < M * 8; i += blockDim.x) {
-        const int m = i >> 3, c = i & 7, nn = blockIdx.x * 8 + c;
+    for (int i = threadIdx.x; i < M * 16; i += blockDim.x) {
+        const int m = i >> 4, c = i & 15, nn = n0 + c;
         float s = 0.f;
-        for (int w = 0; w < W; w++) s += red[w * 64 + i];
+        for (int w = 0; w < W; w++) s += red[w * 128 + c * 8 + m];
         if (nn < N) C[(long)m * N + nn] = KbitType<T>::from_float(s * tensor_scale);
     }
 }

@@ -17,13 +17,16 @@ template <int K> struct PairLut {
 template <int K, typename T>
 __device__ __forceinline__ void build_pair_lut(u32* lut, const float* cb_s) {
     typedef typename KbitType<T>::T2 T2;
-    for (int e = threadIdx.x; e < PairLut<K>::ENTRIES; e += blockDim.x) {
-        T2 v = KbitType<T>::pack2(cb_s[deinterleave_even((u32)e)], cb_s[deinterleave_even((u32)e >> 1)]);
+    // Consecutive threads write consecutive 16-byte chunks (4 copies of one entry), so
+    // the stores are bank-conflict free (writing one entry's 32 copies per thread
+    // would put a whole warp on the same four banks).
+    constexpr int CHUNKS_PER_ENTRY = PairLut<K>::COPIES / 4;
+    uint4* dst = reinterpret_cast<uint4*>(lut);
+    for (int i = threadIdx.x; i < PairLut<K>::WORDS / 4; i += blockDim.x) {
+        const u32 e = (u32)(i / CHUNKS_PER_ENTRY);
+        T2 v = KbitType<T>::pack2(cb_s[deinterleave_even(e)], cb_s[deinterleave_even(e >> 1)]);
         u32 u = *reinterpret_cast<u32*>(&v);
-        uint4 q = make_uint4(u, u, u, u);
-        uint4* dst = reinterpret_cast<uint4*>(lut + e * PairLut<K>::COPIES);
-#pragma unroll
-        for (int c = 0; c < PairLut<K>::COPIES / 4; c++) dst[c] = q;
+        dst[i] = make_uint4(u, u, u, u);
     }
 }
 
@@ -60,33 +63,52 @@ __device__ __forceinline__ void load_planes(u32 (&w)[K], const u32* p) {
     }
 }
 
-// One quantization block (32 weights of one column) against 8 MMA rows:
-// 8 mma.m16n8k16, each taking 4 of this lane's elements.
-template <int K, typename T>
-__device__ __forceinline__ void block_mma(float (&acc)[4], const u32 (&w)[K], u32 s2, const uint4 (&a)[4],
-                                          const u32* lut_lane) {
-    u32 keys[4];
+// Byte r of a key word -> its table entry for this lane (PRMT + LEA + LDS).
+// lut_lane = shared-window address of the table + 4 * (lane % COPIES).  An explicit
+// ld.shared keeps the address one LEA (a generic pointer costs two extra adds).
+template <int K>
+__device__ __forceinline__ u32 lut_lookup(u32 lut_lane, u32 keys, u32 f, int r) {
+    u32 key = __byte_perm(keys, 0u, 0x4440u + r);
+    if (K == 5) key |= __byte_perm(f, 0u, 0x4440u + r) << 8;
+    u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(lut_lane + (key << (PairLut<K>::LOG2_COPIES + 2))));
+    return v;
+}
+
+// Keys of one block (see pair_keys) plus, for k = 5, the plane-4 fields.
+template <int K>
+__device__ __forceinline__ void block_keys(const u32 (&w)[K], u32 (&keys)[4], u32 (&f)[4]) {
     if (K <= 4) {
         pair_keys<K>(w, keys);
     } else {
         u32 w4[4] = {w[0], w[1 % K], w[2 % K], w[3 % K]};
         pair_keys<4>(w4, keys);
     }
-    u32 f[4] = {0u, 0u, 0u, 0u};
+    f[0] = f[1] = f[2] = f[3] = 0u;
     if (K == 5) plane4_fields(w[K - 1], f);
-    constexpr int SH = PairLut<K>::LOG2_COPIES;
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        u32 b[4];
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            u32 key = (keys[q] >> (8 * r)) & 0xFFu;
-            if (K == 5) key |= ((f[q] >> (8 * r)) & 3u) << 8;
-            b[q] = hmul2_u32(lut_lane[key << SH], s2, T());
-        }
-        // a[r] = A elements 8r..8r+7 as four pairs; pair q matches key q.
-        mma_16816(acc, a[r].x, 0u, a[r].y, 0u, b[0], b[1], T());
-        mma_16816(acc, a[r].z, 0u, a[r].w, 0u, b[2], b[3], T());
-    }
 }
 
+// Two quantization blocks (columns g and g+8 of a 16-column group, 32 weights each)
+// against up to 8 token rows.  The weights are the MMA's A operand (16 rows = 16
+// columns, every fragment register holds data) and the activations the B operand
+// (8 columns = 8 tokens): acc = C^T[col g, g+8][tokens 2t, 2t+1].
+// a[r] = the lane's token row, elements 8r..8r+7 of its block, as four pairs.
+template <int K, typename T>
+__device__ __forceinline__ void block_pair_mma(float (&acc)[4], const u32 (&wA)[K], u32 sA, const u32 (&wB)[K],
+                                               u32 sB, const uint4 (&a)[4], u32 lut_lane) {
+    u32 kA[4], kB[4], fA[4], fB[4];
+    block_keys<K>(wA, kA, fA);
+    block_keys<K>(wB, kB, fB);
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        u32 va[4], vb[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            va[q] = hmul2_u32(lut_lookup<K>(lut_lane, kA[q], fA[q], r), sA, T());
+            vb[q] = hmul2_u32(lut_lookup<K>(lut_lane, kB[q], fB[q], r), sB, T());
+        }
+        // k-slots (2t, 2t+1) <- pair q=0 (elements 8r, 8r+1); (2t+8, 2t+9) <- q=1
+        mma_16816(acc, va[0], vb[0], va[1], vb[1], a[r].x, a[r].y, T());
+        mma_16816(acc, va[2], vb[2], va[3], vb[3], a[r].z, a[r].w, T());
+    }
+}

@@ -38,7 +38,12 @@ for name, (N, K) in SHAPES.items():
             R_ = copies_for(nb)
             cps = [replace(q, packed=q.packed.copy(), absmax=q.absmax.copy()) for _ in range(R_)]
             out = cp.empty((M, N), cp.float16)
-            t = time_rotated([lambda c=c: gemv(A, c, out) for c in cps])
+            variants = [None] + [tuple(zip(("warps", "depth"), map(int, p.split(",")))) for p in plans.split(";") if p]
+            t = min((time_rotated([lambda c=c: gemv(A, c, out, v) for c in cps]), str(v)) for v in variants)
+            if plans:
+                print("   ", name, k, M, [(round(time_rotated([lambda c=c: gemv(A, c, out, v) for c in cps]), 2), v)
+                                      for v in variants], flush=True)
+            t = t[0]
             n16 = -(-nb // 16)
             bufs = [cp.empty(n16 * 16, cp.uint8) for _ in range(R_)]
             ts = time_rotated([lambda b=b: sol((132 * 8,), (256,), (b, np.int64(n16), sink)) for b in bufs])

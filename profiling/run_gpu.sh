@@ -22,3 +22,19 @@ for s in $steps; do
     *) ;;
   esac
 done
+# ncu cross-check of one GEMV config (stall reasons, occupancy): NCU=1
+if [ "${NCU:-0}" = "1" ]; then
+  python3 - > "$OUT/ncu_driver.py" <<'PY'
+print('''import cupy as cp, numpy as np, kbitcupy as kb, os
+N, K = [int(x) for x in os.environ.get("SHAPE", "5120,2048").split(",")]
+W = cp.asarray(np.random.default_rng().standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
+q = kb.quantize(W, int(os.environ.get("KBITS", "4")))
+A = cp.asarray(np.random.default_rng().standard_normal((int(os.environ.get("M", "1")), K), dtype=np.float32)).astype(cp.float16)
+for _ in range(3): kb.matmul(A, q)
+cp.cuda.runtime.deviceSynchronize()''')
+PY
+  ncu --clock-control none --cache-control all -k regex:kbit_gemv --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis python3 "$OUT/ncu_driver.py" > "$OUT/ncu.txt" 2>&1
+  grep -E "Duration|Throughput|Occupancy|Registers|Shared Memory|Stall|Warp Cycles|Issue|Block Limit|Waves|Executed Ipc|Bank" "$OUT/ncu.txt" | head -60
+fi

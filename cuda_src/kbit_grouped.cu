@@ -1,0 +1,332 @@
+// Grouped (MoE) k-bit matmul: for every active expert slot s,
+//   C[r0:r1, :] = A[r0:r1, :] @ W_e^T,  e = expert_ids[s], [r0, r1) = [offsets[s], offsets[s+1]),
+// all slots in ONE launch over an expert bank (kbitcupy/grouped.py): the E experts'
+// tiled packed words / E4M4 absmax live in one allocation each ([E, words_per_expert],
+// [E, absmax_per_expert]), one shared codebook, a float32 tensor scale per expert.
+//
+// Design: the dense decode GEMV (kbit_gemv.cu) with 16 token rows per mma and the
+// dequantized B fragments reused for every row chunk.
+//  * grid.x = blocks of CG column groups of 8 output columns, grid.y = expert slot.
+//    The block's W = CG * KW warps: warp (cg, kw) owns column group cg and the K steps
+//    (128 wide: 4 quantization blocks per column) kw, kw + KW, ...; KW warps per column
+//    group split K and are reduced through shared memory at the end.
+//  * lane (g = lane/4, t = lane%4) owns column n0 + g and quantization block 4*s + t of
+//    step s, exactly as in the dense kernel.  The pair lookup table turns its k bit
+//    planes into 16 packed half2/bf162 B-fragment registers (scaled by the block
+//    scale) once per step; then for every chunk of 16 token rows the lane loads A rows
+//    g and g + 8 of the same block (a0/a2 = row g, a1/a3 = row g + 8) and issues 8
+//    mma.m16n8k16 with fp32 accumulation.  Dequantization is paid once per weight,
+//    MMAs and A traffic grow with the tokens of the expert.
+//  * MC (template) = row chunks held in registers (1, 2, 4 -> 16, 32, 64 rows), chosen
+//    on the host from max_tokens.  An expert with more rows than 16 * MC is still
+//    computed correctly: the block makes several passes (re-reading its weights) and
+//    sets bit 4 of the error flag (an info bit: max_tokens was not an upper bound).
+//  * A rows are read straight from global memory (read-only path, L1-cacheable: the CG
+//    warps of a block that share a K step hit the same lines); no shared-memory
+//    staging, so any number of tokens fits and the only shared memory is the pair
+//    table, the codebook and the split-K reduction buffer.
+//  * Guards (no out-of-bounds access for any input): expert id outside [0, E) -> flag
+//    bit 1, offsets with r0 < 0, r1 < r0 or r1 > rows -> flag bit 2; the slot writes
+//    nothing.  Slots with 0 tokens exit before building the table.
+#include "kbit_pairlut.cuh"
+
+#define KBIT_GROUPED_MAX_THREADS 256
+// Blocks of 256 threads that must fit one SM's registers: 3 (<= 85 registers) for the
+// single-chunk decode variant with k <= 4, else 2 (<= 128).
+#ifndef KBIT_GROUPED_MINB
+#define KBIT_GROUPED_MINB(K, MC) (((K) <= 4 && (MC) == 1) ? 3 : 2)
+#endif
+
+// Error flag bits (kbitcupy/grouped.py decodes them).
+#define KBIT_ERR_EXPERT_ID 1
+#define KBIT_ERR_OFFSETS 2
+#define KBIT_ERR_MAX_TOKENS 4
+
+// One quantization block (32 weights of one column, k bit planes) -> 16 B-fragment
+// registers: b[4r + q] = packed pair (8r + 2q, 8r + 2q + 1) times the block scale.
+template <int K, typename T>
+__device__ __forceinline__ void block_fragments(u32 (&b)[16], const u32 (&w)[K], u32 s2, const u32* lut_lane) {
+    u32 keys[4];
+    if (K <= 4) {
+        pair_keys<K>(w, keys);
+    } else {
+        const u32 (&w4)[4] = *reinterpret_cast<const u32(*)[4]>(&w[0]);
+        pair_keys<4>(w4, keys);
+    }
+    u32 f[4] = {0u, 0u, 0u, 0u};
+    if (K == 5) plane4_fields(w[K - 1], f);
+    constexpr int SH = PairLut<K>::LOG2_COPIES;
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            u32 key = (keys[q] >> (8 * r)) & 0xFFu;
+            if (K == 5) key |= ((f[q] >> (8 * r)) & 3u) << 8;
+            b[4 * r + q] = hmul2_u32(lut_lane[key << SH], s2, T());
+        }
+    }
+}
+
+// 8 MMAs: one quantization block of 16 token rows against this lane's column.
+template <typename T>
+__device__ __forceinline__ void chunk_mma(float (&acc)[4], const uint4 (&x)[4], const uint4 (&y)[4],
+                                          const u32 (&b)[16]) {
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        // a0 = row g pair 0, a1 = row g+8 pair 0, a2 = row g pair 1, a3 = row g+8 pair 1
+        mma_16816(acc, x[r].x, y[r].x, x[r].y, y[r].y, b[4 * r + 0], b[4 * r + 1], T());
+        mma_16816(acc, x[r].z, y[r].z, x[r].w, y[r].w, b[4 * r + 2], b[4 * r + 3], T());
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void store_pair(T* __restrict__ C, long idx, int nn, int N, float v0, float v1,
+                                           bool vec_ok) {
+    if (vec_ok && nn + 1 < N) {
+        *reinterpret_cast<typename KbitType<T>::T2*>(C + idx) = KbitType<T>::pack2(v0, v1);
+    } else {
+        if (nn < N) C[idx] = KbitType<T>::from_float(v0);
+        if (nn + 1 < N) C[idx + 1] = KbitType<T>::from_float(v1);
+    }
+}
+
+// A rows of the current pass live in shared memory, row m at byte m * a_row_bytes(K),
+// unpadded but swizzled: the 16-byte quarter q of quantization block kb of row m is
+// stored at quarter q ^ a_swizzle(m, kb) of that block.  In one LDS.128 phase the 8
+// lanes (g = 2p, 2p + 1; t = 0..3) read quarter r of blocks 4s + t of rows with g's
+// parity; the swizzle ((t >> 1) << 1 | (g & 1)) maps those 8 lanes onto 8 distinct
+// 16-byte bank groups (block kb = 4s + t puts t & 1 into bank-group bit 2).
+__host__ __device__ __forceinline__ int a_row_bytes(int Kdim) { return ((Kdim * 2 + 127) / 128) * 128; }
+__device__ __forceinline__ int a_swizzle(int m, int kb) { return (((kb >> 1) & 1) << 1) | (m & 1); }
+
+// Rows g and g + 8 of one 16-row chunk at the lane's block (row_g = pointer to row g,
+// block kb; sw = a_swizzle of the lane, the same for g and g + 8).  Rows >= nrows and
+// blocks past K read as zeros.
+__device__ __forceinline__ void lds_a_chunk(uint4 (&x)[4], uint4 (&y)[4], const unsigned char* row_g, int rstride,
+                                            int sw, bool okx, bool oky) {
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        x[r] = okx ? *reinterpret_cast<const uint4*>(row_g + ((r ^ sw) << 4)) : make_uint4(0u, 0u, 0u, 0u);
+        y[r] = oky ? *reinterpret_cast<const uint4*>(row_g + 8 * rstride + ((r ^ sw) << 4))
+                   : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+// Dynamic shared memory: pair table | codebook (32 floats) | reduction (W * MC * 4 * 32
+// floats, only when KW > 1) | A rows (pass_rows * a_row_bytes(Kdim)).
+// cg = column groups per block (power of two, divides the warp count).  rows = A's row
+// count (bound for offsets).  wpe / ape = words / absmax bytes per expert.
+// pass_rows = token rows per pass (1 .. 16 * MC): the staged row capacity.
+// err = error flag (atomicOr of KBIT_ERR_* bits).
+template <int K, typename T, int MC>
+__global__ void __launch_bounds__(KBIT_GROUPED_MAX_THREADS, KBIT_GROUPED_MINB(K, MC))
+    kbit_grouped(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
+                 const float* __restrict__ codebook, const float* __restrict__ tscale,
+                 const int* __restrict__ expert_ids, const int* __restrict__ offsets, T* __restrict__ C, int N,
+                 int Kdim, int E, int rows, long long wpe, long long ape, int cg, int pass_rows, int max_tokens,
+                 int* __restrict__ err) {
+    constexpr int D = 4;  // weight steps in flight per lane (register ring)
+    const int slot = blockIdx.y;
+    const int e = expert_ids[slot];
+    const int r0 = offsets[slot], r1 = offsets[slot + 1];
+    if (e < 0 || e >= E) {
+        if (threadIdx.x == 0) atomicOr(err, KBIT_ERR_EXPERT_ID);
+        return;
+    }
+    if (r0 < 0 || r1 < r0 || r1 > rows) {
+        if (threadIdx.x == 0) atomicOr(err, KBIT_ERR_OFFSETS);
+        return;
+    }
+    const int ntok = r1 - r0;
+    if (ntok == 0) return;  // uniform over the block: nothing to do for this expert
+    if (ntok > max_tokens && threadIdx.x == 0 && blockIdx.x == 0) atomicOr(err, KBIT_ERR_MAX_TOKENS);
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
+    const int KW = W / cg;
+    const int cgi = warp / KW, kw = warp - cgi * KW;
+    const int g = lane >> 2, t = lane & 3;
+    const int n0 = (blockIdx.x * cg + cgi) * 8;
+    const int n = n0 + g;
+    const int KB = Kdim >> 5;
+    const int KS = (Kdim + 127) >> 7;
+    const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
+    const bool col_ok = n < n_tiles * KBIT_TILE_N;  // inside the tiled padding
+
+    extern __shared__ __align__(16) unsigned char smem[];
+    u32* lut = reinterpret_cast<u32*>(smem);
+    float* cb_s = reinterpret_cast<float*>(smem + PairLut<K>::WORDS * 4);
+    float* red = cb_s + 32;
+    unsigned char* a_s = reinterpret_cast<unsigned char*>(red + (KW > 1 ? W * MC * 4 * 32 : 0));
+    const int rstride = a_row_bytes(Kdim);
+
+    const u32* pk = packed + (long)e * wpe;
+    const u8* am = absmax + (long)e * ape;
+    // Lane's block for local step sl is kblock = 4 * (kw + sl * KW) + t.
+    const long woff = tiled_word_offset<K>(n, 4 * kw + t, n_tiles);
+    const long aoff = tiled_absmax_offset(n, 4 * kw + t, n_tiles);
+    const long wstep = 2L * KW * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K);
+    const long astep = 2L * KW * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE);
+    const int S = kw < KS ? (KS - kw + KW - 1) / KW : 0;
+
+    u32 wr[D][K];
+    float sc[D];
+    auto load_step = [&](int j, int sl) {
+        const int kblock = 4 * (kw + sl * KW) + t;
+        if (col_ok && kblock < KB) {
+            load_planes<K>(wr[j], pk + woff + sl * wstep);
+            sc[j] = load_scale(am, aoff + sl * astep);
+        } else {
+#pragma unroll
+            for (int b = 0; b < K; b++) wr[j][b] = 0u;
+            sc[j] = 0.0f;
+        }
+    };
+    // Stage rows [rbase, rbase + nrows) of this expert's A (cp.async, 16 bytes each).
+    auto stage_a = [&](int rbase, int nrows) {
+        const int cpr = Kdim >> 3;  // 16-byte chunks per row
+        for (int c = threadIdx.x; c < nrows * cpr; c += blockDim.x) {
+            const int m = c / cpr, q = c - m * cpr;  // q = 4 * kb + quarter
+            const int kb = q >> 2;
+            cp_async16(a_s + m * rstride + ((q ^ a_swizzle(m, kb)) << 4), A + (long)(r0 + rbase + m) * Kdim + q * 8);
+        }
+        cp_async_commit();
+    };
+
+#pragma unroll
+    for (int j = 0; j < D; j++)
+        if (j < S) load_step(j, j);
+    stage_a(0, min(pass_rows, ntok));
+
+    if (threadIdx.x < 32) cb_s[threadIdx.x] = threadIdx.x < (1 << K) ? codebook[threadIdx.x] : 0.0f;
+    __syncthreads();
+    build_pair_lut<K, T>(lut, cb_s);
+    cp_async_wait<0>();
+    __syncthreads();
+
+    const u32* lut_lane = lut + (lane & (PairLut<K>::COPIES - 1));
+    const int sw = ((t >> 1) << 1) | (g & 1);
+    const unsigned char* a_lane = a_s + g * rstride + t * 64;  // + 16c * rstride + step * 256
+    const float ts = tscale[e];
+    const bool vec_ok = (N & 1) == 0;
+
+    for (int rbase = 0; rbase < ntok; rbase += pass_rows) {
+        const int prow = min(pass_rows, ntok - rbase);  // rows in this pass
+        if (rbase > 0) {
+            // Another pass (more rows than one pass holds): restage A, reload the ring.
+            __syncthreads();  // everyone is done with the previous pass's A and reduction buffer
+#pragma unroll
+            for (int j = 0; j < D; j++)
+                if (j < S) load_step(j, j);
+            stage_a(rbase, prow);
+            cp_async_wait<0>();
+            __syncthreads();
+        }
+        const int nch = (prow + 15) >> 4;  // <= MC
+        float acc[MC][4];
+#pragma unroll
+        for (int c = 0; c < MC; c++) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
+
+        for (int s0 = 0; s0 < S; s0 += D) {
+#pragma unroll
+            for (int j = 0; j < D; j++) {
+                const int sl = s0 + j;
+                if (sl < S) {
+                    const int step = kw + sl * KW;
+                    const bool kok = 4 * step + t < KB;
+                    const u32 s2 = scale_pair<T>(sc[j]);
+                    u32 wj[K];
+#pragma unroll
+                    for (int b = 0; b < K; b++) wj[b] = wr[j][b];
+                    if (sl + D < S) load_step(j, sl + D);
+                    u32 bf[16];
+                    block_fragments<K, T>(bf, wj, s2, lut_lane);
+                    const unsigned char* a_blk = a_lane + step * 256;
+#pragma unroll
+                    for (int c = 0; c < MC; c++) {
+                        if (c < nch) {
+                            uint4 x[4], y[4];
+                            lds_a_chunk(x, y, a_blk + 16 * c * rstride, rstride, sw, kok && 16 * c + g < prow,
+                                        kok && 16 * c + g + 8 < prow);
+                            chunk_mma<T>(acc[c], x, y, bf);
+                        }
+                    }
+                }
+            }
+        }
+
+        // Split-K reduction over the KW warps of this column group (fixed order).
+        if (KW > 1) {
+            if (kw > 0) {
+#pragma unroll
+                for (int c = 0; c < MC; c++)
+                    if (c < nch) {
+#pragma unroll
+                        for (int i = 0; i < 4; i++) red[((warp * MC + c) * 4 + i) * 32 + lane] = acc[c][i];
+                    }
+            }
+            __syncthreads();
+            if (kw == 0) {
+                for (int w2 = 1; w2 < KW; w2++) {
+#pragma unroll
+                    for (int c = 0; c < MC; c++)
+                        if (c < nch) {
+#pragma unroll
+                            for (int i = 0; i < 4; i++) acc[c][i] += red[(((warp + w2) * MC + c) * 4 + i) * 32 + lane];
+                        }
+                }
+            }
+        }
+        // acc[c][0..1]: row rbase + 16c + g, columns n0 + 2t, +1; acc[c][2..3]: row + 8.
+        if (kw == 0) {
+            const int nn = n0 + 2 * t;
+#pragma unroll
+            for (int c = 0; c < MC; c++) {
+                if (c < nch) {
+                    const int row = rbase + 16 * c + g;
+                    if (row < ntok)
+                        store_pair<T>(C, (long)(r0 + row) * N + nn, nn, N, acc[c][0] * ts, acc[c][1] * ts, vec_ok);
+                    if (row + 8 < ntok)
+                        store_pair<T>(C, (long)(r0 + row + 8) * N + nn, nn, N, acc[c][2] * ts, acc[c][3] * ts, vec_ok);
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- MoE helpers
+// out[r, i] = silu(gate[r, i]) * up[r, i] in fp32, rounded once.  Row strides in
+// elements (the fused gate/up output is [rows, 2I]: gate = columns 0..I-1, up = I..2I-1).
+template <typename T>
+__global__ void __launch_bounds__(256) kbit_silu_mul(const T* __restrict__ gate, const T* __restrict__ up,
+                                                     T* __restrict__ out, int rows, int I, long long ld_gate,
+                                                     long long ld_up) {
+    const long total = (long)rows * I;
+    const long stride = (long)gridDim.x * blockDim.x;
+    for (long idx = (long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+        const long r = idx / I;
+        const int i = (int)(idx - r * I);
+        const float gv = KbitType<T>::to_float(gate[r * ld_gate + i]);
+        const float uv = KbitType<T>::to_float(up[r * ld_up + i]);
+        out[idx] = KbitType<T>::from_float(gv / (1.0f + __expf(-gv)) * uv);
+    }
+}
+
+// out[tok, h] = sum_j weights[tok, j] * Cs[pos[tok, j], h] in fp32 (fixed j order),
+// rounded once.  pos = row of pair (tok, j) in the expert-sorted layout.
+template <typename T, typename WT>
+__global__ void __launch_bounds__(256) kbit_moe_combine(const T* __restrict__ Cs, const int* __restrict__ pos,
+                                                        const WT* __restrict__ weights, T* __restrict__ out,
+                                                        int ntok, int topk, int H) {
+    const long total = (long)ntok * H;
+    const long stride = (long)gridDim.x * blockDim.x;
+    for (long idx = (long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
+        const long tok = idx / H;
+        const int h = (int)(idx - tok * H);
+        float s = 0.0f;
+        for (int j = 0; j < topk; j++) {
+            const long p = tok * topk + j;
+            s += KbitType<WT>::to_float(weights[p]) * KbitType<T>::to_float(Cs[(long)pos[p] * H + h]);
+        }
+        out[idx] = KbitType<T>::from_float(s);
+    }
+}
