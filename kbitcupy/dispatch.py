@@ -1,0 +1,280 @@
+"""Which GPU kernel serves a call C[M, N] = A[M, K] @ W^T:
+
+* ``'gemv'``: the decode GEMV (kbitcupy.gemv, M <= 8),
+* ``'gemm'``: the fused dequant + MMA kernel (kbitcupy.gemm, tiled weights),
+* ``'dq'``:   dequantize into a reused buffer + cuBLAS (kbitcupy.dequant_matmul).
+
+``choose(M, N, K, k, dtype)`` reads a table of measured crossovers for the current
+GPU's family (``gpu_family``: 'H100', 'H200', ... from the device name), falling
+back to ``TABLES['default']``.  A table entry:
+
+    {"gemv_max_m": 8,           # gemv for M <= this (never above gemv.MAX_M = 8)
+     "gemm_max_m": 64}          # gemm for gemv_max_m < M <= this, dq above
+
+``gemm_max_m`` may also be a dict resolved per call, most specific key first:
+``(k, dtype_name)``, ``k``, ``"*"``; each value is an int or a list of size bands
+``[(max_weight_elems or None, max_m), ...]`` (first band with N * K <= max_weight_elems;
+None = no limit), e.g. ``{4: [(4 << 20, 48), (None, 96)], "*": 64}``.  The same
+form is accepted for ``gemv_max_m``.
+
+Re-tuning (on the GPU to tune, e.g. after a kernel change):
+  1. time gemv / gemm / dq per (k, dtype, shape, M) -- profiling/bench.py does this
+     with cold L2 and CUDA graphs; ``measure()`` below is a quick warm-L2 variant;
+  2. ``entry_from_timings(timings)`` turns {(k, dtype, N, K, M): {'gemv': us,
+     'gemm': us, 'dq': us}} into a table entry (per (k, dtype) size bands);
+  3. paste it into TABLES under the family name (``gpu_family()`` prints it), or
+     at run time ``set_table(family, entry)`` / point the environment variable
+     KBITCUPY_DISPATCH_TABLE at a JSON file {family: entry} (JSON keys are strings:
+     "4", "4,bfloat16", "*"; bands as [[max_elems or null, max_m], ...]).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, Optional
+
+GEMV_MAX_M = 8  # kbitcupy.gemv.MAX_M (not imported: this module stays importable without CuPy)
+
+# Measured crossovers per GPU family.  H100 / H200: placeholders equal to the default
+# until measured (the lead fills them from profiling/results).
+TABLES: Dict[str, dict] = {
+    "default": {"gemv_max_m": 8, "gemm_max_m": 64},
+    "H100": {"gemv_max_m": 8, "gemm_max_m": 64},
+    "H200": {"gemv_max_m": 8, "gemm_max_m": 64},
+}
+
+# (substring of the device name, family), checked in order: more specific first.
+FAMILY_PATTERNS = [
+    ("GH200", "GH200"),
+    ("H200", "H200"),
+    ("H100", "H100"),
+    ("H800", "H100"),
+    ("H20", "H20"),
+    ("B200", "B200"),
+    ("B100", "B100"),
+    ("A100", "A100"),
+    ("A800", "A100"),
+    ("L40", "L40"),
+    ("4090", "RTX4090"),
+]
+
+_FAMILY_CACHE: dict = {}
+_CHOICES: dict = {}  # (family, M, N, K, k, dtype) -> kind; cleared by set_table
+_ENV_LOADED = [False]
+
+
+def family_of_name(name: str) -> str:
+    """GPU family of a device name such as 'NVIDIA H100 80GB HBM3' ('default' if unknown)."""
+    up = name.upper()
+    for pat, fam in FAMILY_PATTERNS:
+        if pat in up:
+            return fam
+    return "default"
+
+
+def gpu_family(device_id: Optional[int] = None) -> str:
+    """Family of the current (or given) CUDA device; 'default' without a GPU."""
+    try:
+        import cupy as cp
+
+        dev = cp.cuda.Device().id if device_id is None else int(device_id)
+    except Exception:
+        return "default"
+    fam = _FAMILY_CACHE.get(dev)
+    if fam is None:
+        try:
+            name = cp.cuda.runtime.getDeviceProperties(dev)["name"]
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            fam = family_of_name(name)
+        except Exception:
+            fam = "default"
+        _FAMILY_CACHE[dev] = fam
+    return fam
+
+
+def _parse_key(key: str):
+    if key == "*":
+        return key
+    if "," in key:
+        kk, dt = key.split(",", 1)
+        return (int(kk), dt.strip())
+    return int(key)
+
+
+def _from_json_value(v):
+    if isinstance(v, dict):
+        return {_parse_key(str(k)): _from_json_value(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [(None if b[0] is None else int(b[0]), int(b[1])) for b in v]
+    return v
+
+
+def load_tables(path: str) -> None:
+    """Merge {family: entry} from a JSON file into TABLES."""
+    with open(path) as f:
+        data = json.load(f)
+    for fam, entry in data.items():
+        set_table(fam, {name: _from_json_value(v) for name, v in entry.items()})
+
+
+def set_table(family: str, entry: dict) -> None:
+    """Install (replace) the entry of a family, after checking that it resolves for every
+    k, dtype and weight size (raises ValueError otherwise)."""
+    for name in ("gemv_max_m", "gemm_max_m"):
+        if name not in entry:
+            raise ValueError(f"dispatch entry for {family!r} lacks {name!r}")
+        for k in (2, 3, 4, 5):
+            for dn in ("float16", "bfloat16"):
+                for elems in (1, 1 << 62):
+                    _resolve(entry[name], k, dn, elems, name)
+    TABLES[family] = dict(entry)
+    _CHOICES.clear()
+
+
+def _maybe_load_env():
+    if not _ENV_LOADED[0]:
+        _ENV_LOADED[0] = True
+        path = os.environ.get("KBITCUPY_DISPATCH_TABLE")
+        if path:
+            load_tables(path)
+
+
+def _resolve(value, k: int, dtype_name: str, weight_elems: int, what: str = "") -> int:
+    if isinstance(value, dict):
+        for key in ((k, dtype_name), k, "*"):
+            if key in value:
+                return _resolve(value[key], k, dtype_name, weight_elems, what)
+        raise ValueError(f"dispatch {what}: no entry for k={k}, dtype={dtype_name} and no '*'")
+    if isinstance(value, (list, tuple)):
+        for band in value:
+            lim, m = band
+            if lim is None or weight_elems <= lim:
+                return int(m)
+        raise ValueError(f"dispatch {what}: no size band covers N*K = {weight_elems} (end with a None band)")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"dispatch {what}: expected an int, a dict or a list of bands, got {value!r}")
+    return value
+
+
+def _dtype_name(dtype) -> str:
+    import numpy as np
+
+    from .reference import bfloat16
+
+    if isinstance(dtype, str):
+        return {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}.get(dtype, dtype)
+    dt = np.dtype(dtype)
+    return "bfloat16" if bfloat16 is not None and dt == bfloat16 else dt.name
+
+
+def entry(family: Optional[str] = None) -> dict:
+    _maybe_load_env()
+    fam = gpu_family() if family is None else family
+    return TABLES.get(fam, TABLES["default"])
+
+
+def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str] = None) -> str:
+    """'gemv' | 'gemm' | 'dq' for C[M, N] = A[M, K] @ W^T with a k-bit weight.
+
+    family: table key (default: the current GPU's family, 'default' if unknown).
+    'gemm' and 'gemv' are only meaningful for tiled weights (gemm needs them; for a
+    flat weight use 'gemv' for M <= 8 and 'dq' above)."""
+    _maybe_load_env()
+    fam = gpu_family() if family is None else family
+    dn = _dtype_name(dtype)
+    key = (fam, M, N, K, k, dn)
+    kind = _CHOICES.get(key)
+    if kind is None:
+        e = TABLES.get(fam, TABLES["default"])
+        elems = int(N) * int(K)
+        gemv_max = min(_resolve(e["gemv_max_m"], k, dn, elems, "gemv_max_m"), GEMV_MAX_M)
+        if M <= gemv_max:
+            kind = "gemv"
+        elif M <= _resolve(e["gemm_max_m"], k, dn, elems, "gemm_max_m"):
+            kind = "gemm"
+        else:
+            kind = "dq"
+        if len(_CHOICES) > 4096:
+            _CHOICES.clear()
+        _CHOICES[key] = kind
+    return kind
+
+
+# ----------------------------------------------------------------------------- tuning
+def entry_from_timings(timings: dict, gemv_max_m: int = GEMV_MAX_M) -> dict:
+    """Table entry from measured times {(k, dtype_name, N, K, M): {'gemm': us, 'dq': us, ...}}.
+
+    Per (k, dtype) and shape, gemm_max_m = the largest measured M such that gemm is not
+    slower than dq at every measured M above gemv_max_m up to it (0 if dq wins first).
+    Shapes become size bands sorted by N * K: band i covers N * K up to measured shape
+    i's and takes its crossover (an unmeasured size gets the next larger measured
+    shape's); the last band (None) is the largest shape's.  (k, dtype) pairs without data fall back to '*',
+    the smallest crossover overall."""
+    per: Dict[tuple, Dict[int, int]] = {}
+    grouped: Dict[tuple, Dict[int, dict]] = {}
+    for (k, dn, N, K, M), t in timings.items():
+        grouped.setdefault((k, dn, N * K), {})[M] = t
+    for (k, dn, elems), by_m in grouped.items():
+        cross = 0
+        for M in sorted(m for m in by_m if m > gemv_max_m):
+            t = by_m[M]
+            if "gemm" in t and "dq" in t and t["gemm"] <= t["dq"]:
+                cross = M
+            else:
+                break
+        per.setdefault((k, dn), {})[elems] = cross
+    gemm = {}
+    for key, by_size in per.items():
+        sizes = sorted(by_size)
+        bands = []
+        for i, s in enumerate(sizes):
+            bands.append((s if i < len(sizes) - 1 else None, by_size[s]))
+        gemm[key] = bands
+    allm = [m for v in per.values() for m in v.values()]
+    gemm["*"] = min(allm) if allm else TABLES["default"]["gemm_max_m"]
+    return {"gemv_max_m": gemv_max_m, "gemm_max_m": gemm}
+
+
+def measure(shapes, ks=(2, 3, 4, 5), Ms=(9, 16, 24, 32, 48, 64, 96, 128, 192, 256), dtype="float16",
+            reps: int = 50) -> dict:
+    """Quick warm-L2 timings (us) of gemm and dq (and gemv for M <= 8) on the current GPU,
+    for entry_from_timings.  shapes: iterable of (N, K).  Needs a GPU."""
+    import cupy as cp
+    import numpy as np
+
+    from .dequant_matmul import dequant_matmul
+    from .gemm import gemm
+    from .gemv import gemv
+    from .quantize import quantize
+    from .reference import bfloat16
+
+    dt = bfloat16 if _dtype_name(dtype) == "bfloat16" else np.dtype(np.float16)
+    out: dict = {}
+    rng = np.random.default_rng(0)
+    for (N, K) in shapes:
+        W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02)
+        for k in ks:
+            qw = quantize(W, k)
+            for M in Ms:
+                A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
+                C = cp.empty((M, N), dtype=dt)
+                fns = {"gemm": gemm, "dq": dequant_matmul}
+                if M <= GEMV_MAX_M:
+                    fns["gemv"] = gemv
+                res = {}
+                for name, fn in fns.items():
+                    fn(A, qw, C)  # warm-up: compile, workspaces
+                    start, stop = cp.cuda.Event(), cp.cuda.Event()
+                    start.record()
+                    for _ in range(reps):
+                        fn(A, qw, C)
+                    stop.record()
+                    stop.synchronize()
+                    res[name] = cp.cuda.get_elapsed_time(start, stop) * 1e3 / reps
+                out[(k, _dtype_name(dt), N, K, M)] = res
+    return out
+
+
+if __name__ == "__main__":  # python -m kbitcupy.dispatch: print this GPU's family and entry
+    fam = gpu_family()
+    print(fam, entry(fam))

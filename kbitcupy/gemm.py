@@ -1,0 +1,314 @@
+"""Launcher for the fused dequant + MMA GEMM (cuda_src/kbit_gemm.cu), M = 9..~256.
+
+``gemm(A, qw, out)`` computes out[M, N] = A[M, K] @ W^T for a TILED k-bit weight on the
+GPU.  It allocates nothing on the hot path (the split-K workspace is cached per
+(device, stream) and only grows), never synchronises with the host and is capturable
+in a CUDA graph once a first call of the same (or a larger) shape has run outside
+the capture (that call compiles/loads the kernel and sizes the workspace; see
+``reserve``).
+
+Kernel configuration (see the .cu header for the design):
+  * M_BLOCKS (1..4) m16 blocks per CTA, m_tiles CTAs along M: M is cut into
+    ceil(M / 64) tiles of the fewest m16 blocks that cover it (M = 80 -> 2 x 48).
+  * TILE_N = 64 or 128 columns per CTA (4 warps of TILE_N / 4 columns).
+  * K steps of 128 (two layout tiles) through a `stages`-deep cp.async pipeline,
+    stages in 2..4 chosen from the shared memory per SM (most CTAs per SM first,
+    then the deepest pipeline), never deeper than the steps a CTA owns + 1.
+  * split-K: k_splits CTAs per output tile, each a contiguous range of K steps;
+    default: as many as one wave of resident CTAs allows, but >= MIN_STEPS_PER_SPLIT
+    steps each as long as that still gives every SM a CTA.  Partials go to per-split fp32 slots of the workspace, the last
+    CTA of a tile (atomic counter) sums them in split order (deterministic) and
+    resets the counter, so counters never need a host memset.
+
+Stream safety: the workspace (fp32 slots + int32 counters) is keyed by
+(device id, current stream pointer).  Kernels on one stream run in order, so they
+can share it; two streams get two workspaces and can run concurrently.  A CUDA
+graph captured on stream S bakes in S's workspace: do not replay it concurrently
+with other work that uses S's workspace (eager calls on S, or another replay of a
+graph captured on S on a different stream).  A workspace that has to grow is
+replaced, and the old one is kept alive (a graph may still use it);
+``release_workspaces()`` drops them all (only when no pending kernel or live graph
+uses them).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ._compile import Family, register
+from .quantize import CTYPE
+from .reference import KB_PER_TILE, TILE_K, TILE_N as LAYOUT_TILE_N, bfloat16
+
+THREADS = 128
+M_BLOCK_CHOICES = (1, 2, 3, 4)
+TILE_N_CHOICES = (64, 128)
+MAX_TILE_M = 64
+MIN_STEPS_PER_SPLIT = 2   # K steps of 128 per split-K slice (default heuristic)
+MAX_OCCUPANCY = 4         # CTAs per SM the stage choice aims for at most
+
+
+def _instances():
+    inst = {}
+    for k in (2, 3, 4, 5):
+        for t in ("float16", "bfloat16"):
+            for mb in M_BLOCK_CHOICES:
+                for tn in TILE_N_CHOICES:
+                    inst[(k, t, mb, tn)] = f"kbit_gemm<{k}, {CTYPE[t]}, {mb}, {tn}>"
+    return inst
+
+
+# One NVRTC call compiles the 4 M_BLOCKS variants of one (k, dtype, TILE_N).
+GEMM = register("gemm", Family("kbit_gemm.cu", _instances(), group_of=lambda key: (key[0], key[1], key[3])))
+
+
+# ----------------------------------------------------------------------------- sizes
+def lut_bytes(k: int) -> int:
+    copies = 32 if k <= 4 else 16
+    return (1 << (2 * k)) * copies * 4
+
+
+def stage_bytes(k: int, m_blocks: int, tile_n: int) -> int:
+    a = 16 * m_blocks * 256
+    b = 2 * (tile_n * 2 * k + 16) * 4
+    absb = 2 * (tile_n * 2 + 16)
+    return -(-(a + b + absb) // 128) * 128
+
+
+def smem_bytes(k: int, m_blocks: int, tile_n: int, stages: int) -> int:
+    return lut_bytes(k) + 1024 + 256 + stages * stage_bytes(k, m_blocks, tile_n)
+
+
+def m_blocking(M: int):
+    """(m_blocks, m_tiles): fewest m16 blocks per tile (<= 4) covering M in ceil(M/64) tiles."""
+    m_tiles = max(1, -(-M // MAX_TILE_M))
+    blocks16 = max(1, -(-M // 16))
+    return -(-blocks16 // m_tiles), m_tiles
+
+
+def k_steps(K: int) -> int:
+    return -(-(-(-K // TILE_K)) // 2)
+
+
+# ----------------------------------------------------------------------------- device
+_DEV: dict = {}
+
+
+def device_info(dev_id: int) -> dict:
+    info = _DEV.get(dev_id)
+    if info is None:
+        import cupy as cp
+
+        a = cp.cuda.Device(dev_id).attributes
+        info = {
+            "sms": a["MultiProcessorCount"],
+            "smem_sm": a.get("MaxSharedMemoryPerMultiprocessor", 228 * 1024),
+            "smem_block": a.get("MaxSharedMemoryPerBlockOptin", a.get("MaxSharedMemoryPerBlock", 48 * 1024)),
+            "smem_reserved": a.get("ReservedSharedMemoryPerBlock", 1024),
+            "regs_sm": a.get("MaxRegistersPerMultiprocessor", 65536),
+            "threads_sm": a.get("MaxThreadsPerMultiProcessor", 2048),
+            "blocks_sm": a.get("MaxBlocksPerMultiprocessor", 32),
+        }
+        _DEV[dev_id] = info
+    return info
+
+
+def occupancy(info: dict, smem: int, regs: int) -> int:
+    """Resident CTAs per SM for 128-thread CTAs using `smem` dynamic bytes and `regs` registers."""
+    if smem > info["smem_block"]:
+        return 0
+    by_smem = info["smem_sm"] // (smem + info["smem_reserved"])
+    warp_regs = -(-max(regs, 1) // 8) * 8 * 32          # allocation unit: 256 registers per warp
+    by_regs = info["regs_sm"] // (warp_regs * (THREADS // 32))
+    by_threads = info["threads_sm"] // THREADS
+    return int(max(0, min(by_smem, by_regs, by_threads, info["blocks_sm"])))
+
+
+class DoesNotFit(RuntimeError):
+    """No pipeline depth of this configuration fits the device's shared memory per block."""
+
+
+def choose_stages(info: dict, k: int, m_blocks: int, tile_n: int, regs: int):
+    """(stages, CTAs per SM): the most resident CTAs (up to MAX_OCCUPANCY), then the deepest pipeline."""
+    best = None
+    for st in (4, 3, 2):
+        occ = min(occupancy(info, smem_bytes(k, m_blocks, tile_n, st), regs), MAX_OCCUPANCY)
+        if occ and (best is None or occ > best[1]):
+            best = (st, occ)
+    if best is None:
+        raise DoesNotFit(f"kbit_gemm<k={k}, M_BLOCKS={m_blocks}, TILE_N={tile_n}> does not fit in shared memory "
+                           f"({smem_bytes(k, m_blocks, tile_n, 2)} bytes > {info['smem_block']})")
+    return best
+
+
+# ----------------------------------------------------------------------------- plan
+class Plan:
+    __slots__ = ("fn", "grid", "smem", "m_tiles", "k_splits", "stages", "tile_n", "m_blocks", "ws_floats", "tiles")
+
+    def __repr__(self):
+        return (f"Plan(M_BLOCKS={self.m_blocks}, TILE_N={self.tile_n}, m_tiles={self.m_tiles}, k_splits={self.k_splits}, "
+                f"stages={self.stages}, grid={self.grid}, smem={self.smem})")
+
+
+_PLANS: dict = {}
+_SMEM_SET: dict = {}
+_LOCK = threading.Lock()
+
+
+def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tile_n=None) -> Plan:
+    key = (dev_id, M, N, K, k, dtype_name, k_splits, tile_n)
+    p = _PLANS.get(key)
+    if p is not None:
+        return p
+    info = device_info(dev_id)
+    mb, m_tiles = m_blocking(M)
+    KS = k_steps(K)
+
+    def regs_of(tn):
+        return GEMM.function((k, dtype_name, mb, tn)).num_regs
+
+    if tile_n is None:
+        # TILE_N = 128 (half the A reads from shared memory per weight) when it keeps
+        # >= 2 CTAs per SM (or as many as 64 would) and split-K can still fill one wave.
+        try:
+            occ128 = choose_stages(info, k, mb, 128, regs_of(128))[1]
+        except DoesNotFit:
+            occ128 = 0
+        try:
+            occ64 = choose_stages(info, k, mb, 64, regs_of(64))[1]
+        except DoesNotFit:
+            occ64 = 0
+        tiles128 = m_tiles * -(-N // 128)
+        if occ128 == 0 or occ128 < min(occ64, 2):
+            tile_n = 64
+        else:
+            tile_n = 128 if tiles128 * KS >= info["sms"] * occ128 else 64
+    if tile_n not in TILE_N_CHOICES:
+        raise ValueError(f"tile_n must be one of {TILE_N_CHOICES}, got {tile_n}")
+    fn = GEMM.function((k, dtype_name, mb, tile_n))
+    stages, occ = choose_stages(info, k, mb, tile_n, fn.num_regs)
+    n_blocks = -(-N // tile_n)
+    tiles = m_tiles * n_blocks
+    if k_splits is None:
+        # one wave of resident CTAs; >= MIN_STEPS_PER_SPLIT steps per split unless that
+        # would leave SMs without a CTA
+        capacity = info["sms"] * occ
+        ks = max(1, min(KS, capacity // tiles))
+        ks_min_steps = max(1, KS // MIN_STEPS_PER_SPLIT)
+        if ks > ks_min_steps and tiles * ks_min_steps >= info["sms"]:
+            ks = ks_min_steps
+    else:
+        ks = int(k_splits)
+        if not 1 <= ks <= KS:
+            raise ValueError(f"k_splits must be in 1..{KS} (K steps of 128) for K = {K}, got {k_splits}")
+    steps_per_split = -(-KS // ks)
+    stages = max(2, min(stages, steps_per_split + 1))
+    p = Plan()
+    p.fn, p.m_blocks, p.tile_n, p.m_tiles, p.k_splits, p.stages, p.tiles = fn, mb, tile_n, m_tiles, ks, stages, tiles
+    p.grid = tiles * ks
+    p.smem = smem_bytes(k, mb, tile_n, stages)
+    p.ws_floats = ks * tiles * 16 * mb * tile_n if ks > 1 else 0
+    _PLANS[key] = p
+    return p
+
+
+# ----------------------------------------------------------------------------- workspace
+_WS: dict = {}
+_RETIRED: list = []  # replaced workspaces: a CUDA graph captured earlier may still use them
+
+
+def _workspace(dev_id: int, stream, floats: int, counters: int):
+    """(ws float32, counters int32) of at least the given sizes for this (device, stream)."""
+    key = (dev_id, stream.ptr)
+    cur = _WS.get(key)
+    if cur is not None and cur[0].size >= floats and cur[1].size >= counters:
+        return cur
+    if stream.is_capturing():
+        raise RuntimeError("kbitcupy.gemm: the split-K workspace must grow during CUDA graph capture; run the same "
+                           "call once before capturing, or call kbitcupy.gemm.reserve(...) first")
+    import cupy as cp
+
+    f = max(floats, cur[0].size if cur else 0, 1)
+    c = max(counters, cur[1].size if cur else 0, 1)
+    f = -(-int(f * 1.25) // 4096) * 4096 if f > 1 else 1
+    c = -(-c // 256) * 256
+    if cur is not None:
+        _RETIRED.append(cur)
+    ws = cp.empty(f, dtype=cp.float32)
+    cnt = cp.zeros(c, dtype=cp.int32)  # zeroed once; every launch leaves them zero again
+    cur = (ws, cnt)
+    _WS[key] = cur
+    return cur
+
+
+def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tile_n=None, stream=None):
+    """Size the current (or given) stream's workspace for this call, and compile/load its
+    kernel, so that a later capture of the same call allocates nothing."""
+    import cupy as cp
+
+    dev = cp.cuda.Device().id
+    tname = "bfloat16" if np.dtype(dtype) == bfloat16 else "float16"
+    p = plan(M, N, K, k, tname, dev, k_splits, tile_n)
+    _set_smem(p)
+    stream = stream or cp.cuda.get_current_stream()
+    _workspace(dev, stream, p.ws_floats, p.tiles)
+    return p
+
+
+def release_workspaces():
+    """Drop every cached workspace (only when no pending kernel or live CUDA graph uses them)."""
+    _WS.clear()
+    _RETIRED.clear()
+
+
+def _set_smem(p: Plan):
+    fn = p.fn
+    if _SMEM_SET.get(id(fn), 0) < p.smem:
+        with _LOCK:
+            if _SMEM_SET.get(id(fn), 0) < p.smem:
+                fn.max_dynamic_shared_size_bytes = max(p.smem, 48 * 1024)
+                # ask for the largest shared-memory carveout so several CTAs fit per SM
+                fn.preferred_shared_memory_carveout = 100
+                _SMEM_SET[id(fn)] = p.smem
+                _SMEM_SET[("keep", id(fn))] = fn  # keep fn alive so its id stays unique
+
+
+# ----------------------------------------------------------------------------- launch
+def gemm(A, qw, out, k_splits=None, tile_n=None):
+    """out[M, N] = A[M, K] @ W^T with the fused kernel.
+
+    A: contiguous CuPy float16/bfloat16 [M, K] (16-byte aligned); qw: KbitWeight, tiled,
+    on A's device; out: contiguous [M, N] of A's dtype.  Runs on the current stream.
+    k_splits / tile_n override the heuristic (k_splits in 1..ceil(K/128), tile_n 64/128).
+    """
+    import cupy as cp
+
+    M, K = A.shape
+    N = qw.shape[0]
+    if qw.layout != "tiled" or qw.absmax.dtype != np.uint8:
+        raise ValueError("gemm needs a tiled weight with E4M4 absmax (kbitcupy.repack)")
+    if qw.shape[1] != K or out.shape != (M, N) or out.dtype != A.dtype:
+        raise ValueError(f"shape/dtype mismatch: A {A.shape} {A.dtype}, W {qw.shape}, out {out.shape} {out.dtype}")
+    if A.data.ptr % 16 or qw.packed.data.ptr % 16 or qw.absmax.data.ptr % 16:
+        raise ValueError("A, packed and absmax must be 16-byte aligned")
+    if M == 0:
+        return out
+    tname = "bfloat16" if A.dtype == bfloat16 else "float16"
+    dev = A.device.id
+    try:
+        p = plan(M, N, K, qw.k, tname, dev, k_splits, tile_n)
+    except DoesNotFit:
+        if k_splits is not None or tile_n is not None:
+            raise
+        # e.g. k = 5 (64 KB pair table) on a GPU with < 110 KB of shared memory per block
+        from .dequant_matmul import dequant_matmul
+
+        return dequant_matmul(A, qw, out)
+    _set_smem(p)
+    stream = cp.cuda.get_current_stream()
+    ws, cnt = _workspace(dev, stream, p.ws_floats, p.tiles)
+    vec2 = 1 if (N % 2 == 0 and out.data.ptr % 4 == 0) else 0
+    p.fn((p.grid,), (THREADS,), (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N),
+                                 np.int32(K), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
+                                 np.float32(qw.tensor_scale), np.int32(vec2)), shared_mem=p.smem)
+    return out

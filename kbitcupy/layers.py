@@ -1,0 +1,563 @@
+"""Layer objects: KbitLinear, KbitMLP (SwiGLU) and KbitMoE (Qwen3-MoE routing).
+
+Each holds tiled k-bit weights on one device (NumPy = reference/CPU, CuPy = GPU) and is
+called per token: ``layer(x)`` for any leading batch shape, fp16 or bf16, on NumPy,
+CuPy or torch (CUDA torch tensors are viewed zero-copy through DLPack and run on
+torch's current stream; KbitLinear goes through the ``kbitcupy::matmul`` torch custom
+op so torch.compile(fullgraph=True) sees no graph break).
+
+Weights that share an input are fused along N (Q/K/V, gate/up): one launch instead of
+three or two.  ``fuse`` does it on already-quantized weights, bit-exactly.
+
+KbitMoE uses the grouped kernels of ``kbitcupy.grouped`` when that module is present
+(``grouped_matmul(A_sorted, bank, expert_ids, offsets, max_tokens)`` over a
+``KbitExpertBank``); otherwise, or on the CPU, it loops over the active experts with
+``kbitcupy.matmul``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import reference as R
+from ._arrays import from_backend, is_cupy, stream_ctx, to_backend
+from .matmul import matmul
+from .quantize import quantize, repack
+from .weight import KbitWeight
+
+_F32 = np.float32
+
+
+def _xp(a):
+    if is_cupy(a):
+        import cupy
+
+        return cupy
+    return np
+
+
+def _is_torch(x) -> bool:
+    t = sys.modules.get("torch")
+    return t is not None and isinstance(x, t.Tensor)
+
+
+def _want_gpu(device, default: bool) -> bool:
+    if device is None:
+        return default
+    s = str(device)
+    if s == "cpu":
+        return False
+    if s.startswith("cuda"):
+        return True
+    raise ValueError(f"device must be None, 'cpu' or 'cuda', got {device!r}")
+
+
+def _array(a, gpu: bool, dtype=None):
+    """Any array (NumPy, CuPy, torch) as NumPy (gpu=False) or CuPy (gpu=True)."""
+    if a is None:
+        return None
+    a, _ = to_backend(a, "array") if not isinstance(a, (list, tuple)) else (np.asarray(a), "numpy")
+    if gpu:
+        import cupy as cp
+
+        a = cp.asarray(a)
+    elif is_cupy(a):
+        a = a.get()
+    return a if dtype is None else a.astype(dtype)
+
+
+def _move(qw: KbitWeight, gpu: bool) -> KbitWeight:
+    return qw.cuda() if gpu else qw.cpu()
+
+
+# ----------------------------------------------------------------------------- fusing
+def fuse(weights: Sequence[KbitWeight]) -> KbitWeight:
+    """Stack quantized weights that share an input (same K, k, codebook) along N.
+
+    Works on the flat layout (tiles are N-interleaved, flat rows are not), then repacks.
+    Bit-exact when the tensor scales agree (the usual case, 1.0); otherwise the block
+    scales are re-encoded against one common power-of-two tensor scale, exact unless
+    they span more than E4M4's range (then it warns).
+    """
+    ws = [w.validate() for w in weights]
+    if not ws:
+        raise ValueError("fuse needs at least one weight")
+    if len(ws) == 1:
+        return ws[0] if ws[0].layout == "tiled" else repack(ws[0])
+    w0 = ws[0]
+    for w in ws[1:]:
+        if w.K != w0.K or w.k != w0.k:
+            raise ValueError(f"cannot fuse weights of shapes/bits {[(w.shape, w.k) for w in ws]}: K and k must agree")
+        if w.on_gpu != w0.on_gpu:
+            raise ValueError("cannot fuse weights on different devices")
+        if not np.array_equal(np.asarray(_array(w.codebook, False)), np.asarray(_array(w0.codebook, False))):
+            raise ValueError("cannot fuse weights with different codebooks")
+    xp = _xp(w0.packed)
+    packed, absmax = [], []
+    # keep the E4M4 codes when every weight has them under one tensor scale, else real scales
+    reencode = len({float(w.tensor_scale) for w in ws}) != 1 or any(w.absmax.dtype != np.uint8 for w in ws)
+    for w in ws:
+        if w.layout == "tiled":  # tiled -> flat: gather every block from its tile slot
+            slot = xp.asarray(R._tile_maps(w.N, w.K, w.k))
+            p, a = w.packed.reshape(-1, w.k)[slot].reshape(-1), w.absmax[slot]
+        else:
+            p, a = w.packed, w.absmax
+        if reencode:  # real scales, re-encoded by repack
+            a = xp.asarray(R.block_scales(_array(a, False), w.tensor_scale))
+        packed.append(p)
+        absmax.append(a)
+    N = sum(w.N for w in ws)
+    ts = 1.0 if reencode else w0.tensor_scale
+    flat = KbitWeight(xp.concatenate(packed), xp.concatenate(absmax), w0.codebook, w0.k, (N, w0.K), "flat", ts,
+                      w0.dtype)
+    if flat.absmax.dtype != np.uint8:  # re-encoded: E4M4 may not span the scales of both weights
+        sc = _array(flat.absmax, False)
+        t = R.choose_tensor_scale(sc)
+        if not np.array_equal(R.e4m4_decode(R.e4m4_encode(sc / np.float32(t))) * np.float32(t), sc):
+            warnings.warn("fuse: the block scales of these weights span more than E4M4's range; the fused "
+                          "weight rounds the smallest ones (keep the weights separate to avoid it)")
+    return repack(flat)
+
+
+# ----------------------------------------------------------------------------- elementwise
+def _silu_mul(g, u):
+    """silu(g) * u in float32, rounded to g's dtype (torch: its own fused ops)."""
+    if _is_torch(g):
+        import torch.nn.functional as F
+
+        return (F.silu(g.float()) * u.float()).to(g.dtype)
+    xp = _xp(g)
+    g32 = g.astype(_F32)
+    return xp.ascontiguousarray((g32 / (1 + xp.exp(-g32)) * u.astype(_F32)).astype(g.dtype))
+
+
+def _add_bias(y, b32):
+    """y + bias computed in float32, rounded to y's dtype (same on every backend)."""
+    if b32 is None:
+        return y
+    y[...] = (y.astype(_F32) + b32).astype(y.dtype)
+    return y
+
+
+# ----------------------------------------------------------------------------- KbitLinear
+class KbitLinear:
+    """y = x @ W^T (+ bias) with W k-bit quantized (tiled), for any leading batch shape.
+
+    Build it from float weights (``from_float``) or stored ones (``from_quantized``,
+    ``load``).  A list of weights is fused along N; ``split(y)`` returns the parts.
+    """
+
+    def __init__(self, weight: KbitWeight, bias=None, splits: Optional[Sequence[int]] = None):
+        weight.validate()
+        self.weight = weight if weight.layout == "tiled" else repack(weight)
+        self.splits = tuple(int(s) for s in splits) if splits else (weight.N,)
+        if sum(self.splits) != weight.N:
+            raise ValueError(f"splits {self.splits} must add up to N = {weight.N}")
+        self.bias = _array(bias, weight.on_gpu, _F32)
+        if self.bias is not None and self.bias.shape != (weight.N,):
+            raise ValueError(f"bias must have shape ({weight.N},), got {tuple(self.bias.shape)}")
+        self._torch: Optional[tuple] = None
+        if "torch" in sys.modules:  # views made now, so a torch.compile trace of __call__ only reads them
+            self.torch_tensors()
+
+    # ------------------------------------------------------------------ builders
+    @classmethod
+    def from_float(cls, weight, bias=None, k: int = 4, codebook=None, device=None) -> "KbitLinear":
+        """Quantize W[N, K] (or a list of weights sharing K, fused) on ``device``
+        (default: where the weight lives; NumPy -> reference, CuPy/CUDA torch -> GPU)."""
+        ws = list(weight) if isinstance(weight, (list, tuple)) else [weight]
+        arrs = [to_backend(w, "weight")[0] for w in ws]
+        gpu = _want_gpu(device, is_cupy(arrs[0]))
+        arrs = [_array(a, gpu) for a in arrs]
+        xp = _xp(arrs[0])
+        W = arrs[0] if len(arrs) == 1 else xp.concatenate([xp.asarray(a, dtype=arrs[0].dtype) for a in arrs])
+        qw = quantize(xp.ascontiguousarray(W), k, codebook)
+        return cls(qw, _fuse_bias(bias, [a.shape[0] for a in arrs], gpu), [a.shape[0] for a in arrs])
+
+    @classmethod
+    def from_quantized(cls, weight, bias=None, device=None) -> "KbitLinear":
+        """From stored KbitWeight(s) (e.g. ``kbitcupy.io.load``); a list is fused."""
+        ws = list(weight) if isinstance(weight, (list, tuple)) else [weight]
+        gpu = _want_gpu(device, ws[0].on_gpu)
+        ws = [_move(w, gpu) for w in ws]
+        return cls(fuse(ws), _fuse_bias(bias, [w.N for w in ws], gpu), [w.N for w in ws])
+
+    @classmethod
+    def load(cls, path: str, prefix: str = "", device=None) -> "KbitLinear":
+        """Load a layer written by ``save`` (or any file with ``{prefix}weight``[/bias])."""
+        from .io import KbitFile
+
+        with KbitFile(path) as f:
+            qw = f.get(prefix + "weight", device)
+            bias = f.get(prefix + "bias", device) if prefix + "bias" in f else None
+            splits = json.loads(f.metadata.get("kbitcupy_layer_splits", "null"))
+        return cls(qw, bias, splits)
+
+    def save(self, path: str, prefix: str = "") -> str:
+        from .io import save
+
+        return save(path, self.state_dict(prefix), {"kbitcupy_layer_splits": json.dumps(list(self.splits))})
+
+    def state_dict(self, prefix: str = "") -> dict:
+        sd = {prefix + "weight": self.weight}
+        if self.bias is not None:
+            sd[prefix + "bias"] = self.bias
+        return sd
+
+    # ------------------------------------------------------------------ properties / moves
+    in_features = property(lambda self: self.weight.K)
+    out_features = property(lambda self: self.weight.N)
+    k = property(lambda self: self.weight.k)
+    on_gpu = property(lambda self: self.weight.on_gpu)
+
+    @property
+    def nbytes(self) -> int:
+        return self.weight.nbytes + (0 if self.bias is None else int(self.bias.nbytes))
+
+    def cuda(self) -> "KbitLinear":
+        return self if self.on_gpu else KbitLinear(self.weight.cuda(), self.bias, self.splits)
+
+    def cpu(self) -> "KbitLinear":
+        return self if not self.on_gpu else KbitLinear(self.weight.cpu(), self.bias, self.splits)
+
+    def __repr__(self) -> str:
+        return (f"KbitLinear(in={self.in_features}, out={self.out_features}, k={self.k}, splits={self.splits}, "
+                f"bias={self.bias is not None}, {'cuda' if self.on_gpu else 'cpu'})")
+
+    # ------------------------------------------------------------------ call
+    def __call__(self, x, out=None):
+        """y[..., N] = x[..., K] @ W^T (+ bias), in x's dtype and array type."""
+        if _is_torch(x):
+            if out is not None:
+                raise ValueError("out= is not supported for torch tensors (the custom op allocates)")
+            from .torch_ops import kbit_linear
+
+            return kbit_linear(x, *self.torch_tensors())
+        return _add_bias(matmul(x, self.weight, out=out), self.bias)
+
+    def split(self, y) -> tuple:
+        """The parts of a fused output (e.g. q, k, v) as views along the last axis."""
+        outs, s = [], 0
+        for n in self.splits:
+            outs.append(y[..., s:s + n])
+            s += n
+        return tuple(outs)
+
+    def torch_tensors(self) -> tuple:
+        """(packed int32, absmax uint8, codebook f32, k, N, tensor_scale, bias f32 or None), the
+        arrays as zero-copy torch views on the weight's device: the kbitcupy::matmul arguments."""
+        if self._torch is None:
+            kd = "torch" if self.on_gpu else "torch_cpu"
+            w = self.weight
+            arrs = [from_backend(a, kd) for a in (w.packed.view(np.int32), w.absmax, w.codebook)]
+            b = from_backend(self.bias, kd) if self.bias is not None else None
+            self._torch = (*arrs, w.k, w.N, float(w.tensor_scale), b)
+        return self._torch
+
+
+def _fuse_bias(bias, sizes: List[int], gpu: bool):
+    if bias is None:
+        return None
+    if not isinstance(bias, (list, tuple)):
+        return _array(bias, gpu, _F32)
+    if len(bias) != len(sizes):
+        raise ValueError(f"got {len(bias)} biases for {len(sizes)} fused weights")
+    if all(b is None for b in bias):
+        return None
+    parts = [np.zeros(n, _F32) if b is None else _array(b, False, _F32).reshape(-1) for b, n in zip(bias, sizes)]
+    return _array(np.concatenate(parts), gpu)
+
+
+# ----------------------------------------------------------------------------- KbitMLP
+class KbitMLP:
+    """SwiGLU MLP (Qwen3 expert / shared expert): down(silu(gate(x)) * up(x)).
+
+    fused=True stores gate and up as one weight (one launch); fused=False keeps them apart.
+    """
+
+    def __init__(self, down: KbitLinear, gate_up: Optional[KbitLinear] = None, gate: Optional[KbitLinear] = None,
+                 up: Optional[KbitLinear] = None):
+        if (gate_up is None) == (gate is None or up is None):
+            raise ValueError("give either gate_up (fused) or both gate and up")
+        self.down, self.gate_up, self.gate, self.up = down, gate_up, gate, up
+        self.intermediate = down.in_features
+
+    @classmethod
+    def from_float(cls, gate, up, down, k: int = 4, codebook=None, device=None, fused: bool = True) -> "KbitMLP":
+        mk = lambda w: KbitLinear.from_float(w, k=k, codebook=codebook, device=device)  # noqa: E731
+        if fused:
+            return cls(mk(down), gate_up=mk([gate, up]))
+        return cls(mk(down), gate=mk(gate), up=mk(up))
+
+    @classmethod
+    def from_quantized(cls, gate, up, down, device=None, fused: bool = True) -> "KbitMLP":
+        mk = lambda w: KbitLinear.from_quantized(w, device=device)  # noqa: E731
+        if fused:
+            return cls(mk(down), gate_up=mk([gate, up]))
+        return cls(mk(down), gate=mk(gate), up=mk(up))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(l.nbytes for l in (self.down, self.gate_up, self.gate, self.up) if l is not None)
+
+    def __call__(self, x):
+        if self.gate_up is not None:
+            g, u = self.gate_up.split(self.gate_up(x))
+        else:
+            g, u = self.gate(x), self.up(x)
+        return self.down(_silu_mul(g, u))  # torch tensors: torch ops; CuPy: the current stream
+
+
+# ----------------------------------------------------------------------------- routing
+def route(logits, top_k: int, norm_topk_prob: bool = True):
+    """Qwen3-MoE routing: softmax over all experts in float32, top-k, renormalised.
+
+    Returns (weights float32 [M, top_k], expert ids int32 [M, top_k]); order inside
+    the top k is unspecified (the weighted sum does not depend on it).
+    """
+    xp = _xp(logits)
+    p = logits.astype(_F32)
+    p = xp.exp(p - p.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    ids = xp.argpartition(-p, top_k - 1, axis=-1)[..., :top_k]
+    w = xp.take_along_axis(p, ids, axis=-1)
+    if norm_topk_prob:
+        w = w / w.sum(axis=-1, keepdims=True)
+    return w.astype(_F32), ids.astype(np.int32)
+
+
+def moe_combine(x2, router, top_k: int, expert_rows: Callable, norm_topk_prob: bool = True, shared=None,
+                shared_gate=None):
+    """The MoE block around any expert implementation (NumPy or CuPy x2 [M, H]).
+
+    Rows are sorted by expert: ``expert_rows(A_sorted, counts, offsets, M)`` returns the
+    expert MLP outputs [M * top_k, H_out] for rows grouped by expert (offsets int32
+    [E+1]).  The outputs are weighted, un-sorted without atomics and summed per token in
+    float32, then the shared expert (times sigmoid(shared_gate x)) is added.
+    """
+    xp = _xp(x2)
+    M = x2.shape[0]
+    E = router.shape[0]
+    x32 = x2.astype(_F32)
+    w, ids = route(x32 @ router.T, top_k, norm_topk_prob)
+    flat = ids.reshape(-1)
+    order = xp.argsort(flat, kind="stable") if xp is np else xp.argsort(flat)
+    A = x2[order // top_k]
+    counts = xp.bincount(flat, minlength=E)
+    offsets = xp.concatenate([xp.zeros(1, np.int32), xp.cumsum(counts).astype(np.int32)])
+    Y = expert_rows(A, counts, offsets, M)
+    ys = xp.empty((M * top_k, Y.shape[1]), _F32)
+    ys[order] = Y.astype(_F32) * w.reshape(-1)[order][:, None]
+    out = ys.reshape(M, top_k, -1).sum(axis=1)
+    if shared is not None:
+        s = shared(x2).astype(_F32)
+        if shared_gate is not None:
+            s *= 1 / (1 + xp.exp(-(x32 @ shared_gate.T)))
+        out += s
+    return out.astype(x2.dtype)
+
+
+# ----------------------------------------------------------------------------- grouped API (optional)
+def _grouped():
+    """kbitcupy.grouped if importable (written separately), else None."""
+    try:
+        from . import grouped
+    except ImportError:
+        return None
+    return grouped if hasattr(grouped, "grouped_matmul") else None
+
+
+def _make_bank(weights: List[KbitWeight], float_stack: Optional[Callable] = None, k: Optional[int] = None,
+               codebook=None):
+    """A KbitExpertBank for the grouped kernels, or None (-> per-expert loop).
+
+    From quantized experts via ``KbitExpertBank.from_weights`` when grouped.py has it,
+    else (float weights at hand: ``float_stack()`` gives them) via ``quantize_experts(W[E, N, K], k)``."""
+    G = _grouped()
+    if G is None or not weights or not weights[0].on_gpu:
+        return None
+    B = getattr(G, "KbitExpertBank", None)
+    try:
+        if B is not None and hasattr(B, "from_weights"):
+            return B.from_weights(list(weights))
+        if float_stack is not None and hasattr(G, "quantize_experts"):
+            import cupy as cp
+
+            W = cp.stack([_array(w, True) for w in float_stack()])
+            return G.quantize_experts(W, k) if codebook is None else G.quantize_experts(W, k, codebook)
+    except (TypeError, AttributeError, NotImplementedError) as e:
+        warnings.warn(f"kbitcupy.grouped could not build an expert bank ({e}); using the per-expert loop")
+    return None
+
+
+# ----------------------------------------------------------------------------- KbitMoE
+class KbitMoE:
+    """Qwen3(-Next) sparse MoE block with k-bit experts.
+
+    router: float [E, H] (kept in float32: routing is sensitive and the router small);
+    experts: gate_up [2I, H] fused per expert (or separate gate/up [I, H]) and down
+    [H, I]; top-k routing with softmax + renormalisation; optional shared expert
+    (a KbitMLP) scaled by sigmoid(shared_gate x).
+    """
+
+    def __init__(self, router, down: List[KbitWeight], top_k: int, gate_up: Optional[List[KbitWeight]] = None,
+                 gate: Optional[List[KbitWeight]] = None, up: Optional[List[KbitWeight]] = None,
+                 shared: Optional[KbitMLP] = None, shared_gate=None, norm_topk_prob: bool = True,
+                 use_grouped: Optional[bool] = None, banks: Optional[dict] = None):
+        if (gate_up is None) == (gate is None or up is None):
+            raise ValueError("give either gate_up (fused per expert) or both gate and up")
+        self.gpu = down[0].on_gpu
+        self.router = _array(router, self.gpu, _F32)
+        self.E, self.hidden = self.router.shape
+        self.top_k = int(top_k)
+        if not 1 <= self.top_k <= self.E:
+            raise ValueError(f"top_k must be in 1..{self.E}, got {top_k}")
+        self.experts = {n: list(v) for n, v in (("gate_up", gate_up), ("gate", gate), ("up", up), ("down", down))
+                        if v is not None}
+        for n, v in self.experts.items():
+            if len(v) != self.E:
+                raise ValueError(f"{n}: {len(v)} experts, router has {self.E}")
+            if any(w.on_gpu != self.gpu for w in v):
+                raise ValueError(f"{n}: experts must all be on the router's device")
+        self.shared, self.norm_topk_prob = shared, norm_topk_prob
+        self.shared_gate = _array(shared_gate, self.gpu, _F32)
+        if self.shared_gate is not None:
+            self.shared_gate = self.shared_gate.reshape(1, -1)
+        self.use_grouped = use_grouped
+        self._banks: Dict[str, object] = dict(banks or {})
+        self._ids = None
+
+    # ------------------------------------------------------------------ builders
+    @classmethod
+    def from_float(cls, router, gate, up, down, top_k: int, k: int = 4, shared=None, shared_gate=None,
+                   codebook=None, device=None, fused: bool = True, norm_topk_prob: bool = True,
+                   use_grouped: Optional[bool] = None) -> "KbitMoE":
+        """gate, up: [E, I, H]; down: [E, H, I] (stacked arrays or lists of per-expert
+        weights); shared: (gate [I_s, H], up, down) float weights or None."""
+        gpu = _want_gpu(device, is_cupy(to_backend(down[0], "down")[0]))
+        q = lambda W: quantize(_array(W, gpu), k, codebook)  # noqa: E731
+        xp = _xp(_array(np.zeros(1), gpu))
+        kw = {}
+        if fused:
+            kw["gate_up"] = [q(xp.concatenate([_array(g, gpu), _array(u, gpu)])) for g, u in zip(gate, up)]
+        else:
+            kw["gate"], kw["up"] = [q(g) for g in gate], [q(u) for u in up]
+        sh = KbitMLP.from_float(*shared, k=k, codebook=codebook, device="cuda" if gpu else "cpu",
+                                fused=fused) if shared is not None else None
+        kw["down"] = [q(d) for d in down]
+        banks = {}
+        if gpu and use_grouped is not False and _grouped() is not None:  # build banks now: floats may be freed
+            fl = {"down": lambda: down, "gate": lambda: gate, "up": lambda: up,
+                  "gate_up": lambda: [xp.concatenate([_array(g, gpu), _array(u, gpu)]) for g, u in zip(gate, up)]}
+            banks = {n: _make_bank(kw[n], fl[n], k, codebook) for n in kw}
+        return cls(router, top_k=top_k, shared=sh, shared_gate=shared_gate, norm_topk_prob=norm_topk_prob,
+                   use_grouped=use_grouped, banks=banks, **kw)
+
+    @classmethod
+    def from_quantized(cls, router, gate, up, down, top_k: int, shared=None, shared_gate=None, device=None,
+                       fused: bool = True, norm_topk_prob: bool = True,
+                       use_grouped: Optional[bool] = None) -> "KbitMoE":
+        """gate, up, down: lists of per-expert KbitWeights (fused into gate_up per expert
+        when fused=True); shared: (gate, up, down) KbitWeights or None."""
+        gpu = _want_gpu(device, down[0].on_gpu)
+        mv = lambda ws: [_move(w, gpu) for w in ws]  # noqa: E731
+        kw = {"gate_up": [fuse([g, u]) for g, u in zip(mv(gate), mv(up))]} if fused else \
+            {"gate": mv(gate), "up": mv(up)}
+        sh = KbitMLP.from_quantized(*shared, device="cuda" if gpu else "cpu", fused=fused) if shared else None
+        return cls(router, mv(down), top_k, shared=sh, shared_gate=shared_gate, norm_topk_prob=norm_topk_prob,
+                   use_grouped=use_grouped, **kw)
+
+    @classmethod
+    def from_state_dict(cls, sd: dict, prefix: str, top_k: int, device=None, fused: bool = True,
+                        norm_topk_prob: bool = True, use_grouped: Optional[bool] = None) -> "KbitMoE":
+        """From a loaded checkpoint with Hugging Face Qwen3-MoE names under ``prefix``
+        (e.g. 'model.layers.0.mlp.'): gate.weight (router), experts.{e}.{gate,up,down}_proj.weight,
+        optional shared_expert.{gate,up,down}_proj.weight and shared_expert_gate.weight."""
+        E = 0
+        while f"{prefix}experts.{E}.down_proj.weight" in sd:
+            E += 1
+        if E == 0:
+            raise KeyError(f"no '{prefix}experts.0.down_proj.weight' in the state dict")
+        ex = lambda e, n: sd[f"{prefix}experts.{e}.{n}_proj.weight"]  # noqa: E731
+        shared = None
+        if f"{prefix}shared_expert.down_proj.weight" in sd:
+            shared = tuple(sd[f"{prefix}shared_expert.{n}_proj.weight"] for n in ("gate", "up", "down"))
+        return cls.from_quantized(sd[prefix + "gate.weight"], [ex(e, "gate") for e in range(E)],
+                                  [ex(e, "up") for e in range(E)], [ex(e, "down") for e in range(E)], top_k,
+                                  shared, sd.get(prefix + "shared_expert_gate.weight"), device, fused,
+                                  norm_topk_prob, use_grouped)
+
+    @property
+    def nbytes(self) -> int:
+        n = sum(w.nbytes for v in self.experts.values() for w in v) + int(self.router.nbytes)
+        return n + (self.shared.nbytes if self.shared is not None else 0)
+
+    # ------------------------------------------------------------------ experts
+    def _bank(self, name: str):
+        if name not in self._banks:
+            self._banks[name] = _make_bank(self.experts[name])
+        return self._banks[name]
+
+    def grouped_active(self) -> bool:
+        """Whether calls on the GPU use the grouped kernels (False: per-expert loop)."""
+        if not self.gpu or self.use_grouped is False or _grouped() is None:
+            return False
+        return all(self._bank(n) is not None for n in self.experts)
+
+    def _rows_grouped(self, A, counts, offsets, M):
+        import cupy as cp
+
+        G = _grouped()
+        if self._ids is None:
+            self._ids = cp.arange(self.E, dtype=cp.int32)
+        mm = lambda a, n: G.grouped_matmul(a, self._bank(n), self._ids, offsets, M)  # noqa: E731
+        if "gate_up" in self.experts:
+            gu = mm(A, "gate_up")
+            I = gu.shape[1] // 2
+            h = _silu_mul(gu[:, :I], gu[:, I:])
+        else:
+            h = _silu_mul(mm(A, "gate"), mm(A, "up"))
+        return mm(h, "down")
+
+    def _rows_loop(self, A, counts, offsets, M):
+        xp = _xp(A)
+        off = offsets.get() if is_cupy(offsets) else offsets
+        down = self.experts["down"]
+        Y = xp.empty((A.shape[0], down[0].N), A.dtype)
+        for e in np.flatnonzero(np.diff(off)):
+            a = A[off[e]:off[e + 1]]
+            if "gate_up" in self.experts:
+                gu = matmul(a, self.experts["gate_up"][e])
+                I = gu.shape[1] // 2
+                h = _silu_mul(gu[:, :I], gu[:, I:])
+            else:
+                h = _silu_mul(matmul(a, self.experts["gate"][e]), matmul(a, self.experts["up"][e]))
+            matmul(h, down[e], out=Y[off[e]:off[e + 1]])
+        return Y
+
+    def __call__(self, x):
+        """x [..., H] (NumPy, CuPy or torch; fp16/bf16) -> [..., H_out] in x's type and dtype."""
+        with stream_ctx(x):  # torch CUDA tensors: views and launches on torch's current stream
+            xa, kd = to_backend(x, "x")
+            if xa.shape[-1] != self.hidden:
+                raise ValueError(f"x's last dimension ({xa.shape[-1]}) must be the hidden size {self.hidden}")
+            if is_cupy(xa) != self.gpu:
+                raise ValueError(f"x is on the {'GPU' if is_cupy(xa) else 'CPU'} but the experts are not")
+            lead = xa.shape[:-1]
+            x2 = _xp(xa).ascontiguousarray(xa.reshape(-1, self.hidden))
+            args = (x2, self.router, self.top_k)
+            kw = dict(norm_topk_prob=self.norm_topk_prob, shared=self.shared, shared_gate=self.shared_gate)
+            out = None
+            if self.grouped_active():
+                try:
+                    out = moe_combine(*args, self._rows_grouped, **kw)
+                except (TypeError, AttributeError, NotImplementedError) as e:  # grouped.py API mismatch
+                    warnings.warn(f"kbitcupy.grouped failed ({e!r}); KbitMoE falls back to the per-expert loop")
+                    self.use_grouped = False
+            if out is None:
+                out = moe_combine(*args, self._rows_loop, **kw)
+            return from_backend(out.reshape(lead + (out.shape[-1],)), kd)

@@ -1,0 +1,363 @@
+"""MoE routing helpers and a full expert-MLP forward over k-bit expert banks.
+
+Layout produced by ``moe_route`` from per-token top-k routing (topk_ids [T, topk]):
+
+* the P = T * topk (token, choice) pairs are sorted by expert (ties: pair order), so
+  sorted row i holds token ``sorted_token[i]``; ``pos[t * topk + j]`` is the sorted row
+  of pair (t, j) (the inverse permutation, used by ``moe_combine``);
+* slots: S = min(E, P) slots; the first n_active hold the distinct experts in
+  increasing id order (``expert_ids[s]``, rows ``offsets[s]:offsets[s+1]``), the rest
+  are empty (expert id 0, offsets == P).  Fixed shapes, no device->host sync.
+
+On the GPU everything is CuPy array ops (argsort, cumsum, scatter) plus two small
+kernels (SiLU*up, weighted combine); NumPy input runs the same algorithm on the host.
+``max_tokens`` (host bound of tokens per expert) defaults to T on the device (exact on
+the host): an expert appears at most once in a token's top-k.  A larger real count
+is still computed correctly by the grouped kernel (it sets an info bit).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._arrays import dtype_name, from_backend, kind, stream_ctx, to_backend
+from .grouped import GROUPED, KbitExpertBank, dequantize_experts, grouped_matmul
+from .reference import bfloat16
+
+_ACT_DTYPES = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None else ())
+
+
+@dataclass(frozen=True, eq=False)
+class MoeRouting:
+    """Expert-sorted layout of T tokens x topk choices (arrays on the routing's backend).
+
+    sorted_token: int32 [P]     token of sorted row i
+    pos:          int32 [P]     sorted row of pair p = t * topk + j
+    expert_ids:   int32 [S]     expert of slot s (S = min(E, P); unused slots: 0)
+    offsets:      int32 [S + 1] rows of slot s: offsets[s]:offsets[s + 1]
+    max_tokens:   host int, upper bound of any slot's rows
+    """
+
+    sorted_token: object
+    pos: object
+    expert_ids: object
+    offsets: object
+    num_tokens: int
+    topk: int
+    num_experts: int
+    max_tokens: int
+
+    @property
+    def num_pairs(self) -> int:
+        return self.num_tokens * self.topk
+
+
+def _check_topk_ids(ids, num_experts):
+    if ids.ndim != 2:
+        raise ValueError(f"topk_ids must be 2-D [tokens, topk], got shape {tuple(ids.shape)}")
+    if not np.issubdtype(np.dtype(ids.dtype), np.integer):
+        raise ValueError(f"topk_ids must hold integers, got {ids.dtype}")
+    if isinstance(num_experts, bool) or not isinstance(num_experts, (int, np.integer)) or num_experts <= 0:
+        raise ValueError(f"num_experts must be a positive int, got {num_experts!r}")
+
+
+def reference_route(topk_ids, num_experts: int) -> MoeRouting:
+    """NumPy routing (the oracle of moe_route; validates the ids)."""
+    ids = np.asarray(topk_ids)
+    _check_topk_ids(ids, num_experts)
+    T, topk = ids.shape
+    P = T * topk
+    flat = ids.reshape(-1).astype(np.int64)
+    if P and (flat.min() < 0 or flat.max() >= num_experts):
+        bad = int(np.nonzero((flat < 0) | (flat >= num_experts))[0][0])
+        raise ValueError(f"topk_ids[{bad // topk}, {bad % topk}] = {int(flat[bad])} is outside [0, {num_experts})")
+    order = np.argsort(flat * max(P, 1) + np.arange(P), kind="stable")
+    sorted_e = flat[order]
+    pos = np.empty(P, dtype=np.int32)
+    pos[order] = np.arange(P, dtype=np.int32)
+    S = min(num_experts, P)
+    uniq, start, counts = np.unique(sorted_e, return_index=True, return_counts=True)
+    expert_ids = np.zeros(S, dtype=np.int32)
+    offsets = np.full(S + 1, P, dtype=np.int32)
+    expert_ids[:uniq.size] = uniq
+    offsets[:uniq.size] = start
+    return MoeRouting((order // max(topk, 1)).astype(np.int32), pos, expert_ids, offsets, T, topk,
+                      int(num_experts), int(counts.max()) if counts.size else 0)
+
+
+def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: bool = False) -> MoeRouting:
+    """Build the expert-sorted layout (see module doc) from topk_ids [T, topk].
+
+    CuPy / CUDA torch ids: CuPy ops on the current (torch's) stream, no sync; the ids
+    are not range-checked (an out-of-range id reaches the grouped kernel, whose guard
+    skips that slot and flags it) unless ``check=True`` (one sync).  NumPy ids: the
+    reference (validated, exact max_tokens).
+    """
+    ids, kd = to_backend(topk_ids, "topk_ids")
+    if kd in ("numpy", "torch_cpu"):
+        r = reference_route(ids, num_experts)
+        if max_tokens is not None:
+            if max_tokens < r.max_tokens:
+                raise ValueError(f"max_tokens = {max_tokens} is smaller than the largest expert's token count "
+                                 f"({r.max_tokens})")
+            r = MoeRouting(r.sorted_token, r.pos, r.expert_ids, r.offsets, r.num_tokens, r.topk, r.num_experts,
+                           int(max_tokens))
+        return r
+    _check_topk_ids(ids, num_experts)
+    if check:
+        reference_route(ids.get(), num_experts)  # raises on bad ids
+    import cupy as cp
+
+    T, topk = (int(s) for s in ids.shape)
+    P = T * topk
+    E = int(num_experts)
+    S = min(E, P)
+    with stream_ctx(topk_ids):
+        flat = ids.reshape(-1).astype(cp.int64)
+        order = cp.argsort(flat * max(P, 1) + cp.arange(P, dtype=cp.int64))  # unique keys: deterministic
+        sorted_e = flat[order]
+        sorted_token = (order // max(topk, 1)).astype(cp.int32)
+        pos = cp.empty(P, dtype=cp.int32)
+        pos[order] = cp.arange(P, dtype=cp.int32)
+        expert_ids = cp.zeros(S + 1, dtype=cp.int32)
+        offsets = cp.full(S + 1, P, dtype=cp.int32)
+        if P:
+            is_first = cp.ones(P, dtype=cp.bool_)
+            is_first[1:] = sorted_e[1:] != sorted_e[:-1]
+            slot = cp.cumsum(is_first, dtype=cp.int32) - 1
+            # first row of every slot scatters (unique indices); other rows go to scratch entry S
+            idx = cp.minimum(cp.where(is_first, slot, S), S)
+            expert_ids[idx] = sorted_e.astype(cp.int32)
+            offsets[idx] = cp.arange(P, dtype=cp.int32)
+            offsets[S] = P
+    mt = T if max_tokens is None else int(max_tokens)
+    return MoeRouting(sorted_token, pos, expert_ids[:S], offsets, T, topk, E, mt)
+
+
+def gather_rows(x, routing: MoeRouting, out=None):
+    """A_sorted[i] = x[sorted_token[i]]  ([P, H], x's dtype)."""
+    x_, kd = to_backend(x, "x")
+    if kd in ("numpy", "torch_cpu"):
+        return from_backend(np.ascontiguousarray(x_[np.asarray(routing.sorted_token)]), kd)
+    import cupy as cp
+
+    with stream_ctx(x):
+        xv = x_.view(cp.uint16) if x_.dtype.itemsize == 2 else x_
+        if out is None:
+            res = cp.take(xv, routing.sorted_token, axis=0)
+        else:
+            o, _ = to_backend(out, "out")
+            res = cp.take(xv, routing.sorted_token, axis=0, out=o.view(xv.dtype))
+        res = res.view(x_.dtype)
+    return out if out is not None else from_backend(res, kd)
+
+
+def silu_mul(gate, up, out=None):
+    """out = silu(gate) * up (fp32 math, one rounding).  gate/up: [rows, I] views with
+    unit column stride (e.g. the two halves of a fused gate/up output)."""
+    g_, kd = to_backend(gate, "gate")
+    u_, _ = to_backend(up, "up")
+    if g_.shape != u_.shape or g_.ndim != 2 or g_.dtype != u_.dtype:
+        raise ValueError(f"gate and up must be 2-D of one shape and dtype, got {tuple(g_.shape)} {g_.dtype} and "
+                         f"{tuple(u_.shape)} {u_.dtype}")
+    rows, I = (int(s) for s in g_.shape)
+    if kd in ("numpy", "torch_cpu"):
+        g = g_.astype(np.float32)
+        r = (g / (np.float32(1) + np.exp(-g)) * u_.astype(np.float32)).astype(g_.dtype)
+        if out is not None:
+            o, _ = to_backend(out, "out")
+            o[...] = r
+            return out
+        return from_backend(r, kd)
+    import cupy as cp
+
+    if g_.dtype not in _ACT_DTYPES:
+        raise ValueError(f"gate/up must be float16 or bfloat16 on the GPU, got {dtype_name(g_.dtype)}")
+    for nm, a in (("gate", g_), ("up", u_)):
+        if a.strides[1] != a.itemsize or (rows > 1 and a.strides[0] % a.itemsize):
+            raise ValueError(f"{nm} must have unit column stride")
+    with stream_ctx(gate):
+        if out is None:
+            o = cp.empty((rows, I), dtype=g_.dtype)
+        else:
+            o, _ = to_backend(out, "out")
+            if o.shape != (rows, I) or o.dtype != g_.dtype or not o.flags.c_contiguous:
+                raise ValueError(f"out must be a contiguous {dtype_name(g_.dtype)} array of shape {(rows, I)}")
+        if rows and I:
+            fn = GROUPED.function(("silu", dtype_name(g_.dtype)))
+            blocks = int(min(-(-rows * I // 256), 132 * 16))
+            fn((blocks,), (256,), (g_, u_, o, np.int32(rows), np.int32(I), np.int64(g_.strides[0] // g_.itemsize),
+                                   np.int64(u_.strides[0] // u_.itemsize)))
+    return out if out is not None else from_backend(o, kd)
+
+
+def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None):
+    """out[t] = sum_j topk_weights[t, j] * C_sorted[pos[t * topk + j]]  (fp32 math, j in
+    order, one rounding to C_sorted's dtype).  Returns [T, H]."""
+    c_, kd = to_backend(C_sorted, "C_sorted")
+    w_, _ = to_backend(topk_weights, "topk_weights")
+    T, topk = routing.num_tokens, routing.topk
+    if c_.ndim != 2 or c_.shape[0] != T * topk:
+        raise ValueError(f"C_sorted must be [tokens * topk = {T * topk}, H], got shape {tuple(c_.shape)}")
+    if tuple(w_.shape) != (T, topk):
+        raise ValueError(f"topk_weights must have shape {(T, topk)}, got {tuple(w_.shape)}")
+    H = int(c_.shape[1])
+    if kd in ("numpy", "torch_cpu"):
+        pos = np.asarray(routing.pos)
+        r = (np.asarray(c_, dtype=np.float32)[pos].reshape(T, topk, H) *
+             np.asarray(w_, dtype=np.float32)[:, :, None]).sum(1).astype(c_.dtype)
+        if out is not None:
+            o, _ = to_backend(out, "out")
+            o[...] = r
+            return out
+        return from_backend(r, kd)
+    import cupy as cp
+
+    wdt = dtype_name(w_.dtype)
+    if wdt not in ("float32", "float16", "bfloat16"):
+        raise ValueError(f"topk_weights must be float32, float16 or bfloat16 on the GPU, got {wdt}")
+    if c_.dtype not in _ACT_DTYPES or not c_.flags.c_contiguous:
+        raise ValueError("C_sorted must be a contiguous float16 or bfloat16 array")
+    if not w_.flags.c_contiguous:
+        raise ValueError("topk_weights must be contiguous")
+    with stream_ctx(C_sorted):
+        if out is None:
+            o = cp.empty((T, H), dtype=c_.dtype)
+        else:
+            o, _ = to_backend(out, "out")
+            if o.shape != (T, H) or o.dtype != c_.dtype or not o.flags.c_contiguous:
+                raise ValueError(f"out must be a contiguous {dtype_name(c_.dtype)} array of shape {(T, H)}")
+        if T and H:
+            fn = GROUPED.function(("combine", dtype_name(c_.dtype), wdt))
+            blocks = int(min(-(-T * H // 256), 132 * 16))
+            fn((blocks,), (256,), (c_, routing.pos, w_, o, np.int32(T), np.int32(topk), np.int32(H)))
+    return out if out is not None else from_backend(o, kd)
+
+
+def _banks(bank_gate_up, bank_down, H):
+    if isinstance(bank_gate_up, (tuple, list)):
+        if len(bank_gate_up) != 2:
+            raise ValueError("bank_gate_up must be a fused bank or a (bank_gate, bank_up) pair")
+        bg, bu = bank_gate_up
+        for nm, b in (("bank_gate", bg), ("bank_up", bu)):
+            if not isinstance(b, KbitExpertBank):
+                raise TypeError(f"{nm} must be a KbitExpertBank, got {type(b).__name__}")
+        if bg.shape != bu.shape or bg.num_experts != bu.num_experts:
+            raise ValueError(f"bank_gate {bg.shape} x {bg.num_experts} and bank_up {bu.shape} x {bu.num_experts} "
+                             "must match")
+        I = bg.N
+        gate_banks = (bg, bu)
+        E, Kg = bg.num_experts, bg.K
+    else:
+        if not isinstance(bank_gate_up, KbitExpertBank):
+            raise TypeError(f"bank_gate_up must be a KbitExpertBank, got {type(bank_gate_up).__name__}")
+        if bank_gate_up.N % 2:
+            raise ValueError(f"a fused gate/up bank has N = 2 * I rows (gate then up); got N = {bank_gate_up.N}")
+        I = bank_gate_up.N // 2
+        gate_banks = (bank_gate_up,)
+        E, Kg = bank_gate_up.num_experts, bank_gate_up.K
+    if not isinstance(bank_down, KbitExpertBank):
+        raise TypeError(f"bank_down must be a KbitExpertBank, got {type(bank_down).__name__}")
+    if Kg != H:
+        raise ValueError(f"the gate/up experts' K ({Kg}) must equal x's hidden size ({H})")
+    if bank_down.shape != (H, I):
+        raise ValueError(f"bank_down experts must have shape (H, I) = {(H, I)}, got {bank_down.shape}")
+    if bank_down.num_experts != E:
+        raise ValueError(f"bank_down has {bank_down.num_experts} experts but the gate/up bank {E}")
+    return gate_banks, I, E
+
+
+def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: MoeRouting | None = None,
+                max_tokens: int | None = None, method: str = "auto", check: bool = False):
+    """Expert MLP: out[t] = sum_j w[t, j] * down_e(silu(gate_e(x[t])) * up_e(x[t])), e = topk_ids[t, j].
+
+    x: [T, H] float16/bfloat16 (CuPy / CUDA torch: the kernels; NumPy: the host path).
+    bank_gate_up: fused bank with experts [2I, H] (rows 0..I-1 gate, I..2I-1 up), or a
+    (bank_gate, bank_up) pair of [I, H] banks; bank_down: experts [H, I].
+    Steps: route (unless ``routing`` is given) -> gather rows -> grouped gate/up ->
+    silu(gate) * up -> grouped down -> weighted combine.  Intermediates are rounded to
+    x's dtype (the reference ``moe_forward_reference(round=True)`` does the same).
+    """
+    x_, kd = to_backend(x, "x")
+    if x_.ndim != 2:
+        raise ValueError(f"x must be 2-D [tokens, hidden], got shape {tuple(x_.shape)}")
+    if x_.dtype not in _ACT_DTYPES:
+        raise ValueError(f"x must be float16 or bfloat16, got {dtype_name(x_.dtype)}")
+    if not x_.flags.c_contiguous:
+        raise ValueError("x must be C-contiguous")
+    T, H = (int(s) for s in x_.shape)
+    gate_banks, I, E = _banks(bank_gate_up, bank_down, H)
+    if routing is None:
+        routing = moe_route(topk_ids, E, max_tokens, check=check)
+    elif routing.num_tokens != T or routing.num_experts != E:
+        raise ValueError(f"routing is for {routing.num_tokens} tokens / {routing.num_experts} experts, "
+                         f"x has {T} tokens and the banks {E} experts")
+    mt = routing.max_tokens if max_tokens is None else int(max_tokens)
+    on_gpu = kd not in ("numpy", "torch_cpu")
+    w_, _ = to_backend(topk_weights, "topk_weights")
+    if on_gpu:
+        routing, w_ = _routing_to_gpu(routing, w_, topk_weights)
+    elif kind(routing.sorted_token) == "cupy" or kind(w_) == "cupy":
+        raise ValueError("x is on the CPU but the routing / topk_weights are on the GPU")
+    with stream_ctx(x):
+        A = gather_rows(x_, routing)
+        gm = dict(method=method, check=check)
+        if len(gate_banks) == 1:
+            h = grouped_matmul(A, gate_banks[0], routing.expert_ids, routing.offsets, mt, **gm)
+            act = silu_mul(h[:, :I], h[:, I:])
+        else:
+            hg = grouped_matmul(A, gate_banks[0], routing.expert_ids, routing.offsets, mt, **gm)
+            hu = grouped_matmul(A, gate_banks[1], routing.expert_ids, routing.offsets, mt, **gm)
+            act = silu_mul(hg, hu)
+        y = grouped_matmul(act, bank_down, routing.expert_ids, routing.offsets, mt, **gm)
+        o = moe_combine(y, routing, w_)
+    return from_backend(o, kd)
+
+
+def _routing_to_gpu(routing, w_, topk_weights):
+    """Host routing / weights next to a GPU x: upload them (a copy; not capturable)."""
+    import cupy as cp
+
+    if kind(routing.sorted_token) != "cupy":
+        routing = MoeRouting(*(cp.asarray(a) for a in (routing.sorted_token, routing.pos, routing.expert_ids,
+                                                        routing.offsets)), routing.num_tokens, routing.topk,
+                             routing.num_experts, routing.max_tokens)
+    if kind(w_) != "cupy":
+        w_ = cp.asarray(np.ascontiguousarray(w_))
+    return routing, w_
+
+
+def moe_forward_reference(x, bank_gate_up, bank_down, topk_ids, topk_weights, round: bool = True) -> np.ndarray:
+    """float64 oracle of moe_forward from the dequantized experts, token by token.
+    round=True rounds h, silu(g)*u, the down output and the result to x's dtype where
+    moe_forward does (so only accumulation order and fp16/bf16 weight rounding differ)."""
+    x_, _ = to_backend(x, "x")
+    x = np.asarray(x_.get() if hasattr(x_, "get") else x_)
+    dt = x.dtype
+    T, H = x.shape
+    gate_banks, I, E = _banks(bank_gate_up, bank_down, H)
+    ids = np.asarray(topk_ids.get() if hasattr(topk_ids, "get") else topk_ids)
+    w = np.asarray(topk_weights.get() if hasattr(topk_weights, "get") else topk_weights).astype(np.float64)
+    if kind(topk_ids) == "torch":
+        ids = topk_ids.cpu().numpy()
+    if kind(topk_weights) == "torch":
+        w = topk_weights.float().cpu().numpy().astype(np.float64)
+    rnd = (lambda v: v.astype(dt).astype(np.float64)) if round else (lambda v: v)
+    need = sorted(set(int(e) for e in ids.reshape(-1)))
+    Wg = [dequantize_experts(b) for b in gate_banks]
+    Wd = dequantize_experts(bank_down)
+    xf = x.astype(np.float64)
+    out = np.zeros((T, H))
+    for e in need:
+        tok, j = np.nonzero(ids == e)
+        if len(Wg) == 1:
+            h = rnd(xf[tok] @ Wg[0][e].astype(np.float64).T)
+            g, u = h[:, :I], h[:, I:]
+        else:
+            g = rnd(xf[tok] @ Wg[0][e].astype(np.float64).T)
+            u = rnd(xf[tok] @ Wg[1][e].astype(np.float64).T)
+        act = rnd(g / (1.0 + np.exp(-g)) * u)
+        y = rnd(act @ Wd[e].astype(np.float64).T)
+        np.add.at(out, tok, w[tok, j][:, None] * y)
+    return rnd(out) if round else out

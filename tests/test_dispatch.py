@@ -1,0 +1,168 @@
+"""CPU-only tests of the kernel choice (kbitcupy.dispatch) and of the GEMM launch plan helpers."""
+import json
+
+import numpy as np
+import pytest
+
+import kbitcupy as kb
+from kbitcupy import dispatch as D
+
+
+@pytest.fixture
+def tables():
+    saved = {k: dict(v) for k, v in D.TABLES.items()}
+    D._CHOICES.clear()
+    yield D.TABLES
+    D.TABLES.clear()
+    D.TABLES.update(saved)
+    D._CHOICES.clear()
+
+
+@pytest.mark.parametrize("name, fam", [
+    ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H100 PCIe", "H100"), ("NVIDIA H100 NVL", "H100"),
+    ("NVIDIA H200", "H200"), ("NVIDIA H200 NVL", "H200"), ("NVIDIA GH200 480GB", "GH200"),
+    ("NVIDIA H800", "H100"), ("NVIDIA H20", "H20"), ("NVIDIA A100-SXM4-80GB", "A100"),
+    ("NVIDIA GeForce RTX 4090", "RTX4090"), ("Tesla T4", "default"), ("", "default"),
+])
+def test_family_of_name(name, fam):
+    assert D.family_of_name(name) == fam
+
+
+def test_default_thresholds():
+    for fam in ("default", "no-such-gpu"):
+        got = [D.choose(M, 4096, 2048, 4, np.float16, family=fam) for M in range(1, 300)]
+        assert got == ["gemv"] * 8 + ["gemm"] * 56 + ["dq"] * (299 - 64)
+
+
+def test_every_family_entry_is_valid():
+    for fam, e in D.TABLES.items():
+        for k in (2, 3, 4, 5):
+            for dt in (np.float16, kb.bfloat16):
+                for N, K in ((512, 2048), (5120, 2048), (2048, 5120)):
+                    kinds = [D.choose(M, N, K, k, dt, family=fam) for M in range(1, 513)]
+                    assert set(kinds) <= {"gemv", "gemm", "dq"}
+                    # monotone in M: gemv, then gemm, then dq
+                    order = {"gemv": 0, "gemm": 1, "dq": 2}
+                    assert [order[x] for x in kinds] == sorted(order[x] for x in kinds), (fam, k, N, K)
+                    assert kinds[0] == "gemv" or e["gemv_max_m"] == 0
+
+
+def test_gemv_clamped_to_its_max(tables):
+    D.set_table("T", {"gemv_max_m": 32, "gemm_max_m": 16})
+    assert D.choose(8, 1024, 1024, 4, family="T") == "gemv"
+    assert D.choose(9, 1024, 1024, 4, family="T") == "gemm"
+    assert D.choose(16, 1024, 1024, 4, family="T") == "gemm"
+    assert D.choose(17, 1024, 1024, 4, family="T") == "dq"
+
+
+def test_per_k_dtype_and_size_bands(tables):
+    D.set_table("T", {"gemv_max_m": 4, "gemm_max_m": {
+        (4, "bfloat16"): 100,
+        4: [(1 << 20, 32), (None, 128)],
+        "*": 48}})
+    assert D.choose(4, 1024, 1024, 4, family="T") == "gemv"
+    assert D.choose(5, 1024, 1024, 4, family="T") == "gemm"
+    assert D.choose(32, 1024, 1024, 4, np.float16, family="T") == "gemm"   # 1M elems: first band
+    assert D.choose(33, 1024, 1024, 4, np.float16, family="T") == "dq"
+    assert D.choose(33, 2048, 1024, 4, np.float16, family="T") == "gemm"   # second band
+    assert D.choose(129, 2048, 1024, 4, np.float16, family="T") == "dq"
+    assert D.choose(100, 1024, 1024, 4, kb.bfloat16, family="T") == "gemm"  # (k, dtype) wins
+    assert D.choose(101, 1024, 1024, 4, "bf16", family="T") == "dq"
+    assert D.choose(48, 1024, 1024, 3, family="T") == "gemm"               # '*'
+    assert D.choose(49, 1024, 1024, 3, family="T") == "dq"
+
+
+@pytest.mark.parametrize("bad", [
+    {"gemv_max_m": 8},
+    {"gemv_max_m": 8, "gemm_max_m": "64"},
+    {"gemv_max_m": 8, "gemm_max_m": {4: 64}},              # no entry for k = 2, 3, 5 and no '*'
+    {"gemv_max_m": 8, "gemm_max_m": [(1024, 64)]},          # no final None band
+    {"gemv_max_m": 8, "gemm_max_m": True},
+])
+def test_malformed_entries(bad, tables):
+    with pytest.raises(ValueError):
+        D.set_table("T", bad)
+    assert "T" not in D.TABLES
+
+
+def test_json_tables_and_env(tmp_path, tables, monkeypatch):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"H100": {"gemv_max_m": 6, "gemm_max_m": {"4": [[1048576, 24], [None, 80]],
+                                                                          "5,bfloat16": 12, "*": 40}}}))
+    monkeypatch.setenv("KBITCUPY_DISPATCH_TABLE", str(path))
+    monkeypatch.setattr(D, "_ENV_LOADED", [False])
+    assert D.choose(6, 1024, 1024, 4, family="H100") == "gemv"
+    assert D.choose(7, 1024, 1024, 4, family="H100") == "gemm"
+    assert D.choose(25, 1024, 1024, 4, family="H100") == "dq"
+    assert D.choose(80, 4096, 1024, 4, family="H100") == "gemm"
+    assert D.choose(13, 4096, 1024, 5, kb.bfloat16, family="H100") == "dq"
+    assert D.choose(40, 4096, 1024, 2, family="H100") == "gemm"
+
+
+def test_entry_from_timings(tables):
+    t = {}
+    for M in (9, 16, 32, 64, 128):
+        # small shape: dq wins from M = 64; large shape: gemm wins up to 128
+        t[(4, "float16", 512, 2048, M)] = {"gemm": 5.0, "dq": 4.0 if M >= 64 else 9.0}
+        t[(4, "float16", 5120, 2048, M)] = {"gemm": 5.0, "dq": 20.0}
+        t[(3, "float16", 512, 2048, M)] = {"gemm": 5.0, "dq": 4.0}  # dq always faster
+    e = D.entry_from_timings(t)
+    assert e["gemm_max_m"][(4, "float16")] == [(512 * 2048, 32), (None, 128)]
+    assert e["gemm_max_m"][(3, "float16")] == [(None, 0)]
+    assert e["gemm_max_m"]["*"] == 0
+    D.set_table("T", e)
+    assert D.choose(32, 512, 2048, 4, family="T") == "gemm"
+    assert D.choose(33, 512, 2048, 4, family="T") == "dq"
+    assert D.choose(128, 5120, 2048, 4, family="T") == "gemm"
+    assert D.choose(9, 512, 2048, 3, family="T") == "dq"
+
+
+def test_gpu_family_without_gpu_is_a_string():
+    assert isinstance(D.gpu_family(), str)
+
+
+# ----------------------------------------------------------------------------- gemm plan helpers
+H100 = {"sms": 132, "smem_sm": 228 * 1024, "smem_block": 227 * 1024, "smem_reserved": 1024,
+        "regs_sm": 65536, "threads_sm": 2048, "blocks_sm": 32}
+SM89 = dict(H100, sms=128, smem_sm=100 * 1024, smem_block=99 * 1024)
+
+
+def test_m_blocking():
+    from kbitcupy.gemm import m_blocking
+
+    for M in range(1, 600):
+        mb, mt = m_blocking(M)
+        assert 1 <= mb <= 4 and mt * mb * 16 >= M
+        assert (mt - 1) * 64 < M <= mt * 64          # fewest tiles of at most 64 rows
+        assert mt * (mb - 1) * 16 < M                # fewest m16 blocks per tile
+    assert m_blocking(9) == (1, 1) and m_blocking(17) == (2, 1) and m_blocking(80) == (3, 2)
+    assert m_blocking(256) == (4, 4) and m_blocking(100) == (4, 2)
+
+
+def test_stage_choice_fits():
+    from kbitcupy.gemm import DoesNotFit, choose_stages, occupancy, smem_bytes
+
+    for info in (H100, SM89):
+        for k in (2, 3, 4, 5):
+            for mb in (1, 2, 3, 4):
+                for tn in (64, 128):
+                    if smem_bytes(k, mb, tn, 2) > info["smem_block"]:
+                        assert info is SM89 and k == 5  # the 64 KB k = 5 table on a 99 KB GPU
+                        with pytest.raises(DoesNotFit):
+                            choose_stages(info, k, mb, tn, regs=168)
+                        continue
+                    st, occ = choose_stages(info, k, mb, tn, regs=168)
+                    assert 2 <= st <= 4 and occ >= 1
+                    assert smem_bytes(k, mb, tn, st) <= info["smem_block"]
+                    assert occupancy(info, smem_bytes(k, mb, tn, st), 168) >= occ
+    # Hopper: 2 CTAs per SM even for the largest k = 4 configuration
+    assert choose_stages(H100, 4, 4, 128, regs=168) == (3, 2)
+    # the layout of the shared memory matches the kernel's constants (see kbit_gemm.cu)
+    stage = 16384 + 2 * (1024 + 16) * 4 + 2 * 272          # A + B (2 tiles + 16-word pad) + absmax
+    assert smem_bytes(4, 4, 128, 3) == 32768 + 1280 + 3 * (-(-stage // 128) * 128)
+
+
+def test_k_steps():
+    from kbitcupy.gemm import k_steps
+
+    assert [k_steps(K) for K in (32, 64, 96, 128, 160, 2048, 5120)] == [1, 1, 1, 1, 2, 16, 40]
