@@ -17,17 +17,19 @@
 //    g and g + 8 of the same block (a0/a2 = row g, a1/a3 = row g + 8) and issues 8
 //    mma.m16n8k16 with fp32 accumulation.  Dequantization is paid once per weight,
 //    MMAs and A traffic grow with the tokens of the expert.
-//  * MC (template) = row chunks held in registers (1, 2, 4 -> 16, 32, 64 rows), chosen
-//    on the host from max_tokens.  An expert with more rows than 16 * MC is still
-//    computed correctly: the block makes several passes (re-reading its weights) and
-//    sets bit 4 of the error flag (an info bit: max_tokens was not an upper bound).
-//  * A rows are read straight from global memory (read-only path, L1-cacheable: the CG
-//    warps of a block that share a K step hit the same lines); no shared-memory
-//    staging, so any number of tokens fits and the only shared memory is the pair
-//    table, the codebook and the split-K reduction buffer.
+//  * The expert's A rows of the current pass are staged once per block in shared memory
+//    (cp.async, overlapped with the pair-table build and the first weight loads in
+//    flight), in a swizzled layout that makes the per-lane LDS.128 reads conflict-free.
+//    pass_rows (host: min(max_tokens, 64), fewer if shared memory would overflow) rows
+//    are staged per pass; an expert with more rows is done in several passes (weights
+//    re-read, table kept), so any token count is computed correctly.
+//  * MC (template) = 16-row MMA chunks held in registers (1, 2, 4 -> 16, 32, 64 rows),
+//    chosen on the host from pass_rows; the B fragments of a step serve every chunk.
 //  * Guards (no out-of-bounds access for any input): expert id outside [0, E) -> flag
 //    bit 1, offsets with r0 < 0, r1 < r0 or r1 > rows -> flag bit 2; the slot writes
-//    nothing.  Slots with 0 tokens exit before building the table.
+//    nothing.  More tokens than max_tokens -> info bit 4 (still computed correctly).
+//    Slots with 0 tokens exit before building the table.
+//  * The split-K reduction is in a fixed order: results are deterministic.
 #include "kbit_pairlut.cuh"
 
 #define KBIT_GROUPED_MAX_THREADS 256
@@ -44,26 +46,15 @@
 
 // One quantization block (32 weights of one column, k bit planes) -> 16 B-fragment
 // registers: b[4r + q] = packed pair (8r + 2q, 8r + 2q + 1) times the block scale.
+// lut_lane = shared-window address of the pair table + 4 * (lane % COPIES).
 template <int K, typename T>
-__device__ __forceinline__ void block_fragments(u32 (&b)[16], const u32 (&w)[K], u32 s2, const u32* lut_lane) {
-    u32 keys[4];
-    if (K <= 4) {
-        pair_keys<K>(w, keys);
-    } else {
-        const u32 (&w4)[4] = *reinterpret_cast<const u32(*)[4]>(&w[0]);
-        pair_keys<4>(w4, keys);
-    }
-    u32 f[4] = {0u, 0u, 0u, 0u};
-    if (K == 5) plane4_fields(w[K - 1], f);
-    constexpr int SH = PairLut<K>::LOG2_COPIES;
+__device__ __forceinline__ void block_fragments(u32 (&b)[16], const u32 (&w)[K], u32 s2, u32 lut_lane) {
+    u32 keys[4], f[4];
+    block_keys<K>(w, keys, f);
 #pragma unroll
     for (int r = 0; r < 4; r++) {
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            u32 key = (keys[q] >> (8 * r)) & 0xFFu;
-            if (K == 5) key |= ((f[q] >> (8 * r)) & 3u) << 8;
-            b[4 * r + q] = hmul2_u32(lut_lane[key << SH], s2, T());
-        }
+        for (int q = 0; q < 4; q++) b[4 * r + q] = hmul2_u32(lut_lookup<K>(lut_lane, keys[q], f[q], r), s2, T());
     }
 }
 
@@ -203,7 +194,7 @@ __global__ void __launch_bounds__(KBIT_GROUPED_MAX_THREADS, KBIT_GROUPED_MINB(K,
     cp_async_wait<0>();
     __syncthreads();
 
-    const u32* lut_lane = lut + (lane & (PairLut<K>::COPIES - 1));
+    const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4u * (u32)(lane & (PairLut<K>::COPIES - 1));
     const int sw = ((t >> 1) << 1) | (g & 1);
     const unsigned char* a_lane = a_s + g * rstride + t * 64;  // + 16c * rstride + step * 256
     const float ts = tscale[e];

@@ -119,6 +119,11 @@ class KbitExpertBank:
         return (f"KbitExpertBank(E={self.num_experts}, shape={self.shape}, k={self.k}, device={dev}, "
                 f"{self.nbytes / 2**20:.2f} MiB)")
 
+    @classmethod
+    def from_weights(cls, weights) -> "KbitExpertBank":
+        """Bank from KbitWeights of one shape, k and codebook (see ``stack_experts``)."""
+        return stack_experts(weights)
+
     def _ts_host(self) -> np.ndarray:
         if self.tensor_scale_host is not None:
             return self.tensor_scale_host
@@ -528,7 +533,8 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
                 if _on_device(x):
                     raise ValueError(f"{nm} is a device array but the other index array is not; pass both on the "
                                      "host (NumPy) or both on the device")
-            ids_h, offs_h, _ = validate_routing(expert_ids, offsets, E, rows, max_tokens)
+            ids_h, offs_h, real_max = validate_routing(expert_ids, offsets, E, rows, max_tokens)
+            max_tokens = real_max  # exact on the host: a tighter plan
             ids, offs = cp.asarray(ids_h), cp.asarray(offs_h)
         else:
             ids = _device_index_array(expert_ids, "expert_ids")
@@ -536,7 +542,8 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
             check_same_device(A_sorted=A_, expert_ids=ids, offsets=offs)
             ids_h = offs_h = None
             if check or method == "dequant" or (method == "auto" and max_tokens > MAX_TOKENS_KERNEL):
-                ids_h, offs_h, _ = validate_routing(ids.get(), offs.get(), E, rows, max_tokens)
+                ids_h, offs_h, real_max = validate_routing(ids.get(), offs.get(), E, rows, max_tokens)
+                max_tokens = real_max
         if out is None:
             out_ = cp.empty((rows, N), dtype=A_.dtype)
         else:
@@ -610,30 +617,16 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None):
     return out
 
 
-_DQ_BUF: dict = {}
-
-
 def _dequant_path(A, bank, ids_h, offs_h, out):
-    """Per-expert dequantize into a reused buffer + cuBLAS (host loop over slots; syncs
-    for the offsets when they live on the device, so it is not capturable)."""
-    import cupy as cp
+    """Per slot: dequantize the expert into the reused buffer of kbitcupy.dequant_matmul,
+    then one cuBLAS GEMM.  A host loop over the slots (their offsets must be on the host:
+    device offsets were synced), so this path is not capturable."""
+    from .dequant_matmul import dequant_matmul
 
-    from .quantize import dequantize
-
-    key = (A.device.id, bank.shape, A.dtype.str)
-    buf = _DQ_BUF.get(key)
-    if buf is None:
-        buf = _DQ_BUF[key] = cp.empty(bank.shape, dtype=A.dtype)
-    last = None
     for s in range(ids_h.size):
         r0, r1 = int(offs_h[s]), int(offs_h[s + 1])
-        if r1 == r0:
-            continue
-        e = int(ids_h[s])
-        if e != last:
-            dequantize(bank.expert(e), A.dtype, out=buf)
-            last = e
-        cp.matmul(A[r0:r1], buf.T, out=out[r0:r1])
+        if r1 > r0:
+            dequant_matmul(A[r0:r1], bank.expert(int(ids_h[s])), out[r0:r1])
     return out
 
 

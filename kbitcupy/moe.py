@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._arrays import dtype_name, from_backend, kind, stream_ctx, to_backend
-from .grouped import GROUPED, KbitExpertBank, dequantize_experts, grouped_matmul
+from .grouped import ERR_EXPERT_ID, GROUPED, KbitExpertBank, _err_buffer, dequantize_experts, grouped_matmul
 from .reference import bfloat16
 
 _ACT_DTYPES = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None else ())
@@ -89,10 +89,10 @@ def reference_route(topk_ids, num_experts: int) -> MoeRouting:
 def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: bool = False) -> MoeRouting:
     """Build the expert-sorted layout (see module doc) from topk_ids [T, topk].
 
-    CuPy / CUDA torch ids: CuPy ops on the current (torch's) stream, no sync; the ids
-    are not range-checked (an out-of-range id reaches the grouped kernel, whose guard
-    skips that slot and flags it) unless ``check=True`` (one sync).  NumPy ids: the
-    reference (validated, exact max_tokens).
+    CuPy / CUDA torch ids: CuPy ops on the current (torch's) stream, no sync.  Ids
+    outside [0, E) are not raised on (unless ``check=True``: one sync); they set the
+    ERR_EXPERT_ID bit of ``kbitcupy.grouped.read_errors()`` and the affected tokens'
+    outputs are undefined.  NumPy ids: the reference (validated, exact max_tokens).
     """
     ids, kd = to_backend(topk_ids, "topk_ids")
     if kd in ("numpy", "torch_cpu"):
@@ -131,6 +131,10 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
             expert_ids[idx] = sorted_e.astype(cp.int32)
             offsets[idx] = cp.arange(P, dtype=cp.int32)
             offsets[S] = P
+            # out-of-range ids: raise the grouped kernel's sticky ERR_EXPERT_ID flag (no sync)
+            bad = ((flat < 0) | (flat >= E)).any().astype(cp.int32) * ERR_EXPERT_ID
+            err = _err_buffer()
+            cp.bitwise_or(err, bad, out=err)
     mt = T if max_tokens is None else int(max_tokens)
     return MoeRouting(sorted_token, pos, expert_ids[:S], offsets, T, topk, E, mt)
 

@@ -52,6 +52,9 @@ def test_stack_experts_and_errors(rng):
     st = stack_experts([quantize(W[e], 4) for e in range(3)])
     np.testing.assert_array_equal(st.packed, bank.packed)
     np.testing.assert_array_equal(st.absmax, bank.absmax)
+    fw = KbitExpertBank.from_weights([bank.expert(e) for e in range(3)])  # the layers.py entry point
+    np.testing.assert_array_equal(fw.packed, bank.packed)
+    np.testing.assert_array_equal(fw.tensor_scale, bank.tensor_scale)
     with pytest.raises(ValueError, match="3-D"):
         quantize_experts(W[0], 4)
     with pytest.raises(ValueError, match="multiple of 32"):

@@ -6,7 +6,6 @@ not write stay NaN."""
 import numpy as np
 import pytest
 
-from kbitcupy import reference as R
 from kbitcupy.grouped import (ERR_EXPERT_ID, ERR_MAX_TOKENS, ERR_OFFSETS, grouped_matmul, plan, quantize_experts,
                               read_errors, reference_grouped_matmul)
 from kbitcupy.moe import (moe_combine, moe_forward, moe_forward_reference, moe_route, reference_route, silu_mul)
@@ -55,7 +54,7 @@ def _bank(rng, E, N, K, k, on_gpu_quant=False):
     return quantize_experts(W, k).cuda()
 
 
-def _check(out_d, A, bank, ids, offs, dtype, extra_rows=0):
+def _check(out_d, A, bank, ids, offs, dtype):
     out = _host(out_d).astype(np.float64)
     ref = reference_grouped_matmul(A, bank, ids, offs)
     covered = np.zeros(out.shape[0], bool)
@@ -351,6 +350,11 @@ def test_moe_route_gpu_matches_reference(rng):
         for nm in ("sorted_token", "pos", "expert_ids", "offsets"):
             np.testing.assert_array_equal(getattr(r, nm).get(), getattr(ref, nm), err_msg=nm)
         assert r.max_tokens == T
+    read_errors(reset=True)
+    moe_route(cp.asarray(np.array([[0, 1], [2, 5]], np.int32)), 4)  # id 5 of 4 experts
+    assert read_errors(reset=True) == ERR_EXPERT_ID
+    with pytest.raises(ValueError, match="outside"):
+        moe_route(cp.asarray(np.array([[0, 1], [2, 5]], np.int32)), 4, check=True)
 
 
 @pytest.mark.gpu
