@@ -227,6 +227,13 @@ class KbitFile:
             meta = dict(self._f.metadata() or {})
         except Exception as e:  # safetensors raises its own SafetensorError for truncation/garbage
             raise KbitFormatError(f"{self.path}: not a readable safetensors file (corrupt or truncated?): {e}") from e
+        try:
+            self._check(meta)
+        except Exception:
+            self.close()  # no open handle left behind by a bad file
+            raise
+
+    def _check(self, meta: dict) -> None:
         if meta.get(_META_FORMAT) != FORMAT_NAME:
             raise KbitFormatError(f"{self.path}: not a kbitcupy file (no '{_META_FORMAT}' metadata); "
                                   "quantize a checkpoint with `python -m kbitcupy quantize IN OUT -k 4`")

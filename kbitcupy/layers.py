@@ -9,10 +9,9 @@ op so torch.compile(fullgraph=True) sees no graph break).
 Weights that share an input are fused along N (Q/K/V, gate/up): one launch instead of
 three or two.  ``fuse`` does it on already-quantized weights, bit-exactly.
 
-KbitMoE uses the grouped kernels of ``kbitcupy.grouped`` when that module is present
-(``grouped_matmul(A_sorted, bank, expert_ids, offsets, max_tokens)`` over a
-``KbitExpertBank``); otherwise, or on the CPU, it loops over the active experts with
-``kbitcupy.matmul``.
+KbitMoE keeps its experts in ``kbitcupy.grouped`` expert banks and runs
+``kbitcupy.moe.moe_forward`` (grouped kernels) when those modules are importable;
+otherwise it loops over the active experts with ``kbitcupy.matmul``.
 """
 from __future__ import annotations
 
@@ -161,8 +160,11 @@ class KbitLinear:
         if self.bias is not None and self.bias.shape != (weight.N,):
             raise ValueError(f"bias must have shape ({weight.N},), got {tuple(self.bias.shape)}")
         self._torch: Optional[tuple] = None
-        if "torch" in sys.modules:  # views made now, so a torch.compile trace of __call__ only reads them
-            self.torch_tensors()
+        if sys.modules.get("torch") is not None:  # views made now, so a torch.compile trace of __call__ only reads them
+            try:
+                self.torch_tensors()
+            except Exception:  # e.g. a CPU-only torch next to GPU weights: made (and raising) on first torch use
+                self._torch = None
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -330,29 +332,18 @@ def route(logits, top_k: int, norm_topk_prob: bool = True):
     return w.astype(_F32), ids.astype(np.int32)
 
 
-def moe_combine(x2, router, top_k: int, expert_rows: Callable, norm_topk_prob: bool = True, shared=None,
-                shared_gate=None):
-    """The MoE block around any expert implementation (NumPy or CuPy x2 [M, H]).
+def moe_block(x2, router, top_k: int, experts: Callable, norm_topk_prob: bool = True, shared=None,
+              shared_gate=None):
+    """The MoE block around any routed-expert implementation (NumPy or CuPy x2 [T, H]).
 
-    Rows are sorted by expert: ``expert_rows(A_sorted, counts, offsets, M)`` returns the
-    expert MLP outputs [M * top_k, H_out] for rows grouped by expert (offsets int32
-    [E+1]).  The outputs are weighted, un-sorted without atomics and summed per token in
-    float32, then the shared expert (times sigmoid(shared_gate x)) is added.
+    Routing in float32 (``route``); ``experts(x2, weights, ids)`` returns the weighted sum
+    of the chosen experts' outputs [T, H_out]; then the shared expert (times
+    sigmoid(shared_gate x)) is added in float32 and the result rounded to x2's dtype.
     """
     xp = _xp(x2)
-    M = x2.shape[0]
-    E = router.shape[0]
     x32 = x2.astype(_F32)
     w, ids = route(x32 @ router.T, top_k, norm_topk_prob)
-    flat = ids.reshape(-1)
-    order = xp.argsort(flat, kind="stable") if xp is np else xp.argsort(flat)
-    A = x2[order // top_k]
-    counts = xp.bincount(flat, minlength=E)
-    offsets = xp.concatenate([xp.zeros(1, np.int32), xp.cumsum(counts).astype(np.int32)])
-    Y = expert_rows(A, counts, offsets, M)
-    ys = xp.empty((M * top_k, Y.shape[1]), _F32)
-    ys[order] = Y.astype(_F32) * w.reshape(-1)[order][:, None]
-    out = ys.reshape(M, top_k, -1).sum(axis=1)
+    out = experts(x2, xp.ascontiguousarray(w), xp.ascontiguousarray(ids)).astype(_F32)
     if shared is not None:
         s = shared(x2).astype(_F32)
         if shared_gate is not None:
@@ -361,37 +352,37 @@ def moe_combine(x2, router, top_k: int, expert_rows: Callable, norm_topk_prob: b
     return out.astype(x2.dtype)
 
 
+def loop_experts(x2, w, ids, expert_mlp: Callable):
+    """Routed experts as a loop over the active experts: rows sorted by expert, one
+    ``expert_mlp(e, rows)`` call per expert, weighted, un-sorted and summed in float32."""
+    xp = _xp(x2)
+    T, top_k = ids.shape
+    flat = ids.reshape(-1)
+    order = xp.argsort(flat, kind="stable") if xp is np else xp.argsort(flat)
+    A = x2[order // top_k]
+    wo = w.reshape(-1)[order][:, None]
+    off = np.concatenate([[0], np.cumsum(np.bincount(_array(flat, False)))])  # host: one sync
+    ys = None
+    for e in np.flatnonzero(np.diff(off)):
+        r = slice(int(off[e]), int(off[e + 1]))
+        y = expert_mlp(int(e), A[r]).astype(_F32) * wo[r]
+        if ys is None:
+            ys = xp.zeros((T * top_k, y.shape[1]), _F32)
+        ys[order[r]] = y
+    return ys.reshape(T, top_k, -1).sum(axis=1)
+
+
 # ----------------------------------------------------------------------------- grouped API (optional)
-def _grouped():
-    """kbitcupy.grouped if importable (written separately), else None."""
+def _moe_api():
+    """(kbitcupy.grouped, kbitcupy.moe) when both are importable (written separately), else None."""
     try:
-        from . import grouped
+        from . import grouped, moe
     except ImportError:
         return None
-    return grouped if hasattr(grouped, "grouped_matmul") else None
-
-
-def _make_bank(weights: List[KbitWeight], float_stack: Optional[Callable] = None, k: Optional[int] = None,
-               codebook=None):
-    """A KbitExpertBank for the grouped kernels, or None (-> per-expert loop).
-
-    From quantized experts via ``KbitExpertBank.from_weights`` when grouped.py has it,
-    else (float weights at hand: ``float_stack()`` gives them) via ``quantize_experts(W[E, N, K], k)``."""
-    G = _grouped()
-    if G is None or not weights or not weights[0].on_gpu:
+    if not all(hasattr(grouped, n) for n in ("stack_experts", "quantize_experts")) or \
+            not hasattr(moe, "moe_forward"):
         return None
-    B = getattr(G, "KbitExpertBank", None)
-    try:
-        if B is not None and hasattr(B, "from_weights"):
-            return B.from_weights(list(weights))
-        if float_stack is not None and hasattr(G, "quantize_experts"):
-            import cupy as cp
-
-            W = cp.stack([_array(w, True) for w in float_stack()])
-            return G.quantize_experts(W, k) if codebook is None else G.quantize_experts(W, k, codebook)
-    except (TypeError, AttributeError, NotImplementedError) as e:
-        warnings.warn(f"kbitcupy.grouped could not build an expert bank ({e}); using the per-expert loop")
-    return None
+    return grouped, moe
 
 
 # ----------------------------------------------------------------------------- KbitMoE
@@ -402,22 +393,41 @@ class KbitMoE:
     experts: gate_up [2I, H] fused per expert (or separate gate/up [I, H]) and down
     [H, I]; top-k routing with softmax + renormalisation; optional shared expert
     (a KbitMLP) scaled by sigmoid(shared_gate x).
+
+    With kbitcupy.grouped / kbitcupy.moe present the experts live in expert banks (one
+    allocation per projection) and a call is ``moe.moe_forward``: grouped kernels, no
+    host sync.  ``self.experts[name][e]`` are then zero-copy views into the banks.
+    Without them (or use_grouped=False) a call loops over the active experts.
     """
 
-    def __init__(self, router, down: List[KbitWeight], top_k: int, gate_up: Optional[List[KbitWeight]] = None,
-                 gate: Optional[List[KbitWeight]] = None, up: Optional[List[KbitWeight]] = None,
+    def __init__(self, router, down, top_k: int, gate_up=None, gate=None, up=None,
                  shared: Optional[KbitMLP] = None, shared_gate=None, norm_topk_prob: bool = True,
-                 use_grouped: Optional[bool] = None, banks: Optional[dict] = None):
+                 use_grouped: Optional[bool] = None):
+        """down / gate_up / gate / up: each a list of per-expert KbitWeights or a
+        KbitExpertBank (give gate_up, fused per expert, or both gate and up)."""
         if (gate_up is None) == (gate is None or up is None):
             raise ValueError("give either gate_up (fused per expert) or both gate and up")
-        self.gpu = down[0].on_gpu
+        api = _moe_api()
+        self.banks: Dict[str, object] = {}
+        self.experts: Dict[str, List[KbitWeight]] = {}
+        for n, v in (("gate_up", gate_up), ("gate", gate), ("up", up), ("down", down)):
+            if v is None:
+                continue
+            if isinstance(v, (list, tuple)):
+                v = list(v)
+                if api is not None and use_grouped is not False and v:  # one bank, the weights as views into it
+                    self.banks[n] = api[0].stack_experts(v)
+                    v = None
+            else:  # a KbitExpertBank
+                self.banks[n] = v
+                v = None
+            self.experts[n] = v if v is not None else [self.banks[n].expert(e) for e in range(len(self.banks[n]))]
+        self.gpu = self.experts["down"][0].on_gpu
         self.router = _array(router, self.gpu, _F32)
         self.E, self.hidden = self.router.shape
         self.top_k = int(top_k)
         if not 1 <= self.top_k <= self.E:
             raise ValueError(f"top_k must be in 1..{self.E}, got {top_k}")
-        self.experts = {n: list(v) for n, v in (("gate_up", gate_up), ("gate", gate), ("up", up), ("down", down))
-                        if v is not None}
         for n, v in self.experts.items():
             if len(v) != self.E:
                 raise ValueError(f"{n}: {len(v)} experts, router has {self.E}")
@@ -428,8 +438,6 @@ class KbitMoE:
         if self.shared_gate is not None:
             self.shared_gate = self.shared_gate.reshape(1, -1)
         self.use_grouped = use_grouped
-        self._banks: Dict[str, object] = dict(banks or {})
-        self._ids = None
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -439,23 +447,28 @@ class KbitMoE:
         """gate, up: [E, I, H]; down: [E, H, I] (stacked arrays or lists of per-expert
         weights); shared: (gate [I_s, H], up, down) float weights or None."""
         gpu = _want_gpu(device, is_cupy(to_backend(down[0], "down")[0]))
-        q = lambda W: quantize(_array(W, gpu), k, codebook)  # noqa: E731
         xp = _xp(_array(np.zeros(1), gpu))
+        api = _moe_api() if use_grouped is not False else None
+
+        def stack(ws):
+            if not isinstance(ws, (list, tuple)) and to_backend(ws, "w")[0].ndim == 3:
+                return xp.ascontiguousarray(_array(ws, gpu))
+            return xp.stack([_array(w, gpu) for w in ws])
+
+        if api is not None:  # straight into banks: one quantize launch pair per expert, one sync
+            q = lambda ws: api[0].quantize_experts(ws, k, codebook)  # noqa: E731
+        else:
+            q = lambda ws: [quantize(_array(w, gpu), k, codebook) for w in ws]  # noqa: E731
         kw = {}
         if fused:
-            kw["gate_up"] = [q(xp.concatenate([_array(g, gpu), _array(u, gpu)])) for g, u in zip(gate, up)]
+            kw["gate_up"] = q(xp.concatenate([stack(gate), stack(up)], axis=1))
         else:
-            kw["gate"], kw["up"] = [q(g) for g in gate], [q(u) for u in up]
+            kw["gate"], kw["up"] = q(stack(gate)), q(stack(up))
+        kw["down"] = q(stack(down))
         sh = KbitMLP.from_float(*shared, k=k, codebook=codebook, device="cuda" if gpu else "cpu",
                                 fused=fused) if shared is not None else None
-        kw["down"] = [q(d) for d in down]
-        banks = {}
-        if gpu and use_grouped is not False and _grouped() is not None:  # build banks now: floats may be freed
-            fl = {"down": lambda: down, "gate": lambda: gate, "up": lambda: up,
-                  "gate_up": lambda: [xp.concatenate([_array(g, gpu), _array(u, gpu)]) for g, u in zip(gate, up)]}
-            banks = {n: _make_bank(kw[n], fl[n], k, codebook) for n in kw}
         return cls(router, top_k=top_k, shared=sh, shared_gate=shared_gate, norm_topk_prob=norm_topk_prob,
-                   use_grouped=use_grouped, banks=banks, **kw)
+                   use_grouped=use_grouped, **kw)
 
     @classmethod
     def from_quantized(cls, router, gate, up, down, top_k: int, shared=None, shared_gate=None, device=None,
@@ -493,51 +506,36 @@ class KbitMoE:
 
     @property
     def nbytes(self) -> int:
-        n = sum(w.nbytes for v in self.experts.values() for w in v) + int(self.router.nbytes)
+        if self.banks:
+            n = sum(b.nbytes for b in self.banks.values())
+        else:
+            n = sum(w.nbytes for v in self.experts.values() for w in v)
+        n += int(self.router.nbytes)
         return n + (self.shared.nbytes if self.shared is not None else 0)
 
     # ------------------------------------------------------------------ experts
-    def _bank(self, name: str):
-        if name not in self._banks:
-            self._banks[name] = _make_bank(self.experts[name])
-        return self._banks[name]
-
     def grouped_active(self) -> bool:
-        """Whether calls on the GPU use the grouped kernels (False: per-expert loop)."""
-        if not self.gpu or self.use_grouped is False or _grouped() is None:
-            return False
-        return all(self._bank(n) is not None for n in self.experts)
+        """Whether a call runs moe.moe_forward over the expert banks (else the per-expert loop)."""
+        return (self.use_grouped is not False and len(self.banks) == len(self.experts) and _moe_api() is not None
+                and self.experts["down"][0].N == self.hidden)  # moe_forward's residual-stream shape
 
-    def _rows_grouped(self, A, counts, offsets, M):
-        import cupy as cp
+    def _grouped(self, x2, w, ids):
+        moe = _moe_api()[1]
+        gu = self.banks["gate_up"] if "gate_up" in self.banks else (self.banks["gate"], self.banks["up"])
+        return moe.moe_forward(x2, gu, self.banks["down"], ids, w)
 
-        G = _grouped()
-        if self._ids is None:
-            self._ids = cp.arange(self.E, dtype=cp.int32)
-        mm = lambda a, n: G.grouped_matmul(a, self._bank(n), self._ids, offsets, M)  # noqa: E731
-        if "gate_up" in self.experts:
-            gu = mm(A, "gate_up")
+    def _expert_mlp(self, e: int, a):
+        ex = self.experts
+        if "gate_up" in ex:
+            gu = matmul(a, ex["gate_up"][e])
             I = gu.shape[1] // 2
             h = _silu_mul(gu[:, :I], gu[:, I:])
         else:
-            h = _silu_mul(mm(A, "gate"), mm(A, "up"))
-        return mm(h, "down")
+            h = _silu_mul(matmul(a, ex["gate"][e]), matmul(a, ex["up"][e]))
+        return matmul(h, ex["down"][e])
 
-    def _rows_loop(self, A, counts, offsets, M):
-        xp = _xp(A)
-        off = offsets.get() if is_cupy(offsets) else offsets
-        down = self.experts["down"]
-        Y = xp.empty((A.shape[0], down[0].N), A.dtype)
-        for e in np.flatnonzero(np.diff(off)):
-            a = A[off[e]:off[e + 1]]
-            if "gate_up" in self.experts:
-                gu = matmul(a, self.experts["gate_up"][e])
-                I = gu.shape[1] // 2
-                h = _silu_mul(gu[:, :I], gu[:, I:])
-            else:
-                h = _silu_mul(matmul(a, self.experts["gate"][e]), matmul(a, self.experts["up"][e]))
-            matmul(h, down[e], out=Y[off[e]:off[e + 1]])
-        return Y
+    def _loop(self, x2, w, ids):
+        return loop_experts(x2, w, ids, self._expert_mlp)
 
     def __call__(self, x):
         """x [..., H] (NumPy, CuPy or torch; fp16/bf16) -> [..., H_out] in x's type and dtype."""
@@ -549,15 +547,8 @@ class KbitMoE:
                 raise ValueError(f"x is on the {'GPU' if is_cupy(xa) else 'CPU'} but the experts are not")
             lead = xa.shape[:-1]
             x2 = _xp(xa).ascontiguousarray(xa.reshape(-1, self.hidden))
-            args = (x2, self.router, self.top_k)
-            kw = dict(norm_topk_prob=self.norm_topk_prob, shared=self.shared, shared_gate=self.shared_gate)
-            out = None
-            if self.grouped_active():
-                try:
-                    out = moe_combine(*args, self._rows_grouped, **kw)
-                except (TypeError, AttributeError, NotImplementedError) as e:  # grouped.py API mismatch
-                    warnings.warn(f"kbitcupy.grouped failed ({e!r}); KbitMoE falls back to the per-expert loop")
-                    self.use_grouped = False
-            if out is None:
-                out = moe_combine(*args, self._rows_loop, **kw)
+            if x2.shape[0] == 0:
+                return from_backend(_xp(xa).zeros(lead + (self.experts["down"][0].N,), xa.dtype), kd)
+            experts = self._grouped if self.grouped_active() else self._loop
+            out = moe_block(x2, self.router, self.top_k, experts, self.norm_topk_prob, self.shared, self.shared_gate)
             return from_backend(out.reshape(lead + (out.shape[-1],)), kd)

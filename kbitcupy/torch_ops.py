@@ -24,6 +24,9 @@ from .layers import KbitLinear
 from .matmul import matmul
 from .weight import from_packed
 
+if not hasattr(torch.library, "custom_op"):  # pragma: no cover
+    raise ImportError(f"kbitcupy.torch_ops needs torch >= 2.4 (torch.library.custom_op); found {torch.__version__}")
+
 
 @torch.library.custom_op("kbitcupy::matmul", mutates_args=())
 def kbit_matmul(x: Tensor, packed: Tensor, absmax: Tensor, codebook: Tensor, k: int, n: int,

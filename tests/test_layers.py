@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import kbitcupy as kb
+from kbitcupy import layers as L
 from kbitcupy.layers import KbitLinear, KbitMLP, KbitMoE, fuse, route
 from kbitcupy.reference import bfloat16
 
@@ -158,23 +159,39 @@ def _moe_ref(moe, x):
     return out.reshape(x.shape[:-1] + (out.shape[-1],))
 
 
+@pytest.fixture(params=["banks", "loop", "no-grouped-module"])
+def moe_path(request, monkeypatch):
+    """banks: kbitcupy.moe.moe_forward over expert banks; loop: use_grouped=False;
+    no-grouped-module: as if kbitcupy.grouped / kbitcupy.moe were not installed."""
+    if request.param == "banks" and L._moe_api() is None:
+        pytest.skip("kbitcupy.grouped / kbitcupy.moe not available")
+    if request.param == "no-grouped-module":
+        monkeypatch.setattr(L, "_moe_api", lambda: None)
+    return {"use_grouped": False} if request.param == "loop" else {}
+
+
 @pytest.mark.parametrize("lead", [(1,), (5,), (2, 3)])
-def test_moe_matches_reference(rng, lead):
+def test_moe_matches_reference(rng, lead, moe_path):
     g, u, d, router, shared, sg, top = _moe_case(rng)
-    moe = KbitMoE.from_float(router, g, u, d, top, k=4, shared=shared, shared_gate=sg)
-    assert not moe.grouped_active()  # CPU: the per-expert loop
+    moe = KbitMoE.from_float(router, g, u, d, top, k=4, shared=shared, shared_gate=sg, **moe_path)
+    assert moe.grouped_active() == (moe_path == {} and L._moe_api() is not None)
     x = rng.standard_normal(lead + (128,)).astype(np.float16)
     y = moe(x)
     assert y.shape == lead + (128,) and y.dtype == np.float16
     ref = _moe_ref(moe, x)
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 5e-3
-    sep = KbitMoE.from_float(router, g, u, d, top, k=4, shared=shared, shared_gate=sg, fused=False)
-    assert np.array_equal(sep(x), y)
+    sep = KbitMoE.from_float(router, g, u, d, top, k=4, shared=shared, shared_gate=sg, fused=False, **moe_path)
+    assert np.abs(sep(x).astype(np.float32) - y).max() <= 1e-3 * np.abs(y).max()
+    # the same quantized experts, whichever way they are stored
+    a = KbitMoE.from_float(router, g, u, d, top, k=4, shared=shared, shared_gate=sg, use_grouped=False)
+    for n in ("gate_up", "down"):
+        for e in (0, 7):
+            assert moe.experts[n][e].packed.tobytes() == a.experts[n][e].packed.tobytes()
 
 
-def test_moe_without_shared_bf16(rng):
+def test_moe_without_shared_bf16(rng, moe_path):
     g, u, d, router, _, _, top = _moe_case(rng, E=6, top=6)  # top_k == E: every expert
-    moe = KbitMoE.from_float(router, list(g), list(u), list(d), top, k=3)
+    moe = KbitMoE.from_float(router, list(g), list(u), list(d), top, k=3, **moe_path)
     x = rng.standard_normal((4, 128)).astype(bfloat16)
     y = moe(x)
     assert y.dtype == bfloat16
@@ -182,7 +199,7 @@ def test_moe_without_shared_bf16(rng):
     assert np.linalg.norm(y.astype(np.float64) - ref) / np.linalg.norm(ref) < 2e-2
 
 
-def test_moe_from_stored_checkpoint(rng, tmp_path):
+def test_moe_from_stored_checkpoint(rng, tmp_path, moe_path):
     """Quantized per-expert weights with HF names -> io -> KbitMoE.from_state_dict."""
     from kbitcupy import io as kio
 
@@ -197,8 +214,8 @@ def test_moe_from_stored_checkpoint(rng, tmp_path):
         sd[f"{pre}shared_expert.{n}_proj.weight"] = kb.quantize(w, 4)
     p = str(tmp_path / "moe.safetensors")
     kio.save(p, sd)
-    moe = KbitMoE.from_state_dict(kio.load(p), pre, top_k=2)
-    direct = KbitMoE.from_float(router, g, u, d, 2, k=4, shared=shared, shared_gate=sg)
+    moe = KbitMoE.from_state_dict(kio.load(p), pre, top_k=2, **moe_path)
+    direct = KbitMoE.from_float(router, g, u, d, 2, k=4, shared=shared, shared_gate=sg, **moe_path)
     x = rng.standard_normal((3, 128)).astype(np.float16)
     assert np.array_equal(moe(x), direct(x))
     with pytest.raises(KeyError):
@@ -212,5 +229,6 @@ def test_moe_errors(rng):
     moe = KbitMoE.from_float(router, g, u, d, 2, k=4)
     with pytest.raises(ValueError, match="hidden"):
         moe(np.zeros((1, 64), np.float16))
+    assert moe(np.zeros((0, 128), np.float16)).shape == (0, 128)
     with pytest.raises(ValueError, match="experts"):
         KbitMoE(router, moe.experts["down"][:3], 2, gate_up=moe.experts["gate_up"][:3])

