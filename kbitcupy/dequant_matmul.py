@@ -3,23 +3,29 @@
 out[M, N] = A[M, K] @ Wd[N, K]^T with Wd = dequantize(qw) in A's dtype (tensor_scale
 included), fp32 accumulation (CUBLAS_COMPUTE_32F), fp16 or bf16 in and out.
 
-cuBLAS is called directly (cublasGemmEx through cupy_backends), not through
-cupy.matmul, which refuses cuBLAS during stream capture.  In cuBLAS' column-major
+cuBLAS is called through ctypes on libcublas itself (the library CuPy loads), with a
+handle of our own per (thread, device): CuPy refuses cuBLAS during stream capture at
+every level (cupy.matmul and cupy_backends' setStream/gemmEx raise
+NotImplementedError while the stream is capturing), while cuBLAS itself supports
+capture.  Before every call the handle gets the current stream and a workspace of
+our own (cublasSetStream resets the workspace to cuBLAS' default pool, which may
+allocate), so the call is capturable in a CUDA graph.  In cuBLAS' column-major
 terms the row-major product is C^T[N, M] = Wd * A^T: transa = T on Wd (lda = K),
-transb = N on A (ldb = K), ldc = N.  The handle (CuPy's per-thread handle of the
-current device) gets the current stream before every call, host pointer mode for
-alpha/beta (restored afterwards), so the call is capturable in a CUDA graph.
+transb = N on A (ldb = K), ldc = N; alpha = 1, beta = 0 as host float32.
 
-Buffers: one dequantization buffer per (device, stream, dtype), as large as the
-largest weight seen on it (a view of its first N*K elements serves smaller weights).
-Work on one stream is ordered, so it can share the buffer; two streams get two.
-When a larger weight arrives the buffer is replaced, and the old one is kept alive
-(``_RETIRED``) because a CUDA graph captured earlier may still write into it;
-``release_buffers()`` drops everything (call it only when no graph or pending
-kernel uses them).  The first call for a (stream, dtype) must not be inside a
-capture if the buffer has to grow (``reserve`` sizes it ahead of a capture).
+Buffers: one dequantization buffer and one cuBLAS workspace per (device, stream,
+dtype) / (device, stream); the dequantization buffer is as large as the largest
+weight seen on it (a view of its first N*K elements serves smaller weights).  Work
+on one stream is ordered, so it can share them; two streams get two.  When a larger
+weight arrives the buffer is replaced and the old one kept alive (``_RETIRED``)
+because a CUDA graph captured earlier may still write into it;
+``release_buffers()`` drops everything (call it only when no graph or pending kernel
+uses them).  The first call on a stream (handle, workspace, buffer) must not be
+inside a capture; ``reserve`` prepares a stream ahead of a capture.
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -50,11 +56,15 @@ def _buffer(dev: int, stream, dtype, n: int):
 
 
 def reserve(N: int, K: int, dtype=np.float16, stream=None):
-    """Size the current (or given) stream's buffer for an [N, K] weight ahead of a graph capture."""
+    """Prepare the current (or given) stream for an [N, K] weight ahead of a graph capture:
+    dequantization buffer, cuBLAS handle and workspace."""
     import cupy as cp
 
     stream = stream or cp.cuda.get_current_stream()
-    _buffer(cp.cuda.Device().id, stream, dtype, N * K)
+    dev = cp.cuda.Device().id
+    _buffer(dev, stream, dtype, N * K)
+    _handle(dev)
+    _cublas_workspace(dev, stream)
 
 
 def release_buffers():
@@ -62,28 +72,122 @@ def release_buffers():
     _RETIRED.clear()
 
 
+# ----------------------------------------------------------------------------- cuBLAS via ctypes
+_LIB: list = []
+_TLS = threading.local()
+_WORKSPACES: dict = {}
+_CUBLAS_OP_N, _CUBLAS_OP_T = 0, 1
+_CUBLAS_COMPUTE_32F = 68
+_CUBLAS_GEMM_DEFAULT = -1
+
+
+def _cublas_lib():
+    if _LIB:
+        return _LIB[0]
+    import ctypes
+    import importlib
+
+    paths = []
+    try:  # load the libcublas CuPy uses (CuPy >= 14 finds it through cuda.pathfinder)
+        importlib.import_module("cupy_backends.cuda.libs.cublas")
+    except Exception:
+        pass
+    try:
+        from cuda import pathfinder
+
+        p = pathfinder.load_nvidia_dynamic_lib("cublas").abs_path
+        if p:
+            paths.append(p)
+    except Exception:
+        pass
+    paths += ["libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"]
+    lib, errors = None, []
+    for p in paths:
+        try:
+            lib = ctypes.CDLL(p)
+            break
+        except OSError as e:
+            errors.append(str(e))
+    if lib is None:
+        raise RuntimeError("kbitcupy: cannot load libcublas: " + "; ".join(errors))
+    vp, i, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+    for name, args in (("cublasCreate_v2", [ctypes.POINTER(vp)]),
+                       ("cublasSetStream_v2", [vp, vp]),
+                       ("cublasSetWorkspace_v2", [vp, vp, sz]),
+                       ("cublasSetPointerMode_v2", [vp, i]),
+                       ("cublasGemmEx", [vp, i, i, i, i, i, vp, vp, i, i, vp, i, i, vp, vp, i, i, i, i])):
+        f = getattr(lib, name)
+        f.argtypes = args
+        f.restype = i
+    _LIB.append(lib)
+    return lib
+
+
+def _check(status, what):
+    if status != 0:
+        raise RuntimeError(f"{what} failed with cuBLAS status {status}")
+
+
+def _handle(dev: int, stream=None):
+    """This thread's cuBLAS handle for device `dev` (host pointer mode)."""
+    import ctypes
+
+    handles = getattr(_TLS, "handles", None)
+    if handles is None:
+        handles = _TLS.handles = {}
+    h = handles.get(dev)
+    if h is None:
+        import cupy as cp
+
+        if stream is not None and stream.is_capturing():
+            raise RuntimeError("kbitcupy.dequant_matmul: first call of this thread inside a CUDA graph capture; "
+                               "run it once before capturing, or call reserve(...) first")
+
+        lib = _cublas_lib()
+        hv = ctypes.c_void_p()
+        with cp.cuda.Device(dev):
+            _check(lib.cublasCreate_v2(ctypes.byref(hv)), "cublasCreate")
+        _check(lib.cublasSetPointerMode_v2(hv, 0), "cublasSetPointerMode")  # CUBLAS_POINTER_MODE_HOST
+        h = handles[dev] = hv
+    return h
+
+
+def _cublas_workspace(dev: int, stream):
+    key = (dev, stream.ptr)
+    ws = _WORKSPACES.get(key)
+    if ws is None:
+        import cupy as cp
+
+        if stream.is_capturing():
+            raise RuntimeError("kbitcupy.dequant_matmul: first call on this stream inside a CUDA graph capture; "
+                               "run it once before capturing, or call reserve(...) first")
+        major = cp.cuda.Device(dev).compute_capability[:-1]
+        size = (32 << 20) if int(major) >= 9 else (4 << 20)  # cuBLAS' recommended sizes
+        ws = _WORKSPACES[key] = cp.empty(size, dtype=cp.uint8)
+    return ws
+
+
 def cublas_gemm_nt(A, W, out):
     """out[M, N] = A[M, K] @ W[N, K]^T (row-major, fp16/bf16, fp32 accumulation) on the
-    current stream with cublasGemmEx; capturable."""
+    current stream with cublasGemmEx; capturable once the stream has been used."""
+    import ctypes
+
     import cupy as cp
-    from cupy_backends.cuda.libs import cublas
 
     M, K = A.shape
     N = W.shape[0]
     dt = _CUDA_R_16BF if A.dtype == bfloat16 else _CUDA_R_16F
-    handle = cp.cuda.device.get_cublas_handle()
-    cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
-    mode = cublas.getPointerMode(handle)
-    if mode != cublas.CUBLAS_POINTER_MODE_HOST:
-        cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-    try:
-        cublas.gemmEx(handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, N, M, K,
-                      _ONE.ctypes.data, W.data.ptr, dt, K, A.data.ptr, dt, K,
-                      _ZERO.ctypes.data, out.data.ptr, dt, N,
-                      cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
-    finally:
-        if mode != cublas.CUBLAS_POINTER_MODE_HOST:
-            cublas.setPointerMode(handle, mode)
+    dev = A.device.id
+    stream = cp.cuda.get_current_stream()
+    lib = _cublas_lib()
+    h = _handle(dev, stream)
+    ws = _cublas_workspace(dev, stream)
+    _check(lib.cublasSetStream_v2(h, ctypes.c_void_p(stream.ptr)), "cublasSetStream")
+    _check(lib.cublasSetWorkspace_v2(h, ctypes.c_void_p(ws.data.ptr), ws.nbytes), "cublasSetWorkspace")
+    _check(lib.cublasGemmEx(h, _CUBLAS_OP_T, _CUBLAS_OP_N, N, M, K,
+                            _ONE.ctypes.data, W.data.ptr, dt, K, A.data.ptr, dt, K,
+                            _ZERO.ctypes.data, out.data.ptr, dt, N,
+                            _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT), "cublasGemmEx")
     return out
 
 

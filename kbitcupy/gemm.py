@@ -1,11 +1,13 @@
 """Launcher for the fused dequant + MMA GEMM (cuda_src/kbit_gemm.cu), M = 9..~256.
 
 ``gemm(A, qw, out)`` computes out[M, N] = A[M, K] @ W^T for a TILED k-bit weight on the
-GPU.  It allocates nothing on the hot path (the split-K workspace is cached per
-(device, stream) and only grows), never synchronises with the host and is capturable
-in a CUDA graph once a first call of the same (or a larger) shape has run outside
-the capture (that call compiles/loads the kernel and sizes the workspace; see
-``reserve``).
+GPU (any M >= 1; meant for M = 9..~256).  It allocates nothing on the hot path (the
+split-K workspace is allocated once per (device, stream), about 17 MB on an H100 --
+enough for every default plan -- and only grows for larger forced k_splits), never
+synchronises with the host and is capturable in a CUDA graph once a first call of the
+same shape has run outside the capture (that call compiles/loads the kernel, sets its
+shared-memory attribute and sizes the workspace; ``reserve`` does the same without
+computing).
 
 Kernel configuration (see the .cu header for the design):
   * M_BLOCKS (1..4) m16 blocks per CTA, m_tiles CTAs along M: M is cut into
@@ -38,7 +40,7 @@ import numpy as np
 
 from ._compile import Family, register
 from .quantize import CTYPE
-from .reference import KB_PER_TILE, TILE_K, TILE_N as LAYOUT_TILE_N, bfloat16
+from .reference import TILE_K, bfloat16
 
 THREADS = 128
 M_BLOCK_CHOICES = (1, 2, 3, 4)
@@ -228,9 +230,15 @@ def _workspace(dev_id: int, stream, floats: int, counters: int):
                            "call once before capturing, or call kbitcupy.gemm.reserve(...) first")
     import cupy as cp
 
-    f = max(floats, cur[0].size if cur else 0, 1)
-    c = max(counters, cur[1].size if cur else 0, 1)
-    f = -(-int(f * 1.25) // 4096) * 4096 if f > 1 else 1
+    # first allocation: the largest workspace a default plan can ask for (one wave of
+    # CTAs, each a 64 x 128 fp32 partial; about 17 MB on an H100), so that later calls
+    # (and captures) rarely need to grow it
+    sms = device_info(dev_id)["sms"]
+    f0 = cur[0].size if cur else sms * MAX_OCCUPANCY * MAX_TILE_M * 128
+    c0 = cur[1].size if cur else sms * MAX_OCCUPANCY
+    f = f0 if floats <= f0 else floats + floats // 4  # grow with some slack
+    c = c0 if counters <= c0 else counters + counters // 4
+    f = -(-f // 4096) * 4096
     c = -(-c // 256) * 256
     if cur is not None:
         _RETIRED.append(cur)
@@ -251,7 +259,8 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, til
     p = plan(M, N, K, k, tname, dev, k_splits, tile_n)
     _set_smem(p)
     stream = stream or cp.cuda.get_current_stream()
-    _workspace(dev, stream, p.ws_floats, p.tiles)
+    if p.k_splits > 1:
+        _workspace(dev, stream, p.ws_floats, p.tiles)
     return p
 
 
@@ -306,7 +315,10 @@ def gemm(A, qw, out, k_splits=None, tile_n=None):
         return dequant_matmul(A, qw, out)
     _set_smem(p)
     stream = cp.cuda.get_current_stream()
-    ws, cnt = _workspace(dev, stream, p.ws_floats, p.tiles)
+    if p.k_splits > 1:
+        ws, cnt = _workspace(dev, stream, p.ws_floats, p.tiles)
+    else:
+        ws = cnt = out  # not dereferenced without split-K
     vec2 = 1 if (N % 2 == 0 and out.data.ptr % 4 == 0) else 0
     p.fn((p.grid,), (THREADS,), (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N),
                                  np.int32(K), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
