@@ -110,6 +110,14 @@ def stream_ctx(orig):
     return contextlib.nullcontext()
 
 
+def check_out(out, shape, dtype, name: str = "out"):
+    """The backend view of a caller's out= array, checked for shape, dtype and contiguity."""
+    o, _ = to_backend(out, name)
+    if tuple(o.shape) != tuple(shape) or o.dtype != dtype or not o.flags.c_contiguous:
+        raise ValueError(f"{name} must be a contiguous {dtype_name(dtype)} array of shape {tuple(shape)}")
+    return o
+
+
 def device_of(a) -> int:
     return a.device.id
 

@@ -97,8 +97,7 @@ class Family:
             raise ValueError(f"{self.source}: no kernel instantiation for {key}") from None
         import cupy
 
-        dev = cupy.cuda.Device().id
-        gkey = (dev, self.group_of(key))
+        gkey = (cupy.cuda.runtime.getDevice(), self.group_of(key))
         mod = self._modules.get(gkey)
         if mod is None:
             with self._lock:

@@ -77,7 +77,7 @@ def gpu_family(device_id: Optional[int] = None) -> str:
     try:
         import cupy as cp
 
-        dev = cp.cuda.Device().id if device_id is None else int(device_id)
+        dev = cp.cuda.runtime.getDevice() if device_id is None else int(device_id)
     except Exception:
         return "default"
     fam = _FAMILY_CACHE.get(dev)

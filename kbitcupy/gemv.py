@@ -48,31 +48,35 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
     return warps, depth, smem, groups
 
 
-_PLANS: dict = {}
-_SMEM_SET: dict = {}
+_LAUNCH: dict = {}
+
+
+def _launch_config(dev, M, N, K, qw, tname, plan_override):
+    """(kernel, grid, block, smem, scalar args) for one call shape, built once."""
+    p = plan(N, K, M, qw.k, **(dict(plan_override) if plan_override else {}))
+    warps, depth, smem, grid = p
+    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth))
+    if fn.max_dynamic_shared_size_bytes < smem:
+        fn.max_dynamic_shared_size_bytes = smem
+    return fn, (grid,), (warps * 32,), smem, (np.int32(M), np.int32(N), np.int32(K))
 
 
 def gemv(A, qw, out, plan_override=None):
     """C[M, N] = A[M, K] @ W^T on CuPy arrays already validated by matmul(); out given.
 
-    No allocation, no host synchronisation: capturable in a CUDA graph."""
+    No allocation, no host synchronisation: capturable in a CUDA graph.  The launch
+    configuration is cached per (device, shape, k, dtype, layout), so a call is a dict
+    lookup and the kernel launch."""
     M, K = A.shape
     N = qw.shape[0]
     if not 1 <= M <= MAX_M:
         raise ValueError(f"gemv handles M = 1..{MAX_M} rows of A, got M = {M}; use kbitcupy.matmul")
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    key = (N, K, M, qw.k, plan_override)
-    p = _PLANS.get(key)
-    if p is None:
-        p = plan(N, K, M, qw.k, **(dict(plan_override) if plan_override else {}))
-        _PLANS[key] = p
-    warps, depth, smem, grid = p
-    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth))
-    fkey = (id(fn), fn)
-    if _SMEM_SET.get(id(fn), 0) < smem:
-        fn.max_dynamic_shared_size_bytes = max(smem, 48 * 1024)
-        _SMEM_SET[id(fn)] = smem
-        _SMEM_SET[("keep", id(fn))] = fkey  # keep fn alive so its id stays unique
-    fn((grid,), (warps * 32,), (A, qw.packed, qw.absmax, qw.codebook, out, np.int32(M), np.int32(N), np.int32(K),
-                                np.float32(qw.tensor_scale)), shared_mem=smem)
+    key = (A.data.device_id, M, N, K, qw.k, tname, qw.absmax.dtype.char, qw.layout, plan_override)
+    cfg = _LAUNCH.get(key)
+    if cfg is None:
+        cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override)
+    fn, grid, block, smem, dims = cfg
+    fn(grid, block, (A, qw.packed, qw.absmax, qw.codebook, out) + dims + (np.float32(qw.tensor_scale),),
+       shared_mem=smem)
     return out

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import reference as R
-from ._arrays import (check_same_device, dtype_name, from_backend, kind, stream_ctx, to_backend)
+from ._arrays import check_out, check_same_device, dtype_name, from_backend, kind, stream_ctx, to_backend
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
 from .reference import bfloat16
@@ -547,9 +547,7 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
         if out is None:
             out_ = cp.empty((rows, N), dtype=A_.dtype)
         else:
-            out_, _ = to_backend(out, "out")
-            if out_.shape != (rows, N) or out_.dtype != A_.dtype or not out_.flags.c_contiguous:
-                raise ValueError(f"out must be a contiguous {dtype_name(A_.dtype)} array of shape {(rows, N)}")
+            out_ = check_out(out, (rows, N), A_.dtype)
             if kind(out_) != "cupy" or out_.device.id != A_.device.id:
                 raise ValueError("out must be on the same GPU as A_sorted")
             if out_.data.ptr % 4:
@@ -647,6 +645,13 @@ def _grouped_cpu(A, kd, bank, expert_ids, offsets, max_tokens, out):
             raise ValueError(f"out must be a {dtype_name(A.dtype)} array of shape {(rows, N)}")
     else:
         o = np.zeros((rows, N), dtype=A.dtype)
+    _per_slot_reference(A, bank, ids, offs, o, np.float32)
+    return out if out is not None else from_backend(o, kd)
+
+
+def _per_slot_reference(A, bank, ids, offs, out, dtype):
+    """out[r0:r1] = A[r0:r1] @ W_e^T for every slot, in `dtype` arithmetic, with each
+    expert dequantized once (the NumPy backend and the oracle share this loop)."""
     cache = {}
     for s in range(ids.size):
         r0, r1 = int(offs[s]), int(offs[s + 1])
@@ -655,9 +660,9 @@ def _grouped_cpu(A, kd, bank, expert_ids, offsets, max_tokens, out):
         e = int(ids[s])
         if e not in cache:
             w = bank.expert(e)
-            cache[e] = R.dequantize_tiled(w.packed, w.absmax, w.codebook, w.k, w.shape, w.tensor_scale, np.float32)
-        o[r0:r1] = (A[r0:r1].astype(np.float32) @ cache[e].T).astype(A.dtype)
-    return out if out is not None else from_backend(o, kd)
+            cache[e] = R.dequantize_tiled(w.packed, w.absmax, w.codebook, w.k, w.shape, w.tensor_scale,
+                                          np.float32).astype(dtype)
+        out[r0:r1] = (A[r0:r1].astype(dtype) @ cache[e].T).astype(out.dtype)
 
 
 def reference_grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets) -> np.ndarray:
@@ -669,15 +674,5 @@ def reference_grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets
     offs = np.asarray(offsets.get() if hasattr(offsets, "get") else offsets).astype(np.int64)
     b = bank.cpu()
     out = np.full((A.shape[0], b.N), np.nan)
-    cache = {}
-    for s in range(ids.size):
-        r0, r1 = int(offs[s]), int(offs[s + 1])
-        if r1 == r0:
-            continue
-        e = int(ids[s])
-        if e not in cache:
-            w = b.expert(e)
-            cache[e] = R.dequantize_tiled(w.packed, w.absmax, w.codebook, w.k, w.shape, w.tensor_scale,
-                                          np.float32).astype(np.float64)
-        out[r0:r1] = A[r0:r1] @ cache[e].T
+    _per_slot_reference(A, b, ids, offs, out, np.float64)
     return out

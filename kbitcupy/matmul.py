@@ -1,10 +1,16 @@
 """matmul(A, qw): C = A @ W^T with W k-bit quantized; validation and kernel dispatch."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import reference as R
-from ._arrays import from_backend, stream_ctx, to_backend
+from ._arrays import check_out, from_backend, stream_ctx, to_backend
+from .dequant_matmul import dequant_matmul
+from .dispatch import choose
+from .gemm import gemm
+from .gemv import MAX_M as GEMV_MAX_M, gemv
 from .reference import bfloat16
 from .weight import KbitWeight
 
@@ -12,14 +18,16 @@ _ACT_DTYPES = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None els
 
 
 def _dispatch_gpu(A, qw, out):
-    """Pick the kernel for this M (see profiling/results for the measured crossovers)."""
-    M = A.shape[0]
-    if M <= 8:
-        from .gemv import gemv
-
+    """Pick the kernel for this call from the measured crossovers (kbitcupy.dispatch)."""
+    M, K = A.shape
+    if qw.layout == "tiled":
+        kind_ = choose(M, qw.shape[0], K, qw.k, A.dtype)
+    else:  # the flat layout has the GEMV and the dequantize path only
+        kind_ = "gemv" if M <= GEMV_MAX_M else "dq"
+    if kind_ == "gemv":
         return gemv(A, qw, out)
-    from .dequant_matmul import dequant_matmul
-
+    if kind_ == "gemm":
+        return gemm(A, qw, out)
     return dequant_matmul(A, qw, out)
 
 
@@ -49,7 +57,7 @@ def matmul(A, qw: KbitWeight, out=None):
     _check(A_, qw, None)
     lead = A_.shape[:-1]
     N, K = qw.shape
-    M = int(np.prod(lead)) if lead else 1
+    M = math.prod(lead)
     if kd in ("numpy", "torch_cpu"):
         if qw.on_gpu:
             raise ValueError("A is on the CPU but the weight is on the GPU; move one of them")
@@ -64,8 +72,8 @@ def matmul(A, qw: KbitWeight, out=None):
         return from_backend(C, kd)
     if not qw.on_gpu:
         raise ValueError("A is on the GPU but the weight is on the CPU; call qw.cuda()")
-    if A_.device.id != qw.packed.device.id:
-        raise ValueError(f"A is on device {A_.device.id} but the weight on device {qw.packed.device.id}")
+    if A_.data.device_id != qw.packed.data.device_id:
+        raise ValueError(f"A is on device {A_.data.device_id} but the weight on device {qw.packed.data.device_id}")
     if A_.data.ptr % 16:
         raise ValueError("A's data pointer must be 16-byte aligned")
     import cupy as cp
@@ -74,12 +82,13 @@ def matmul(A, qw: KbitWeight, out=None):
         if out is None:
             out_ = cp.empty(lead + (N,), dtype=A_.dtype)
         else:
-            out_, okd = to_backend(out, "out")
-            if out_.shape != lead + (N,) or out_.dtype != A_.dtype or not out_.flags.c_contiguous:
-                raise ValueError(f"out must be a contiguous {A_.dtype} array of shape {lead + (N,)}")
+            out_ = check_out(out, lead + (N,), A_.dtype)
         if M == 0:
             return out if out is not None else from_backend(out_, kd)
-        _dispatch_gpu(A_.reshape(M, K), qw, out_.reshape(M, N))
+        if A_.ndim == 2:  # the common case: no reshaped views to build
+            _dispatch_gpu(A_, qw, out_)
+        else:
+            _dispatch_gpu(A_.reshape(M, K), qw, out_.reshape(M, N))
     if out is not None:
         return out
     return from_backend(out_, kd)

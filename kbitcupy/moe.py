@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._arrays import dtype_name, from_backend, kind, stream_ctx, to_backend
+from ._arrays import check_out, dtype_name, from_backend, kind, stream_ctx, to_backend
 from .grouped import ERR_EXPERT_ID, GROUPED, KbitExpertBank, _err_buffer, dequantize_experts, grouped_matmul
 from .reference import bfloat16
 
@@ -185,9 +185,7 @@ def silu_mul(gate, up, out=None):
         if out is None:
             o = cp.empty((rows, I), dtype=g_.dtype)
         else:
-            o, _ = to_backend(out, "out")
-            if o.shape != (rows, I) or o.dtype != g_.dtype or not o.flags.c_contiguous:
-                raise ValueError(f"out must be a contiguous {dtype_name(g_.dtype)} array of shape {(rows, I)}")
+            o = check_out(out, (rows, I), g_.dtype)
         if rows and I:
             fn = GROUPED.function(("silu", dtype_name(g_.dtype)))
             blocks = int(min(-(-rows * I // 256), 132 * 16))
@@ -229,9 +227,7 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None):
         if out is None:
             o = cp.empty((T, H), dtype=c_.dtype)
         else:
-            o, _ = to_backend(out, "out")
-            if o.shape != (T, H) or o.dtype != c_.dtype or not o.flags.c_contiguous:
-                raise ValueError(f"out must be a contiguous {dtype_name(c_.dtype)} array of shape {(T, H)}")
+            o = check_out(out, (T, H), c_.dtype)
         if T and H:
             fn = GROUPED.function(("combine", dtype_name(c_.dtype), wdt))
             blocks = int(min(-(-T * H // 256), 132 * 16))

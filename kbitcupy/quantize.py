@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 
 from . import reference as R
-from ._arrays import from_backend, normalize_dtype, stream_ctx, to_backend
+from ._arrays import check_out, from_backend, normalize_dtype, stream_ctx, to_backend
 from ._compile import Family, register
 from .weight import KbitWeight
 
@@ -173,10 +173,7 @@ def dequantize(qw: KbitWeight, dtype=None, out=None):
     if out is None:
         out = cp.empty((N, K), dtype=dt)
     else:
-        out_a, _ = to_backend(out, "out")
-        if out_a.shape != (N, K) or out_a.dtype != dt or not out_a.flags.c_contiguous:
-            raise ValueError(f"out must be a contiguous {_dname(dt)} array of shape {(N, K)}")
-        out = out_a
+        out = check_out(out, (N, K), dt)
     fn = QUANT.function(("dq", qw.k, _dname(dt), _dname(qw.absmax.dtype), qw.layout == "tiled"))
     fn((_grid(N * K // 8),), (256,), (qw.packed, qw.absmax, qw.codebook, out, np.int32(N), np.int32(K),
                                        np.float32(qw.tensor_scale)))
