@@ -24,7 +24,7 @@
 // weights stay in flight per lane (register ring).  A is staged in shared memory.
 // ABS: unsigned char (E4M4) or float.  TILED: repacked layout, else flat.
 template <int K, typename T, typename ABS, bool TILED, int D>
-__global__ void __launch_bounds__(512, 1) kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed,
+__global__ void __launch_bounds__(512, (D == 2 && K <= 4) ? 2 : 1) kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed,
                                                     const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                                     T* __restrict__ C, int M, int N, int Kdim, float tensor_scale) {
     extern __shared__ __align__(16) unsigned char smem[];

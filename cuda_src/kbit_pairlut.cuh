@@ -17,16 +17,18 @@ template <int K> struct PairLut {
 template <int K, typename T>
 __device__ __forceinline__ void build_pair_lut(u32* lut, const float* cb_s) {
     typedef typename KbitType<T>::T2 T2;
-    // Consecutive threads write consecutive 16-byte chunks (4 copies of one entry), so
-    // the stores are bank-conflict free (writing one entry's 32 copies per thread
-    // would put a whole warp on the same four banks).
-    constexpr int CHUNKS_PER_ENTRY = PairLut<K>::COPIES / 4;
-    uint4* dst = reinterpret_cast<uint4*>(lut);
-    for (int i = threadIdx.x; i < PairLut<K>::WORDS / 4; i += blockDim.x) {
-        const u32 e = (u32)(i / CHUNKS_PER_ENTRY);
-        T2 v = KbitType<T>::pack2(cb_s[deinterleave_even(e)], cb_s[deinterleave_even(e >> 1)]);
-        u32 u = *reinterpret_cast<u32*>(&v);
-        dst[i] = make_uint4(u, u, u, u);
+    // One thread per distinct entry (computed once) writes its COPIES/4 16-byte chunks,
+    // starting at chunk (thread % CH) and rotating: the 8 threads of each quarter-warp
+    // then hit 8 different chunk positions = all 32 banks, so every store instruction
+    // runs at the minimum 4 wavefronts (the same chunk for all threads was 32-way).
+    constexpr int CH = PairLut<K>::COPIES / 4;
+    for (int e = threadIdx.x; e < PairLut<K>::ENTRIES; e += blockDim.x) {
+        T2 v = KbitType<T>::pack2(cb_s[deinterleave_even((u32)e)], cb_s[deinterleave_even((u32)e >> 1)]);
+        const u32 u = *reinterpret_cast<u32*>(&v);
+        const uint4 q = make_uint4(u, u, u, u);
+        uint4* dst = reinterpret_cast<uint4*>(lut) + e * CH;
+#pragma unroll
+        for (int c = 0; c < CH; c++) dst[(c + e) & (CH - 1)] = q;
     }
 }
 
