@@ -65,7 +65,11 @@ def _crc(*arrays) -> int:
 
 
 def _device_index(device) -> Optional[int]:
-    """None for the CPU, else the CUDA device index ('cuda', 'cuda:1', 1, a torch.device)."""
+    """None for the CPU, else the CUDA device index ('cuda', 'cuda:1', 1, a torch.device).
+
+    Plain 'cuda' (or torch.device('cuda'), whose index is None) means CuPy's current device,
+    where the rest of kbitcupy allocates.
+    """
     if device is None:
         return None
     if isinstance(device, int) and not isinstance(device, bool):
@@ -74,7 +78,14 @@ def _device_index(device) -> Optional[int]:
     if s == "cpu":
         return None
     if s == "cuda":
-        return getattr(device, "index", None) or 0
+        # Only a torch.device carries an index attribute worth reading: a str has a *method*
+        # called index (str.index), which used to leak into cupy.cuda.Device(...) as the device.
+        idx = None if isinstance(device, str) else getattr(device, "index", None)
+        if isinstance(idx, int) and not isinstance(idx, bool):
+            return idx
+        import cupy as cp
+
+        return int(cp.cuda.runtime.getDevice())
     if s.startswith("cuda:") and s[5:].isdigit():
         return int(s[5:])
     raise ValueError(f"device must be None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")

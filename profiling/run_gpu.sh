@@ -37,4 +37,10 @@ PY
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
       --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis python3 "$OUT/ncu_driver.py" > "$OUT/ncu.txt" 2>&1
   grep -E "Duration|Throughput|Occupancy|Registers|Shared Memory|Stall|Warp Cycles|Issue|Block Limit|Waves|Executed Ipc|Bank" "$OUT/ncu.txt" | head -60
+  # where the warps wait (per issued instruction)
+  m=""; for r in long_scoreboard short_scoreboard mio_throttle lg_throttle barrier wait math_pipe_throttle not_selected selected dispatch_stall no_instruction branch_resolving membar sleeping tex_throttle drain imc_miss misc; do
+    m="$m,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"; done
+  ncu --clock-control none --cache-control all -k regex:kbit_gemv --launch-skip 2 --launch-count 1 --metrics "${m#,}" \
+      python3 "$OUT/ncu_driver.py" > "$OUT/ncu_stalls.txt" 2>&1
+  grep -E "stalled" "$OUT/ncu_stalls.txt" | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | sort -k3 -rn | head -20
 fi

@@ -59,10 +59,20 @@ def test_mlp_gpu(cp, rng):
     m = KbitMLP.from_float(g, u, d, k=4)
     ms = KbitMLP.from_float(g, u, d, k=4, fused=False)
     x = cp.asarray(rng.standard_normal((3, 2048)).astype(np.float16))
+    y = m(x)
+    # kernels: the same codes through the NumPy reference path (float32 matmuls rounded to fp16)
+    m_cpu = KbitMLP(m.down.cpu(), gate_up=m.gate_up.cpu())
+    assert _rel(y, m_cpu(x.get())) < 5e-3
+    assert _rel(y, ms(x)) < 2e-3  # fused gate/up == separate gate, up
+    # quantization: against the float weights.  Each 4-bit weight here has ~0.087 relative
+    # error; silu(gate x) * (up x) and then down compound three of them, ~sqrt(3) * 0.087 =
+    # 0.15.  The NumPy backend on this exact test (k=4, these shapes, weights * 0.03), 300
+    # seeds: mean 0.153, std 0.006, max 0.173 -- 0.15 was the mean, not a bound (the H200
+    # log's seed 1374986961 gives 0.15839 on the CPU, 0.15844 on the GPU).  0.20 = mean + 7 std.
     xf = x.astype(cp.float32)
     h = (xf @ g.astype(cp.float32).T)
     ref = (h / (1 + cp.exp(-h)) * (xf @ u.astype(cp.float32).T)) @ d.astype(cp.float32).T
-    assert _rel(m(x), ref) < 0.25 and _rel(m(x), ms(x)) < 2e-3  # two 4-bit layers: ~15 % error
+    assert _rel(y, ref) < 0.20
 
 
 def _moe_weights(cp, rng, E=16, H=2048, I=256):

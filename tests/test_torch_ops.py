@@ -133,9 +133,13 @@ def test_op_cuda_zero_copy(dtype):
 
 @pytest.mark.gpu
 def test_runs_on_torch_current_stream(monkeypatch):
+    import importlib
+
     import cupy as cp
 
-    from kbitcupy import matmul as mm
+    # the module, not the function: `from kbitcupy import matmul` gives kbitcupy.matmul the
+    # function (re-exported in kbitcupy/__init__.py), which shadows the submodule attribute
+    mm = importlib.import_module("kbitcupy.matmul")
 
     seen = []
     orig = mm._dispatch_gpu
