@@ -44,3 +44,10 @@ PY
       python3 "$OUT/ncu_driver.py" > "$OUT/ncu_stalls.txt" 2>&1
   grep -E "stalled" "$OUT/ncu_stalls.txt" | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | sort -k3 -rn | head -20
 fi
+# compute-sanitizer over small shapes of every family: SANITIZE=1
+if [ "${SANITIZE:-0}" = "1" ]; then
+  for tool in memcheck racecheck synccheck; do
+    compute-sanitizer --tool $tool --error-exitcode 3 python3 profiling/sanitize_driver.py > "$OUT/sanitize_$tool.txt" 2>&1
+    echo "compute-sanitizer $tool: exit $? ($(grep -c 'rel err' "$OUT/sanitize_$tool.txt") checks; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|BAD:' "$OUT/sanitize_$tool.txt" | tr '\n' ' '))"
+  done
+fi
