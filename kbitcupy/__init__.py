@@ -8,11 +8,12 @@ from .weight import KbitWeight, from_packed
 from .quantize import quantize, dequantize, repack, quantize_kbit, dequantize_kbit, repack_kbit
 from .matmul import matmul, reference_matmul
 from ._compile import compile_all
+from .layers import KbitLinear, KbitMLP, KbitMoE
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BLOCKSIZE", "TILE_K", "TILE_N", "bfloat16", "create_codebook", "KbitWeight", "from_packed", "quantize",
     "dequantize", "repack", "quantize_kbit", "dequantize_kbit", "repack_kbit", "matmul", "reference_matmul",
-    "compile_all",
+    "compile_all", "KbitLinear", "KbitMLP", "KbitMoE",
 ]
