@@ -98,7 +98,9 @@ __global__ void __launch_bounds__(512, (D == 2 && K <= 4) ? 2 : 1) kbit_gemv(con
         cp_async_commit();
         if (threadIdx.x < 32) cb_s[threadIdx.x] = threadIdx.x < (1 << K) ? codebook[threadIdx.x] : 0.0f;
         __syncthreads();
+#ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
         build_pair_lut<K, T>(lut, cb_s);
+#endif
         cp_async_wait<0>();
         __syncthreads();
     }
@@ -122,7 +124,11 @@ __global__ void __launch_bounds__(512, (D == 2 && K <= 4) ? 2 : 1) kbit_gemv(con
 #pragma unroll
                 for (int b = 0; b < K; b++) { wA[b] = wr[j][0][b]; wB[b] = wr[j][1][b]; }
                 if (sl + D < S) load_step(j, sl + D);
+#ifndef KBIT_EXPERIMENT_NO_COMPUTE
                 block_pair_mma<K, T>(acc, wA, sA, wB, sB, a, lut_lane);
+#else  // keep the loads alive
+                acc[0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0].x) & 0x3fffffu);
+#endif
             }
         }
     }

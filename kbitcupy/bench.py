@@ -7,8 +7,25 @@ refuses cuBLAS during stream capture) and a streaming-read speed-of-light kernel
 exactly the bytes the kbit kernel reads are timed the same way, in the same process.
 
     python profiling/bench.py --M 1,2,4,8 --k 2,3,4,5 --shapes dense --plot
+    python profiling/bench.py --M 1,2,4,8,16,32,64,128,256,512 --tag dense_allM
+    python profiling/bench.py --shapes moe --tag moe                 # grouped experts vs fp16
+    python profiling/bench.py --shapes none --moe-layer --tag layer   # full MoE layer step
 
-Adding a kernel column is one line in COLUMNS; adding a shape is one line in SHAPES.
+Dense columns: GEMV (M <= 8), GEMM (fused dequant + MMA), dq+cuBLAS (dequantize into a
+buffer + cuBLAS), matmul (the dispatched call).  Adding a kernel column is one line in
+COLUMNS (MOE_COLUMNS for the expert shapes); adding a dense shape is one line in
+DENSE_SHAPES.
+
+MoE expert shapes (moe_gu, moe_gu_fused, moe_dn; --experts active experts, --moe-M tokens
+per expert): ONE bank of 512 quantized experts per (shape, k); launch r of a graph reads
+experts (r * E + i) % 512, so an expert comes back only after the whole bank has been
+streamed (cold L2).  fp16: the same rotation over a 512-expert fp16 bank, as a loop of E
+torch.mm on views W[e] ("loop") and as one torch.bmm on the contiguous slice
+W[s:s+E] ("bmm", best case, no gather).
+
+MoE layer (--moe-layer): route + gate/up + SiLU*up + down + weighted sum for a decode
+batch of T tokens, top-k over 512 experts, rotating over R routing draws; see
+run_moe_layer for what each column contains.
 """
 from __future__ import annotations
 
@@ -16,6 +33,7 @@ import argparse
 import datetime as _dt
 import functools
 import json
+import math
 import os
 import re
 import shlex
@@ -55,15 +73,35 @@ class Shape:
 
 
 SHAPES: Dict[str, Shape] = {n: Shape(n, K, N) for n, (K, N) in DENSE_SHAPES.items()}
-# MoE shapes join here, e.g. SHAPES["moe_gu"] = Shape("moe_gu", 2048, 512, experts=8), together
-# with a Column whose applies() accepts shape.experts.
+
+# MoE (Qwen3-Coder-Next): hidden 2048, expert intermediate 512, 512 experts, top-10.
+MOE_HIDDEN, MOE_INTER, MOE_BANK, MOE_TOPK = 2048, 512, 512, 10
+MOE_EXPERTS = (8, 10)                    # active experts per grouped call (--experts)
+MOE_M = (1, 2, 4, 8, 16, 32, 64)         # tokens per expert (--moe-M)
+LAYER_T = (1, 8, 32)                     # decode batch of the layer step (--layer-T)
+MOE_TOTAL_SHAPES = ("moe_gu_fused", "moe_dn")  # MoE TOTAL: gate/up (fused) + down of one expert MLP
+
+
+def moe_shapes(H: int = MOE_HIDDEN, I: int = MOE_INTER) -> Dict[str, Shape]:
+    """Per-expert weights W[N, K] of one MoE layer; experts = default active count (--experts overrides)."""
+    return {"moe_gu": Shape("moe_gu", H, I, experts=MOE_EXPERTS[0]),
+            "moe_gu_fused": Shape("moe_gu_fused", H, 2 * I, experts=MOE_EXPERTS[0]),
+            "moe_dn": Shape("moe_dn", I, H, experts=MOE_EXPERTS[0])}
+
+
+SHAPES.update(moe_shapes())
 
 
 # ============================================================================ columns
+class NotApplicable(Exception):
+    """Raised by a column's launch (in the eager pass, before any capture) when the kernel cannot
+    run this configuration (e.g. GEMM: no pipeline depth fits in shared memory): the cell shows
+    '-' (JSON: us None, skipped: reason), not 'err', and no other kernel is timed in its place."""
+
+
 @dataclass
 class Ctx:
-    """What a column's launch gets.  Dense: A [M, K], qw a KbitWeight (tiled, on the GPU),
-    out [M, N].  MoE (shape.experts = E): A [E, M, K], qw a tuple of E KbitWeight, out [E, M, N]."""
+    """What a dense column's launch gets: A [M, K], qw a KbitWeight (tiled, on the GPU), out [M, N]."""
     A: object
     qw: object
     out: object
@@ -78,10 +116,42 @@ class Column:
     launch: Callable[[Ctx], object]        # must be capturable: no allocation, no host sync
 
 
+_GEMM_FIT: Dict[tuple, Optional[str]] = {}
+
+
+def _gemm_launch(c: Ctx):
+    """kbitcupy.gemm.gemm, but never its silent dequant + cuBLAS fallback: a configuration
+    whose kernel does not fit raises NotApplicable (shown as '-')."""
+    from . import gemm as G
+
+    M, K = c.A.shape
+    N = c.qw.shape[0]
+    tname = "bfloat16" if c.A.dtype == bfloat16 else "float16"
+    key = (c.A.device.id, M, N, K, c.qw.k, tname)
+    if key not in _GEMM_FIT:
+        try:
+            G.plan(M, N, K, c.qw.k, tname, c.A.device.id)
+            _GEMM_FIT[key] = None
+        except G.DoesNotFit as e:
+            _GEMM_FIT[key] = f"does not fit: {e}"
+    if _GEMM_FIT[key]:
+        raise NotApplicable(_GEMM_FIT[key])
+    return G.gemm(c.A, c.qw, c.out)
+
+
+def _dq_launch(c: Ctx):
+    from .dequant_matmul import dequant_matmul
+
+    return dequant_matmul(c.A, c.qw, c.out)
+
+
 COLUMNS: List[Column] = [
     Column("GEMV", applies=lambda s, M: s.experts is None and M <= GEMV_MAX_M, launch=lambda c: gemv(c.A, c.qw, c.out)),
+    Column("GEMM", applies=lambda s, M: s.experts is None and M >= 1, launch=_gemm_launch),
+    Column("dq+cuBLAS", applies=lambda s, M: s.experts is None, launch=_dq_launch),
     Column("matmul", applies=lambda s, M: s.experts is None, launch=lambda c: matmul(c.A, c.qw, out=c.out)),
 ]
+COLUMN_ALIASES = {"mma": "GEMM", "dq": "dq+cuBLAS", "dequant": "dq+cuBLAS"}
 
 # ============================================================================ rotation math
 COLD_FACTOR = 4     # the R copies together must span >= 4 x L2, so every launch reads DRAM
@@ -114,12 +184,27 @@ def _err(e: BaseException) -> dict:
 
 
 # ============================================================================ timers
+_STREAMS: dict = {}
+
+
+def _capture_stream(fresh: bool = False):
+    """One non-blocking stream per device for all captures: kbitcupy keys its workspaces
+    (gemm split-K, dequant buffer, cuBLAS workspace) by stream, so a new stream per timing
+    would allocate new ones every time.  fresh=True replaces it (after a failed capture)."""
+    import cupy as cp
+
+    dev = cp.cuda.Device().id
+    if fresh or dev not in _STREAMS:
+        _STREAMS[dev] = cp.cuda.Stream(non_blocking=True)
+    return _STREAMS[dev]
+
+
 def time_graph_cupy(fns: Sequence[Callable[[], object]], reps: int, warmup: int = 3) -> List[float]:
     """Capture fns (one launch each) into one CUDA graph; per-launch us of each of reps replays."""
     import cupy as cp
 
     cp.cuda.Device().synchronize()  # the capture stream is non-blocking: inputs must be ready
-    s = cp.cuda.Stream(non_blocking=True)
+    s = _capture_stream()
     with s:
         for f in fns:  # eager pass first: compiles, sets kernel attributes, fills host caches
             f()
@@ -450,6 +535,143 @@ def format_host_table(res: dict) -> str:
     return md_table(["shape"] + [f"k={k}" for k in ks], rows)
 
 
+def format_moe_tables(moe: dict) -> str:
+    """One markdown table per tokens-per-expert M: rows (shape, E, k), then TOTAL rows per (E, k)."""
+    m = moe["meta"]
+    names, dt = m["columns"], m["dtype"]
+    idx = {(c["shape"], c["experts"], c["k"], c["M"]): c for c in moe["cells"]}
+    header = ["shape", "E", "k", *names, f"{dt} loop", f"{dt} bmm", "SOL", "Best", f"vs {dt}", "% of SOL"]
+    parts = []
+    for M in m["M"]:
+        rows = []
+        for s in m["shapes"]:
+            for E in m["experts"]:
+                for k in m["k"]:
+                    c = idx.get((s, E, k, M))
+                    if c is None:
+                        continue
+                    fp = c.get("fp16") or {}
+                    rows.append([s, str(E), str(k), *[fmt_entry(c["columns"].get(n)) for n in names],
+                                 fmt_entry(fp.get("loop")), fmt_entry(fp.get("bmm")), fmt_entry(c.get("sol")),
+                                 c.get("best") or "-", fmt_x(c.get("vs_cublas")), fmt_pct(c.get("pct_sol"))])
+        for t in moe.get("totals") or []:
+            if t["M"] == M:
+                rows.append(["TOTAL", str(t["experts"]), str(t["k"]), *[fmt_us(t["columns"].get(n)) for n in names],
+                             fmt_us(t["fp16"].get("loop")), fmt_us(t["fp16"].get("bmm")), fmt_us(t["sol_us"]),
+                             fmt_us(t["best_us"]), fmt_x(t["vs_cublas"]), fmt_pct(t["pct_sol"])])
+        parts.append(f"### MoE, M = {M} token{'s' if M != 1 else ''} per expert\n\n" + md_table(header, rows))
+    return "\n\n".join(parts)
+
+
+def _method_mark(e) -> str:
+    return (e or {}).get("method") or "-"
+
+
+def format_layer_table(layer: dict) -> str:
+    """Rows (T, k).  The fp16 loop is independent of k (repeated); its eager column appears only
+    when some kbit call had to be timed eagerly."""
+    m = layer["meta"]
+    dt = m["dtype"]
+    rows_in = layer["rows"]
+    any_eager = any((r.get("fp16") or {}).get("eager") for r in rows_in)
+    header = ["T", "k", "experts/step", "moe_forward", "method", "kbit steps", "moe_route", f"{dt} loop"]
+    if any_eager:
+        header.append(f"{dt} loop (eager)")
+    header += ["SOL", f"vs {dt} (moe_forward)", f"vs {dt} (steps)", "% of SOL (steps)"]
+    rows = []
+    for T in m["T"]:
+        for k in m["k"]:
+            r = next((x for x in rows_in if x["T"] == T and x["k"] == k), None)
+            if r is None:
+                continue
+            fp = r.get("fp16") or {}
+            steps = fmt_entry(r.get("steps"))
+            if (r.get("steps") or {}).get("method") == "eager":
+                steps += " (eager)"
+            route = fmt_entry(r.get("route"))
+            if (r.get("route") or {}).get("method") == "eager":
+                route += " (eager)"
+            ept = r.get("experts_per_step")
+            row = [str(T), str(k), "-" if ept is None else f"{ept:.1f}", fmt_entry(r.get("moe_forward")),
+                   _method_mark(r.get("moe_forward")), steps, route, fmt_entry(fp.get("graph"))]
+            if any_eager:
+                row.append(fmt_entry(fp.get("eager")))
+            fwd_vs = fmt_x(r.get("vs_fp16_forward"))
+            if r.get("vs_fp16_forward") is not None and r.get("vs_fp16_forward_method") == "eager":
+                fwd_vs += " (eager)"
+            row += [fmt_entry(r.get("sol")), fwd_vs, fmt_x(r.get("vs_fp16_steps")), fmt_pct(r.get("pct_sol_steps"))]
+            rows.append(row)
+    return md_table(header, rows)
+
+
+def format_layer_setups(layer: dict) -> str:
+    rows = [[str(s["T"]), str(s["R"]), str(s["window"]), str(s["launches"]),
+             f"{s['distinct_mean']:.1f} ({s['distinct_min']}-{s['distinct_max']})"] for s in layer["meta"]["setups"]]
+    return md_table(["T", "routing draws R", "no-reuse window (steps)", "steps per graph", "experts per step"], rows)
+
+
+def _moe_section(moe: dict) -> List[str]:
+    m = moe["meta"]
+    dt = m["dtype"]
+    bb = list((m.get("bank_bytes") or {}).values())
+    span = f"{min(bb) / 2**20:.0f}-{max(bb) / 2**20:.0f} MiB kbit" if bb else "the whole bank"
+    lines = [
+        "## MoE expert matmuls (us per call over E active experts)", "",
+        f"- One bank of {m['bank_experts']} experts per (shape, k) (hidden {m['hidden']}, expert intermediate "
+        f"{m['inter']}), quantized from random normal * 0.02 fp16; the torch baseline reads the same fp16 bank "
+        f"(DLPack view). M = tokens per expert, E = active experts; A = [E x M, K] sorted by expert.",
+        f"- Cold L2: launch r of a graph reads experts (r x E + i) mod {m['bank_experts']}, so an expert is "
+        f"read again only after the whole bank ({span}) has been streamed; launches per graph as for dense "
+        f"(>= {COLD_FACTOR} x L2 of weight reads, >= {MIN_LAUNCHES}); median of replays / launches.",
+        "- Grouped = kbitcupy.grouped.grouped_matmul(A, bank, expert_ids, offsets, max_tokens=M, out, "
+        "method='kernel') with device int32 ids/offsets, one launch; matmul loop = E dispatched "
+        "kbitcupy.matmul calls on views of the bank.",
+        f"- {dt} loop = E torch.mm on the views W[e] of the fp16 bank (same rotation), one cuBLAS call per "
+        f"expert; {dt} bmm = one torch.bmm on the contiguous slice W[s:s+E] (no gather: the best case for "
+        f"{dt}, real routing would need a gather copy or the loop). Both captured in a torch CUDA graph.",
+        f"- Best = fastest kbit column; vs {dt} = min({dt} loop, {dt} bmm) / Best; SOL = streaming read of "
+        "E x (packed + absmax) + A bytes; % of SOL = SOL / Best.",
+        f"- TOTAL = {' + '.join(m['total_shapes']) or '(needs moe_gu_fused and moe_dn in the run)'} "
+        "(gate/up + down of the same active experts).",
+    ]
+    lines += [f"- Note: {n}" for n in m.get("notes") or []]
+    return lines + ["", format_moe_tables(moe)]
+
+
+def _layer_section(layer: dict) -> List[str]:
+    m = layer["meta"]
+    dt = m["dtype"]
+    B, H, I, topk = m["bank_experts"], m["hidden"], m["inter"], m["topk"]
+    lines = [
+        "## MoE layer step (us per step)", "",
+        f"- Decode batch of T tokens, top-{topk} of {B} experts (random normal router logits, weights = softmax "
+        f"over the chosen {topk}), hidden {H}, expert intermediate {I}: gate/up fused bank [{B}, {2 * I}, {H}], "
+        f"down bank [{B}, {H}, {I}], fp16 random normal * 0.02, quantized per k.",
+        "- Rotation: R routing draws per T (the same for every k and for the fp16 baseline); draws closer "
+        "than the window share no expert when one step reads less than L2, so every step reads cold weights.",
+        "- moe_forward = kbitcupy.moe.moe_forward(x, bank_gu, bank_dn, topk_ids, topk_weights): the full call "
+        "with device routing (moe_route: argsort, cumsum, scatter) and CuPy-pool allocations. kbit steps = "
+        "the same steps with the routing precomputed (moe_route at setup, not timed) into preallocated "
+        "buffers: gather_rows, grouped_matmul gate/up, silu_mul, grouped_matmul down, moe_combine. "
+        "moe_route = the routing alone.",
+        f"- {dt} loop = torch with the routing given (sorted on the host when the graph is built, not timed): "
+        "index_select of the rows, one torch.mm per active expert for gate/up on the view W_gu[e] (no copy, no "
+        "weight gather) into slices of one buffer, SiLU(gate) * up over all rows, one torch.mm per active "
+        "expert for down, fp32 weighted sum. Like-for-like with 'kbit steps'; moe_forward also pays the "
+        "device routing.",
+        f"- method: graph = CUDA graph of the steps-per-graph steps, median of {layer['meta'].get('reps', '?')} "
+        f"replays / steps; eager = CUDA events around >= {m['eager_min_calls']} back-to-back Python calls (host "
+        "overhead included), used only when a capture fails (the capture error is in the JSON). vs fp16 "
+        "divides only numbers of the same method.",
+        "- SOL = streaming read of the kbit bytes of one step (mean distinct experts x (gate/up + down) + x); "
+        "% of SOL = SOL / kbit steps.",
+        f"- Output check on draw 0 against a float32 expert-by-expert oracle (dequantized experts for kbit, the "
+        f"fp16 weights for torch), max rel err <= {m['check_tol']:g}; '!' marks a failure.",
+    ]
+    lines += [f"- Note: {n}" for n in m.get("notes") or []]
+    return lines + ["", format_layer_setups(layer), "", format_layer_table(layer)]
+
+
 def format_report(res: dict) -> str:
     m = res["meta"]
     cub = m["dtype"]
@@ -460,25 +682,37 @@ def format_report(res: dict) -> str:
         f"- git: {m.get('git') or 'unknown'}",
         f"- {m['gpu']}: {m['sm_count']} SMs, L2 {m['l2_bytes'] / 2**20:.1f} MiB; " + ", ".join(
             f"{k} {v}" for k, v in m["versions"].items()),
-        f"- Activations {cub}; kbit weights quantized from random normal * 0.02; A random normal.",
-        f"- Method: cold L2 by rotating over R copies of the weight (R x bytes >= {COLD_FACTOR} x L2), one launch "
-        f"per copy, R launches (cycled to >= {MIN_LAUNCHES}) captured in one CUDA graph; median of {m['reps']} "
-        "timed replays (CUDA events) / launches per graph. Times in us per launch.",
-        f"- {cub}: cuBLAS through torch (torch.mm; torch.bmm over the experts for MoE shapes), same method. "
-        "SOL: streaming 16-byte read of exactly packed + absmax + A bytes, same method.",
-        f"- Best = fastest kbit column; vs {cub} = {cub} / Best (> 1 means kbit wins); % of SOL = SOL / Best.",
-        f"- '-' = kernel does not apply; 'err' = failed (see JSON); '!' = output check failed "
-        f"(max rel err > {CHECK_TOL:g}), excluded from Best.",
-        f"- TOTAL = sum over {', '.join(m['total_shapes']) or '(none in this run)'} (each once).",
     ]
+    dense = bool(m.get("shapes"))
+    if dense:
+        lines += [
+            f"- Activations {cub}; kbit weights quantized from random normal * 0.02; A random normal.",
+            f"- Method: cold L2 by rotating over R copies of the weight (R x bytes >= {COLD_FACTOR} x L2), one "
+            f"launch per copy, R launches (cycled to >= {MIN_LAUNCHES}) captured in one CUDA graph; median of "
+            f"{m['reps']} timed replays (CUDA events) / launches per graph. Times in us per launch.",
+            "- Columns: GEMV = kbitcupy.gemv (M <= 8); GEMM = kbitcupy.gemm.gemm (fused dequant + MMA, '-' where "
+            "its configuration does not fit); dq+cuBLAS = kbitcupy.dequant_matmul (dequantize into a reused "
+            "buffer + cuBLAS GEMM); matmul = the dispatched kbitcupy.matmul.",
+            f"- {cub}: cuBLAS through torch (torch.mm), same method. "
+            "SOL: streaming 16-byte read of exactly packed + absmax + A bytes, same method.",
+            f"- Best = fastest kbit column; vs {cub} = {cub} / Best (> 1 means kbit wins); % of SOL = SOL / Best.",
+            f"- '-' = kernel does not apply; 'err' = failed (see JSON); '!' = output check failed "
+            f"(max rel err > {CHECK_TOL:g}), excluded from Best.",
+            f"- TOTAL = sum over {', '.join(m['total_shapes']) or '(none in this run)'} (each once).",
+        ]
     if m.get("notes"):
         lines += [f"- Note: {n}" for n in m["notes"]]
-    lines += ["", "## Kernel time (us)", "", format_tables(res)]
-    host = format_host_table(res)
-    if host:
-        lines += ["", "## Host overhead (us)", "",
-                  "Wall time of one Python `kbitcupy.matmul(A, qw, out=out)` call at M = 1, no graph "
-                  "(200 calls, synchronised at the end, divided by 200).", "", host]
+    if dense:
+        lines += ["", "## Kernel time (us)", "", format_tables(res)]
+        host = format_host_table(res)
+        if host:
+            lines += ["", "## Host overhead (us)", "",
+                      "Wall time of one Python `kbitcupy.matmul(A, qw, out=out)` call at M = 1, no graph "
+                      "(200 calls, synchronised at the end, divided by 200).", "", host]
+    if res.get("moe"):
+        lines += [""] + _moe_section(res["moe"])
+    if res.get("layer"):
+        lines += [""] + _layer_section(res["layer"])
     return "\n".join(lines) + "\n"
 
 
@@ -582,9 +816,21 @@ def _reference_output(A, Wd):
 
 
 def _free_pool():
+    """Between shapes (no graph alive): drop kbitcupy's reused buffers and CuPy's / torch's cached blocks."""
     import cupy as cp
 
+    cp.cuda.Device().synchronize()
+    for mod, fn in (("gemm", "release_workspaces"), ("dequant_matmul", "release_buffers")):
+        try:
+            getattr(__import__(f"{__package__}.{mod}", fromlist=[fn]), fn)()
+        except Exception:  # noqa: BLE001
+            pass
     cp.get_default_memory_pool().free_all_blocks()
+    if "torch" in sys.modules:
+        try:
+            sys.modules["torch"].cuda.empty_cache()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def run(shapes: Sequence[str], Ms: Sequence[int], ks: Sequence[int], columns: Sequence[Column], dtype: str = "fp16",
@@ -642,6 +888,8 @@ def run(shapes: Sequence[str], Ms: Sequence[int], ks: Sequence[int], columns: Se
                             if not e["check_ok"]:
                                 print(f"  ! {col.name} {sname} k={k} M={M}: output check failed, max rel err "
                                       f"{e['max_rel_err']}", file=sys.stderr)
+                    except NotApplicable as ex:
+                        e = {"us": None, "skipped": str(ex)}
                     except Exception as ex:  # noqa: BLE001 - report the cell, keep the run going
                         e = _err(ex)
                     cell["columns"][col.name] = e
@@ -664,7 +912,9 @@ def write_outputs(res: dict, out_dir: str, tag: str, want_plot: bool) -> Dict[st
     os.makedirs(out_dir, exist_ok=True)
     paths = output_paths(out_dir, res["meta"]["gpu"], res["meta"]["date"], tag)
     files = {"md": paths["md"], "json": paths["json"]}
-    if want_plot:
+    if want_plot and not res.get("cells"):
+        res["meta"]["notes"].append("--plot: no dense cells in this run, no PNG written.")
+    elif want_plot:
         if plot(res, paths["png"]):
             files["png"] = paths["png"]
         else:
@@ -675,6 +925,743 @@ def write_outputs(res: dict, out_dir: str, tag: str, want_plot: bool) -> Dict[st
     with open(paths["json"], "w") as f:
         json.dump(res, f, indent=1, default=float)
     return files
+
+
+# ============================================================================ MoE: expert matmuls
+@dataclass
+class MoeCtx:
+    """What a MoE column's launch gets: A [E*M, K] (tokens sorted by expert, M per expert),
+    out [E*M, N], the bank of B quantized experts, this launch's E expert ids (device int32
+    [E] and the same on the host), uniform offsets (device int32 [E + 1]), M = max_tokens."""
+    A: object
+    out: object
+    bank: object
+    ids: object
+    ids_host: tuple
+    offsets: object
+    M: int
+    E: int
+
+
+@dataclass(frozen=True)
+class MoeColumn:
+    name: str
+    launch: Callable[[MoeCtx], object]  # capturable: no allocation, no host sync
+    applies: Callable[[Shape, int], bool] = lambda s, M: True
+
+
+def _grouped_launch(c: MoeCtx):
+    from .grouped import grouped_matmul
+
+    return grouped_matmul(c.A, c.bank, c.ids, c.offsets, c.M, out=c.out, method="kernel")
+
+
+def _matmul_loop_launch(c: MoeCtx):
+    """E dispatched kbitcupy.matmul calls on views of the bank (no copy)."""
+    M = c.M
+    for i, e in enumerate(c.ids_host):
+        matmul(c.A[i * M:(i + 1) * M], c.bank.expert(e), out=c.out[i * M:(i + 1) * M])
+    return c.out
+
+
+MOE_COLUMNS: List[MoeColumn] = [
+    MoeColumn("Grouped", _grouped_launch),
+    MoeColumn("matmul loop", _matmul_loop_launch),
+]
+
+
+def kbit_expert_bytes(N: int, K: int, k: int) -> int:
+    """Bytes a kernel reads for one tiled k-bit expert W[N, K]: packed words + E4M4 absmax."""
+    from .reference import tiled_sizes
+
+    nw, na = tiled_sizes(N, K, k)
+    return int(nw) * 4 + int(na)
+
+
+def moe_launch_experts(r: int, E: int, B: int) -> List[int]:
+    """Experts of launch r: (r * E + i) % B, i < E -- consecutive launches walk through the
+    whole bank, so an expert is read again only after all B have been read."""
+    if not 1 <= E <= B:
+        raise ValueError(f"active experts E = {E} must be in 1..{B} (the bank)")
+    return [(r * E + i) % B for i in range(E)]
+
+
+def moe_bmm_start(r: int, E: int, B: int) -> int:
+    """First expert of launch r's contiguous slice W[s:s+E] (fp16 bmm): s = (r mod floor(B/E)) * E."""
+    if not 1 <= E <= B:
+        raise ValueError(f"active experts E = {E} must be in 1..{B} (the bank)")
+    return (r % (B // E)) * E
+
+
+def moe_launches(step_bytes: int, l2_bytes: int) -> int:
+    """Launches per graph for a MoE cell: as for dense (>= COLD_FACTOR x L2 of weight reads, >=
+    MIN_LAUNCHES).  Reuse distance is the whole bank, whatever the count."""
+    return launch_count(rotation_count(step_bytes, l2_bytes))
+
+
+def make_fp16_bank(B: int, N: int, K: int, seed: int = 0):
+    """CuPy float16 [B, N, K] = random normal * 0.02, generated in ~256 MB float32 chunks."""
+    import cupy as cp
+
+    rs = cp.random.RandomState(seed)
+    W = cp.empty((B, N, K), cp.float16)
+    step = max(1, (64 << 20) // (N * K))
+    for e0 in range(0, B, step):
+        n = min(step, B - e0)
+        x = rs.standard_normal((n, N, K), dtype=cp.float32)
+        x *= 0.02
+        W[e0:e0 + n] = x.astype(cp.float16)
+        del x
+    return W
+
+
+def _have_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+def make_kbit_bank(W, k: int):
+    """KbitExpertBank quantized on the GPU from the CuPy fp16 bank W [B, N, K]."""
+    from .grouped import quantize_experts
+
+    return quantize_experts(W, k)
+
+
+def _torch_bank(W, dtype: str):
+    """Zero-copy torch view of a CuPy fp16 array (bf16: a converted copy)."""
+    import torch
+
+    from ._arrays import cupy_to_torch
+
+    t = cupy_to_torch(W)
+    return t.to(torch.bfloat16) if dtype == "bf16" else t
+
+
+def _fp16_loop_launch(A, out, W, ids):
+    import torch
+
+    for i, e in enumerate(ids):
+        torch.mm(A[i], W[e].t(), out=out[i])
+
+
+def _fp16_bmm_launch(A, out, W, s, E):
+    import torch
+
+    torch.bmm(A, W[s:s + E].transpose(1, 2), out=out)
+
+
+def _rel_err(d, ref) -> Optional[float]:
+    """max |d| / max |ref| (CuPy float32 arrays); None when d holds NaN/Inf."""
+    import cupy as cp
+
+    if not bool(cp.isfinite(d).all()):
+        return None
+    return float(cp.abs(d).max()) / max(float(cp.abs(ref).max()), 1e-30)
+
+
+def time_fp16_moe(Wt, E: int, Ms: Sequence[int], l2_bytes: int, reps: int) -> Dict[int, dict]:
+    """fp16/bf16 cuBLAS (torch graph) over E active experts of the torch bank Wt [B, N, K], same
+    rotation as the kbit columns: {M: {"loop": entry, "bmm": entry}}.  loop = E torch.mm on the
+    views W[e] (experts (r*E+i) % B); bmm = one torch.bmm on the contiguous slice W[s:s+E]
+    (no gather, best case).  Launch 0 of both reads experts 0..E-1: checked against fp32."""
+    import torch
+
+    from ._arrays import torch_to_cupy
+
+    B, N, K = (int(x) for x in Wt.shape)
+    per = N * K * Wt.element_size()
+    n = moe_launches(E * per, l2_bytes)
+    ids = [moe_launch_experts(r, E, B) for r in range(n)]
+    starts = [moe_bmm_start(r, E, B) for r in range(n)]
+    res: Dict[int, dict] = {}
+    for M in Ms:
+        cell = {}
+        try:
+            A = torch.randn((E, M, K), device=Wt.device).to(Wt.dtype)
+            out = torch.empty((E, M, N), device=Wt.device, dtype=Wt.dtype)
+            ref = torch.bmm(A.float(), Wt[:E].float().transpose(1, 2))
+        except Exception as e:  # noqa: BLE001
+            res[M] = {"loop": _err(e), "bmm": _err(e)}
+            continue
+        variants = (("loop", [functools.partial(_fp16_loop_launch, A, out, Wt, ids[r]) for r in range(n)]),
+                    ("bmm", [functools.partial(_fp16_bmm_launch, A, out, Wt, starts[r], E) for r in range(n)]))
+        for name, fns in variants:
+            try:
+                e = summarize(time_graph_torch(fns, reps), R=n, launches=n, bytes=E * per, reuse_experts=B)
+                out.fill_(float("nan"))
+                fns[0]()
+                torch.cuda.synchronize()
+                err = _rel_err(torch_to_cupy((out.float() - ref).contiguous()), torch_to_cupy(ref))
+                e["max_rel_err"] = err
+                e["check_ok"] = err is not None and err <= CHECK_TOL
+            except Exception as ex:  # noqa: BLE001
+                e = _err(ex)
+            cell[name] = e
+        res[M] = cell
+        del A, out, ref
+    return res
+
+
+def _moe_reference(A, bank, ids, M: int):
+    """float32 [E*M, N]: slot i's M rows times expert ids[i] dequantized (GPU)."""
+    import cupy as cp
+
+    from .quantize import dequantize
+
+    Af = _to_f32(A)
+    ref = cp.empty((A.shape[0], bank.N), cp.float32)
+    for i, e in enumerate(ids):
+        Wd = dequantize(bank.expert(int(e)), np.float32)
+        ref[i * M:(i + 1) * M] = Af[i * M:(i + 1) * M] @ Wd.T
+    return ref
+
+
+def time_moe_cell(cols: Sequence[MoeColumn], shape: Shape, E: int, M: int, bank, dtype: str, l2_bytes: int,
+                  reps: int) -> Dict[str, dict]:
+    """Every MoE kbit column for E active experts x M tokens each: graph of n launches, launch r
+    on experts moe_launch_experts(r, E, B); launch 0 checked against the dequantized experts."""
+    import cupy as cp
+
+    N, K, B = shape.N, shape.K, bank.num_experts
+    per = kbit_expert_bytes(N, K, bank.k)
+    n = moe_launches(E * per, l2_bytes)
+    A = _rand((E * M, K), dtype)
+    out = _empty((E * M, N), dtype)
+    offs = cp.arange(0, (E + 1) * M, M, dtype=cp.int32)
+    ctxs = []
+    for r in range(n):
+        ids = moe_launch_experts(r, E, B)
+        ctxs.append(MoeCtx(A, out, bank, cp.asarray(np.asarray(ids, np.int32)), tuple(ids), offs, M, E))
+    ref = _moe_reference(A, bank, ctxs[0].ids_host, M)
+    res = {}
+    for col in cols:
+        if not col.applies(shape, M):
+            continue
+        try:
+            fns = [functools.partial(col.launch, c) for c in ctxs]
+            e = summarize(time_graph_cupy(fns, reps), R=n, launches=n, bytes=E * per, reuse_experts=B)
+            e["max_rel_err"] = check_output(col, ctxs[0], ref)
+            e["check_ok"] = e["max_rel_err"] is not None and e["max_rel_err"] <= CHECK_TOL
+            if not e["check_ok"]:
+                print(f"  ! {col.name} {shape.name} E={E} M={M}: output check failed, max rel err "
+                      f"{e['max_rel_err']}", file=sys.stderr)
+        except NotApplicable as ex:
+            e = {"us": None, "skipped": str(ex)}
+        except Exception as ex:  # noqa: BLE001
+            e = _err(ex)
+        res[col.name] = e
+    return res
+
+
+def best_fp16(f: Optional[dict]) -> dict:
+    """The faster of the fp16 variants that ran and passed their check: {us, variant}."""
+    ok = {n: e for n, e in (f or {}).items() if e and e.get("us") is not None and e.get("check_ok", True)}
+    if not ok:
+        errs = [e.get("error") for e in (f or {}).values() if e and e.get("error")]
+        return {"us": None, "error": errs[0] if errs else "no fp16 timing"}
+    n = min(ok, key=lambda x: ok[x]["us"])
+    return {"us": ok[n]["us"], "variant": n}
+
+
+def finish_moe_cell(cell: dict, kbit_names: Sequence[str]) -> dict:
+    """finish_cell with cuBLAS = the best fp16 variant (loop or bmm)."""
+    cell["cublas"] = best_fp16(cell.get("fp16"))
+    return finish_cell(cell, kbit_names)
+
+
+def compute_moe_totals(cells: Sequence[dict], total_shapes: Sequence[str], Ms, Es, ks, kbit_names) -> List[dict]:
+    """Per (M, E, k): sums over the MoE TOTAL shapes (all of them must be in the run)."""
+    out = []
+    if not total_shapes:
+        return out
+    for M in Ms:
+        for E in Es:
+            for k in ks:
+                rows = [c for c in cells if c["M"] == M and c["experts"] == E and c["k"] == k
+                        and c["shape"] in total_shapes]
+                if len(rows) != len(total_shapes):
+                    continue
+                best = _tsum([c.get("best_us") for c in rows])
+                cub = _tsum([(c.get("cublas") or {}).get("us") for c in rows])
+                sol = _tsum([(c.get("sol") or {}).get("us") for c in rows])
+                fp = {v: _tsum([((c.get("fp16") or {}).get(v) or {}).get("us") for c in rows]) for v in ("loop", "bmm")}
+                cols = {n: _tsum([(c["columns"].get(n) or {}).get("us") for c in rows]) for n in kbit_names}
+                out.append(dict(M=M, experts=E, k=k, shapes=[c["shape"] for c in rows], best_us=best, cublas_us=cub,
+                                sol_us=sol, fp16=fp, columns=cols, vs_cublas=(cub / best) if cub and best else None,
+                                pct_sol=(100.0 * sol / best) if sol and best else None))
+    return out
+
+
+def run_moe(shape_names: Sequence[str], Ms: Sequence[int], Es: Sequence[int], ks: Sequence[int],
+            cols: Sequence[MoeColumn], dtype: str, reps: int, l2: int, sms: int, B: int = MOE_BANK,
+            H: int = MOE_HIDDEN, I: int = MOE_INTER, seed: int = 0) -> dict:
+    """MoE expert-matmul tables: per shape one fp16 bank of B experts (shared by the torch
+    baseline through DLPack, freed after the shape), per k one quantized bank."""
+    shapes = moe_shapes(H, I)
+    names = [c.name for c in cols]
+    Es = [E for E in Es if E <= B] or [B]
+    meta = dict(M=list(Ms), experts=list(Es), k=list(ks), shapes=list(shape_names), columns=names, dtype=dtype,
+                bank_experts=B, hidden=H, inter=I,
+                total_shapes=list(MOE_TOTAL_SHAPES) if all(s in shape_names for s in MOE_TOTAL_SHAPES) else [],
+                shape_dims={s: dict(K=shapes[s].K, N=shapes[s].N) for s in shape_names},
+                bank_bytes={}, notes=[])
+    have_torch = _have_torch()
+    if not have_torch:
+        meta["notes"].append(f"torch is not installed: no {dtype} columns.")
+    cells = []
+    for si, sname in enumerate(shape_names):
+        shape = shapes[sname]
+        N, K = shape.N, shape.K
+        print(f"{sname} (K={K}, N={N}, bank {B} experts): {dtype} bank", file=sys.stderr)
+        W = make_fp16_bank(B, N, K, seed + si + 1)
+        fp16: Dict[int, Dict[int, dict]] = {}
+        Wt, wt_err = None, None
+        if have_torch:
+            try:
+                Wt = _torch_bank(W, dtype)
+            except Exception as e:  # noqa: BLE001
+                wt_err = _err(e)
+        for E in Es:
+            if Wt is None:
+                fp16[E] = {M: {"loop": dict(wt_err or {"us": None, "error": "torch not installed"})} for M in Ms}
+                continue
+            try:
+                fp16[E] = time_fp16_moe(Wt, E, Ms, l2, reps)
+            except Exception as e:  # noqa: BLE001
+                fp16[E] = {M: {"loop": _err(e)} for M in Ms}
+        Wt = None
+        _free_pool()
+        for k in ks:
+            try:
+                bank = make_kbit_bank(W, k)
+            except Exception as e:  # noqa: BLE001
+                err = _err(e)
+                for E in Es:
+                    for M in Ms:
+                        cells.append(finish_moe_cell(dict(shape=sname, K=K, N=N, experts=E, k=k, M=M, columns={
+                            n: dict(err) for n in names}, fp16=fp16[E][M], sol={"us": None}), names))
+                continue
+            per = kbit_expert_bytes(N, K, k)
+            meta["bank_bytes"][f"{sname},k={k}"] = per * B
+            for E in Es:
+                for M in Ms:
+                    cell = dict(shape=sname, K=K, N=N, experts=E, k=k, M=M, weight_bytes=E * per, columns={},
+                                fp16=fp16[E][M])
+                    try:
+                        cell["columns"] = time_moe_cell(cols, replace(shape, experts=E), E, M, bank, dtype, l2, reps)
+                    except Exception as ex:  # noqa: BLE001
+                        cell["columns"] = {n: _err(ex) for n in names}
+                    try:
+                        cell["sol"] = time_sol(E * per + E * M * K * 2, l2, sms, reps)
+                    except Exception as ex:  # noqa: BLE001
+                        cell["sol"] = _err(ex)
+                    finish_moe_cell(cell, names)
+                    cells.append(cell)
+                    print(f"  k={k} E={E} M={M}: " + "  ".join(f"{n} {fmt_entry(cell['columns'].get(n))}"
+                                                              for n in names)
+                          + f"  {dtype} loop {fmt_entry(cell['fp16'].get('loop'))} bmm "
+                          f"{fmt_entry(cell['fp16'].get('bmm'))}  SOL {fmt_entry(cell['sol'])}", file=sys.stderr)
+            del bank
+            _free_pool()
+        del W
+        _free_pool()
+    totals = compute_moe_totals(cells, meta["total_shapes"], Ms, Es, ks, names)
+    return dict(meta=meta, cells=cells, totals=totals)
+
+
+# ============================================================================ MoE: layer step
+LAYER_MIN_LAUNCHES = 8   # layer steps per graph (a step is >= ~20 us: 8 amortise the graph start)
+EAGER_MIN_CALLS = 32     # eager timing: calls per timed sample
+LAYER_CHECK_TOL = 2e-2   # fp16 intermediates (h, SiLU*up, down) add a few 1e-3
+
+
+def expected_distinct(T: int, topk: int, B: int) -> float:
+    """Expected distinct experts of T tokens x top-k over B experts (uniform routing)."""
+    return B * (1.0 - (1.0 - topk / B) ** T)
+
+
+def layer_plan(T: int, topk: int, B: int, expert_bytes: int, l2_bytes: int):
+    """(R draws, window w, launches n): R draws whose weight reads span COLD_FACTOR x L2;
+    draws closer than w steps (cyclically) share no expert when one draw reads less than L2."""
+    step = max(1, int(expected_distinct(T, topk, B) * expert_bytes))
+    w = 0 if step >= l2_bytes else int(math.ceil(l2_bytes / step))
+    R = max(rotation_count(step, l2_bytes), 2 * w + 2)
+    return R, w, launch_count(R, LAYER_MIN_LAUNCHES)
+
+
+def routing_draws(T: int, topk: int, B: int, R: int, window: int, seed: int = 0):
+    """R routing draws [(ids int32 [T, topk], weights float32 [T, topk])] from random normal
+    router logits: top-k per token, weights = softmax over the k chosen logits.  Cold L2:
+    experts of draws within cyclic distance <= window get logit -inf (no reuse between
+    nearby steps), as long as that masks at most min(B/2, B - topk) experts."""
+    rng = np.random.default_rng(seed)
+    max_mask = max(0, min(B // 2, B - topk))
+    sets: List[Optional[set]] = [None] * R
+    draws = []
+    for r in range(R):
+        mask: set = set()
+        for d in range(1, window + 1):
+            cand = set(mask)
+            for nb in {(r - d) % R, (r + d) % R} - {r}:
+                if sets[nb] is not None:
+                    cand |= sets[nb]
+            if len(cand) > max_mask:
+                break
+            mask = cand
+        logits = rng.standard_normal((T, B))
+        if mask:
+            logits[:, sorted(mask)] = -np.inf
+        ids = np.argsort(-logits, axis=1, kind="stable")[:, :topk]
+        top = np.take_along_axis(logits, ids, axis=1)
+        wts = np.exp(top - top.max(axis=1, keepdims=True))
+        wts /= wts.sum(axis=1, keepdims=True)
+        draws.append((ids.astype(np.int32), wts.astype(np.float32)))
+        sets[r] = set(int(e) for e in ids.reshape(-1))
+    return draws
+
+
+def fp16_layer_plan(ids: np.ndarray):
+    """Host routing for the torch baseline: (sorted_token [P], pos [P], segments [(e, r0, r1)])
+    with the P = T * topk pairs sorted by expert (stable), pos = inverse permutation."""
+    T, topk = ids.shape
+    flat = ids.reshape(-1).astype(np.int64)
+    order = np.argsort(flat, kind="stable")
+    pos = np.empty(flat.size, np.int64)
+    pos[order] = np.arange(flat.size)
+    uniq, start, cnt = np.unique(flat[order], return_index=True, return_counts=True)
+    segs = [(int(e), int(s0), int(s0 + c)) for e, s0, c in zip(uniq, start, cnt)]
+    return order // topk, pos, segs
+
+
+def _fp16_layer_step(x, Wgu, Wdn, plan, bufs, I: int, T: int, topk: int):
+    """torch fp16 layer step, routing given (sorted on the host when the graph is built):
+    gather rows, per active expert torch.mm gate/up (fused W[2I, H]) into a slice of h,
+    SiLU(gate) * up over all rows, per expert torch.mm down, fp32 weighted sum."""
+    import torch
+
+    sorted_tok, pos, segs, w = plan
+    A, h, y, o = bufs
+    torch.index_select(x, 0, sorted_tok, out=A)
+    for e, r0, r1 in segs:
+        torch.mm(A[r0:r1], Wgu[e].t(), out=h[r0:r1])
+    act = torch.nn.functional.silu(h[:, :I]) * h[:, I:]
+    for e, r0, r1 in segs:
+        torch.mm(act[r0:r1], Wdn[e].t(), out=y[r0:r1])
+    o.copy_((y.index_select(0, pos).view(T, topk, -1).float() * w[:, :, None]).sum(1))
+
+
+def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, I: int):
+    """kbitcupy layer step, routing given (moe_route run at setup): the steps of moe_forward
+    with preallocated outputs (gather, grouped gate/up, SiLU*up, grouped down, combine)."""
+    from .grouped import grouped_matmul
+    from .moe import gather_rows, moe_combine, silu_mul
+
+    A, h, act, y, o = bufs
+    gather_rows(x, rt, out=A)
+    grouped_matmul(A, bgu, rt.expert_ids, rt.offsets, rt.max_tokens, out=h, method="kernel")
+    silu_mul(h[:, :I], h[:, I:], out=act)
+    grouped_matmul(act, bdn, rt.expert_ids, rt.offsets, rt.max_tokens, out=y, method="kernel")
+    moe_combine(y, rt, w, out=o)
+
+
+def layer_reference(x32, ids: np.ndarray, wts: np.ndarray, Wgu_of, Wdn_of, I: int):
+    """CuPy float32 oracle of one layer step, expert by expert from the host ids (independent of
+    moe_route and of the torch sorting): x32 [T, H] float32, W*_of(e) float32 [N, K]."""
+    import cupy as cp
+
+    out = cp.zeros(x32.shape, cp.float32)  # down maps back to the hidden size
+    for e in np.unique(ids):
+        tok, j = np.nonzero(ids == e)  # a token picks an expert at most once: tok unique
+        td = cp.asarray(tok)
+        h = x32[td] @ Wgu_of(int(e)).T
+        g, u = h[:, :I], h[:, I:]
+        y = (g / (1.0 + cp.exp(-g)) * u) @ Wdn_of(int(e)).T
+        out[td] += cp.asarray(wts[tok, j])[:, None] * y
+    return out
+
+
+def _from_host(x32: np.ndarray, dtype: str):
+    import cupy as cp
+
+    x = cp.asarray(np.ascontiguousarray(x32, dtype=np.float32))
+    if dtype == "fp16":
+        return x.astype(cp.float16)
+    return (x.view(cp.uint32) >> 16).astype(cp.uint16).view(bfloat16)
+
+
+def time_eager_cupy(fns: Sequence[Callable[[], object]], reps: int, min_calls: int = EAGER_MIN_CALLS) -> List[float]:
+    """Eager fallback (for calls that cannot be captured): per call us of reps samples, each CUDA
+    events around >= min_calls back-to-back calls (cycling fns) on one stream.  Includes the host
+    (Python) launch overhead whenever that exceeds the GPU time."""
+    import cupy as cp
+
+    calls = len(fns) * max(1, -(-min_calls // len(fns)))
+    cp.cuda.Device().synchronize()
+    s = _capture_stream()
+    out = []
+    with s:
+        for f in fns:
+            f()
+        s.synchronize()
+        for _ in range(reps):
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record(s)
+            for i in range(calls):
+                fns[i % len(fns)]()
+            b.record(s)
+            b.synchronize()
+            out.append(cp.cuda.get_elapsed_time(a, b) * 1e3 / calls)
+    return out
+
+
+def time_eager_torch(fns: Sequence[Callable[[], object]], reps: int, min_calls: int = EAGER_MIN_CALLS) -> List[float]:
+    import torch
+
+    calls = len(fns) * max(1, -(-min_calls // len(fns)))
+    torch.cuda.synchronize()
+    for f in fns:
+        f()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for i in range(calls):
+            fns[i % len(fns)]()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1e3 / calls)
+    return out
+
+
+def time_graph_or_eager(fns, reps: int, skip_graph: Optional[str] = None, **info) -> dict:
+    """CUDA graph timing; if the capture fails (or skip_graph gives a reason not to try), eager
+    timing, with the method and the capture error recorded in the entry (never silently)."""
+    cap_err = f"not attempted: {skip_graph}" if skip_graph else None
+    if not skip_graph:
+        try:
+            return summarize(time_graph_cupy(fns, reps), method="graph", **info)
+        except Exception as e:  # noqa: BLE001
+            cap_err = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            print(f"  ! capture failed ({cap_err}); timing eagerly", file=sys.stderr)
+            _capture_stream(fresh=True)
+    return summarize(time_eager_cupy(fns, reps), method="eager", capture_error=cap_err, **info)
+
+
+def layer_fp16(Wgu, Wdn, st: dict, I: int, dtype: str, reps: int, eager: bool = False) -> dict:
+    """The torch layer step over R draws (graph of n steps, or eager); checked on draw 0."""
+    import torch
+
+    from ._arrays import torch_to_cupy
+
+    T, topk, R, n = st["T"], st["topk"], st["R"], st["launches"]
+    Wg, Wd = _torch_bank(Wgu, dtype), _torch_bank(Wdn, dtype)
+    dev, dt = Wg.device, Wg.dtype
+    H = Wd.shape[1]
+    P = T * topk
+    x = torch.from_numpy(st["x"]).to(dev).to(dt)
+    plans = []
+    for ids, w in st["draws"]:
+        tok, pos, segs = fp16_layer_plan(ids)
+        plans.append((torch.as_tensor(tok, device=dev), torch.as_tensor(pos, device=dev), segs,
+                      torch.as_tensor(w, device=dev)))
+    bufs = (torch.empty((P, H), device=dev, dtype=dt), torch.empty((P, 2 * I), device=dev, dtype=dt),
+            torch.empty((P, H), device=dev, dtype=dt), torch.empty((T, H), device=dev, dtype=dt))
+    fns = [functools.partial(_fp16_layer_step, x, Wg, Wd, plans[r % R], bufs, I, T, topk) for r in range(n)]
+    if eager:
+        e = summarize(time_eager_torch(fns, reps), method="eager", R=R, launches=n)
+    else:
+        e = summarize(time_graph_torch(fns, reps), method="graph", R=R, launches=n)
+    o = bufs[3]
+    o.fill_(float("nan"))
+    fns[0]()
+    torch.cuda.synchronize()
+    ids0, w0 = st["draws"][0]
+    ref = layer_reference(torch_to_cupy(x.float().contiguous()), ids0, w0,
+                          lambda q: torch_to_cupy(Wg[q].float().contiguous()),
+                          lambda q: torch_to_cupy(Wd[q].float().contiguous()), I)
+    err = _rel_err(torch_to_cupy(o.float().contiguous()) - ref, ref)
+    e.update(max_rel_err=err, check_ok=err is not None and err <= LAYER_CHECK_TOL)
+    return e
+
+
+def layer_kbit(bgu, bdn, st: dict, I: int, dtype: str, reps: int, state: dict) -> Dict[str, dict]:
+    """kbit layer step over R draws: 'moe_forward' (the full API call, routing included),
+    'steps' (moe_route run at setup, then the steps into preallocated buffers) and 'route'
+    (moe_route alone); graph, else eager (recorded).  Outputs checked on draw 0 against the
+    dequantized experts.  state['forward_eager'] remembers a failed moe_forward capture."""
+    import cupy as cp
+
+    from .moe import moe_forward, moe_route
+    from .quantize import dequantize
+
+    T, topk, R, n = st["T"], st["topk"], st["R"], st["launches"]
+    B, H = bgu.num_experts, bgu.K
+    P = T * topk
+    x = _from_host(st["x"], dtype)
+    ids = [cp.asarray(d[0]) for d in st["draws"]]
+    ws = [cp.asarray(d[1]) for d in st["draws"]]
+    routes = [moe_route(i, B) for i in ids]
+    bufs = (_empty((P, H), dtype), _empty((P, 2 * I), dtype), _empty((P, I), dtype), _empty((P, H), dtype),
+            _empty((T, H), dtype))
+    info = dict(R=R, launches=n)
+    ids0, w0 = st["draws"][0]
+    ref = layer_reference(_to_f32(x), ids0, w0, lambda q: dequantize(bgu.expert(q), np.float32),
+                          lambda q: dequantize(bdn.expert(q), np.float32), I)
+
+    def check(e, out):
+        err = _rel_err(_to_f32(out) - ref, ref)
+        e.update(max_rel_err=err, check_ok=err is not None and err <= LAYER_CHECK_TOL)
+        if not e["check_ok"]:
+            print(f"  ! layer T={T} k={bgu.k}: output check failed, max rel err {err}", file=sys.stderr)
+
+    res = {}
+    try:
+        fns = [functools.partial(_kbit_layer_step, x, bgu, bdn, routes[r % R], ws[r % R], bufs, I) for r in range(n)]
+        e = time_graph_or_eager(fns, reps, skip_graph=state.get("steps_eager"), **info)
+        if e["method"] == "eager":
+            state["steps_eager"] = "an earlier capture of the kbit steps failed"
+        bufs[4].view(cp.uint16).fill(0x7E00 if dtype == "fp16" else 0x7FC0)
+        fns[0]()
+        check(e, bufs[4])
+        res["steps"] = e
+    except Exception as ex:  # noqa: BLE001
+        res["steps"] = _err(ex)
+    try:
+        fns = [functools.partial(moe_route, ids[r % R], B) for r in range(n)]
+        e = time_graph_or_eager(fns, reps, skip_graph=state.get("route_eager"), **info)
+        if e["method"] == "eager":
+            state["route_eager"] = "an earlier capture of moe_route failed"
+        res["route"] = e
+    except Exception as ex:  # noqa: BLE001
+        res["route"] = _err(ex)
+    try:
+        fns = [functools.partial(moe_forward, x, bgu, bdn, ids[r % R], ws[r % R]) for r in range(n)]
+        skip = state.get("forward_eager") or state.get("route_eager")  # moe_forward contains moe_route
+        e = time_graph_or_eager(fns, reps, skip_graph=skip, **info)
+        if e["method"] == "eager":
+            state["forward_eager"] = "an earlier capture of moe_forward failed"
+        check(e, moe_forward(x, bgu, bdn, ids[0], ws[0]))
+        res["moe_forward"] = e
+    except Exception as ex:  # noqa: BLE001
+        res["moe_forward"] = _err(ex)
+    return res
+
+
+def finish_layer_row(row: dict) -> dict:
+    """vs fp16 only between numbers of one method: steps (graph) vs fp16 loop (graph);
+    moe_forward vs the fp16 loop timed with moe_forward's method (graph or eager)."""
+    fp = row.get("fp16") or {}
+
+    def ok(e):
+        return e.get("us") if e and e.get("us") is not None and e.get("check_ok", True) else None
+
+    st, mf, sol = ok(row.get("steps")), ok(row.get("moe_forward")), (row.get("sol") or {}).get("us")
+    st_m = (row.get("steps") or {}).get("method", "graph")
+    mf_m = (row.get("moe_forward") or {}).get("method", "graph")
+    f_st, f_mf = ok(fp.get(st_m)), ok(fp.get(mf_m))
+    row.update(vs_fp16_steps=(f_st / st) if f_st and st else None, vs_fp16_steps_method=st_m,
+               vs_fp16_forward=(f_mf / mf) if f_mf and mf else None, vs_fp16_forward_method=mf_m,
+               pct_sol_steps=(100.0 * sol / st) if sol and st and st_m == "graph" else None)
+    return row
+
+
+def layer_setups(Ts: Sequence[int], ks: Sequence[int], topk: int, B: int, H: int, I: int, l2: int,
+                 seed: int = 0) -> Dict[int, dict]:
+    """Host-side per T: draws (shared by every k and by fp16), R, window, launches, x (float32)."""
+    per_min = min(kbit_expert_bytes(2 * I, H, k) + kbit_expert_bytes(H, I, k) for k in ks)
+    out = {}
+    for T in Ts:
+        R, w, n = layer_plan(T, topk, B, per_min, l2)
+        draws = routing_draws(T, topk, B, R, w, seed=seed + 1000 + T)
+        x = np.random.default_rng(seed + 2000 + T).standard_normal((T, H)).astype(np.float32)
+        out[T] = dict(T=T, topk=topk, R=R, window=w, launches=n, draws=draws, x=x,
+                      distinct=[int(np.unique(d[0]).size) for d in draws])
+    return out
+
+
+def run_moe_layer(Ts: Sequence[int], ks: Sequence[int], dtype: str, reps: int, l2: int, sms: int,
+                  B: int = MOE_BANK, H: int = MOE_HIDDEN, I: int = MOE_INTER, topk: int = MOE_TOPK,
+                  seed: int = 0) -> dict:
+    """Full MoE layer step per decode batch T and k.  kbit: moe_forward (route included) and its
+    steps with routing given; fp16: the torch loop over the active experts (routing given).
+    Banks: gate/up fused [B, 2I, H], down [B, H, I], fp16 random * 0.02, quantized per k."""
+    topk = min(topk, B)
+    setups = layer_setups(Ts, ks, topk, B, H, I, l2, seed)
+    meta = dict(T=list(Ts), k=list(ks), dtype=dtype, bank_experts=B, hidden=H, inter=I, topk=topk,
+                setups=[dict(T=T, R=s["R"], window=s["window"], launches=s["launches"],
+                             distinct_mean=float(np.mean(s["distinct"])), distinct_min=min(s["distinct"]),
+                             distinct_max=max(s["distinct"])) for T, s in setups.items()],
+                eager_min_calls=EAGER_MIN_CALLS, check_tol=LAYER_CHECK_TOL, notes=[])
+    print(f"MoE layer: banks {B} x ([{2 * I}, {H}] + [{H}, {I}]), top-{topk}", file=sys.stderr)
+    Wgu = make_fp16_bank(B, 2 * I, H, seed + 101)
+    Wdn = make_fp16_bank(B, H, I, seed + 102)
+    fp16: Dict[int, dict] = {}
+    have_torch = _have_torch()
+    if not have_torch:
+        meta["notes"].append(f"torch is not installed: no {dtype} layer column.")
+
+    def fp16_entry(T, method):
+        if T not in fp16:
+            fp16[T] = {}
+        if method not in fp16[T]:
+            if not have_torch:
+                fp16[T][method] = {"us": None, "error": "torch not installed"}
+            else:
+                try:
+                    fp16[T][method] = layer_fp16(Wgu, Wdn, setups[T], I, dtype, reps, eager=method == "eager")
+                except Exception as e:  # noqa: BLE001
+                    fp16[T][method] = _err(e)
+            print(f"  T={T}: {dtype} loop ({method}) {fmt_entry(fp16[T][method])}", file=sys.stderr)
+        return fp16[T][method]
+
+    for T in Ts:
+        fp16_entry(T, "graph")
+    rows, state = [], {}
+    for k in ks:
+        try:
+            bgu, bdn = make_kbit_bank(Wgu, k), make_kbit_bank(Wdn, k)
+        except Exception as e:  # noqa: BLE001
+            err = _err(e)
+            rows += [finish_layer_row(dict(T=T, k=k, moe_forward=dict(err), steps=dict(err), route=dict(err),
+                                           fp16=dict(fp16.get(T, {})), sol={"us": None})) for T in Ts]
+            continue
+        per = kbit_expert_bytes(2 * I, H, k) + kbit_expert_bytes(H, I, k)
+        for T in Ts:
+            st = setups[T]
+            row = dict(T=T, k=k, experts_per_step=float(np.mean(st["distinct"])), R=st["R"], launches=st["launches"])
+            try:
+                row.update(layer_kbit(bgu, bdn, st, I, dtype, reps, state))
+            except Exception as e:  # noqa: BLE001
+                err = _err(e)
+                row.update(moe_forward=dict(err), steps=dict(err), route=dict(err))
+            row["kbit_bytes"] = int(row["experts_per_step"] * per + T * H * 2)
+            row["fp16_bytes"] = int(row["experts_per_step"] * 3 * H * I * 2 + T * H * 2)
+            try:
+                row["sol"] = time_sol(row["kbit_bytes"], l2, sms, reps)
+            except Exception as e:  # noqa: BLE001
+                row["sol"] = _err(e)
+            methods = {(row.get(c) or {}).get("method") for c in ("steps", "moe_forward")} - {None}
+            for m in sorted(methods):
+                fp16_entry(T, m)
+            row["fp16"] = dict(fp16.get(T, {}))
+            finish_layer_row(row)
+            rows.append(row)
+            print(f"  k={k} T={T}: moe_forward {fmt_entry(row.get('moe_forward'))} "
+                  f"({(row.get('moe_forward') or {}).get('method', '-')})  steps {fmt_entry(row.get('steps'))}  "
+                  f"route {fmt_entry(row.get('route'))}  {dtype} loop {fmt_entry(row['fp16'].get('graph'))}  "
+                  f"SOL {fmt_entry(row['sol'])}", file=sys.stderr)
+        del bgu, bdn
+        _free_pool()
+    Wgu = Wdn = None  # the fp16 banks (fp16_entry is not called after this)
+    _free_pool()
+    if state.get("forward_eager") or state.get("steps_eager") or state.get("route_eager"):
+        meta["notes"].append("some kbit layer calls could not be captured in a CUDA graph and were timed EAGERLY "
+                             "(CUDA events around back-to-back calls, host overhead included); their method is "
+                             "in the 'method' column / JSON, and vs fp16 compares them only with the fp16 loop "
+                             "timed the same way.")
+    return dict(meta=meta, rows=rows)
 
 
 # ============================================================================ CLI
@@ -689,7 +1676,8 @@ def parse_ints(s: str, name: str) -> List[int]:
 
 
 def parse_shapes(s: str) -> List[str]:
-    """Comma list of shape names (case-insensitive), 'dense' (the dense shapes) or 'all'."""
+    """Comma list of shape names (case-insensitive), 'dense' (the dense shapes), 'moe' (the MoE
+    expert shapes), 'all', or 'none' (nothing: e.g. with --moe-layer alone)."""
     lower = {n.lower(): n for n in SHAPES}
     out: List[str] = []
     for tok in [t.strip() for t in s.split(",") if t.strip()]:
@@ -697,60 +1685,140 @@ def parse_shapes(s: str) -> List[str]:
             out += list(SHAPES)
         elif tok.lower() == "dense":
             out += [n for n, sh in SHAPES.items() if sh.experts is None]
+        elif tok.lower() == "moe":
+            out += [n for n, sh in SHAPES.items() if sh.experts is not None]
+        elif tok.lower() == "none":
+            continue
         elif tok.lower() in lower:
             out.append(lower[tok.lower()])
         else:
-            raise ValueError(f"unknown shape {tok!r}; known: {', '.join(SHAPES)}, dense, all")
+            raise ValueError(f"unknown shape {tok!r}; known: {', '.join(SHAPES)}, dense, moe, all, none")
+    return list(dict.fromkeys(out))
+
+
+def _column_names(s: Optional[str]) -> Optional[List[str]]:
+    """Canonical names of a --columns list (aliases resolved), checked against both registries."""
+    if not s:
+        return None
+    known = {c.name.lower(): c.name for c in COLUMNS}
+    known.update({c.name.lower(): c.name for c in MOE_COLUMNS})
+    known.update({a: n for a, n in COLUMN_ALIASES.items()})
+    out = []
+    for tok in [t.strip() for t in s.split(",") if t.strip()]:
+        if tok.lower() not in known:
+            raise ValueError(f"unknown column {tok!r}; known: {', '.join(c.name for c in COLUMNS)} (dense), "
+                             f"{', '.join(c.name for c in MOE_COLUMNS)} (MoE)")
+        out.append(known[tok.lower()])
     return list(dict.fromkeys(out))
 
 
 def parse_columns(s: Optional[str]) -> List[Column]:
-    if not s:
-        return list(COLUMNS)
-    by = {c.name.lower(): c for c in COLUMNS}
-    out = []
-    for tok in [t.strip() for t in s.split(",") if t.strip()]:
-        if tok.lower() not in by:
-            raise ValueError(f"unknown column {tok!r}; known: {', '.join(c.name for c in COLUMNS)}")
-        out.append(by[tok.lower()])
-    return out
+    """Dense kbit columns named in s (all when s is empty or names only MoE columns)."""
+    names = _column_names(s)
+    sel = [c for c in COLUMNS if names and c.name in names]
+    if names and sel:  # keep the order given
+        sel = [next(c for c in COLUMNS if c.name == n) for n in names if any(c.name == n for c in COLUMNS)]
+    return sel or list(COLUMNS)
+
+
+def parse_moe_columns(s: Optional[str]) -> List[MoeColumn]:
+    """MoE kbit columns named in s (all when s is empty or names only dense columns)."""
+    names = _column_names(s)
+    sel = [next(c for c in MOE_COLUMNS if c.name == n) for n in (names or []) if any(c.name == n for c in MOE_COLUMNS)]
+    return sel or list(MOE_COLUMNS)
+
+
+DEFAULTS = dict(M="1,2,4,8", k="2,3,4,5", moe_M=",".join(map(str, MOE_M)), experts=",".join(map(str, MOE_EXPERTS)),
+                layer_T=",".join(map(str, LAYER_T)), reps=20)
+# --quick: fewer points, each still measured the same way (explicit options win)
+QUICK = dict(M="1,4,16,64,256", k="2,4", moe_M="1,4,16,64", experts="8", layer_T="1,8,32", reps=15)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="profiling/bench.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--M", default="1,2,4,8", help="comma-separated batch sizes")
-    p.add_argument("--k", default="2,3,4,5", help="comma-separated bit widths")
-    p.add_argument("--shapes", default="dense", help=f"comma list of {', '.join(SHAPES)}, or dense, or all")
-    p.add_argument("--total-shapes", default=",".join(TOTAL_SHAPES), help="shapes TOTAL sums (each once)")
+    p.add_argument("--M", default=argparse.SUPPRESS, help=f"comma-separated batch sizes of the dense shapes (default "
+                   f"{DEFAULTS['M']}; e.g. 1,2,4,8,16,32,64,128,256,512)")
+    p.add_argument("--k", default=argparse.SUPPRESS, help=f"comma-separated bit widths (default {DEFAULTS['k']})")
+    p.add_argument("--shapes", default="dense",
+                   help=f"comma list of {', '.join(SHAPES)}, or dense, moe, all, none")
+    p.add_argument("--total-shapes", default=",".join(TOTAL_SHAPES), help="dense shapes TOTAL sums (each once)")
     p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16", help="activations and cuBLAS baseline")
-    p.add_argument("--columns", default=None, help=f"kbit columns (default all: {', '.join(c.name for c in COLUMNS)})")
-    p.add_argument("--reps", type=int, default=20, help=f"timed graph replays (>= {MIN_REPS})")
+    p.add_argument("--columns", default=None,
+                   help=f"kbit columns (default all: {', '.join(c.name for c in COLUMNS)}; MoE: "
+                        f"{', '.join(c.name for c in MOE_COLUMNS)}); a registry none of whose columns is named "
+                        "runs all of its columns")
+    p.add_argument("--moe-M", default=argparse.SUPPRESS, help=f"MoE shapes: tokens per expert (default {DEFAULTS['moe_M']})")
+    p.add_argument("--experts", default=argparse.SUPPRESS, help=f"MoE shapes: active experts per call (default "
+                   f"{DEFAULTS['experts']})")
+    p.add_argument("--moe-layer", action="store_true", help="also time the full MoE layer step (route, gate/up, "
+                   "SiLU*up, down, weighted sum) against torch fp16")
+    p.add_argument("--layer-T", default=argparse.SUPPRESS, help=f"MoE layer: decode batch sizes (default {DEFAULTS['layer_T']})")
+    p.add_argument("--topk", type=int, default=MOE_TOPK, help="MoE layer: experts per token")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer points: " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items()))
+    p.add_argument("--reps", type=int, default=argparse.SUPPRESS, help=f"timed graph replays (>= {MIN_REPS}; default "
+                   f"{DEFAULTS['reps']})")
     p.add_argument("--out", default=os.path.join("profiling", "results"), help="output directory")
     p.add_argument("--tag", default="bench", help="file name tag")
-    p.add_argument("--plot", action="store_true", help="also write a PNG (needs matplotlib)")
+    p.add_argument("--plot", action="store_true", help="also write a PNG of the dense cells (needs matplotlib)")
+    # hidden: small MoE configurations for the GPU smoke test
+    p.add_argument("--bank-experts", type=int, default=MOE_BANK, help=argparse.SUPPRESS)
+    p.add_argument("--moe-hidden", type=int, default=MOE_HIDDEN, help=argparse.SUPPRESS)
+    p.add_argument("--moe-inter", type=int, default=MOE_INTER, help=argparse.SUPPRESS)
     return p
+
+
+def resolve_args(a: argparse.Namespace) -> argparse.Namespace:
+    """Fill unset list options from QUICK (with --quick) or DEFAULTS."""
+    base = QUICK if a.quick else DEFAULTS
+    for key, v in base.items():
+        if getattr(a, key, None) is None:  # options without a value given have no attribute (SUPPRESS)
+            setattr(a, key, v)
+    return a
 
 
 def main(argv: Optional[Sequence[str]] = None, command: Optional[str] = None) -> dict:
     """Parse argv, run, write <out>/<gpu>_<date>_<tag>.{md,json[,png]}, print the tables; returns the results."""
     argv = list(sys.argv[1:] if argv is None else argv)
     p = build_parser()
-    a = p.parse_args(argv)
+    a = resolve_args(p.parse_args(argv))
     try:
         Ms, ks = parse_ints(a.M, "--M"), parse_ints(a.k, "--k")
         shapes, cols = parse_shapes(a.shapes), parse_columns(a.columns)
+        moe_cols = parse_moe_columns(a.columns)
         total = parse_shapes(a.total_shapes)
+        moe_Ms, Es, Ts = parse_ints(a.moe_M, "--moe-M"), parse_ints(a.experts, "--experts"), parse_ints(a.layer_T,
+                                                                                                      "--layer-T")
     except ValueError as e:
         p.error(str(e))
-    if any(M < 1 for M in Ms):
-        p.error("--M values must be >= 1")
+    if any(M < 1 for M in Ms) or any(M < 1 for M in moe_Ms) or any(T < 1 for T in Ts):
+        p.error("--M, --moe-M and --layer-T values must be >= 1")
     if any(k not in (2, 3, 4, 5) for k in ks):
         p.error("--k values must be in 2..5")
     if a.reps < MIN_REPS:
         p.error(f"--reps must be >= {MIN_REPS}")
+    if any(E < 1 or E > a.bank_experts for E in Es):
+        p.error(f"--experts values must be in 1..{a.bank_experts}")
+    if not 1 <= a.topk <= a.bank_experts:
+        p.error(f"--topk must be in 1..{a.bank_experts}")
+    if a.moe_hidden % 32 or a.moe_inter % 32 or min(a.moe_hidden, a.moe_inter) < 32:
+        p.error("--moe-hidden and --moe-inter must be positive multiples of 32 (the quantization block)")
+    dense = [s for s in shapes if SHAPES[s].experts is None]
+    moe = [s for s in shapes if SHAPES[s].experts is not None]
+    if not dense and not moe and not a.moe_layer:
+        p.error("nothing to run: --shapes selects no shape and --moe-layer is not given")
     command = command or shlex.join(["python", sys.argv[0] if sys.argv and sys.argv[0] else "-m kbitcupy.bench", *argv])
-    res = run(shapes, Ms, ks, cols, a.dtype, a.reps, total, command)
+    res = run(dense, Ms, ks, cols, a.dtype, a.reps, [s for s in total if s in DENSE_SHAPES], command)
+    l2, sms = res["meta"]["l2_bytes"], res["meta"]["sm_count"]
+    if moe:
+        res["moe"] = run_moe(moe, moe_Ms, Es, ks, moe_cols, a.dtype, a.reps, l2, sms, a.bank_experts, a.moe_hidden,
+                             a.moe_inter)
+        res["moe"]["meta"]["reps"] = a.reps
+    if a.moe_layer:
+        res["layer"] = run_moe_layer(Ts, ks, a.dtype, a.reps, l2, sms, a.bank_experts, a.moe_hidden, a.moe_inter,
+                                     a.topk)
+        res["layer"]["meta"]["reps"] = a.reps
     files = write_outputs(res, a.out, a.tag, a.plot)
     print(format_report(res))
     print("wrote " + ", ".join(files.values()), file=sys.stderr)

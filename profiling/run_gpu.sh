@@ -51,3 +51,5 @@ if [ "${SANITIZE:-0}" = "1" ]; then
     echo "compute-sanitizer $tool: exit $? ($(grep -c 'rel err' "$OUT/sanitize_$tool.txt") checks; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|BAD:' "$OUT/sanitize_$tool.txt" | tr '\n' ' '))"
   done
 fi
+# GEMV stage breakdown: STAGES=1
+if [ "${STAGES:-0}" = "1" ]; then python3 profiling/gemv_stages.py 2>&1 | tee "$OUT/gemv_stages.log"; fi

@@ -3,6 +3,7 @@ import importlib.util
 import json
 import os
 
+import numpy as np
 import pytest
 
 from kbitcupy import bench as B
@@ -222,6 +223,7 @@ def test_main_orchestration_with_fake_gpu(tmp_path, monkeypatch, capsys):
 
     class FakeQW:
         def __init__(self, shape, k):
+            self.k = k
             self.packed = np.zeros(shape.N * shape.K // 32 * k, np.uint32)
             self.absmax = np.zeros(shape.N * shape.K // 32, np.uint8)
 
@@ -233,7 +235,9 @@ def test_main_orchestration_with_fake_gpu(tmp_path, monkeypatch, capsys):
     def fake_time_kbit(col, shape, M, copies, A, out, reps):
         assert A.shape == (M, shape.K) and out.shape == (M, shape.N) and col.applies(shape, M)
         calls["kbit"].append((col.name, shape.name, M))
-        if col.name == "matmul" and M > 8:
+        if col.name == "GEMM" and copies[0].k == 4:
+            raise B.NotApplicable("does not fit: shared memory")  # shown as '-', never 'err'
+        if col.name in ("matmul", "dq+cuBLAS") and M > 8:
             raise RuntimeError("cuBLAS refused during capture")
         return B.summarize([1.0 + M / 8 + (col.name == "matmul")] * reps, R=len(copies),
                            launches=B.launch_count(len(copies)))
@@ -274,11 +278,17 @@ def test_main_orchestration_with_fake_gpu(tmp_path, monkeypatch, capsys):
         k, M, K, N = c["k"], c["M"], c["K"], c["N"]
         assert c["weight_bytes"] == N * K * k // 8 + N * K // 32  # packed words + E4M4 absmax
         assert c["sol"]["bytes"] == c["weight_bytes"] + M * K * 2  # + A
+        assert set(c["columns"]) == ({"GEMV", "GEMM", "dq+cuBLAS", "matmul"} if M == 1 else
+                                     {"GEMM", "dq+cuBLAS", "matmul"})
+        if k == 4:
+            assert c["columns"]["GEMM"] == {"us": None, "skipped": "does not fit: shared memory"}
+            assert B.fmt_entry(c["columns"]["GEMM"]) == "-"
         if M == 1:
             assert c["best"] == "GEMV" and c["columns"]["matmul"]["us"] is not None
         else:
             assert "GEMV" not in c["columns"] and c["columns"]["matmul"]["error"].startswith("RuntimeError")
-            assert c["best"] is None
+            assert c["columns"]["dq+cuBLAS"]["error"].startswith("RuntimeError")
+            assert c["best"] == ("GEMM" if k == 2 else None)
     assert [(t["M"], t["k"]) for t in res["totals"]] == [(1, 2), (1, 4), (16, 2), (16, 4)]
     assert res["totals"][0]["shapes"] == ["gateup", "KV"] and res["totals"][0]["cublas_us"] == 8.0
     assert any("missing: down, Q, O" in n for n in res["meta"]["notes"])
@@ -288,6 +298,366 @@ def test_main_orchestration_with_fake_gpu(tmp_path, monkeypatch, capsys):
     assert os.path.basename(files["md"]) == "nvidia-fake-gpu_" + res["meta"]["date"] + "_t.md"
     with open(files["json"]) as f:
         assert json.load(f)["cells"][0]["columns"]["GEMV"]["check_ok"] is True
+
+
+# ----------------------------------------------------------------------------- dense columns / CLI (issue 4)
+def test_dense_columns_registry():
+    assert [c.name for c in B.COLUMNS] == ["GEMV", "GEMM", "dq+cuBLAS", "matmul"]
+    by = {c.name: c for c in B.COLUMNS}
+    g = B.SHAPES["gateup"]
+    for M in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
+        assert by["GEMV"].applies(g, M) == (M <= 8)
+        assert by["GEMM"].applies(g, M) and by["dq+cuBLAS"].applies(g, M) and by["matmul"].applies(g, M)
+    for sname in ("moe_gu", "moe_gu_fused", "moe_dn"):  # expert shapes go through MOE_COLUMNS
+        assert not any(c.applies(B.SHAPES[sname], 1) for c in B.COLUMNS)
+    assert B.fmt_entry({"us": None, "skipped": "does not fit"}) == "-"  # not 'err'
+
+
+def test_parse_columns_both_registries():
+    assert [c.name for c in B.parse_columns("GEMM,dq+cuBLAS")] == ["GEMM", "dq+cuBLAS"]
+    assert [c.name for c in B.parse_columns("dq,mma")] == ["dq+cuBLAS", "GEMM"]  # aliases, order kept
+    assert [c.name for c in B.parse_moe_columns("GEMM")] == [c.name for c in B.MOE_COLUMNS]  # none named: all
+    assert [c.name for c in B.parse_moe_columns("grouped,GEMV")] == ["Grouped"]
+    assert [c.name for c in B.parse_columns("Grouped")] == [c.name for c in B.COLUMNS]
+    with pytest.raises(ValueError):
+        B.parse_moe_columns("cutlass")
+
+
+def test_parse_shapes_moe_none():
+    assert B.parse_shapes("moe") == ["moe_gu", "moe_gu_fused", "moe_dn"]
+    assert B.parse_shapes("none") == [] and B.parse_shapes("dense,none") == list(B.DENSE_SHAPES)
+    assert B.parse_shapes("all") == list(B.DENSE_SHAPES) + ["moe_gu", "moe_gu_fused", "moe_dn"]
+    s = B.moe_shapes()
+    assert (s["moe_gu"].K, s["moe_gu"].N) == (2048, 512) and (s["moe_gu_fused"].K, s["moe_gu_fused"].N) == (2048, 1024)
+    assert (s["moe_dn"].K, s["moe_dn"].N) == (512, 2048)
+    assert (B.moe_shapes(256, 128)["moe_dn"].K, B.moe_shapes(256, 128)["moe_dn"].N) == (128, 256)
+
+
+def test_cli_defaults_quick_and_large_M():
+    p = B.build_parser()
+    a = B.resolve_args(p.parse_args([]))
+    assert (a.M, a.k, a.moe_M, a.experts, a.layer_T, a.reps) == ("1,2,4,8", "2,3,4,5", "1,2,4,8,16,32,64", "8,10",
+                                                                  "1,8,32", 20)
+    assert a.shapes == "dense" and not a.moe_layer and a.topk == 10 and a.bank_experts == 512
+    a = B.resolve_args(p.parse_args(["--M", "1,2,4,8,16,32,64,128,256,512"]))
+    assert B.parse_ints(a.M, "--M") == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    a = B.resolve_args(p.parse_args(["--quick", "--k", "4"]))
+    assert a.k == "4" and a.M == B.QUICK["M"] and a.reps == B.QUICK["reps"]  # explicit wins over --quick
+    assert "--bank-experts" not in p.format_help()  # hidden smoke-test options
+
+
+@pytest.mark.parametrize("argv", [["--shapes", "none"], ["--shapes", "moe", "--experts", "0"],
+                                  ["--shapes", "moe", "--experts", "600"], ["--moe-M", "0", "--shapes", "moe"],
+                                  ["--moe-layer", "--topk", "0"], ["--moe-layer", "--layer-T", "x"],
+                                  ["--moe-layer", "--moe-inter", "100"]])
+def test_main_rejects_bad_moe_args(argv):
+    with pytest.raises(SystemExit):
+        B.main(argv)
+
+
+# ----------------------------------------------------------------------------- MoE rotation / routing (issue 5)
+def test_moe_rotation_reads_the_whole_bank_before_reuse():
+    for E in (8, 10):
+        B_ = 512
+        seen = [B.moe_launch_experts(r, E, B_) for r in range(200)]
+        assert all(len(set(s)) == E for s in seen)  # E distinct experts per launch
+        flat = [e for s in seen for e in s]
+        # expert e is read again exactly B_ expert-reads later
+        assert all(flat[i] == flat[i + B_] for i in range(len(flat) - B_))
+        assert len(set(flat[:B_])) == B_
+        starts = [B.moe_bmm_start(r, E, B_) for r in range(200)]
+        assert all(0 <= s and s + E <= B_ for s in starts)  # a contiguous slice, no wrap
+        assert starts[:3] == [0, E, 2 * E] and starts[B_ // E] == 0
+    with pytest.raises(ValueError):
+        B.moe_launch_experts(0, 20, 16)
+
+
+def test_kbit_expert_bytes():
+    for N, K in ((512, 2048), (1024, 2048), (2048, 512)):
+        for k in (2, 3, 4, 5):
+            assert B.kbit_expert_bytes(N, K, k) == N * K * k // 8 + N * K // 32
+
+
+def test_moe_launches():
+    n = B.moe_launches(8 * B.kbit_expert_bytes(512, 2048, 4), 60 << 20)
+    assert n >= B.MIN_LAUNCHES and n * 8 * B.kbit_expert_bytes(512, 2048, 4) >= 4 * (60 << 20)
+
+
+def test_layer_plan():
+    l2 = 60 << 20
+    per = B.kbit_expert_bytes(1024, 2048, 2) + B.kbit_expert_bytes(2048, 512, 2)
+    R, w, n = B.layer_plan(1, 10, 512, per, l2)
+    step = B.expected_distinct(1, 10, 512) * per
+    assert w >= 1 and w * step >= l2 and R >= 2 * w + 2 and R * step >= 4 * l2 and n >= R
+    R, w, n = B.layer_plan(32, 10, 512, per, l2)
+    assert w == 0 and R >= 2 and n >= B.LAYER_MIN_LAUNCHES
+    assert B.expected_distinct(1, 10, 512) == pytest.approx(10.0)
+    assert 230 < B.expected_distinct(32, 10, 512) < 250
+
+
+@pytest.mark.parametrize("T,topk,Bn,R,w", [(1, 10, 512, 30, 8), (8, 10, 512, 6, 1), (32, 10, 512, 4, 0),
+                                           (4, 4, 16, 6, 2)])
+def test_routing_draws(T, topk, Bn, R, w):
+    draws = B.routing_draws(T, topk, Bn, R, w, seed=3)
+    assert len(draws) == R
+    for ids, wts in draws:
+        assert ids.shape == (T, topk) and ids.dtype == np.int32 and wts.dtype == np.float32
+        assert ids.min() >= 0 and ids.max() < Bn
+        assert all(len(set(row)) == topk for row in ids.tolist())  # distinct experts per token
+        assert np.allclose(wts.sum(1), 1.0, atol=1e-5) and (wts > 0).all()
+        assert (np.diff(wts, axis=1) <= 1e-7).all()  # top-k in descending logit order
+    sets = [set(d[0].ravel().tolist()) for d in draws]
+    max_mask = min(Bn // 2, Bn - topk)
+    for r in range(R):
+        for d in range(1, w + 1):
+            near = sets[(r + d) % R]
+            if (r + d) % R != r and len(sets[r]) * 2 * w <= max_mask:
+                assert not (sets[r] & near), (r, d)  # no reuse between nearby steps
+    again = B.routing_draws(T, topk, Bn, R, w, seed=3)
+    assert all((a[0] == b[0]).all() for a, b in zip(draws, again))  # deterministic
+
+
+def test_fp16_layer_plan_matches_moe_reference_route():
+    from kbitcupy.moe import reference_route
+
+    rng = np.random.default_rng(0)
+    ids = np.stack([rng.permutation(64)[:6] for _ in range(5)]).astype(np.int32)
+    tok, pos, segs = B.fp16_layer_plan(ids)
+    r = reference_route(ids, 64)
+    assert (tok == r.sorted_token).all() and (pos == r.pos).all()
+    n = len(segs)
+    assert [e for e, _, _ in segs] == r.expert_ids[:n].tolist()
+    assert [a for _, a, _ in segs] == r.offsets[:n].tolist() and segs[-1][2] == ids.size
+
+
+def test_fp16_layer_step_on_cpu_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    T, topk, E, H, I = 3, 2, 6, 16, 8
+    x = rng.standard_normal((T, H)).astype(np.float32)
+    Wgu = (rng.standard_normal((E, 2 * I, H)) * 0.3).astype(np.float32)
+    Wdn = (rng.standard_normal((E, H, I)) * 0.3).astype(np.float32)
+    ids = np.stack([rng.permutation(E)[:topk] for _ in range(T)]).astype(np.int32)
+    w = rng.random((T, topk)).astype(np.float32)
+    tok, pos, segs = B.fp16_layer_plan(ids)
+    plan = (torch.as_tensor(tok), torch.as_tensor(pos), segs, torch.as_tensor(w))
+    P = T * topk
+    bufs = (torch.empty(P, H), torch.empty(P, 2 * I), torch.empty(P, H), torch.empty(T, H))
+    B._fp16_layer_step(torch.as_tensor(x), torch.as_tensor(Wgu), torch.as_tensor(Wdn), plan, bufs, I, T, topk)
+    ref = np.zeros((T, H))
+    for t in range(T):
+        for j in range(topk):
+            e = ids[t, j]
+            h = Wgu[e].astype(np.float64) @ x[t]
+            g, u = h[:I], h[I:]
+            ref[t] += w[t, j] * (Wdn[e].astype(np.float64) @ (g / (1 + np.exp(-g)) * u))
+    assert np.allclose(bufs[3].numpy(), ref, atol=1e-4, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- MoE tables
+def fake_moe(with_totals=True):
+    names = [c.name for c in B.MOE_COLUMNS]
+    shapes = ["moe_gu", "moe_gu_fused", "moe_dn"]
+    cells = []
+    for si, s in enumerate(shapes):
+        K, N = B.moe_shapes()[s].K, B.moe_shapes()[s].N
+        for E in (8, 10):
+            for k in (2, 4):
+                for M in (1, 16):
+                    base = 3.0 + si + k / 4 + M / 16 + E / 10
+                    cols = {"Grouped": {"us": base, "check_ok": True}, "matmul loop": {"us": base * 4, "check_ok": True}}
+                    if s == "moe_dn" and M == 16 and k == 4:
+                        cols["Grouped"] = {"us": base, "check_ok": False, "max_rel_err": 0.5}
+                    fp = {"loop": {"us": 20.0 + E, "check_ok": True}, "bmm": {"us": 8.0 + si, "check_ok": True}}
+                    cell = dict(shape=s, K=K, N=N, experts=E, k=k, M=M, weight_bytes=1, columns=cols, fp16=fp,
+                                sol={"us": 2.0})
+                    cells.append(B.finish_moe_cell(cell, names))
+    meta = dict(M=[1, 16], experts=[8, 10], k=[2, 4], shapes=shapes, columns=names, dtype="fp16", bank_experts=512,
+                hidden=2048, inter=512, total_shapes=list(B.MOE_TOTAL_SHAPES) if with_totals else [],
+                shape_dims={}, bank_bytes={"moe_gu,k=2": 150 << 20, "moe_gu_fused,k=4": 540 << 20}, notes=[],
+                reps=20)
+    return dict(meta=meta, cells=cells,
+                totals=B.compute_moe_totals(cells, meta["total_shapes"], [1, 16], [8, 10], [2, 4], names))
+
+
+def test_finish_moe_cell_uses_best_fp16():
+    c = B.finish_moe_cell(dict(columns={"Grouped": {"us": 4.0}}, fp16={"loop": {"us": 12.0}, "bmm": {"us": 8.0}},
+                               sol={"us": 2.0}), ["Grouped"])
+    assert c["cublas"] == {"us": 8.0, "variant": "bmm"} and c["vs_cublas"] == 2.0 and c["pct_sol"] == 50.0
+    c = B.finish_moe_cell(dict(columns={"Grouped": {"us": 4.0}}, fp16={"loop": {"us": 12.0},
+                                                                       "bmm": {"us": 1.0, "check_ok": False}},
+                               sol={"us": 2.0}), ["Grouped"])
+    assert c["cublas"]["variant"] == "loop" and c["vs_cublas"] == 3.0  # a failed check is not the baseline
+    c = B.finish_moe_cell(dict(columns={"Grouped": {"us": 4.0}}, fp16={"loop": {"us": None, "error": "boom"}},
+                               sol={"us": 2.0}), ["Grouped"])
+    assert c["cublas"] == {"us": None, "error": "boom"} and c["vs_cublas"] is None
+
+
+def test_format_moe_tables_and_totals():
+    moe = fake_moe()
+    md = B.format_moe_tables(moe)
+    assert md.count("### MoE, M = ") == 2 and "### MoE, M = 1 token per expert" in md
+    m1, m16 = md.split("### MoE, M = 16 tokens per expert")
+    header = "| shape | E | k | Grouped | matmul loop | fp16 loop | fp16 bmm | SOL | Best | vs fp16 | % of SOL |"
+    assert header in m1 and header in m16
+    # moe_gu E=8 k=2 M=1: base 3 + 0.5 + 0.0625 + 0.8 = 4.3625; fp16 best = bmm 8.0
+    assert "| moe_gu | 8 | 2 | 4.36 | 17.45 | 28.00 | 8.00 | 2.00 | Grouped | 1.83x | 46% |" in m1
+    # failed check: '!' and Best falls back to the matmul loop
+    row = next(ln for ln in m16.splitlines() if ln.startswith("| moe_dn | 8 | 4 |"))
+    assert "!" in row.split("|")[4] and "| matmul loop |" in row
+    tot = [ln for ln in m1.splitlines() if ln.startswith("| TOTAL")]
+    assert len(tot) == 4  # per (E, k)
+    t = {(x["M"], x["experts"], x["k"]): x for x in moe["totals"]}
+    idx = {(c["shape"], c["experts"], c["k"], c["M"]): c for c in moe["cells"]}
+    x = t[(1, 10, 4)]
+    assert x["shapes"] == ["moe_gu_fused", "moe_dn"]
+    assert x["best_us"] == pytest.approx(idx[("moe_gu_fused", 10, 4, 1)]["best_us"] + idx[("moe_dn", 10, 4, 1)]["best_us"])
+    assert x["fp16"]["bmm"] == pytest.approx(9.0 + 10.0) and x["fp16"]["loop"] == pytest.approx(60.0)
+    assert x["vs_cublas"] == pytest.approx(19.0 / x["best_us"])
+    for ln in md.splitlines():
+        if ln.startswith("| ") and not ln.startswith("| shape"):
+            assert ln.count("|") == header.count("|"), ln
+    assert "| TOTAL" not in B.format_moe_tables(fake_moe(with_totals=False))
+
+
+def fake_layer(eager=False):
+    rows = []
+    for T in (1, 8):
+        for k in (2, 4):
+            mf = {"us": 30.0 + T + k, "method": "eager" if eager else "graph", "check_ok": True}
+            if eager:
+                mf["capture_error"] = "RuntimeError: sync during capture"
+            fp = {"graph": {"us": 40.0 + 2 * T, "method": "graph", "check_ok": True}}
+            if eager:
+                fp["eager"] = {"us": 400.0 + T, "method": "eager", "check_ok": True}
+            row = dict(T=T, k=k, experts_per_step=10.0 * T, R=10, launches=10, moe_forward=mf,
+                       steps={"us": 10.0 + T + k, "method": "graph", "check_ok": True},
+                       route={"us": 5.0, "method": "eager" if eager else "graph"}, fp16=fp, sol={"us": 4.0})
+            rows.append(B.finish_layer_row(row))
+    meta = dict(T=[1, 8], k=[2, 4], dtype="fp16", bank_experts=512, hidden=2048, inter=512, topk=10,
+                setups=[dict(T=1, R=30, window=8, launches=30, distinct_mean=10.0, distinct_min=10, distinct_max=10),
+                        dict(T=8, R=6, window=1, launches=8, distinct_mean=74.5, distinct_min=70, distinct_max=78)],
+                eager_min_calls=32, check_tol=0.02, notes=[], reps=20)
+    return dict(meta=meta, rows=rows)
+
+
+def test_finish_layer_row_never_mixes_methods():
+    lay = fake_layer()
+    r = next(x for x in lay["rows"] if x["T"] == 1 and x["k"] == 2)
+    assert r["vs_fp16_steps"] == pytest.approx(42.0 / 13.0) and r["vs_fp16_forward"] == pytest.approx(42.0 / 33.0)
+    assert r["pct_sol_steps"] == pytest.approx(100 * 4.0 / 13.0) and r["vs_fp16_forward_method"] == "graph"
+    lay = fake_layer(eager=True)
+    r = next(x for x in lay["rows"] if x["T"] == 1 and x["k"] == 2)
+    assert r["vs_fp16_forward"] == pytest.approx(401.0 / 33.0) and r["vs_fp16_forward_method"] == "eager"
+    assert r["vs_fp16_steps"] == pytest.approx(42.0 / 13.0)  # graph vs graph
+    # eager kbit but no eager fp16: no ratio rather than a mixed one
+    row = B.finish_layer_row(dict(moe_forward={"us": 50.0, "method": "eager"}, steps={"us": 10.0, "method": "graph"},
+                                  fp16={"graph": {"us": 40.0}}, sol={"us": 4.0}))
+    assert row["vs_fp16_forward"] is None and row["vs_fp16_steps"] == 4.0
+
+
+def test_format_layer_table():
+    md = B.format_layer_table(fake_layer())
+    header = ("| T | k | experts/step | moe_forward | method | kbit steps | moe_route | fp16 loop | SOL | "
+              "vs fp16 (moe_forward) | vs fp16 (steps) | % of SOL (steps) |")
+    assert md.splitlines()[0] == header
+    assert "| 1 | 2 | 10.0 | 33.00 | graph | 13.00 | 5.00 | 42.00 | 4.00 | 1.27x | 3.23x | 31% |" in md
+    md = B.format_layer_table(fake_layer(eager=True))
+    assert "| fp16 loop (eager) |" in md.splitlines()[0]
+    assert "| 1 | 2 | 10.0 | 33.00 | eager | 13.00 | 5.00 (eager) | 42.00 | 401.00 | 4.00 | 12.15x (eager) | 3.23x |" in md
+    for ln in md.splitlines():
+        assert ln.count("|") == md.splitlines()[0].count("|")
+    setups = B.format_layer_setups(fake_layer())
+    assert "| 1 | 30 | 8 | 30 | 10.0 (10-10) |" in setups
+
+
+def test_format_report_with_moe_and_layer_only():
+    res = fake_results()
+    res["meta"].update(shapes=[], total_shapes=[])
+    res.update(cells=[], totals=[], host_overhead=[], moe=fake_moe(), layer=fake_layer(eager=True))
+    rep = B.format_report(res)
+    assert rep.startswith("# kbitcupy kernel benchmark: NVIDIA H100 80GB HBM3, 2026-11-22")
+    assert "## Kernel time" not in rep and "## Host overhead" not in rep  # no dense shapes in this run
+    assert "## MoE expert matmuls" in rep and "## MoE layer step" in rep
+    assert "TOTAL = moe_gu_fused + moe_dn" in rep and "(r x E + i) mod 512" in rep
+    assert "fp16 bmm = one torch.bmm on the contiguous slice" in rep and "fp16 loop = torch with the routing given" in rep
+    assert "eager = CUDA events" in rep and "| fp16 loop (eager) |" in rep
+
+
+def test_main_moe_orchestration_with_fakes(tmp_path, monkeypatch):
+    """main() with --shapes moe --moe-layer on the CPU, every device call faked."""
+    calls = {"fp16": [], "cell": [], "sol": [], "bank": [], "lay_fp16": [], "lay_kbit": []}
+    L2 = 60 << 20
+
+    class FakeBank:
+        def __init__(self, W, k):
+            self.k, self.W = k, W
+
+    def fake_time_fp16_moe(Wt, E, Ms, l2, reps):
+        calls["fp16"].append((Wt, E))
+        return {M: {"loop": {"us": 20.0, "check_ok": True}, "bmm": {"us": 10.0, "check_ok": True}} for M in Ms}
+
+    def fake_cell(cols, shape, E, M, bank, dtype, l2, reps):
+        assert shape.experts == E and bank.W[0] == f"W{shape.N}x{shape.K}"  # this shape's bank
+        calls["cell"].append((shape.name, E, M, bank.k))
+        return {c.name: {"us": 4.0 + (c.name != "Grouped"), "check_ok": True} for c in cols}
+
+    def fake_sol(nbytes, l2, sms, reps):
+        calls["sol"].append(nbytes)
+        return {"us": 1.0, "bytes": nbytes}
+
+    def fake_layer_kbit(bgu, bdn, st, I, dtype, reps, state):
+        calls["lay_kbit"].append((st["T"], bgu.k))
+        assert len(st["draws"]) == st["R"] and st["launches"] >= st["R"]
+        eager = st["T"] == 8
+        return {"steps": {"us": 10.0, "method": "graph", "check_ok": True},
+                "route": {"us": 3.0, "method": "eager" if eager else "graph"},
+                "moe_forward": {"us": 15.0, "method": "eager" if eager else "graph", "check_ok": True}}
+
+    def fake_layer_fp16(Wgu, Wdn, st, I, dtype, reps, eager=False):
+        calls["lay_fp16"].append((st["T"], eager))
+        return {"us": 300.0 if eager else 30.0, "method": "eager" if eager else "graph", "check_ok": True}
+
+    monkeypatch.setattr(B, "_device_info", lambda: ("NVIDIA Fake GPU", L2, 132))
+    monkeypatch.setattr(B, "_versions", lambda: {"CuPy": "x", "torch": "y"})
+    monkeypatch.setattr(B, "_free_pool", lambda: None)
+    monkeypatch.setattr(B, "_have_torch", lambda: True)
+    monkeypatch.setattr(B, "make_fp16_bank", lambda Bn, N, K, seed=0: (f"W{N}x{K}", Bn))
+    monkeypatch.setattr(B, "_torch_bank", lambda W, dtype: ("torch", W))
+    monkeypatch.setattr(B, "make_kbit_bank", lambda W, k: (calls["bank"].append((W, k)), FakeBank(W, k))[1])
+    monkeypatch.setattr(B, "time_fp16_moe", fake_time_fp16_moe)
+    monkeypatch.setattr(B, "time_moe_cell", fake_cell)
+    monkeypatch.setattr(B, "time_sol", fake_sol)
+    monkeypatch.setattr(B, "layer_kbit", fake_layer_kbit)
+    monkeypatch.setattr(B, "layer_fp16", fake_layer_fp16)
+
+    res = B.main(["--shapes", "moe", "--moe-M", "1,4", "--experts", "8,10", "--k", "2,4", "--moe-layer",
+                  "--layer-T", "1,8", "--out", str(tmp_path), "--tag", "moe"], command="python profiling/bench.py moe")
+    assert res["cells"] == [] and res["meta"]["shapes"] == []
+    moe = res["moe"]
+    assert len(moe["cells"]) == 3 * 2 * 2 * 2 and len(calls["cell"]) == 24
+    assert len(calls["bank"]) == 3 * 2 + 2 * 2  # one kbit bank per (shape, k); layer: gu + dn per k
+    assert len(calls["fp16"]) == 3 * 2  # per (shape, E), all M at once
+    for c in moe["cells"]:
+        per = B.kbit_expert_bytes(c["N"], c["K"], c["k"])
+        assert c["weight_bytes"] == c["experts"] * per
+        assert c["best"] == "Grouped" and c["vs_cublas"] == pytest.approx(10.0 / 4.0)
+    assert len(moe["totals"]) == 2 * 2 * 2
+    assert moe["meta"]["bank_bytes"]["moe_dn,k=2"] == 512 * B.kbit_expert_bytes(2048, 512, 2)
+    lay = res["layer"]
+    assert [(r["T"], r["k"]) for r in lay["rows"]] == [(1, 2), (8, 2), (1, 4), (8, 4)]
+    assert sorted(set(calls["lay_fp16"])) == [(1, False), (8, False), (8, True)]  # eager fp16 only where needed
+    assert len(calls["lay_fp16"]) == 3  # cached across k
+    r8 = next(r for r in lay["rows"] if r["T"] == 8)
+    assert r8["vs_fp16_forward"] == pytest.approx(300.0 / 15.0) and r8["vs_fp16_forward_method"] == "eager"
+    assert r8["vs_fp16_steps"] == pytest.approx(30.0 / 10.0)
+    assert lay["meta"]["setups"][0]["T"] == 1 and lay["meta"]["setups"][0]["window"] >= 1
+    with open(res["meta"]["files"]["json"]) as f:
+        back = json.load(f)
+    assert len(back["moe"]["cells"]) == 24 and len(back["layer"]["rows"]) == 4
+    with open(res["meta"]["files"]["md"]) as f:
+        md = f.read()
+    assert "## MoE expert matmuls" in md and "## MoE layer step" in md and "### MoE, M = 4 tokens per expert" in md
 
 
 # ----------------------------------------------------------------------------- SOL kernel source
@@ -348,19 +718,70 @@ def test_parse_ncu_details_and_raw():
 
 
 # ----------------------------------------------------------------------------- GPU
+def _torch_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
 @pytest.mark.gpu
 def test_bench_smoke_gpu(tmp_path):
-    res = B.main(["--M", "1,2", "--k", "4", "--shapes", "KV", "--reps", "15", "--out", str(tmp_path), "--tag", "smoke",
+    res = B.main(["--M", "1,16", "--k", "4", "--shapes", "KV", "--reps", "15", "--out", str(tmp_path), "--tag", "smoke",
                   "--plot"])
     m = res["meta"]
     assert os.path.exists(m["files"]["md"]) and os.path.exists(m["files"]["json"])
     assert len(res["cells"]) == 2 and len(res["totals"]) == 2 and len(res["host_overhead"]) == 1
     for c in res["cells"]:
-        g = c["columns"]["GEMV"]
-        assert g["us"] > 0 and g["check_ok"], g
-        assert g["R"] * c["weight_bytes"] >= 4 * m["l2_bytes"]
+        if c["M"] == 1:
+            g = c["columns"]["GEMV"]
+            assert g["us"] > 0 and g["check_ok"], g
+            assert g["R"] * c["weight_bytes"] >= 4 * m["l2_bytes"]
+        else:
+            assert "GEMV" not in c["columns"]
+        for name in ("dq+cuBLAS", "matmul"):
+            e = c["columns"][name]
+            assert e["us"] > 0 and e["check_ok"], (name, e)
+        g = c["columns"]["GEMM"]
+        assert (g["us"] > 0 and g["check_ok"]) or g.get("skipped"), g  # '-' only when it does not fit
         assert c["sol"]["us"] > 0 and c["sol"]["R"] * c["sol"]["bytes"] >= 4 * m["l2_bytes"]
-        assert c["best"] in ("GEMV", "matmul")
+        assert c["best"] in ("GEMV", "GEMM", "dq+cuBLAS", "matmul")
         if m["versions"]["torch"] != "not installed":
             assert c["cublas"]["us"] > 0
     assert res["host_overhead"][0]["wall_us"] > 0
+
+
+@pytest.mark.gpu
+def test_bench_moe_smoke_gpu(tmp_path):
+    """MoE tables and the layer step on a 16-expert bank of small experts (hidden options)."""
+    res = B.main(["--shapes", "moe", "--moe-M", "1,4", "--experts", "4", "--k", "4", "--bank-experts", "16",
+                  "--moe-hidden", "256", "--moe-inter", "128", "--moe-layer", "--layer-T", "1,4", "--topk", "4",
+                  "--reps", "15", "--out", str(tmp_path), "--tag", "moe_smoke"])
+    assert os.path.exists(res["meta"]["files"]["md"]) and res["cells"] == []
+    moe, torch_ok = res["moe"], _torch_cuda()
+    assert len(moe["cells"]) == 3 * 2 and len(moe["totals"]) == 2
+    for c in moe["cells"]:
+        for name in ("Grouped", "matmul loop"):
+            e = c["columns"][name]
+            assert e["us"] > 0 and e["check_ok"], (c["shape"], c["M"], name, e)
+        assert c["sol"]["us"] > 0 and c["best"] in ("Grouped", "matmul loop")
+        if torch_ok:
+            for v in ("loop", "bmm"):
+                assert c["fp16"][v]["us"] > 0 and c["fp16"][v]["check_ok"], (c["shape"], v, c["fp16"][v])
+            assert c["vs_cublas"] > 0
+    lay = res["layer"]
+    assert [(r["T"], r["k"]) for r in lay["rows"]] == [(1, 4), (4, 4)]
+    for r in lay["rows"]:
+        assert r["steps"]["us"] > 0 and r["steps"]["check_ok"] and r["steps"]["method"] == "graph", r["steps"]
+        mf = r["moe_forward"]
+        assert mf["us"] > 0 and mf["check_ok"] and mf["method"] in ("graph", "eager"), mf
+        assert mf["method"] == "graph" or mf.get("capture_error")  # an eager number always says why
+        assert r["route"]["us"] > 0 and r["sol"]["us"] > 0
+        if torch_ok:
+            f = r["fp16"]["graph"]
+            assert f["us"] > 0 and f["check_ok"], f
+            assert r["vs_fp16_steps"] > 0
+            if mf["method"] == "eager":
+                assert r["fp16"]["eager"]["us"] > 0

@@ -1,0 +1,41 @@
+"""Where the GEMV's time goes: time variants that leave one stage out (METHOD.md),
+compiled from the same source with -DKBIT_EXPERIMENT_* (results are wrong by design).
+Cold L2, graph replay, gateup/down/KV at k=4, M=1."""
+import os
+import sys
+from dataclasses import replace
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import cupy as cp  # noqa: E402
+
+import kbitcupy as kb  # noqa: E402
+from bench_foundation import copies_for, time_rotated  # noqa: E402
+from kbitcupy import gemv as G  # noqa: E402
+from kbitcupy._compile import _options, read_source  # noqa: E402
+
+VARIANTS = {"full": [], "no_lut_build": ["-DKBIT_EXPERIMENT_NO_LUT"],
+            "no_compute": ["-DKBIT_EXPERIMENT_NO_COMPUTE"],
+            "loads_only": ["-DKBIT_EXPERIMENT_NO_LUT", "-DKBIT_EXPERIMENT_NO_COMPUTE"]}
+rng = np.random.default_rng()
+print(f"{'shape':8} " + " ".join(f"{v:>13}" for v in VARIANTS))
+for name, (N, K) in {"gateup": (5120, 2048), "down": (2048, 5120), "KV": (512, 2048)}.items():
+    W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
+    q = kb.quantize(W, 4)
+    A = cp.asarray(rng.standard_normal((1, K), dtype=np.float32)).astype(cp.float16)
+    warps, depth, smem, grid = G.plan(N, K, 1, 4)
+    R_ = copies_for(q.packed.nbytes + q.absmax.nbytes)
+    cps = [replace(q, packed=q.packed.copy(), absmax=q.absmax.copy()) for _ in range(R_)]
+    out = cp.empty((1, N), cp.float16)
+    row = []
+    for v, opts in VARIANTS.items():
+        expr = f"kbit_gemv<4, __half, unsigned char, true, {depth}>"
+        mod = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(opts), name_expressions=[expr])
+        fn = mod.get_function(expr)
+        fn.max_dynamic_shared_size_bytes = smem
+        args = lambda c: (A, c.packed, c.absmax, c.codebook, out, np.int32(1), np.int32(N), np.int32(K),  # noqa: E731
+                          np.float32(1.0))
+        row.append(time_rotated([lambda c=c: fn((grid,), (warps * 32,), args(c), shared_mem=smem) for c in cps]))
+    print(f"{name:8} " + " ".join(f"{t:13.2f}" for t in row), flush=True)
