@@ -23,8 +23,9 @@
 // lane (g, t) owns columns n0+g and n0+g+8 and block 4*s+t of step s.  D steps of
 // weights stay in flight per lane (register ring).  A is staged in shared memory.
 // ABS: unsigned char (E4M4) or float.  TILED: repacked layout, else flat.
-template <int K, typename T, typename ABS, bool TILED, int D>
-__global__ void __launch_bounds__(512, (D == 2 && K <= 4) ? 2 : 1) kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed,
+// MT: token tiles of 8 (M <= 8 * MT); the weights are dequantized once for all of them.
+template <int K, typename T, typename ABS, bool TILED, int D, int MT>
+__global__ void __launch_bounds__(512, (D == 2 && K <= 4 && MT == 1) ? 2 : 1) kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed,
                                                     const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                                     T* __restrict__ C, int M, int N, int Kdim, float tensor_scale) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -32,7 +33,7 @@ __global__ void __launch_bounds__(512, (D == 2 && K <= 4) ? 2 : 1) kbit_gemv(con
     const int KS = (Kdim + 127) >> 7;  // steps of 128
     T* a_s = reinterpret_cast<T*>(smem + PairLut<K>::WORDS * 4);
     float* red = reinterpret_cast<float*>(a_s + (long)M * KS * 128);
-    float* cb_s = red + (blockDim.x >> 5) * 128;
+    float* cb_s = red + (blockDim.x >> 5) * 128 * MT;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -107,43 +108,52 @@ __global__ void __launch_bounds__(512, (D == 2 && K <= 4) ? 2 : 1) kbit_gemv(con
 
     const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
     const T* a_row = a_s + (long)g * KS * 128 + t * 32;
-    const bool row_ok = g < M;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    float acc[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
 
     for (int s0 = 0; s0 < S; s0 += D) {
 #pragma unroll
         for (int j = 0; j < D; j++) {
             const int sl = s0 + j;
             if (sl < S) {
-                uint4 a[4];
-                const uint4* ap = reinterpret_cast<const uint4*>(a_row + (warp + sl * W) * 128);
+                uint4 a[MT][4];
 #pragma unroll
-                for (int r = 0; r < 4; r++) a[r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
+                for (int mt = 0; mt < MT; mt++) {
+                    const uint4* ap = reinterpret_cast<const uint4*>(a_row + ((long)8 * mt * KS + warp + sl * W) * 128);
+                    const bool row_ok = g + 8 * mt < M;
+#pragma unroll
+                    for (int r = 0; r < 4; r++) a[mt][r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
+                }
                 const u32 sA = scale_pair<T>(sc[j][0]), sB = scale_pair<T>(sc[j][1]);
                 u32 wA[K], wB[K];
 #pragma unroll
                 for (int b = 0; b < K; b++) { wA[b] = wr[j][0][b]; wB[b] = wr[j][1][b]; }
                 if (sl + D < S) load_step(j, sl + D);
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
-                block_pair_mma<K, T>(acc, wA, sA, wB, sB, a, lut_lane);
+                block_pair_mma<K, T, MT>(acc, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive
-                acc[0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0].x) & 0x3fffffu);
+                acc[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif
             }
         }
     }
 
-    // Reduce the W warps' partial sums.  acc = C^T[col g | g+8][tokens 2t, 2t+1].
-    float* rw = red + warp * 128;
-    rw[g * 8 + 2 * t] = acc[0];
-    rw[g * 8 + 2 * t + 1] = acc[1];
-    rw[(g + 8) * 8 + 2 * t] = acc[2];
-    rw[(g + 8) * 8 + 2 * t + 1] = acc[3];
+    // Reduce the W warps' partial sums: red[warp][col 0..15][token 0..8MT-1].
+    constexpr int TOK = 8 * MT;
+    float* rw = red + warp * 16 * TOK;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        rw[g * TOK + 8 * mt + 2 * t] = acc[mt][0];
+        rw[g * TOK + 8 * mt + 2 * t + 1] = acc[mt][1];
+        rw[(g + 8) * TOK + 8 * mt + 2 * t] = acc[mt][2];
+        rw[(g + 8) * TOK + 8 * mt + 2 * t + 1] = acc[mt][3];
+    }
     __syncthreads();
     for (int i = threadIdx.x; i < M * 16; i += blockDim.x) {
         const int m = i >> 4, c = i & 15, nn = n0 + c;
         float s = 0.f;
-        for (int w = 0; w < W; w++) s += red[w * 128 + c * 8 + m];
+        for (int w = 0; w < W; w++) s += red[w * 16 * TOK + c * TOK + m];
         if (nn < N) C[(long)m * N + nn] = KbitType<T>::from_float(s * tensor_scale);
     }
 }

@@ -93,11 +93,12 @@ __device__ __forceinline__ void block_keys(const u32 (&w)[K], u32 (&keys)[4], u3
 // Two quantization blocks (columns g and g+8 of a 16-column group, 32 weights each)
 // against up to 8 token rows.  The weights are the MMA's A operand (16 rows = 16
 // columns, every fragment register holds data) and the activations the B operand
-// (8 columns = 8 tokens): acc = C^T[col g, g+8][tokens 2t, 2t+1].
-// a[r] = the lane's token row, elements 8r..8r+7 of its block, as four pairs.
-template <int K, typename T>
-__device__ __forceinline__ void block_pair_mma(float (&acc)[4], const u32 (&wA)[K], u32 sA, const u32 (&wB)[K],
-                                               u32 sB, const uint4 (&a)[4], u32 lut_lane) {
+// (8 columns = 8 tokens): acc[mt] = C^T[col g, g+8][tokens 8mt + 2t, 8mt + 2t + 1].
+// a[mt][r] = the lane's token row 8mt + g, elements 8r..8r+7 of its block, as four
+// pairs.  MT token tiles reuse every dequantized fragment.
+template <int K, typename T, int MT>
+__device__ __forceinline__ void block_pair_mma(float (&acc)[MT][4], const u32 (&wA)[K], u32 sA, const u32 (&wB)[K],
+                                               u32 sB, const uint4 (&a)[MT][4], u32 lut_lane) {
     u32 kA[4], kB[4], fA[4], fB[4];
     block_keys<K>(wA, kA, fA);
     block_keys<K>(wB, kB, fB);
@@ -110,7 +111,10 @@ __device__ __forceinline__ void block_pair_mma(float (&acc)[4], const u32 (&wA)[
             vb[q] = hmul2_u32(lut_lookup<K>(lut_lane, kB[q], fB[q], r), sB, T());
         }
         // k-slots (2t, 2t+1) <- pair q=0 (elements 8r, 8r+1); (2t+8, 2t+9) <- q=1
-        mma_16816(acc, va[0], vb[0], va[1], vb[1], a[r].x, a[r].y, T());
-        mma_16816(acc, va[2], vb[2], va[3], vb[3], a[r].z, a[r].w, T());
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            mma_16816(acc[mt], va[0], vb[0], va[1], vb[1], a[mt][r].x, a[mt][r].y, T());
+            mma_16816(acc[mt], va[2], vb[2], va[3], vb[3], a[mt][r].z, a[mt][r].w, T());
+        }
     }
 }

@@ -11,7 +11,7 @@ exactly the bytes the kbit kernel reads are timed the same way, in the same proc
     python profiling/bench.py --shapes moe --tag moe                 # grouped experts vs fp16
     python profiling/bench.py --shapes none --moe-layer --tag layer   # full MoE layer step
 
-Dense columns: GEMV (M <= 8), GEMM (fused dequant + MMA), dq+cuBLAS (dequantize into a
+Dense columns: GEMV (M <= 16), GEMM (fused dequant + MMA), dq+cuBLAS (dequantize into a
 buffer + cuBLAS), matmul (the dispatched call).  Adding a kernel column is one line in
 COLUMNS (MOE_COLUMNS for the expert shapes); adding a dense shape is one line in
 DENSE_SHAPES.
@@ -690,7 +690,7 @@ def format_report(res: dict) -> str:
             f"- Method: cold L2 by rotating over R copies of the weight (R x bytes >= {COLD_FACTOR} x L2), one "
             f"launch per copy, R launches (cycled to >= {MIN_LAUNCHES}) captured in one CUDA graph; median of "
             f"{m['reps']} timed replays (CUDA events) / launches per graph. Times in us per launch.",
-            "- Columns: GEMV = kbitcupy.gemv (M <= 8); GEMM = kbitcupy.gemm.gemm (fused dequant + MMA, '-' where "
+            "- Columns: GEMV = kbitcupy.gemv (M <= 16); GEMM = kbitcupy.gemm.gemm (fused dequant + MMA, '-' where "
             "its configuration does not fit); dq+cuBLAS = kbitcupy.dequant_matmul (dequantize into a reused "
             "buffer + cuBLAS GEMM); matmul = the dispatched kbitcupy.matmul.",
             f"- {cub}: cuBLAS through torch (torch.mm), same method. "

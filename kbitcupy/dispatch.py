@@ -1,6 +1,6 @@
 """Which GPU kernel serves a call C[M, N] = A[M, K] @ W^T:
 
-* ``'gemv'``: the decode GEMV (kbitcupy.gemv, M <= 8),
+* ``'gemv'``: the decode GEMV (kbitcupy.gemv, M <= 16),
 * ``'gemm'``: the fused dequant + MMA kernel (kbitcupy.gemm, tiled weights),
 * ``'dq'``:   dequantize into a reused buffer + cuBLAS (kbitcupy.dequant_matmul).
 
@@ -8,7 +8,7 @@
 GPU's family (``gpu_family``: 'H100', 'H200', ... from the device name), falling
 back to ``TABLES['default']``.  A table entry:
 
-    {"gemv_max_m": 8,           # gemv for M <= this (never above gemv.MAX_M = 8)
+    {"gemv_max_m": 8,           # gemv for M <= this (never above gemv.MAX_M = 16)
      "gemm_max_m": 64}          # gemm for gemv_max_m < M <= this, dq above
 
 ``gemm_max_m`` may also be a dict resolved per call, most specific key first:
@@ -33,14 +33,26 @@ import json
 import os
 from typing import Dict, Optional
 
-GEMV_MAX_M = 8  # kbitcupy.gemv.MAX_M (not imported: this module stays importable without CuPy)
+GEMV_MAX_M = 16  # kbitcupy.gemv.MAX_M (not imported: this module stays importable without CuPy)
 
 # Measured crossovers per GPU family.  H100 / H200: placeholders equal to the default
 # until measured (the lead fills them from profiling/results).
 TABLES: Dict[str, dict] = {
     "default": {"gemv_max_m": 8, "gemm_max_m": 64},
     "H100": {"gemv_max_m": 8, "gemm_max_m": 64},
-    "H200": {"gemv_max_m": 8, "gemm_max_m": 64},
+    # Measured on NVIDIA H200, 2026-11-21 (profiling/results/nvidia-h200_2026-11-21_{dense-allm,gemv16}.json,
+    # fp16 activations): exact shapes first, size bands for other shapes.
+    "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 0), (4194304, 32), (8388608, 32), (None, 0)], 3: [(1048576, 0), (4194304, 32), (8388608, 32), (None, 0)], 4: [(1048576, 0), (4194304, 32), (8388608, 32), (None, 0)], 5: [(1048576, 0), (4194304, 32), (8388608, 64), (None, 64)], '*': 0},
+             "shapes": {  # (k, N, K): (gemv up to M, gemm up to M; dq above)
+                 (2, 512, 2048): (16, 16), (2, 2048, 2048): (16, 32), (2, 2048, 4096): (12, 32),
+                 (2, 2048, 5120): (16, 16), (2, 4096, 2048): (12, 32), (2, 5120, 2048): (8, 32),
+                 (3, 512, 2048): (16, 16), (3, 2048, 2048): (16, 32), (3, 2048, 4096): (12, 32),
+                 (3, 2048, 5120): (16, 16), (3, 4096, 2048): (8, 32), (3, 5120, 2048): (8, 32),
+                 (4, 512, 2048): (16, 16), (4, 2048, 2048): (16, 32), (4, 2048, 4096): (16, 32),
+                 (4, 2048, 5120): (16, 16), (4, 4096, 2048): (16, 32), (4, 5120, 2048): (8, 32),
+                 (5, 512, 2048): (12, 16), (5, 2048, 2048): (16, 32), (5, 2048, 4096): (12, 64),
+                 (5, 2048, 5120): (8, 64), (5, 4096, 2048): (4, 64), (5, 5120, 2048): (1, 32),
+             }},
 }
 
 # (substring of the device name, family), checked in order: more specific first.
@@ -101,6 +113,30 @@ def _parse_key(key: str):
     return int(key)
 
 
+def shapes_from_timings(timings: dict) -> dict:
+    """{(k, N, K): (gemv_max_m, gemm_max_m)} from {(k, dtype, N, K, M): {'gemv'|'gemm'|'dq': us}}:
+    the largest measured M up to which each kernel is the fastest (kernels are tried in
+    the order gemv, gemm, dq as M grows; an M between two measured ones takes the
+    lower one's choice)."""
+    by_shape: dict = {}
+    for (k, _dt, N, K, M), us in timings.items():
+        by_shape.setdefault((k, N, K), {})[M] = us
+    out = {}
+    for shape, rows in by_shape.items():
+        gemv_max = gemm_max = 0
+        for M in sorted(rows):
+            us = {n: x for n, x in rows[M].items() if x is not None}
+            best = min(us, key=us.get)
+            if best == "gemv" and gemm_max == 0 and M <= GEMV_MAX_M:
+                gemv_max = M
+            elif best in ("gemv", "gemm"):
+                gemm_max = M
+            else:
+                break
+        out[shape] = (gemv_max, max(gemm_max, gemv_max))
+    return out
+
+
 def _from_json_value(v):
     if isinstance(v, dict):
         return {_parse_key(str(k)): _from_json_value(x) for k, x in v.items()}
@@ -114,7 +150,8 @@ def load_tables(path: str) -> None:
     with open(path) as f:
         data = json.load(f)
     for fam, entry in data.items():
-        set_table(fam, {name: _from_json_value(v) for name, v in entry.items()})
+        set_table(fam, {name: ({tuple(int(x) for x in s.split(",")): tuple(v) for s, v in val.items()}
+                               if name == "shapes" else _from_json_value(val)) for name, val in entry.items()})
 
 
 def set_table(family: str, entry: dict) -> None:
@@ -178,7 +215,7 @@ def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str
 
     family: table key (default: the current GPU's family, 'default' if unknown).
     'gemm' and 'gemv' are only meaningful for tiled weights (gemm needs them; for a
-    flat weight use 'gemv' for M <= 8 and 'dq' above)."""
+    flat weight use 'gemv' for M <= 16 and 'dq' above)."""
     _maybe_load_env()
     fam = gpu_family() if family is None else family
     dn = _dtype_name(dtype)
@@ -187,10 +224,15 @@ def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str
     if kind is None:
         e = TABLES.get(fam, TABLES["default"])
         elems = int(N) * int(K)
-        gemv_max = min(_resolve(e["gemv_max_m"], k, dn, elems, "gemv_max_m"), GEMV_MAX_M)
+        exact = e.get("shapes", {}).get((int(k), int(N), int(K)))  # measured on this very shape
+        if exact is not None:
+            gemv_max, gemm_max = min(exact[0], GEMV_MAX_M), exact[1]
+        else:
+            gemv_max = min(_resolve(e["gemv_max_m"], k, dn, elems, "gemv_max_m"), GEMV_MAX_M)
+            gemm_max = _resolve(e["gemm_max_m"], k, dn, elems, "gemm_max_m")
         if M <= gemv_max:
             kind = "gemv"
-        elif M <= _resolve(e["gemm_max_m"], k, dn, elems, "gemm_max_m"):
+        elif M <= gemm_max:
             kind = "gemm"
         else:
             kind = "dq"
@@ -237,7 +279,7 @@ def entry_from_timings(timings: dict, gemv_max_m: int = GEMV_MAX_M) -> dict:
 
 def measure(shapes, ks=(2, 3, 4, 5), Ms=(9, 16, 24, 32, 48, 64, 96, 128, 192, 256), dtype="float16",
             reps: int = 50) -> dict:
-    """Quick warm-L2 timings (us) of gemm and dq (and gemv for M <= 8) on the current GPU,
+    """Quick warm-L2 timings (us) of gemm and dq (and gemv for M <= 16) on the current GPU,
     for entry_from_timings.  shapes: iterable of (N, K).  Needs a GPU."""
     import cupy as cp
     import numpy as np

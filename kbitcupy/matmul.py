@@ -10,7 +10,7 @@ from ._arrays import check_out, from_backend, stream_ctx, to_backend
 from .dequant_matmul import dequant_matmul
 from .dispatch import choose
 from .gemm import gemm
-from .gemv import MAX_M as GEMV_MAX_M, gemv
+from .gemv import MAX_M as GEMV_MAX_M, fits, gemv
 from .reference import bfloat16
 from .weight import KbitWeight
 
@@ -20,12 +20,14 @@ _ACT_DTYPES = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None els
 def _dispatch_gpu(A, qw, out):
     """Pick the kernel for this call from the measured crossovers (kbitcupy.dispatch)."""
     M, K = A.shape
-    if qw.layout == "tiled":
-        kind_ = choose(M, qw.shape[0], K, qw.k, A.dtype)
-    else:  # the flat layout has the GEMV and the dequantize path only
-        kind_ = "gemv" if M <= GEMV_MAX_M else "dq"
+    N = qw.shape[0]
+    tiled = qw.layout == "tiled"
+    # the flat layout has the GEMV and the dequantize path only
+    kind_ = choose(M, N, K, qw.k, A.dtype) if tiled else ("gemv" if M <= GEMV_MAX_M else "dq")
     if kind_ == "gemv":
-        return gemv(A, qw, out)
+        if fits(N, K, M, qw.k, A.data.device_id):
+            return gemv(A, qw, out)
+        kind_ = "gemm" if tiled else "dq"  # staged A too large for shared memory
     if kind_ == "gemm":
         return gemm(A, qw, out)
     return dequant_matmul(A, qw, out)

@@ -68,7 +68,8 @@ def test_shapes_and_columns():
         B.parse_columns("cutlass")
     assert B.parse_ints("1, 2,4", "--M") == [1, 2, 4]
     gemv = B.parse_columns("GEMV")[0]
-    assert gemv.applies(B.SHAPES["gateup"], 8) and not gemv.applies(B.SHAPES["gateup"], 9)
+    mx = B.GEMV_MAX_M
+    assert gemv.applies(B.SHAPES["gateup"], mx) and not gemv.applies(B.SHAPES["gateup"], mx + 1)
     moe = B.Shape("moe_gu", 2048, 512, experts=8)
     assert moe.E == 8 and not any(c.applies(moe, 1) for c in B.COLUMNS)
 
@@ -268,11 +269,11 @@ def test_main_orchestration_with_fake_gpu(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(B, "_rand", lambda shape, dtype: np.ones(shape, np.float16))
     monkeypatch.setattr(B, "_empty", lambda shape, dtype: np.empty(shape, np.float16))
 
-    res = B.main(["--M", "1,16", "--k", "2,4", "--shapes", "gateup,KV,lin_key", "--out", str(tmp_path), "--tag", "t"],
+    res = B.main(["--M", "1,32", "--k", "2,4", "--shapes", "gateup,KV,lin_key", "--out", str(tmp_path), "--tag", "t"],
                  command="python profiling/bench.py fake")
     assert calls["cublas"] == ["gateup", "KV", "lin_key"]  # once per shape, all M at once
     assert len(calls["host"]) == 3 * 2
-    assert ("GEMV", "gateup", 16) not in calls["kbit"] and ("GEMV", "gateup", 1) in calls["kbit"]
+    assert ("GEMV", "gateup", 32) not in calls["kbit"] and ("GEMV", "gateup", 1) in calls["kbit"]
     assert len(res["cells"]) == 3 * 2 * 2 and len(calls["sol"]) == 12
     for c in res["cells"]:
         k, M, K, N = c["k"], c["M"], c["K"], c["N"]
@@ -289,11 +290,11 @@ def test_main_orchestration_with_fake_gpu(tmp_path, monkeypatch, capsys):
             assert "GEMV" not in c["columns"] and c["columns"]["matmul"]["error"].startswith("RuntimeError")
             assert c["columns"]["dq+cuBLAS"]["error"].startswith("RuntimeError")
             assert c["best"] == ("GEMM" if k == 2 else None)
-    assert [(t["M"], t["k"]) for t in res["totals"]] == [(1, 2), (1, 4), (16, 2), (16, 4)]
+    assert [(t["M"], t["k"]) for t in res["totals"]] == [(1, 2), (1, 4), (32, 2), (32, 4)]
     assert res["totals"][0]["shapes"] == ["gateup", "KV"] and res["totals"][0]["cublas_us"] == 8.0
     assert any("missing: down, Q, O" in n for n in res["meta"]["notes"])
     out = capsys.readouterr().out
-    assert "### M = 1" in out and "### M = 16" in out and "`python profiling/bench.py fake`" in out
+    assert "### M = 1" in out and "### M = 32" in out and "`python profiling/bench.py fake`" in out
     files = res["meta"]["files"]
     assert os.path.basename(files["md"]) == "nvidia-fake-gpu_" + res["meta"]["date"] + "_t.md"
     with open(files["json"]) as f:
@@ -306,7 +307,7 @@ def test_dense_columns_registry():
     by = {c.name: c for c in B.COLUMNS}
     g = B.SHAPES["gateup"]
     for M in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
-        assert by["GEMV"].applies(g, M) == (M <= 8)
+        assert by["GEMV"].applies(g, M) == (M <= B.GEMV_MAX_M)
         assert by["GEMM"].applies(g, M) and by["dq+cuBLAS"].applies(g, M) and by["matmul"].applies(g, M)
     for sname in ("moe_gu", "moe_gu_fused", "moe_dn"):  # expert shapes go through MOE_COLUMNS
         assert not any(c.applies(B.SHAPES[sname], 1) for c in B.COLUMNS)

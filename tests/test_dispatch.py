@@ -48,11 +48,12 @@ def test_every_family_entry_is_valid():
 
 
 def test_gemv_clamped_to_its_max(tables):
-    D.set_table("T", {"gemv_max_m": 32, "gemm_max_m": 16})
-    assert D.choose(8, 1024, 1024, 4, family="T") == "gemv"
-    assert D.choose(9, 1024, 1024, 4, family="T") == "gemm"
-    assert D.choose(16, 1024, 1024, 4, family="T") == "gemm"
-    assert D.choose(17, 1024, 1024, 4, family="T") == "dq"
+    mx = D.GEMV_MAX_M  # the GEMV's own limit (kbitcupy.gemv.MAX_M)
+    D.set_table("T", {"gemv_max_m": 2 * mx, "gemm_max_m": mx + 8})
+    assert D.choose(mx, 1024, 1024, 4, family="T") == "gemv"
+    assert D.choose(mx + 1, 1024, 1024, 4, family="T") == "gemm"
+    assert D.choose(mx + 8, 1024, 1024, 4, family="T") == "gemm"
+    assert D.choose(mx + 9, 1024, 1024, 4, family="T") == "dq"
 
 
 def test_per_k_dtype_and_size_bands(tables):
@@ -106,7 +107,7 @@ def test_entry_from_timings(tables):
         t[(4, "float16", 512, 2048, M)] = {"gemm": 5.0, "dq": 4.0 if M >= 64 else 9.0}
         t[(4, "float16", 5120, 2048, M)] = {"gemm": 5.0, "dq": 20.0}
         t[(3, "float16", 512, 2048, M)] = {"gemm": 5.0, "dq": 4.0}  # dq always faster
-    e = D.entry_from_timings(t)
+    e = D.entry_from_timings(t, gemv_max_m=8)  # these timings compare gemm and dq only
     assert e["gemm_max_m"][(4, "float16")] == [(512 * 2048, 32), (None, 128)]
     assert e["gemm_max_m"][(3, "float16")] == [(None, 0)]
     assert e["gemm_max_m"]["*"] == 0
