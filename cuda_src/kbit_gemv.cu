@@ -18,16 +18,20 @@
 // s; it supplies A row g of the same block (rows >= M are zeros).
 #include "kbit_pairlut.cuh"
 
-// Grid: one block per 16 output columns; its W = blockDim.x/32 warps split K in
-// steps of 128 (4 quantization blocks per column), warp w taking steps w, w+W, ...;
-// lane (g, t) owns columns n0+g and n0+g+8 and block 4*s+t of step s.  D steps of
-// weights stay in flight per lane (register ring).  A is staged in shared memory.
+// One block computes 16-column groups grp0, grp0 + grp_stride, ... < ngroups of
+// C[M, N] (row stride N) = A[M, K] * W^T.  Its W = blockDim.x/32 warps split K in steps
+// of 128 (4 quantization blocks per column), warp w taking steps w, w+W, ...; lane
+// (g, t) owns columns n0+g and n0+g+8 and block 4*s+t of step s.  D steps of weights
+// stay in flight per lane (register ring), and the next group's first steps are
+// requested before the current group's reduction.  A is staged in shared memory and
+// the pair table built once per block.
 // ABS: unsigned char (E4M4) or float.  TILED: repacked layout, else flat.
 // MT: token tiles of 8 (M <= 8 * MT); the weights are dequantized once for all of them.
-template <int K, typename T, typename ABS, bool TILED, int D, int MT>
-__global__ void __launch_bounds__(512, (D == 2 && K <= 4 && MT == 1) ? 2 : 1) kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed,
-                                                    const ABS* __restrict__ absmax, const float* __restrict__ codebook,
-                                                    T* __restrict__ C, int M, int N, int Kdim, float tensor_scale) {
+template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI>
+__device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
+                                           const ABS* __restrict__ absmax, const float* __restrict__ codebook,
+                                           T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
+                                           int grp_stride, int ngroups) {
     extern __shared__ __align__(16) unsigned char smem[];
     u32* lut = reinterpret_cast<u32*>(smem);
     const int KS = (Kdim + 127) >> 7;  // steps of 128
@@ -37,35 +41,16 @@ __global__ void __launch_bounds__(512, (D == 2 && K <= 4 && MT == 1) ? 2 : 1) kb
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int n0 = blockIdx.x * 16;
     const int KB = Kdim >> 5;
     const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
-
-    // Per column (c = 0: n0+g, c = 1: n0+g+8): base offsets for local step 0 and the
-    // stride per local step (kblock = 4 * (warp + sl * W) + t).
-    long woff[2], aoff[2], wstep, astep;
-    bool col_ok[2];
-#pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int n = n0 + g + 8 * c;
-        col_ok[c] = TILED || n < N;  // tiled buffers are padded to 128 columns
-        if (TILED) {
-            woff[c] = tiled_word_offset<K>(n, 4 * warp + t, n_tiles);
-            aoff[c] = tiled_absmax_offset(n, 4 * warp + t, n_tiles);
-        } else {
-            woff[c] = ((long)n * KB + 4 * warp + t) * K;
-            aoff[c] = (long)n * KB + 4 * warp + t;
-        }
-    }
-    if (TILED) {
-        wstep = 2L * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K);
-        astep = 2L * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE);
-    } else {
-        wstep = 4L * W * K;
-        astep = 4L * W;
-    }
     const int S = warp < KS ? (KS - warp + W - 1) / W : 0;
+    // In both layouts a block's absmax index is its word offset / K, so only the word
+    // offsets are kept (registers are at the cap).
+    const long wstep = TILED ? 2L * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K) : 4L * W * K;
 
+    // Per column (c = 0: n0+g, c = 1: n0+g+8): word offset of local step 0.
+    long woff[2];
+    bool col_ok[2];
     u32 wr[D][2][K];
     float sc[D][2];
     auto load_step = [&](int j, int sl) {
@@ -73,8 +58,9 @@ __global__ void __launch_bounds__(512, (D == 2 && K <= 4 && MT == 1) ? 2 : 1) kb
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             if (col_ok[c] && kblock < KB) {
-                load_planes<K>(wr[j][c], packed + woff[c] + sl * wstep);
-                sc[j][c] = load_scale(absmax, aoff[c] + sl * astep);
+                const long w = woff[c] + sl * wstep;
+                load_planes<K>(wr[j][c], packed + w);
+                sc[j][c] = load_scale(absmax, w / K);
             } else {
 #pragma unroll
                 for (int b = 0; b < K; b++) wr[j][c][b] = 0u;
@@ -82,9 +68,21 @@ __global__ void __launch_bounds__(512, (D == 2 && K <= 4 && MT == 1) ? 2 : 1) kb
             }
         }
     };
+    auto start_group = [&](int grp) {
 #pragma unroll
-    for (int j = 0; j < D; j++)
-        if (j < S) load_step(j, j);
+        for (int c = 0; c < 2; c++) {
+            const int n = grp * 16 + g + 8 * c;
+            col_ok[c] = TILED || n < N;  // tiled buffers are padded to 128 columns
+            woff[c] = TILED ? tiled_word_offset<K>(n, 4 * warp + t, n_tiles) : ((long)n * KB + 4 * warp + t) * K;
+        }
+#pragma unroll
+        for (int j = 0; j < D; j++)
+            if (j < S) load_step(j, j);
+    };
+    // Single-group blocks re-read blockIdx instead of keeping the group in a register
+    // (at the 64-register cap that one register decides whether k = 3, 4 spill).
+    int grp = grp0;  // the launchers keep grid.x <= ngroups
+    start_group(MULTI ? grp : (int)blockIdx.x);
 
     // Stage A (rows < M) and the codebook, then build the pair table.
     {
@@ -108,52 +106,92 @@ __global__ void __launch_bounds__(512, (D == 2 && K <= 4 && MT == 1) ? 2 : 1) kb
 
     const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
     const T* a_row = a_s + (long)g * KS * 128 + t * 32;
-    float acc[MT][4];
+    constexpr int TOK = 8 * MT;
+    do {
+        const int n0 = (MULTI ? grp : (int)blockIdx.x) * 16;
+        float acc[MT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
-
-    for (int s0 = 0; s0 < S; s0 += D) {
+        for (int mt = 0; mt < MT; mt++) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+        for (int s0 = 0; s0 < S; s0 += D) {
 #pragma unroll
-        for (int j = 0; j < D; j++) {
-            const int sl = s0 + j;
-            if (sl < S) {
-                uint4 a[MT][4];
+            for (int j = 0; j < D; j++) {
+                const int sl = s0 + j;
+                if (sl < S) {
+                    uint4 a[MT][4];
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    const uint4* ap = reinterpret_cast<const uint4*>(a_row + ((long)8 * mt * KS + warp + sl * W) * 128);
-                    const bool row_ok = g + 8 * mt < M;
+                    for (int mt = 0; mt < MT; mt++) {
+                        const uint4* ap =
+                            reinterpret_cast<const uint4*>(a_row + ((long)8 * mt * KS + warp + sl * W) * 128);
+                        const bool row_ok = g + 8 * mt < M;
 #pragma unroll
-                    for (int r = 0; r < 4; r++) a[mt][r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
-                }
-                const u32 sA = scale_pair<T>(sc[j][0]), sB = scale_pair<T>(sc[j][1]);
-                u32 wA[K], wB[K];
+                        for (int r = 0; r < 4; r++) a[mt][r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
+                    }
+                    const u32 sA = scale_pair<T>(sc[j][0]), sB = scale_pair<T>(sc[j][1]);
+                    u32 wA[K], wB[K];
 #pragma unroll
-                for (int b = 0; b < K; b++) { wA[b] = wr[j][0][b]; wB[b] = wr[j][1][b]; }
-                if (sl + D < S) load_step(j, sl + D);
+                    for (int b = 0; b < K; b++) { wA[b] = wr[j][0][b]; wB[b] = wr[j][1][b]; }
+                    if (sl + D < S) load_step(j, sl + D);
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
-                block_pair_mma<K, T, MT>(acc, wA, sA, wB, sB, a, lut_lane);
+                    block_pair_mma<K, T, MT>(acc, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive
-                acc[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
+                    acc[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif
+                }
             }
         }
-    }
 
-    // Reduce the W warps' partial sums: red[warp][col 0..15][token 0..8MT-1].
-    constexpr int TOK = 8 * MT;
-    float* rw = red + warp * 16 * TOK;
+        // Reduce the W warps' partial sums: red[warp][col 0..15][token 0..TOK-1].
+        float* rw = red + warp * 16 * TOK;
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        rw[g * TOK + 8 * mt + 2 * t] = acc[mt][0];
-        rw[g * TOK + 8 * mt + 2 * t + 1] = acc[mt][1];
-        rw[(g + 8) * TOK + 8 * mt + 2 * t] = acc[mt][2];
-        rw[(g + 8) * TOK + 8 * mt + 2 * t + 1] = acc[mt][3];
+        for (int mt = 0; mt < MT; mt++) {
+            rw[g * TOK + 8 * mt + 2 * t] = acc[mt][0];
+            rw[g * TOK + 8 * mt + 2 * t + 1] = acc[mt][1];
+            rw[(g + 8) * TOK + 8 * mt + 2 * t] = acc[mt][2];
+            rw[(g + 8) * TOK + 8 * mt + 2 * t + 1] = acc[mt][3];
+        }
+        grp = MULTI ? grp + grp_stride : ngroups;  // MULTI: several groups per block
+        if (MULTI && grp < ngroups) start_group(grp);  // next group's loads fly during the reduction
+        __syncthreads();
+        for (int i = threadIdx.x; i < M * 16; i += blockDim.x) {
+            const int m = i >> 4, c = i & 15, nn = n0 + c;
+            float s = 0.f;
+            for (int w = 0; w < W; w++) s += red[w * 16 * TOK + c * TOK + m];
+            if (nn < N) C[(long)m * N + nn] = KbitType<T>::from_float(s * tensor_scale);
+        }
+        if (MULTI) __syncthreads();  // red is rewritten by the next group
+    } while (MULTI && grp < ngroups);
+}
+
+template <int K, typename T, typename ABS, bool TILED, int D, int MT>
+__global__ void __launch_bounds__(512, (D == 2 && K <= 4 && MT == 1) ? 2 : 1)
+    kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
+              const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale) {
+    gemv_block<K, T, ABS, TILED, D, MT, false>(A, packed, absmax, codebook, C, M, N, Kdim, tensor_scale, blockIdx.x,
+                                        gridDim.x, (N + 15) / 16);
+}
+
+// MoE: grid.y = expert slot; slot s multiplies rows offsets[s]..offsets[s+1] of A (tokens
+// sorted by expert) by expert expert_ids[s] of a bank of E tiled experts (wpe words and
+// ape absmax bytes apart, per-expert tensor scale), in chunks of 8 * MT rows.  A bad id
+// or offset writes nothing and sets err (bit 1: id, bit 2: offsets, bit 4: more rows
+// than max_tokens, which is still computed correctly).
+template <int K, typename T, int MT>
+__global__ void __launch_bounds__(512, 1)
+    kbit_gemv_grouped(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
+                      const float* __restrict__ codebook, const float* __restrict__ tscale,
+                      const int* __restrict__ expert_ids, const int* __restrict__ offsets, T* __restrict__ C, int N,
+                      int Kdim, int E, int rows, long long wpe, long long ape, int max_tokens, int* __restrict__ err) {
+    const int slot = blockIdx.y;
+    const int e = expert_ids[slot], r0 = offsets[slot], r1 = offsets[slot + 1];
+    if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {
+        if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(err, (e < 0 || e >= E) ? 1 : 2);
+        return;
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < M * 16; i += blockDim.x) {
-        const int m = i >> 4, c = i & 15, nn = n0 + c;
-        float s = 0.f;
-        for (int w = 0; w < W; w++) s += red[w * 16 * TOK + c * TOK + m];
-        if (nn < N) C[(long)m * N + nn] = KbitType<T>::from_float(s * tensor_scale);
+    if (r1 - r0 > max_tokens && threadIdx.x == 0 && blockIdx.x == 0) atomicOr(err, 4);
+    for (int c0 = r0; c0 < r1; c0 += 8 * MT) {
+        gemv_block<K, T, u8, true, 2, MT, true>(A + (long)c0 * Kdim, packed + e * wpe, absmax + e * ape, codebook,
+                                          C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim, tscale[e], blockIdx.x,
+                                          gridDim.x, (N + 15) / 16);
+        __syncthreads();
     }
 }

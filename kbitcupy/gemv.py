@@ -25,10 +25,15 @@ def _instances():
                     for d in depths:
                         inst[(k, t, a, tiled, d, mt)] = (f"kbit_gemv<{k}, {CTYPE[t]}, {CTYPE[a]}, "
                                                          f"{'true' if tiled else 'false'}, {d}, {mt}>")
+    for k in (2, 3, 4, 5):
+        for t in ("float16", "bfloat16"):
+            for mt in (1, 2):
+                inst[("grouped", k, t, mt)] = f"kbit_gemv_grouped<{k}, {CTYPE[t]}, {mt}>"
     return inst
 
 
-GEMV = register("gemv", Family("kbit_gemv.cu", _instances(), group_of=lambda key: key[:2]))
+GEMV = register("gemv", Family("kbit_gemv.cu", _instances(),
+                               group_of=lambda key: key[:3] if key[0] == "grouped" else key[:2]))
 
 # Hopper has 132 SMs; the plan aims for enough warps to keep ~all weight bytes in flight.
 TARGET_WARPS = 132 * 24
@@ -97,4 +102,51 @@ def gemv(A, qw, out, plan_override=None):
     fn, grid, block, smem, dims = cfg
     fn(grid, block, (A, qw.packed, qw.absmax, qw.codebook, out) + dims + (np.float32(qw.tensor_scale),),
        shared_mem=smem)
+    return out
+
+
+# ----------------------------------------------------------------------------- MoE
+GROUPED_MAX_TOKENS = MAX_M  # tokens per expert the grouped GEMV is planned for
+_GLAUNCH: dict = {}
+
+
+def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize: int = 2):
+    """(warps, blocks per slot, smem, token tiles) for kbit_gemv_grouped: about two
+    blocks per SM in all, each block looping over 16-column groups with one pair table."""
+    groups = -(-N // 16)
+    ks = -(-K // 128)
+    tiles = 1 if max_tokens <= 8 else 2
+    warps = min(8, ks)
+    # ~2.5 blocks per SM in all, and the same number of groups in every block (H200,
+    # 2026-11-21: 27 blocks for 32 groups left 5 blocks with twice the work: 1.5x slower)
+    # At most 4 groups per block: slots are often empty (a routing that passes every
+    # expert of the bank), and an active one must not be left to a single block.
+    per_block = min(4, -(-groups // max(1, -(-330 // max(1, n_slots)))))
+    gx = -(-groups // per_block)
+    smem = lut_bytes(k) + 8 * tiles * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4
+    return warps, gx, smem, tiles
+
+
+def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err):
+    """C_sorted = per-slot A_sorted @ W_e^T with the GEMV machinery (tokens per expert <=
+    16 planned; more are computed in chunks and flag err bit 4).  Validated CuPy arrays;
+    no allocation, no sync."""
+    N, K = bank.shape
+    n_slots = int(ids.size)
+    tname = "bfloat16" if A.dtype == bfloat16 else "float16"
+    key = (A.data.device_id, N, K, bank.k, tname, n_slots, min(max_tokens, 16) > 8)
+    cfg = _GLAUNCH.get(key)
+    if cfg is None:
+        warps, gx, smem, tiles = grouped_plan(N, K, bank.k, n_slots, max_tokens)
+        fn = GEMV.function(("grouped", bank.k, tname, tiles))
+        if fn.max_dynamic_shared_size_bytes < smem:
+            fn.max_dynamic_shared_size_bytes = smem
+        cfg = _GLAUNCH[key] = (fn, warps, gx, smem)
+    fn, warps, gx, smem = cfg
+    tail = (np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]),
+            np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert), np.int32(max_tokens), err)
+    for s0 in range(0, n_slots, 65535):  # grid.y limit
+        ns = min(65535, n_slots - s0)
+        fn((gx, ns), (warps * 32,), (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale,
+                                     ids[s0:s0 + ns], offs[s0:s0 + ns + 1], out) + tail, shared_mem=smem)
     return out

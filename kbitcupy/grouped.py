@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import reference as R
+from .gemv import GROUPED_MAX_TOKENS, grouped_gemv
 from ._arrays import check_out, check_same_device, dtype_name, from_backend, kind, stream_ctx, to_backend
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
@@ -588,6 +589,10 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None):
     """The grouped kernel on validated CuPy arrays (no allocation after the first call
     per device, no sync)."""
     N, K = bank.shape
+    if max_tokens <= GROUPED_MAX_TOKENS and plan_override is None:
+        # decode-sized experts: the GEMV design (weights as the MMA A operand, one pair
+        # table per block for several column groups) handles <= 16 tokens per expert
+        return grouped_gemv(A, bank, ids, offs, out, max_tokens, _err_buffer())
     E = bank.num_experts
     n_slots = int(ids.size)
     key = (N, K, bank.k, n_slots, max_tokens, tuple(sorted(plan_override.items())) if plan_override else None)
