@@ -47,6 +47,7 @@ def _instances():
         inst[("silu", t)] = f"kbit_silu_mul<{CTYPE[t]}>"
         for w in _WT:
             inst[("combine", t, w)] = f"kbit_moe_combine<{CTYPE[t]}, {CTYPE[w]}>"
+    inst[("route",)] = "kbit_moe_route"
     return inst
 
 

@@ -114,6 +114,8 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
     E = int(num_experts)
     S = min(E, P)
     with stream_ctx(topk_ids):
+        if 0 < P <= ROUTE_KERNEL_MAX_PAIRS and E <= ROUTE_KERNEL_MAX_EXPERTS:
+            return _route_kernel(ids, T, topk, E, S, max_tokens)
         flat = ids.reshape(-1).astype(cp.int64)
         order = cp.argsort(flat * max(P, 1) + cp.arange(P, dtype=cp.int64))  # unique keys: deterministic
         sorted_e = flat[order]
@@ -137,6 +139,35 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
             cp.bitwise_or(err, bad, out=err)
     mt = T if max_tokens is None else int(max_tokens)
     return MoeRouting(sorted_token, pos, expert_ids[:S], offsets, T, topk, E, mt)
+
+
+# One-block counting-sort routing (kbit_moe_route): decode-sized batches.  Its stable
+# rank is O(P^2 / threads), fine up to a few thousand choices; larger batches use the
+# CuPy argsort path.
+ROUTE_KERNEL_MAX_PAIRS = 2048
+ROUTE_KERNEL_MAX_EXPERTS = 8192
+
+
+def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens):
+    import cupy as cp
+
+    P = T * topk
+    flat = ids.reshape(-1)
+    if flat.dtype != cp.int32 or not flat.flags.c_contiguous:
+        flat = cp.ascontiguousarray(flat, dtype=cp.int32)
+    sorted_token = cp.empty(P, dtype=cp.int32)
+    pos = cp.empty(P, dtype=cp.int32)
+    expert_ids = cp.empty(S, dtype=cp.int32)
+    offsets = cp.empty(S + 1, dtype=cp.int32)
+    threads = 1024 if P > 256 or E > 1024 else 256
+    smem = 4 * (2 * (E + 1) + 2 * threads + P)
+    fn = GROUPED.function(("route",))
+    if fn.max_dynamic_shared_size_bytes < smem:
+        fn.max_dynamic_shared_size_bytes = smem
+    fn((1,), (threads,), (flat, np.int32(P), np.int32(topk), np.int32(E), np.int32(S), sorted_token, pos,
+                          expert_ids, offsets, _err_buffer()), shared_mem=smem)
+    mt = T if max_tokens is None else int(max_tokens)
+    return MoeRouting(sorted_token, pos, expert_ids, offsets, T, topk, E, mt)
 
 
 def gather_rows(x, routing: MoeRouting, out=None):

@@ -343,7 +343,7 @@ def test_torch_tensors(rng):
 @pytest.mark.gpu
 def test_moe_route_gpu_matches_reference(rng):
     cp = _cp()
-    for T, topk, E in ((1, 10, 512), (33, 4, 16), (200, 10, 512), (5, 2, 4)):
+    for T, topk, E in ((1, 10, 512), (33, 4, 16), (200, 10, 512), (5, 2, 4), (300, 10, 512)):  # last: CuPy path
         ids = np.array([rng.choice(E, topk, replace=False) for _ in range(T)], np.int32)
         ref = reference_route(ids, E)
         r = moe_route(cp.asarray(ids), E)
