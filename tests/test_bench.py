@@ -730,7 +730,7 @@ def _torch_cuda() -> bool:
 
 @pytest.mark.gpu
 def test_bench_smoke_gpu(tmp_path):
-    res = B.main(["--M", "1,16", "--k", "4", "--shapes", "KV", "--reps", "15", "--out", str(tmp_path), "--tag", "smoke",
+    res = B.main(["--M", f"1,{2 * B.GEMV_MAX_M}", "--k", "4", "--shapes", "KV", "--reps", "15", "--out", str(tmp_path), "--tag", "smoke",
                   "--plot"])
     m = res["meta"]
     assert os.path.exists(m["files"]["md"]) and os.path.exists(m["files"]["json"])
