@@ -548,7 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("info", help="GPU, CuPy/CUDA versions, compiled kernels, dispatch table")
 
     c = sub.add_parser("compile", help="compile every kernel for this GPU ahead of time")
-    c.add_argument("--family", action="append", default=None, help="only these kernel families")
+    c.add_argument("--family", action="append", default=None, help="only these kernel families (comma-separated or repeated)")
     c.add_argument("--arch", default=None, help="compile offline for this target (e.g. sm_90) instead of the GPU; "
                    "the default without a GPU")
     c.add_argument("--no-probe", action="store_true", help="skip the cold/warm first-call latency probe")
@@ -578,7 +578,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         elif args.command == "info":
             print("\n".join(info_lines()))
         elif args.command == "compile":
-            compile_kernels(args.family, args.arch, not args.no_probe, not args.quiet)
+            fams = [f for arg in args.family for f in arg.split(",") if f] if args.family else None  # a,b or repeated
+            compile_kernels(fams, args.arch, not args.no_probe, not args.quiet)
     except CLIError as e:
         print(f"kbitcupy: error: {e}", file=sys.stderr)
         return 1
