@@ -121,7 +121,9 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
     # 2026-11-21: 27 blocks for 32 groups left 5 blocks with twice the work: 1.5x slower)
     # At most 4 groups per block: slots are often empty (a routing that passes every
     # expert of the bank), and an active one must not be left to a single block.
-    per_block = min(4, -(-groups // max(1, -(-330 // max(1, n_slots)))))
+    # And one wave: 2 blocks of 256 threads per SM are resident (registers), so 10 slots x
+    # 32 blocks ran in two waves (1.5x the time of 8 slots).
+    per_block = min(4, -(-groups // max(1, min(-(-330 // max(1, n_slots)), 264 // max(1, n_slots)))))
     gx = -(-groups // per_block)
     smem = lut_bytes(k) + 8 * tiles * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4
     return warps, gx, smem, tiles
