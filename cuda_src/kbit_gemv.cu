@@ -18,6 +18,34 @@
 // s; it supplies A row g of the same block (rows >= M are zeros).
 #include "kbit_pairlut.cuh"
 
+// profiling/gemv_trace.py builds with -DKBIT_TRACE: per-block timeline in a global
+// buffer (clock64 per SM; globaltimer at entry and exit to align blocks).
+#ifdef KBIT_TRACE
+#define KBIT_TRACE_STRIDE 64
+__device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
+__device__ __forceinline__ unsigned long long trace_clock() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ unsigned long long trace_clock_after(float x) {  // waits for x
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t) : "f"(x));
+    return t;
+}
+__device__ __forceinline__ unsigned long long trace_clock_after_u(u32 x) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t) : "r"(x));
+    return t;
+}
+__device__ __forceinline__ unsigned long long trace_gtime() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define KTR(i, v) kbit_trace[(long)blockIdx.x * KBIT_TRACE_STRIDE + (i)] = (v)
+#endif
+
 // One block computes 16-column groups grp0, grp0 + grp_stride, ... < ngroups of
 // C[M, N] (row stride N) = A[M, K] * W^T.  Its W = blockDim.x/32 warps split K in steps
 // of 128 (4 quantization blocks per column), warp w taking steps w, w+W, ...; lane
@@ -33,6 +61,13 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
                                            int grp_stride, int ngroups) {
     extern __shared__ __align__(16) unsigned char smem[];
+#ifdef KBIT_TRACE
+    if (threadIdx.x == 0) {
+        u32 smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        KTR(0, trace_gtime()); KTR(1, trace_clock()); KTR(2, smid);
+    }
+#endif
     u32* lut = reinterpret_cast<u32*>(smem);
     const int KS = (Kdim + 127) >> 7;  // steps of 128
     T* a_s = reinterpret_cast<T*>(smem + PairLut<K>::WORDS * 4);
@@ -77,14 +112,19 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         }
 #pragma unroll
         for (int j = 0; j < D; j++)
-            if (j < S) load_step(j, j);
+            if (j < S && (MULTI || j == 0)) load_step(j, j);
     };
+    // Request the weights of step 0 (single-group blocks; MULTI: the whole ring), then
+    // stage A and the codebook and build the pair table.  Single-group blocks request
+    // their other ring steps after the prologue barrier: the SM's load queue paces the
+    // issue of loads to DRAM bandwidth, and a barrier behind every warp's whole ring held
+    // all compute until the last load was issued (profiling/gemv_trace.py; H200,
+    // 2026-11-21: 4-6 % faster at k = 4, 5 and M = 1..8, see profiling/NOTES.md).
     // Single-group blocks re-read blockIdx instead of keeping the group in a register
     // (at the 64-register cap that one register decides whether k = 3, 4 spill).
     int grp = grp0;  // the launchers keep grid.x <= ngroups
     start_group(MULTI ? grp : (int)blockIdx.x);
-
-    // Stage A (rows < M) and the codebook, then build the pair table.
+    const float cb_v = threadIdx.x < (1u << K) ? __ldg(codebook + threadIdx.x) : 0.0f;
     {
         const int kpad = KS * 128;
         const int chunks = M * (kpad / 8);
@@ -95,13 +135,27 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             else *dst = make_uint4(0u, 0u, 0u, 0u);
         }
         cp_async_commit();
-        if (threadIdx.x < 32) cb_s[threadIdx.x] = threadIdx.x < (1 << K) ? codebook[threadIdx.x] : 0.0f;
+    }
+    // Codebook to shared memory, then the pair table; A lands meanwhile.
+    {
+        if (threadIdx.x < 32) cb_s[threadIdx.x] = cb_v;
         __syncthreads();
+#ifdef KBIT_TRACE
+        if (threadIdx.x == 0) KTR(46, trace_clock());
+#endif
 #ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
         build_pair_lut<K, T>(lut, cb_s);
 #endif
         cp_async_wait<0>();
         __syncthreads();
+    }
+#ifdef KBIT_TRACE
+    if (threadIdx.x == 0) KTR(3, trace_clock());
+#endif
+    if (!MULTI) {  // the rest of the ring, after the barrier
+#pragma unroll
+        for (int j = 1; j < D; j++)
+            if (j < S) load_step(j, j);
     }
 
     const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
@@ -130,11 +184,17 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                     u32 wA[K], wB[K];
 #pragma unroll
                     for (int b = 0; b < K; b++) { wA[b] = wr[j][0][b]; wB[b] = wr[j][1][b]; }
+#ifdef KBIT_TRACE
+                    if (lane == 0 && warp < 8 && sl < 2) KTR(4 + 4 * warp + 2 * sl, trace_clock_after_u(wA[0] ^ wB[0]));
+#endif
                     if (sl + D < S) load_step(j, sl + D);
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
                     block_pair_mma<K, T, MT>(acc, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive
                     acc[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
+#endif
+#ifdef KBIT_TRACE
+                    if (lane == 0 && warp < 8 && sl < 2) KTR(5 + 4 * warp + 2 * sl, trace_clock_after(acc[0][0]));
 #endif
                 }
             }
@@ -149,6 +209,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             rw[(g + 8) * TOK + 8 * mt + 2 * t] = acc[mt][2];
             rw[(g + 8) * TOK + 8 * mt + 2 * t + 1] = acc[mt][3];
         }
+#ifdef KBIT_TRACE
+        if (lane == 0 && warp < 8) KTR(36 + warp, trace_clock());
+#endif
         grp = MULTI ? grp + grp_stride : ngroups;  // MULTI: several groups per block
         if (MULTI && grp < ngroups) start_group(grp);  // next group's loads fly during the reduction
         __syncthreads();
@@ -158,6 +221,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             for (int w = 0; w < W; w++) s += red[w * 16 * TOK + c * TOK + m];
             if (nn < N) C[(long)m * N + nn] = KbitType<T>::from_float(s * tensor_scale);
         }
+#ifdef KBIT_TRACE
+        if (threadIdx.x == 0) { KTR(44, trace_clock()); KTR(45, trace_gtime()); }
+#endif
         if (MULTI) __syncthreads();  // red is rewritten by the next group
     } while (MULTI && grp < ngroups);
 }

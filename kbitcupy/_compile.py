@@ -30,13 +30,18 @@ BASE_OPTIONS = ("--std=c++17", "-DNDEBUG")
 @functools.lru_cache(maxsize=None)
 def read_source(name: str) -> str:
     """Source text with local includes inlined (each header once)."""
+    return inline_source(CUDA_SRC, name)
+
+
+def inline_source(srcdir: str, name: str) -> str:
+    """``name`` from ``srcdir`` with its local includes inlined (each header once)."""
     seen = set()
 
     def expand(fname: str) -> str:
         if fname in seen:
             return ""
         seen.add(fname)
-        with open(os.path.join(CUDA_SRC, fname)) as f:
+        with open(os.path.join(srcdir, fname)) as f:
             text = f.read()
         return _INCLUDE_RE.sub(lambda m: expand(m.group(1)), text)
 

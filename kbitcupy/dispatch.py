@@ -166,6 +166,9 @@ def set_table(family: str, entry: dict) -> None:
                     _resolve(entry[name], k, dn, elems, name)
     TABLES[family] = dict(entry)
     _CHOICES.clear()
+    from ._launch import clear_plans  # cached launch plans embed the old choice
+
+    clear_plans()
 
 
 def _maybe_load_env():

@@ -84,12 +84,11 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override):
     return fn, (grid,), (warps * 32,), smem, (np.int32(M), np.int32(N), np.int32(K))
 
 
-def gemv(A, qw, out, plan_override=None):
-    """C[M, N] = A[M, K] @ W^T on CuPy arrays already validated by matmul(); out given.
-
-    No allocation, no host synchronisation: capturable in a CUDA graph.  The launch
-    configuration is cached per (device, shape, k, dtype, layout), so a call is a dict
-    lookup and the kernel launch."""
+def launch_args(A, qw, out, plan_override=None):
+    """(kernel, grid, block, dynamic smem, argument tuple) of one GEMV call: exactly what
+    gemv() passes to the CuPy kernel.  kbitcupy._launch builds its cached cuLaunchKernel
+    parameter block from this tuple (A and out found in it by identity), so a change of
+    the kernel's arguments needs a change here only."""
     M, K = A.shape
     N = qw.shape[0]
     if not 1 <= M <= MAX_M:
@@ -100,8 +99,18 @@ def gemv(A, qw, out, plan_override=None):
     if cfg is None:
         cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override)
     fn, grid, block, smem, dims = cfg
-    fn(grid, block, (A, qw.packed, qw.absmax, qw.codebook, out) + dims + (np.float32(qw.tensor_scale),),
-       shared_mem=smem)
+    return fn, grid, block, smem, (A, qw.packed, qw.absmax, qw.codebook, out) + dims + (np.float32(qw.tensor_scale),)
+
+
+def gemv(A, qw, out, plan_override=None):
+    """C[M, N] = A[M, K] @ W^T on CuPy arrays already validated by matmul(); out given.
+
+    No allocation, no host synchronisation: capturable in a CUDA graph.  The launch
+    configuration is cached per (device, shape, k, dtype, layout), so a call is a dict
+    lookup and the kernel launch.  (kbitcupy.matmul's repeated calls skip even this:
+    kbitcupy._launch.)"""
+    fn, grid, block, smem, args = launch_args(A, qw, out, plan_override)
+    fn(grid, block, args, shared_mem=smem)
     return out
 
 

@@ -46,6 +46,26 @@ def time_rotated(launches, reps=20):
     return float(np.median(ts))
 
 
+SOL_SRC = r"""
+extern "C" __global__ void sol_read(const uint4* __restrict__ p, long n, unsigned* sink) {
+    unsigned acc = 0;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        uint4 v = __ldcs(p + i); acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) *sink = acc;
+}"""
+
+
+def sol_time(nbytes):
+    """Speed of light: a streaming 16-byte read of nbytes, rotated (cold L2) and timed
+    like the kernels (us per launch)."""
+    sol = cp.RawKernel(SOL_SRC, "sol_read")
+    sink = cp.zeros(1, cp.uint32)
+    n16 = -(-nbytes // 16)
+    bufs = [cp.empty(n16 * 16, cp.uint8) for _ in range(copies_for(nbytes))]
+    return time_rotated([lambda b=b: sol((132 * 8,), (256,), (b, np.int64(n16), sink)) for b in bufs])
+
+
 def copies_for(nbytes):
     l2 = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["l2CacheSize"]
     return max(2, int(np.ceil(4 * l2 / nbytes)))

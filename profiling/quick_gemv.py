@@ -10,19 +10,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
-from bench_foundation import SHAPES, copies_for, time_rotated  # noqa: E402
+from bench_foundation import SHAPES, copies_for, sol_time, time_rotated  # noqa: E402
 from kbitcupy.gemv import gemv  # noqa: E402
 
-SOL_SRC = r"""
-extern "C" __global__ void sol_read(const uint4* __restrict__ p, long n, unsigned* sink) {
-    unsigned acc = 0;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        uint4 v = __ldcs(p + i); acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (acc == 0x9e3779b9u) *sink = acc;
-}"""
-sol = cp.RawKernel(SOL_SRC, "sol_read")
-sink = cp.zeros(1, cp.uint32)
 rng = np.random.default_rng()
 ks = [int(x) for x in os.environ.get("KS", "2,4,5").split(",")]
 Ms = [int(x) for x in os.environ.get("MS", "1,4").split(",")]
@@ -44,8 +34,6 @@ for name, (N, K) in SHAPES.items():
                 print("   ", name, k, M, [(round(time_rotated([lambda c=c: gemv(A, c, out, v) for c in cps]), 2), v)
                                       for v in variants], flush=True)
             t = t[0]
-            n16 = -(-nb // 16)
-            bufs = [cp.empty(n16 * 16, cp.uint8) for _ in range(R_)]
-            ts = time_rotated([lambda b=b: sol((132 * 8,), (256,), (b, np.int64(n16), sink)) for b in bufs])
+            ts = sol_time(nb)
             print(f"{name:8} {k:>2} {M:>2} {t:8.2f} {ts:7.2f} {100 * ts / t:5.0f}", flush=True)
-            del cps, bufs
+            del cps

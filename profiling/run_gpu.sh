@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one command for the GPU machine: GPU tests + benchmarks, logs and JSON under $OUT.
-#   usage: OUT=/tmp/out bash profiling/run_gpu.sh [tests|bench|quick|all]...
+#   usage: OUT=/tmp/out bash profiling/run_gpu.sh [tests|foundation|host|bench|quick|ab|all]...
 set -u
 OUT=${OUT:-/tmp/kbit_out}
 mkdir -p "$OUT"
@@ -15,6 +15,13 @@ for s in $steps; do
       python3 -m pytest -q -m gpu --maxfail=30 ${TESTS:-tests/} ${PYTEST_ARGS:-} > "$OUT/tests.log" 2>&1; tail -40 "$OUT/tests.log" ;;&
     foundation|all)
       python3 profiling/bench_foundation.py --out "$OUT" > "$OUT/foundation.log" 2>&1; tail -30 "$OUT/foundation.log" ;;&
+    ab)
+      python3 profiling/gemv_ab.py --out "$OUT" 2>&1 | tee "$OUT/gemv_ab.log" ;;&
+    host|all)
+      python3 profiling/host_overhead.py --out "$OUT" > "$OUT/host.log" 2>&1; tail -30 "$OUT/host.log" ;;&
+    trace)
+      python3 profiling/gemv_trace.py 2>&1 | tee "$OUT/gemv_trace.log"
+      TRACE_OPTS="-DKBIT_EXPERIMENT_NO_COMPUTE" SHAPES=gateup KS=4 python3 profiling/gemv_trace.py 2>&1 | tee "$OUT/gemv_trace_nocompute.log" ;;&
     quick)
       python3 profiling/quick_gemv.py 2>&1 | tee "$OUT/quick.log" ;;&
     bench|all)

@@ -76,18 +76,22 @@ def test_gemv_edge_shapes(shape, k, rng):
                 assert _run(cp, q, Wd, M, dt, rng) < TOL[np.dtype(dt).name]
 
 
-def test_gemv_plans_agree(rng):
-    """Every (warps, depth) plan computes the same function."""
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_gemv_plans_agree(k, rng):
+    """Every plan (warps per block, ring depth) computes the same function; K % 128 == 64
+    and K % 64 == 32 leave a half or quarter of the last step empty."""
     import cupy as cp
 
-    q, Wd = _weight(cp, (1024, 2048), 4, "tiled", rng)
-    A = cp.asarray(rng.standard_normal((2, 2048), dtype=np.float32)).astype(cp.float16)
-    ref = A.astype(cp.float64) @ Wd.T
-    for warps in (1, 3, 4, 16):
-        for depth in (2, 4):
-            out = cp.full((2, 1024), np.nan, dtype=cp.float16)
-            gemv(A, q, out, plan_override=(("warps", warps), ("depth", depth)))
-            assert _rel_err(out, ref) < 2e-3, (warps, depth)
+    for N, K in ((1040, 2080), (272, 2112), (144, 4160)):
+        q, Wd = _weight(cp, (N, K), k, "tiled", rng)
+        for M in (1, 5, 12):
+            A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+            ref = A.astype(cp.float64) @ Wd.T
+            plans = [(("warps", w), ("depth", d)) for w in (1, 3, 8, 16) for d in ((2, 4) if M <= 8 else (2,))]
+            for ov in plans:
+                out = cp.full((M, N), np.nan, dtype=cp.float16)
+                gemv(A, q, out, plan_override=ov)
+                assert _rel_err(out, ref) < 2e-3, (N, K, M, ov)
 
 
 def test_codebook_nondefault(rng):

@@ -1,0 +1,149 @@
+"""A/B of the decode GEMV against a baseline source, in one run (cold L2, graph replay).
+
+Columns: the baseline kernel (profiling/baseline_gemv_<rev>.cu with the plan rule of
+that revision), the current plan, optional variants of the current source built with
+extra -D flags (AB_VARIANTS="name:-DFLAG=1;..."), and the speed-of-light read of the
+same bytes.  Env: KS (k list), MS (M list), SHAPES (names).
+usage: python3 profiling/gemv_ab.py --make-baseline REV   (here, with git: writes the file)
+       python3 profiling/gemv_ab.py [--out DIR]            (GPU machine)
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+from dataclasses import replace
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import cupy as cp  # noqa: E402
+
+import kbitcupy as kb  # noqa: E402
+from bench_foundation import SHAPES, copies_for, sol_time, time_rotated  # noqa: E402
+from kbitcupy import gemv as G  # noqa: E402
+from kbitcupy._compile import _options, inline_source, read_source  # noqa: E402
+from kbitcupy.quantize import CTYPE  # noqa: E402
+
+_VMOD = {}
+
+
+def make_baseline(rev):
+    """kbit_gemv.cu of a git revision with its headers inlined (the device machine has no git)."""
+    import subprocess
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory() as d:
+        tar = subprocess.run(["git", "-C", root, "archive", rev, "cuda_src"], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", d], input=tar, check=True)
+        src = inline_source(os.path.join(d, "cuda_src"), "kbit_gemv.cu")
+    path = os.path.join(root, "profiling", f"baseline_gemv_{rev}.cu")
+    with open(path, "w") as fh:
+        fh.write(f"// kbit_gemv.cu at {rev} (headers inlined): the A/B baseline of profiling/gemv_ab.py\n" + src)
+    print("wrote", path)
+
+
+def baseline_kernel(path, k, tname, tiles):
+    """The baseline kernel and its plan rule (commit 7eebc25: 32-copy table, 64 registers)."""
+    src = open(path).read()
+    expr = f"kbit_gemv<{k}, {CTYPE[tname]}, unsigned char, true, 2, {tiles}>"
+    mod = cp.RawModule(code=src, options=_options(()), name_expressions=[expr])
+    return mod.get_function(expr)
+
+
+def baseline_plan(N, K, M, k):
+    groups, ks, tiles = -(-N // 16), -(-K // 128), 1 if M <= 8 else 2
+    warps = min(8 if groups >= 256 else 16, ks)
+    lut = (1 << (2 * k)) * (32 if k <= 4 else 16) * 4
+    return warps, lut + M * ks * 128 * 2 + warps * 128 * tiles * 4 + 32 * 4, groups, tiles
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--make-baseline", default=None, metavar="REV",
+                    help="write profiling/baseline_gemv_REV.cu (headers inlined) from git and exit")
+    args = ap.parse_args()
+    if args.make_baseline:
+        return make_baseline(args.make_baseline)
+    base = sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)), "baseline_gemv_*.cu")))
+    rng = np.random.default_rng()
+    ks = [int(x) for x in os.environ.get("KS", "2,4,5").split(",")]
+    Ms = [int(x) for x in os.environ.get("MS", "1,2,4").split(",")]
+    names = os.environ.get("SHAPES", ",".join(SHAPES)).split(",")
+    dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    print(f"# {dev}; baseline: {os.path.basename(base[-1]) if base else 'none'}")
+    print(f"{'shape':9} {'k':>2} {'M':>2} {'base':>7} {'new':>7} {'notma':>8} {'sol':>6} {'%sol':>5} {'new/base':>8}")
+    rows = []
+    # AB_VARIANTS="name:-DFLAG=1 -DOTHER;name2:..." -> extra columns
+    variants = [(v.split(":")[0], tuple(v.split(":", 1)[1].split())) for v in os.environ.get("AB_VARIANTS", "").split(";")
+                if v]
+    for name in names:
+        N, K = SHAPES[name]
+        W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
+        for k in ks:
+            q = kb.quantize(W, k)
+            Wd = kb.dequantize(q, np.float32).astype(cp.float64)
+            nb0 = q.packed.nbytes + q.absmax.nbytes
+            R_ = copies_for(nb0)
+            cps = [replace(q, packed=q.packed.copy(), absmax=q.absmax.copy()) for _ in range(R_)]
+            for M in Ms:
+                A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+                ref = A.astype(cp.float64) @ Wd.T
+                out = cp.empty((M, N), cp.float16)
+                row = dict(shape=name, k=k, M=M)
+                warps, smem, grid, tiles = baseline_plan(N, K, M, k)
+                if base and smem <= cp.cuda.runtime.deviceGetAttribute(97, 0):  # max opt-in smem per block
+                    fn = baseline_kernel(base[-1], k, "float16", tiles)
+                    fn.max_dynamic_shared_size_bytes = smem
+                    call = lambda c: fn((grid,), (warps * 32,), (A, c.packed, c.absmax, c.codebook, out,  # noqa: E731
+                                                               np.int32(M), np.int32(N), np.int32(K),
+                                                               np.float32(c.tensor_scale)), shared_mem=smem)
+                    row["base"] = time_rotated([lambda c=c: call(c) for c in cps])
+                for col, ov in (("new", None),):
+                    out.fill(np.nan)
+                    G.gemv(A, cps[0], out, ov)
+                    err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+                    row[col] = time_rotated([lambda c=c: G.gemv(A, c, out, ov) for c in cps])
+                    row[col + "_err"] = err
+                for vname, vopts in variants:  # the current source built with extra -D flags
+                    fn, grid, block, smem, a0 = G.launch_args(A, cps[0], out)
+                    pl = G.plan(N, K, M, k)
+                    expr = G.GEMV.instances[(k, "float16", "uint8", True) + (pl[1], pl[4]) + tuple(pl[5:])]
+                    key = (vname, expr)
+                    if key not in _VMOD:
+                        _VMOD[key] = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(vopts),
+                                                  name_expressions=[expr]).get_function(expr)
+                    vf = _VMOD[key]
+                    vf.max_dynamic_shared_size_bytes = smem
+                    vcall = lambda c: vf(grid, block, (A, c.packed, c.absmax, c.codebook, out) + a0[5:],  # noqa: E731
+                                         shared_mem=smem)
+                    out.fill(np.nan)
+                    vcall(cps[0])
+                    row[vname + "_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+                    row[vname] = time_rotated([lambda c=c: vcall(c) for c in cps])
+                row["sol"] = sol_time(nb0 + A.nbytes)
+                rows.append(row)
+                f = lambda v: f"{v:7.2f}" if isinstance(v, float) else f"{'-':>7}"  # noqa: E731
+                print(f"{name:9} {k:>2} {M:>2} {f(row.get('base'))} {f(row['new'])} {f(row.get('new_notma')):>8} "
+                      + "".join(f"{vn}={row[vn]:.2f}({row[vn + '_err']:.0e}) " for vn, _ in variants) +
+                      f"{row['sol']:6.2f} {100 * row['sol'] / row['new']:5.0f} "
+                      f"{row['new'] / row['base'] if 'base' in row else float('nan'):8.3f}"
+                      f"  err {row['new_err']:.1e}", flush=True)
+            del cps
+    for k in ks:
+        for M in Ms:
+            sel = [r for r in rows if r["k"] == k and r["M"] == M and r["shape"] in ("gateup", "down", "Q", "O", "KV")]
+            if sel and all("base" in r for r in sel):
+                b, n = sum(r["base"] for r in sel), sum(r["new"] for r in sel)
+                print(f"TOTAL k={k} M={M}: base {b:.2f} new {n:.2f} ({b / n:.3f}x) "
+                      + " ".join(f"{vn} {sum(r[vn] for r in sel):.2f}" for vn, _ in variants))
+    if args.out:
+        with open(os.path.join(args.out, "gemv_ab.json"), "w") as fh:
+            json.dump(dict(device=dev, rows=rows), fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
