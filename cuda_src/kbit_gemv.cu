@@ -55,7 +55,7 @@ __device__ __forceinline__ unsigned long long trace_gtime() {
 // the pair table built once per block.
 // ABS: unsigned char (E4M4) or float.  TILED: repacked layout, else flat.
 // MT: token tiles of 8 (M <= 8 * MT); the weights are dequantized once for all of them.
-template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI>
+template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
@@ -164,8 +164,15 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     do {
         const int n0 = (MULTI ? grp : (int)blockIdx.x) * 16;
         float acc[MT][4];
+        // DUAL: a second accumulator set halves the mma dependency chain (its registers
+        // cost occupancy only where a block has the SM to itself)
+        float acc2_[MT][4];
+        float (&acc2)[MT][4] = DUAL ? acc2_ : acc;
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+        for (int mt = 0; mt < MT; mt++) {
+            acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+            acc2[mt][0] = acc2[mt][1] = acc2[mt][2] = acc2[mt][3] = 0.f;
+        }
         for (int s0 = 0; s0 < S; s0 += D) {
 #pragma unroll
             for (int j = 0; j < D; j++) {
@@ -189,7 +196,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #endif
                     if (sl + D < S) load_step(j, sl + D);
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
-                    block_pair_mma<K, T, MT>(acc, wA, sA, wB, sB, a, lut_lane);
+                    block_pair_mma<K, T, MT>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive
                     acc[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif
@@ -200,6 +207,12 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             }
         }
 
+        if (DUAL) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[mt][i] += acc2[mt][i];
+        }
         // Reduce the W warps' partial sums: red[warp][col 0..15][token 0..TOK-1].
         float* rw = red + warp * 16 * TOK;
 #pragma unroll
@@ -228,11 +241,15 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     } while (MULTI && grp < ngroups);
 }
 
-template <int K, typename T, typename ABS, bool TILED, int D, int MT>
-__global__ void __launch_bounds__(512, (D == 2 && K <= 4 && MT == 1) ? 2 : 1)
+// No register cap below the hardware's: k = 4 takes 80 registers (three 256-thread
+// blocks per SM), DUAL ~96 (one 512-thread block per SM, which is how the plan uses it).
+// H200, 2026-11-22 (profiling/NOTES.md): the 64-register cap of earlier versions cost
+// 2-7 % at k = 4.
+template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL>
+__global__ void __launch_bounds__(512, 1)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale) {
-    gemv_block<K, T, ABS, TILED, D, MT, false>(A, packed, absmax, codebook, C, M, N, Kdim, tensor_scale, blockIdx.x,
+    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL>(A, packed, absmax, codebook, C, M, N, Kdim, tensor_scale, blockIdx.x,
                                         gridDim.x, (N + 15) / 16);
 }
 
@@ -255,7 +272,7 @@ __global__ void __launch_bounds__(512, 1)
     }
     if (r1 - r0 > max_tokens && threadIdx.x == 0 && blockIdx.x == 0) atomicOr(err, 4);
     for (int c0 = r0; c0 < r1; c0 += 8 * MT) {
-        gemv_block<K, T, u8, true, 2, MT, true>(A + (long)c0 * Kdim, packed + e * wpe, absmax + e * ape, codebook,
+        gemv_block<K, T, u8, true, 2, MT, true, false>(A + (long)c0 * Kdim, packed + e * wpe, absmax + e * ape, codebook,
                                           C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim, tscale[e], blockIdx.x,
                                           gridDim.x, (N + 15) / 16);
         __syncthreads();

@@ -95,10 +95,12 @@ __device__ __forceinline__ void block_keys(const u32 (&w)[K], u32 (&keys)[4], u3
 // columns, every fragment register holds data) and the activations the B operand
 // (8 columns = 8 tokens): acc[mt] = C^T[col g, g+8][tokens 8mt + 2t, 8mt + 2t + 1].
 // a[mt][r] = the lane's token row 8mt + g, elements 8r..8r+7 of its block, as four
-// pairs.  MT token tiles reuse every dequantized fragment.
+// pairs.  MT token tiles reuse every dequantized fragment.  Elements 0..15 of the blocks
+// accumulate into acc0, 16..31 into acc1 (two shorter mma chains; pass the same array
+// twice for one chain).
 template <int K, typename T, int MT>
-__device__ __forceinline__ void block_pair_mma(float (&acc)[MT][4], const u32 (&wA)[K], u32 sA, const u32 (&wB)[K],
-                                               u32 sB, const uint4 (&a)[MT][4], u32 lut_lane) {
+__device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], u32 sA,
+                                               const u32 (&wB)[K], u32 sB, const uint4 (&a)[MT][4], u32 lut_lane) {
     u32 kA[4], kB[4], fA[4], fB[4];
     block_keys<K>(wA, kA, fA);
     block_keys<K>(wB, kB, fB);
@@ -111,6 +113,7 @@ __device__ __forceinline__ void block_pair_mma(float (&acc)[MT][4], const u32 (&
             vb[q] = hmul2_u32(lut_lookup<K>(lut_lane, kB[q], fB[q], r), sB, T());
         }
         // k-slots (2t, 2t+1) <- pair q=0 (elements 8r, 8r+1); (2t+8, 2t+9) <- q=1
+        float (&acc)[MT][4] = r < 2 ? acc0 : acc1;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             mma_16816(acc[mt], va[0], vb[0], va[1], vb[1], a[mt][r].x, a[mt][r].y, T());

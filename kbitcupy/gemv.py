@@ -10,9 +10,9 @@ from .quantize import CTYPE
 from .reference import bfloat16
 
 MAX_M = 16
-DEPTHS = (2, 4)
-# token tiles of 8 per MMA: (tiles, depths compiled for it)
-TILES = ((1, DEPTHS), (2, (2,)))
+DEPTHS = (2,)  # register ring depth (4 measured slower on H200, 2026-11-21)
+TILES = (1, 2)  # token tiles of 8 per MMA
+DUALS = (False, True)  # one or two mma accumulator chains
 _VARIANTS = (("uint8", True), ("float32", False), ("uint8", False))
 
 
@@ -21,10 +21,12 @@ def _instances():
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for a, tiled in _VARIANTS:
-                for mt, depths in TILES:
-                    for d in depths:
-                        inst[(k, t, a, tiled, d, mt)] = (f"kbit_gemv<{k}, {CTYPE[t]}, {CTYPE[a]}, "
-                                                         f"{'true' if tiled else 'false'}, {d}, {mt}>")
+                for mt in TILES:
+                    for d in DEPTHS:
+                        for du in DUALS:
+                            inst[(k, t, a, tiled, d, mt, du)] = (f"kbit_gemv<{k}, {CTYPE[t]}, {CTYPE[a]}, "
+                                                                 f"{'true' if tiled else 'false'}, {d}, {mt}, "
+                                                                 f"{'true' if du else 'false'}>")
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for mt in (1, 2):
@@ -44,8 +46,10 @@ def lut_bytes(k: int) -> int:
     return (1 << (2 * k)) * copies * 4
 
 
-def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = None, depth: int | None = None):
-    """(warps per block, register ring depth, dynamic smem bytes, grid, token tiles)."""
+def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = None, depth: int | None = None,
+         dual: bool | None = None):
+    """(warps per block, register ring depth, dynamic smem bytes, grid, token tiles,
+    two accumulator chains)."""
     groups = -(-N // 16)
     tiles = 1 if M <= 8 else 2
     ks = -(-K // 128)
@@ -53,10 +57,14 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # Measured on H200 (profiling/results, 2026-11-21): 8 warps per block for the
         # wide shapes (>= 256 column groups), 16 for the rest; ring depth 2 everywhere.
         warps = min(8 if groups >= 256 else 16, ks)
-    if depth is None or tiles > 1:
-        depth = 2
+    depth = 2
+    if dual is None:
+        # H200, 2026-11-22: a second accumulator chain wins where a 512-thread block has
+        # the SM to itself anyway (k = 2, 3: 3-6 %); its registers would cost the
+        # 256-thread blocks of the wide shapes a third block per SM.
+        dual = warps > 8
     smem = lut_bytes(k) + M * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4
-    return warps, depth, smem, groups, tiles
+    return warps, depth, smem, groups, tiles, bool(dual)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -74,11 +82,11 @@ _LAUNCH: dict = {}
 def _launch_config(dev, M, N, K, qw, tname, plan_override):
     """(kernel, grid, block, smem, scalar args) for one call shape, built once."""
     p = plan(N, K, M, qw.k, **(dict(plan_override) if plan_override else {}))
-    warps, depth, smem, grid, tiles = p
+    warps, depth, smem, grid, tiles, dual = p
     if not fits(N, K, M, qw.k, dev):
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
                          "use kbitcupy.matmul (it dispatches to the GEMM)")
-    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles))
+    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual))
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
     return fn, (grid,), (warps * 32,), smem, (np.int32(M), np.int32(N), np.int32(K))

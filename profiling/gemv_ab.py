@@ -75,11 +75,14 @@ def main():
     names = os.environ.get("SHAPES", ",".join(SHAPES)).split(",")
     dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"# {dev}; baseline: {os.path.basename(base[-1]) if base else 'none'}")
-    print(f"{'shape':9} {'k':>2} {'M':>2} {'base':>7} {'new':>7} {'notma':>8} {'sol':>6} {'%sol':>5} {'new/base':>8}")
+    print(f"{'shape':9} {'k':>2} {'M':>2} {'base':>7} {'new':>7} {'sol':>6} {'%sol':>5} {'new/base':>8}")
     rows = []
     # AB_VARIANTS="name:-DFLAG=1 -DOTHER;name2:..." -> extra columns
     variants = [(v.split(":")[0], tuple(v.split(":", 1)[1].split())) for v in os.environ.get("AB_VARIANTS", "").split(";")
                 if v]
+    # AB_PLANS="name:warps=16,dual=1;..." -> columns of the current kernels with a plan override
+    plans = tuple((v.split(":")[0], tuple((a.split("=")[0], int(a.split("=")[1])) for a in v.split(":")[1].split(",")))
+                  for v in os.environ.get("AB_PLANS", "").split(";") if v)
     for name in names:
         N, K = SHAPES[name]
         W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
@@ -102,7 +105,9 @@ def main():
                                                                np.int32(M), np.int32(N), np.int32(K),
                                                                np.float32(c.tensor_scale)), shared_mem=smem)
                     row["base"] = time_rotated([lambda c=c: call(c) for c in cps])
-                for col, ov in (("new", None),):
+                if not G.fits(N, K, M, k, 0):  # the GEMV's staged A does not fit: matmul uses the GEMM
+                    continue
+                for col, ov in (("new", None),) + plans:
                     out.fill(np.nan)
                     G.gemv(A, cps[0], out, ov)
                     err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
@@ -127,8 +132,8 @@ def main():
                 row["sol"] = sol_time(nb0 + A.nbytes)
                 rows.append(row)
                 f = lambda v: f"{v:7.2f}" if isinstance(v, float) else f"{'-':>7}"  # noqa: E731
-                print(f"{name:9} {k:>2} {M:>2} {f(row.get('base'))} {f(row['new'])} {f(row.get('new_notma')):>8} "
-                      + "".join(f"{vn}={row[vn]:.2f}({row[vn + '_err']:.0e}) " for vn, _ in variants) +
+                print(f"{name:9} {k:>2} {M:>2} {f(row.get('base'))} {f(row['new'])} "
+                      + "".join(f"{vn}={row[vn]:.2f}({row[vn + '_err']:.0e}) " for vn, _ in variants + list(plans)) +
                       f"{row['sol']:6.2f} {100 * row['sol'] / row['new']:5.0f} "
                       f"{row['new'] / row['base'] if 'base' in row else float('nan'):8.3f}"
                       f"  err {row['new_err']:.1e}", flush=True)
@@ -139,7 +144,7 @@ def main():
             if sel and all("base" in r for r in sel):
                 b, n = sum(r["base"] for r in sel), sum(r["new"] for r in sel)
                 print(f"TOTAL k={k} M={M}: base {b:.2f} new {n:.2f} ({b / n:.3f}x) "
-                      + " ".join(f"{vn} {sum(r[vn] for r in sel):.2f}" for vn, _ in variants))
+                      + " ".join(f"{vn} {sum(r[vn] for r in sel):.2f}" for vn, _ in variants + list(plans)))
     if args.out:
         with open(os.path.join(args.out, "gemv_ab.json"), "w") as fh:
             json.dump(dict(device=dev, rows=rows), fh, indent=1)

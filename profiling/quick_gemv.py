@@ -28,7 +28,7 @@ for name, (N, K) in SHAPES.items():
             R_ = copies_for(nb)
             cps = [replace(q, packed=q.packed.copy(), absmax=q.absmax.copy()) for _ in range(R_)]
             out = cp.empty((M, N), cp.float16)
-            variants = [None] + [tuple(zip(("warps", "depth"), map(int, p.split(",")))) for p in plans.split(";") if p]
+            variants = [None] + [tuple(zip(("warps", "dual"), map(int, p.split(",")))) for p in plans.split(";") if p]
             t = min((time_rotated([lambda c=c: gemv(A, c, out, v) for c in cps]), str(v)) for v in variants)
             if plans:
                 print("   ", name, k, M, [(round(time_rotated([lambda c=c: gemv(A, c, out, v) for c in cps]), 2), v)
