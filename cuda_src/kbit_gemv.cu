@@ -55,7 +55,7 @@ __device__ __forceinline__ unsigned long long trace_gtime() {
 // the pair table built once per block.
 // ABS: unsigned char (E4M4) or float.  TILED: repacked layout, else flat.
 // MT: token tiles of 8 (M <= 8 * MT); the weights are dequantized once for all of them.
-template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL>
+template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
@@ -116,12 +116,12 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     };
     // Request the weights of step 0 (single-group blocks; MULTI: the whole ring), then
     // stage A and the codebook and build the pair table.  Single-group blocks request
-    // their other ring steps after the prologue barrier: the SM's load queue paces the
-    // issue of loads to DRAM bandwidth, and a barrier behind every warp's whole ring held
-    // all compute until the last load was issued (profiling/gemv_trace.py; H200,
-    // 2026-11-21: 4-6 % faster at k = 4, 5 and M = 1..8, see profiling/NOTES.md).
-    // Single-group blocks re-read blockIdx instead of keeping the group in a register
-    // (at the 64-register cap that one register decides whether k = 3, 4 spill).
+    // their other ring steps after the prologue barrier (LATE: once step 0 has landed):
+    // the SM's load queue paces the issue of loads to DRAM bandwidth, and a barrier
+    // behind every warp's whole ring held all compute until the last load was issued
+    // (profiling/gemv_trace.py; H200, 2026-11-22: 4-6 % faster at k = 4, 5 and M = 1..8,
+    // LATE another 3-5 % where its registers cost no occupancy; profiling/NOTES.md).
+    // Single-group blocks re-read blockIdx instead of keeping the group in a register.
     int grp = grp0;  // the launchers keep grid.x <= ngroups
     start_group(MULTI ? grp : (int)blockIdx.x);
     const float cb_v = threadIdx.x < (1u << K) ? __ldg(codebook + threadIdx.x) : 0.0f;
@@ -152,7 +152,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) KTR(3, trace_clock());
 #endif
-    if (!MULTI) {  // the rest of the ring, after the barrier
+    if (!MULTI && !LATE) {  // the rest of the ring, after the barrier
 #pragma unroll
         for (int j = 1; j < D; j++)
             if (j < S) load_step(j, j);
@@ -195,6 +195,11 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                     if (lane == 0 && warp < 8 && sl < 2) KTR(4 + 4 * warp + 2 * sl, trace_clock_after_u(wA[0] ^ wB[0]));
 #endif
                     if (sl + D < S) load_step(j, sl + D);
+                    if (LATE && !MULTI && sl == 0) {  // LATE: the rest of the ring once step 0 landed
+#pragma unroll
+                        for (int jj = 1; jj < D; jj++)
+                            if (jj < S) load_step(jj, jj);
+                    }
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
                     block_pair_mma<K, T, MT>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive
@@ -245,11 +250,11 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 // blocks per SM), DUAL ~96 (one 512-thread block per SM, which is how the plan uses it).
 // H200, 2026-11-22 (profiling/NOTES.md): the 64-register cap of earlier versions cost
 // 2-7 % at k = 4.
-template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL>
+template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE>
 __global__ void __launch_bounds__(512, 1)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale) {
-    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL>(A, packed, absmax, codebook, C, M, N, Kdim, tensor_scale, blockIdx.x,
+    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE>(A, packed, absmax, codebook, C, M, N, Kdim, tensor_scale, blockIdx.x,
                                         gridDim.x, (N + 15) / 16);
 }
 
@@ -272,7 +277,7 @@ __global__ void __launch_bounds__(512, 1)
     }
     if (r1 - r0 > max_tokens && threadIdx.x == 0 && blockIdx.x == 0) atomicOr(err, 4);
     for (int c0 = r0; c0 < r1; c0 += 8 * MT) {
-        gemv_block<K, T, u8, true, 2, MT, true, false>(A + (long)c0 * Kdim, packed + e * wpe, absmax + e * ape, codebook,
+        gemv_block<K, T, u8, true, 2, MT, true, false, false>(A + (long)c0 * Kdim, packed + e * wpe, absmax + e * ape, codebook,
                                           C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim, tscale[e], blockIdx.x,
                                           gridDim.x, (N + 15) / 16);
         __syncthreads();

@@ -41,7 +41,9 @@ TABLES: Dict[str, dict] = {
     "default": {"gemv_max_m": 8, "gemm_max_m": 64},
     "H100": {"gemv_max_m": 8, "gemm_max_m": 64},
     # Measured on NVIDIA H200, 2026-11-21 (profiling/results/nvidia-h200_2026-11-21_{dense-allm,gemv16}.json,
-    # fp16 activations): exact shapes first, size bands for other shapes.
+    # fp16 activations): exact shapes first, size bands for other shapes.  GEMV/GEMM
+    # crossovers re-checked after the 2026-11-22 GEMV changes (nvidia-h200_2026-11-22_final4.json):
+    # only (5, 5120, 2048) moved (GEMV now wins at M = 2).
     "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 0), (4194304, 32), (8388608, 32), (None, 0)], 3: [(1048576, 0), (4194304, 32), (8388608, 32), (None, 0)], 4: [(1048576, 0), (4194304, 32), (8388608, 32), (None, 0)], 5: [(1048576, 0), (4194304, 32), (8388608, 64), (None, 64)], '*': 0},
              "shapes": {  # (k, N, K): (gemv up to M, gemm up to M; dq above)
                  (2, 512, 2048): (16, 16), (2, 2048, 2048): (16, 32), (2, 2048, 4096): (12, 32),
@@ -51,7 +53,7 @@ TABLES: Dict[str, dict] = {
                  (4, 512, 2048): (16, 16), (4, 2048, 2048): (16, 32), (4, 2048, 4096): (16, 32),
                  (4, 2048, 5120): (16, 16), (4, 4096, 2048): (16, 32), (4, 5120, 2048): (8, 32),
                  (5, 512, 2048): (12, 16), (5, 2048, 2048): (16, 32), (5, 2048, 4096): (12, 64),
-                 (5, 2048, 5120): (8, 64), (5, 4096, 2048): (4, 64), (5, 5120, 2048): (1, 32),
+                 (5, 2048, 5120): (8, 64), (5, 4096, 2048): (4, 64), (5, 5120, 2048): (2, 32),
              }},
 }
 

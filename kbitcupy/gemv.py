@@ -24,9 +24,10 @@ def _instances():
                 for mt in TILES:
                     for d in DEPTHS:
                         for du in DUALS:
-                            inst[(k, t, a, tiled, d, mt, du)] = (f"kbit_gemv<{k}, {CTYPE[t]}, {CTYPE[a]}, "
-                                                                 f"{'true' if tiled else 'false'}, {d}, {mt}, "
-                                                                 f"{'true' if du else 'false'}>")
+                            for late in ((False, True) if mt == 1 else (False,)):
+                                inst[(k, t, a, tiled, d, mt, du, late)] = (
+                                    f"kbit_gemv<{k}, {CTYPE[t]}, {CTYPE[a]}, {'true' if tiled else 'false'}, {d}, "
+                                    f"{mt}, {'true' if du else 'false'}, {'true' if late else 'false'}>")
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for mt in (1, 2):
@@ -47,24 +48,31 @@ def lut_bytes(k: int) -> int:
 
 
 def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = None, depth: int | None = None,
-         dual: bool | None = None):
+         dual: bool | None = None, late: bool | None = None):
     """(warps per block, register ring depth, dynamic smem bytes, grid, token tiles,
-    two accumulator chains)."""
+    two accumulator chains, ring filled once step 0 landed)."""
     groups = -(-N // 16)
     tiles = 1 if M <= 8 else 2
     ks = -(-K // 128)
     if warps is None:
         # Measured on H200 (profiling/results, 2026-11-21): 8 warps per block for the
-        # wide shapes (>= 256 column groups), 16 for the rest; ring depth 2 everywhere.
-        warps = min(8 if groups >= 256 else 16, ks)
+        # wide shapes, 16 where one 512-thread block per SM (~80-96 registers) covers
+        # every column group; ring depth 2 everywhere.
+        warps = min(8 if groups > 132 else 16, ks)
     depth = 2
     if dual is None:
         # H200, 2026-11-22: a second accumulator chain wins where a 512-thread block has
         # the SM to itself anyway (k = 2, 3: 3-6 %); its registers would cost the
         # 256-thread blocks of the wide shapes a third block per SM.
         dual = warps > 8
+    if late is None:
+        # H200, 2026-11-22: 3-5 % faster where a warp has two or more steps, unless its
+        # extra registers cost the 256-thread blocks their third block per SM (k = 5
+        # has two either way)
+        late = ks > warps and (warps > 8 or groups <= 2 * 132 or k == 5)
+    late = bool(late) and tiles == 1
     smem = lut_bytes(k) + M * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4
-    return warps, depth, smem, groups, tiles, bool(dual)
+    return warps, depth, smem, groups, tiles, bool(dual), late
 
 
 @functools.lru_cache(maxsize=4096)
@@ -82,11 +90,11 @@ _LAUNCH: dict = {}
 def _launch_config(dev, M, N, K, qw, tname, plan_override):
     """(kernel, grid, block, smem, scalar args) for one call shape, built once."""
     p = plan(N, K, M, qw.k, **(dict(plan_override) if plan_override else {}))
-    warps, depth, smem, grid, tiles, dual = p
+    warps, depth, smem, grid, tiles, dual, late = p
     if not fits(N, K, M, qw.k, dev):
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
                          "use kbitcupy.matmul (it dispatches to the GEMM)")
-    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual))
+    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late))
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
     return fn, (grid,), (warps * 32,), smem, (np.int32(M), np.int32(N), np.int32(K))

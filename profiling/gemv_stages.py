@@ -25,13 +25,13 @@ for name, (N, K) in {"gateup": (5120, 2048), "down": (2048, 5120), "KV": (512, 2
     W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
     q = kb.quantize(W, 4)
     A = cp.asarray(rng.standard_normal((1, K), dtype=np.float32)).astype(cp.float16)
-    warps, depth, smem, grid, tiles, dual = G.plan(N, K, 1, 4)
+    warps, depth, smem, grid, tiles, dual, late = G.plan(N, K, 1, 4)
     R_ = copies_for(q.packed.nbytes + q.absmax.nbytes)
     cps = [replace(q, packed=q.packed.copy(), absmax=q.absmax.copy()) for _ in range(R_)]
     out = cp.empty((1, N), cp.float16)
     row = []
     for v, opts in VARIANTS.items():
-        expr = G.GEMV.instances[(4, "float16", "uint8", True, depth, tiles, dual)]
+        expr = G.GEMV.instances[(4, "float16", "uint8", True, depth, tiles, dual, late)]
         mod = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(opts), name_expressions=[expr])
         fn = mod.get_function(expr)
         fn.max_dynamic_shared_size_bytes = smem

@@ -78,8 +78,8 @@ def test_gemv_edge_shapes(shape, k, rng):
 
 @pytest.mark.parametrize("k", [2, 3, 4, 5])
 def test_gemv_plans_agree(k, rng):
-    """Every plan (warps per block, one or two accumulator chains) computes the same
-    function; K % 128 == 64
+    """Every plan (warps per block, one or two accumulator chains, when the ring fills)
+    computes the same function; K % 128 == 64
     and K % 64 == 32 leave a half or quarter of the last step empty."""
     import cupy as cp
 
@@ -88,7 +88,8 @@ def test_gemv_plans_agree(k, rng):
         for M in (1, 5, 12):
             A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
             ref = A.astype(cp.float64) @ Wd.T
-            plans = [(("warps", w), ("dual", d)) for w in (1, 3, 8, 16) for d in (False, True)]
+            plans = [(("warps", w), ("dual", d), ("late", lt)) for w in (1, 3, 8, 16) for d in (False, True)
+                     for lt in (False, True)]
             for ov in plans:
                 out = cp.full((M, N), np.nan, dtype=cp.float16)
                 gemv(A, q, out, plan_override=ov)
