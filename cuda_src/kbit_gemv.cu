@@ -28,12 +28,7 @@ __device__ __forceinline__ unsigned long long trace_clock() {
     asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
     return t;
 }
-__device__ __forceinline__ unsigned long long trace_clock_after(float x) {  // waits for x
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t) : "f"(x));
-    return t;
-}
-__device__ __forceinline__ unsigned long long trace_clock_after_u(u32 x) {
+__device__ __forceinline__ unsigned long long trace_clock_after(u32 x) {  // waits for x
     unsigned long long t;
     asm volatile("mov.u64 %0, %%clock64;" : "=l"(t) : "r"(x));
     return t;
@@ -114,6 +109,11 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         for (int j = 0; j < D; j++)
             if (j < S && (MULTI || j == 0)) load_step(j, j);
     };
+    auto fill_ring = [&]() {  // single-group blocks: ring steps 1 .. D-1 of their group
+#pragma unroll
+        for (int j = 1; j < D; j++)
+            if (j < S) load_step(j, j);
+    };
     // Request the weights of step 0 (single-group blocks; MULTI: the whole ring), then
     // stage A and the codebook and build the pair table.  Single-group blocks request
     // their other ring steps after the prologue barrier (LATE: once step 0 has landed):
@@ -152,11 +152,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) KTR(3, trace_clock());
 #endif
-    if (!MULTI && !LATE) {  // the rest of the ring, after the barrier
-#pragma unroll
-        for (int j = 1; j < D; j++)
-            if (j < S) load_step(j, j);
-    }
+    if (!MULTI && !LATE) fill_ring();
 
     const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
     const T* a_row = a_s + (long)g * KS * 128 + t * 32;
@@ -192,21 +188,17 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #pragma unroll
                     for (int b = 0; b < K; b++) { wA[b] = wr[j][0][b]; wB[b] = wr[j][1][b]; }
 #ifdef KBIT_TRACE
-                    if (lane == 0 && warp < 8 && sl < 2) KTR(4 + 4 * warp + 2 * sl, trace_clock_after_u(wA[0] ^ wB[0]));
+                    if (lane == 0 && warp < 8 && sl < 2) KTR(4 + 4 * warp + 2 * sl, trace_clock_after(wA[0] ^ wB[0]));
 #endif
                     if (sl + D < S) load_step(j, sl + D);
-                    if (LATE && !MULTI && sl == 0) {  // LATE: the rest of the ring once step 0 landed
-#pragma unroll
-                        for (int jj = 1; jj < D; jj++)
-                            if (jj < S) load_step(jj, jj);
-                    }
+                    if (LATE && !MULTI && sl == 0) fill_ring();  // once step 0 has landed
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
                     block_pair_mma<K, T, MT>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive
                     acc[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif
 #ifdef KBIT_TRACE
-                    if (lane == 0 && warp < 8 && sl < 2) KTR(5 + 4 * warp + 2 * sl, trace_clock_after(acc[0][0]));
+                    if (lane == 0 && warp < 8 && sl < 2) KTR(5 + 4 * warp + 2 * sl, trace_clock_after(__float_as_uint(acc[0][0])));
 #endif
                 }
             }

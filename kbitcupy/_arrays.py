@@ -118,6 +118,25 @@ def check_out(out, shape, dtype, name: str = "out"):
     return o
 
 
+def out_array(out, shape, dtype, name: str = "out"):
+    """The GPU result buffer of a call: a new CuPy array, or the checked view of out=."""
+    if out is None:
+        import cupy
+
+        return cupy.empty(shape, dtype=dtype)
+    return check_out(out, shape, dtype, name)
+
+
+def cpu_result(r, out, k: str):
+    """Hand a CPU-backend result back: written into out= (returned as given), else in
+    the caller's array type."""
+    if out is None:
+        return from_backend(r, k)
+    o, _ = to_backend(out, "out")
+    o[...] = r
+    return out
+
+
 def device_of(a) -> int:
     return a.device.id
 

@@ -362,18 +362,16 @@ def _build(A, qw, A2, o2, tag):
     p.lock = threading.Lock()
     N = o2.shape[1]
     p.out_shape = tuple(A.shape[:-1]) + (N,)
+    p.dtype = A.dtype
+    _bind_cupy(cp)
     if tag == "cupy":
-        _bind_cupy(cp)
-        p.dtype = A.dtype
         p.a_strides = _c_strides(tuple(A.shape), A.dtype.itemsize)
         p.out_strides = _c_strides(p.out_shape, A.dtype.itemsize)
         p.tdevice = None
     else:
         import torch
 
-        _bind_cupy(cp)
         _bind_torch(torch)
-        p.dtype = A.dtype
         p.tdevice = A.device
         p.a_strides = p.out_strides = None
     return p

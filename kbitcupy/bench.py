@@ -329,6 +329,14 @@ def check_output(col: Column, ctx: Ctx, ref) -> Optional[float]:
     return float(d.max()) / max(float(cp.abs(ref).max()), 1e-30)
 
 
+def record_check(e: dict, col: Column, ctx: Ctx, ref, label: str) -> None:
+    """Store check_output's error and verdict in a timing entry; report a failure."""
+    e["max_rel_err"] = check_output(col, ctx, ref)
+    e["check_ok"] = e["max_rel_err"] is not None and e["max_rel_err"] <= CHECK_TOL
+    if not e["check_ok"]:
+        print(f"  ! {col.name} {label}: output check failed, max rel err {e['max_rel_err']}", file=sys.stderr)
+
+
 SOL_SRC = r"""
 extern "C" __global__ void __launch_bounds__(256)
 kbit_sol_read(const uint4* __restrict__ src, unsigned long long n, unsigned int* __restrict__ sink) {
@@ -411,21 +419,33 @@ def time_cublas_shape(shape: Shape, Ms: Sequence[int], dtype: str, l2_bytes: int
     return res
 
 
-def host_overhead(qw, shape: Shape, dtype: str, calls: int = 200) -> dict:
-    """Wall time of one Python kbitcupy.matmul call at M = 1, no graph (hot weight)."""
+def time_calls(fn, calls: int, warmup: int = 10, repeats: int = 1) -> dict:
+    """Host time of a Python call without a graph: per repeat, warm-up calls, then `calls`
+    calls timed with perf_counter (enqueue = before the device-wide sync, wall = after).
+    Medians and minima over the repeats, in us per call."""
     import cupy as cp
 
+    runs = []
+    for _ in range(repeats):
+        for _ in range(warmup):
+            fn()
+        cp.cuda.Device().synchronize()  # the whole device: CuPy's and torch's streams
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        cp.cuda.Device().synchronize()
+        t2 = time.perf_counter()
+        runs.append(((t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6))
+    return dict(enqueue_us=statistics.median(r[0] for r in runs), wall_us=statistics.median(r[1] for r in runs),
+                enqueue_min_us=min(r[0] for r in runs), wall_min_us=min(r[1] for r in runs))
+
+
+def host_overhead(qw, shape: Shape, dtype: str, calls: int = 200) -> dict:
+    """Wall time of one Python kbitcupy.matmul call at M = 1, no graph (hot weight)."""
     A, out = _rand((1, shape.K), dtype), _empty((1, shape.N), dtype)
-    for _ in range(10):
-        matmul(A, qw, out=out)
-    cp.cuda.Device().synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        matmul(A, qw, out=out)
-    t1 = time.perf_counter()
-    cp.cuda.Device().synchronize()
-    t2 = time.perf_counter()
-    return dict(wall_us=(t2 - t0) / calls * 1e6, enqueue_us=(t1 - t0) / calls * 1e6, calls=calls)
+    t = time_calls(lambda: matmul(A, qw, out=out), calls)
+    return dict(wall_us=t["wall_us"], enqueue_us=t["enqueue_us"], calls=calls)
 
 
 # ============================================================================ derived numbers
@@ -883,11 +903,7 @@ def run(shapes: Sequence[str], Ms: Sequence[int], ks: Sequence[int], columns: Se
                         e = time_kbit(col, shape, M, copies, A, out, reps)
                         e["bytes"] = wbytes
                         if ref is not None:
-                            e["max_rel_err"] = check_output(col, Ctx(A, qw, out, shape, M), ref)
-                            e["check_ok"] = e["max_rel_err"] is not None and e["max_rel_err"] <= CHECK_TOL
-                            if not e["check_ok"]:
-                                print(f"  ! {col.name} {sname} k={k} M={M}: output check failed, max rel err "
-                                      f"{e['max_rel_err']}", file=sys.stderr)
+                            record_check(e, col, Ctx(A, qw, out, shape, M), ref, f"{sname} k={k} M={M}")
                     except NotApplicable as ex:
                         e = {"us": None, "skipped": str(ex)}
                     except Exception as ex:  # noqa: BLE001 - report the cell, keep the run going
@@ -1141,11 +1157,7 @@ def time_moe_cell(cols: Sequence[MoeColumn], shape: Shape, E: int, M: int, bank,
         try:
             fns = [functools.partial(col.launch, c) for c in ctxs]
             e = summarize(time_graph_cupy(fns, reps), R=n, launches=n, bytes=E * per, reuse_experts=B)
-            e["max_rel_err"] = check_output(col, ctxs[0], ref)
-            e["check_ok"] = e["max_rel_err"] is not None and e["max_rel_err"] <= CHECK_TOL
-            if not e["check_ok"]:
-                print(f"  ! {col.name} {shape.name} E={E} M={M}: output check failed, max rel err "
-                      f"{e['max_rel_err']}", file=sys.stderr)
+            record_check(e, col, ctxs[0], ref, f"{shape.name} E={E} M={M}")
         except NotApplicable as ex:
             e = {"us": None, "skipped": str(ex)}
         except Exception as ex:  # noqa: BLE001

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import reference as R
 from .gemv import GROUPED_MAX_TOKENS, grouped_gemv
-from ._arrays import check_out, check_same_device, dtype_name, from_backend, kind, stream_ctx, to_backend
+from ._arrays import check_same_device, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
 from .reference import bfloat16
@@ -546,14 +546,11 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
             if check or method == "dequant" or (method == "auto" and max_tokens > MAX_TOKENS_KERNEL):
                 ids_h, offs_h, real_max = validate_routing(ids.get(), offs.get(), E, rows, max_tokens)
                 max_tokens = real_max
-        if out is None:
-            out_ = cp.empty((rows, N), dtype=A_.dtype)
-        else:
-            out_ = check_out(out, (rows, N), A_.dtype)
-            if kind(out_) != "cupy" or out_.device.id != A_.device.id:
-                raise ValueError("out must be on the same GPU as A_sorted")
-            if out_.data.ptr % 4:
-                raise ValueError("out's data pointer must be 4-byte aligned")
+        out_ = out_array(out, (rows, N), A_.dtype)
+        if kind(out_) != "cupy" or out_.device.id != A_.device.id:
+            raise ValueError("out must be on the same GPU as A_sorted")
+        if out_.data.ptr % 4:
+            raise ValueError("out's data pointer must be 4-byte aligned")
         n_slots = int(ids.size)
         if n_slots and rows:
             use = method if method != "auto" else ("kernel" if max_tokens <= MAX_TOKENS_KERNEL else "dequant")

@@ -7,7 +7,7 @@ import numpy as np
 
 from . import _launch as _fast
 from . import reference as R
-from ._arrays import check_out, from_backend, stream_ctx, to_backend
+from ._arrays import cpu_result, from_backend, out_array, stream_ctx, to_backend
 from .dequant_matmul import dequant_matmul
 from .dispatch import choose
 from .gemm import gemm
@@ -80,24 +80,15 @@ def matmul(A, qw: KbitWeight, out=None):
 
         Wd = dequantize(qw, np.float32)
         C = (A_.reshape(M, K).astype(np.float32) @ Wd.T).astype(A_.dtype).reshape(lead + (N,))
-        if out is not None:
-            o, _ = to_backend(out, "out")
-            o[...] = C
-            return out
-        return from_backend(C, kd)
+        return cpu_result(C, out, kd)
     if not qw.on_gpu:
         raise ValueError("A is on the GPU but the weight is on the CPU; call qw.cuda()")
     if A_.data.device_id != qw.packed.data.device_id:
         raise ValueError(f"A is on device {A_.data.device_id} but the weight on device {qw.packed.data.device_id}")
     if A_.data.ptr % 16:
         raise ValueError("A's data pointer must be 16-byte aligned")
-    import cupy as cp
-
     with stream_ctx(A):
-        if out is None:
-            out_ = cp.empty(lead + (N,), dtype=A_.dtype)
-        else:
-            out_ = check_out(out, lead + (N,), A_.dtype)
+        out_ = out_array(out, lead + (N,), A_.dtype)
         if M == 0:
             return out if out is not None else from_backend(out_, kd)
         if A_.ndim == 2:  # the common case: no reshaped views to build

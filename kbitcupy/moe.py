@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._arrays import check_out, dtype_name, from_backend, kind, stream_ctx, to_backend
+from ._arrays import cpu_result, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
 from .grouped import ERR_EXPERT_ID, GROUPED, KbitExpertBank, _err_buffer, dequantize_experts, grouped_matmul
 from .reference import bfloat16
 
@@ -200,12 +200,7 @@ def silu_mul(gate, up, out=None):
     if kd in ("numpy", "torch_cpu"):
         g = g_.astype(np.float32)
         r = (g / (np.float32(1) + np.exp(-g)) * u_.astype(np.float32)).astype(g_.dtype)
-        if out is not None:
-            o, _ = to_backend(out, "out")
-            o[...] = r
-            return out
-        return from_backend(r, kd)
-    import cupy as cp
+        return cpu_result(r, out, kd)
 
     if g_.dtype not in _ACT_DTYPES:
         raise ValueError(f"gate/up must be float16 or bfloat16 on the GPU, got {dtype_name(g_.dtype)}")
@@ -213,10 +208,7 @@ def silu_mul(gate, up, out=None):
         if a.strides[1] != a.itemsize or (rows > 1 and a.strides[0] % a.itemsize):
             raise ValueError(f"{nm} must have unit column stride")
     with stream_ctx(gate):
-        if out is None:
-            o = cp.empty((rows, I), dtype=g_.dtype)
-        else:
-            o = check_out(out, (rows, I), g_.dtype)
+        o = out_array(out, (rows, I), g_.dtype)
         if rows and I:
             fn = GROUPED.function(("silu", dtype_name(g_.dtype)))
             blocks = int(min(-(-rows * I // 256), 132 * 16))
@@ -240,12 +232,7 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None):
         pos = np.asarray(routing.pos)
         r = (np.asarray(c_, dtype=np.float32)[pos].reshape(T, topk, H) *
              np.asarray(w_, dtype=np.float32)[:, :, None]).sum(1).astype(c_.dtype)
-        if out is not None:
-            o, _ = to_backend(out, "out")
-            o[...] = r
-            return out
-        return from_backend(r, kd)
-    import cupy as cp
+        return cpu_result(r, out, kd)
 
     wdt = dtype_name(w_.dtype)
     if wdt not in ("float32", "float16", "bfloat16"):
@@ -255,10 +242,7 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None):
     if not w_.flags.c_contiguous:
         raise ValueError("topk_weights must be contiguous")
     with stream_ctx(C_sorted):
-        if out is None:
-            o = cp.empty((T, H), dtype=c_.dtype)
-        else:
-            o = check_out(out, (T, H), c_.dtype)
+        o = out_array(out, (T, H), c_.dtype)
         if T and H:
             fn = GROUPED.function(("combine", dtype_name(c_.dtype), wdt))
             blocks = int(min(-(-T * H // 256), 132 * 16))

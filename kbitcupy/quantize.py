@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 
 from . import reference as R
-from ._arrays import check_out, from_backend, normalize_dtype, stream_ctx, to_backend
+from ._arrays import from_backend, normalize_dtype, out_array, stream_ctx, to_backend
 from ._compile import Family, register
 from .weight import KbitWeight
 
@@ -168,12 +168,7 @@ def dequantize(qw: KbitWeight, dtype=None, out=None):
         if qw.layout == "flat":
             return R.dequantize_flat(qw.packed, qw.absmax, qw.codebook, qw.k, qw.shape, qw.tensor_scale, dt)
         return R.dequantize_tiled(qw.packed, qw.absmax, qw.codebook, qw.k, qw.shape, qw.tensor_scale, dt)
-    import cupy as cp
-
-    if out is None:
-        out = cp.empty((N, K), dtype=dt)
-    else:
-        out = check_out(out, (N, K), dt)
+    out = out_array(out, (N, K), dt)
     fn = QUANT.function(("dq", qw.k, _dname(dt), _dname(qw.absmax.dtype), qw.layout == "tiled"))
     fn((_grid(N * K // 8),), (256,), (qw.packed, qw.absmax, qw.codebook, out, np.int32(N), np.int32(K),
                                        np.float32(qw.tensor_scale)))

@@ -27,9 +27,7 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -41,7 +39,7 @@ from cupy_backends.cuda.api import driver  # noqa: E402
 import kbitcupy as kb  # noqa: E402
 from bench_foundation import time_rotated  # noqa: E402
 from kbitcupy import _launch as L  # noqa: E402
-from kbitcupy.bench import _device_info, _git_describe, _versions, output_paths  # noqa: E402
+from kbitcupy.bench import _device_info, _git_describe, _versions, output_paths, time_calls  # noqa: E402
 from kbitcupy.gemv import launch_args  # noqa: E402
 
 SHAPES = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "KV": (512, 2048)}  # (N, K)
@@ -54,27 +52,6 @@ def _torch():
     except ImportError:
         return None
     return torch if torch.cuda.is_available() else None
-
-
-def sync():
-    cp.cuda.Device().synchronize()  # the whole device: CuPy's and torch's streams
-
-
-def time_calls(fn, calls, warmup, repeats):
-    runs = []
-    for _ in range(repeats):
-        for _ in range(warmup):
-            fn()
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        sync()
-        t2 = time.perf_counter()
-        runs.append(((t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6))
-    return dict(enqueue_us=statistics.median(r[0] for r in runs), wall_us=statistics.median(r[1] for r in runs),
-                enqueue_min_us=min(r[0] for r in runs), wall_min_us=min(r[1] for r in runs))
 
 
 def kernel_time(launch, n=100, reps=7):
@@ -97,7 +74,7 @@ def bench_one(name, N, K, k, M, args, torch):
     T = (args.calls, args.warmup, args.repeats)
 
     def check(case, got):
-        sync()
+        cp.cuda.Device().synchronize()
         ok = bool(cp.array_equal(got, ref))
         row["checks"][case] = "OK" if ok else "BAD"
         if not ok:
