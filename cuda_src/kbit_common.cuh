@@ -174,9 +174,17 @@ __device__ __forceinline__ uint2 ldg_stream_v2(const void* p) {
     asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "l"(p));
     return r;
 }
+// Single-word loads (k = 3, 5: a block is 3 or 5 words, so the warp's k loads each
+// touch the same sectors) allocate in L1 with evict-first priority, so planes 1..k-1
+// hit the lines plane 0 brought in.  H200, 2026-11-22: k = 5 GEMV 10-23 % faster than
+// with L1::no_allocate (every plane a separate L2 request); 2 x 8-byte + 1 word loads
+// instead were 3-25 % slower (profiling/NOTES.md).
+#ifndef KBIT_WORD_L1  // experiment hook
+#define KBIT_WORD_L1 "L1::evict_first"
+#endif
 __device__ __forceinline__ u32 ldg_stream(const void* p) {
     u32 r;
-    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(r) : "l"(p));
+    asm volatile("ld.global.nc." KBIT_WORD_L1 ".u32 %0, [%1];\n" : "=r"(r) : "l"(p));
     return r;
 }
 

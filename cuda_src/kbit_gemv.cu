@@ -242,8 +242,14 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 // blocks per SM), DUAL ~96 (one 512-thread block per SM, which is how the plan uses it).
 // H200, 2026-11-22 (profiling/NOTES.md): the 64-register cap of earlier versions cost
 // 2-7 % at k = 4.
+#ifndef KBIT_GEMV_BOUNDS  // experiment hooks (profiling/gemv_ab.py, moe_ab.py variants)
+#define KBIT_GEMV_BOUNDS 512, 1
+#endif
+#ifndef KBIT_GROUPED_BOUNDS
+#define KBIT_GROUPED_BOUNDS 512, 1
+#endif
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE>
-__global__ void __launch_bounds__(512, 1)
+__global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale) {
     gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE>(A, packed, absmax, codebook, C, M, N, Kdim, tensor_scale, blockIdx.x,
@@ -256,7 +262,7 @@ __global__ void __launch_bounds__(512, 1)
 // or offset writes nothing and sets err (bit 1: id, bit 2: offsets, bit 4: more rows
 // than max_tokens, which is still computed correctly).
 template <int K, typename T, int MT>
-__global__ void __launch_bounds__(512, 1)
+__global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS)
     kbit_gemv_grouped(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
                       const float* __restrict__ codebook, const float* __restrict__ tscale,
                       const int* __restrict__ expert_ids, const int* __restrict__ offsets, T* __restrict__ C, int N,

@@ -1367,13 +1367,13 @@ def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, I: int):
     """kbitcupy layer step, routing given (moe_route run at setup): the steps of moe_forward
     with preallocated outputs (gather, grouped gate/up, SiLU*up, grouped down, combine)."""
     from .grouped import grouped_matmul
-    from .moe import gather_rows, moe_combine, silu_mul
+    from .moe import gather_rows, moe_combine, plan_tokens, silu_mul
 
     A, h, act, y, o = bufs
     gather_rows(x, rt, out=A)
-    grouped_matmul(A, bgu, rt.expert_ids, rt.offsets, rt.max_tokens, out=h, method="kernel")
+    grouped_matmul(A, bgu, rt.expert_ids, rt.offsets, plan_tokens(rt), out=h, method="kernel")
     silu_mul(h[:, :I], h[:, I:], out=act)
-    grouped_matmul(act, bdn, rt.expert_ids, rt.offsets, rt.max_tokens, out=y, method="kernel")
+    grouped_matmul(act, bdn, rt.expert_ids, rt.offsets, plan_tokens(rt), out=y, method="kernel")
     moe_combine(y, rt, w, out=o)
 
 

@@ -59,12 +59,19 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # wide shapes, 16 where one 512-thread block per SM (~80-96 registers) covers
         # every column group; ring depth 2 everywhere.
         warps = min(8 if groups > 132 else 16, ks)
+        # k = 5 (~110-120 registers) fits only two 256-thread blocks per SM, a wave of
+        # 264 column groups; wider shapes take 128-thread blocks where three of them fit
+        # the shared memory (H200, 2026-11-22, gate/up: M = 1 8.95 vs 9.90 us, M = 2
+        # 9.36 vs 10.36; at M = 4 the staged A leaves two: 13.5 vs 10.5)
+        if k == 5 and groups > 2 * 132 and 3 * (lut_bytes(k) + M * ks * 128 * itemsize + 4 * 128 * 4 + 160) <= 227 * 1024:
+            warps = min(4, ks)
     depth = 2
     if dual is None:
         # H200, 2026-11-22: a second accumulator chain wins where a 512-thread block has
         # the SM to itself anyway (k = 2, 3: 3-6 %); its registers would cost the
-        # 256-thread blocks of the wide shapes a third block per SM.
-        dual = warps > 8
+        # 256-thread blocks of the wide shapes a third block per SM.  k = 5 (126 registers
+        # with it): 0-5 % slower with it, so one chain (2026-11-22).
+        dual = warps > 8 and k != 5
     if late is None:
         # H200, 2026-11-22: 3-5 % faster where a warp has two or more steps, unless its
         # extra registers cost the 256-thread blocks their third block per SM (k = 5
@@ -135,39 +142,55 @@ GROUPED_MAX_TOKENS = MAX_M  # tokens per expert the grouped GEMV is planned for
 _GLAUNCH: dict = {}
 
 
-def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize: int = 2):
-    """(warps, blocks per slot, smem, token tiles) for kbit_gemv_grouped: about two
-    blocks per SM in all, each block looping over 16-column groups with one pair table."""
+def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize: int = 2, warps: int | None = None,
+                 per_block: int | None = None, resident: int = 2 * 132):
+    """(warps, blocks per slot, smem, token tiles) for kbit_gemv_grouped: each block loops
+    over per_block 16-column groups of one slot with one pair table; resident = blocks
+    the whole GPU holds at once (grouped_gemv measures it: CUDA occupancy x SMs)."""
     groups = -(-N // 16)
     ks = -(-K // 128)
     tiles = 1 if max_tokens <= 8 else 2
-    warps = min(8, ks)
-    # ~2.5 blocks per SM in all, and the same number of groups in every block (H200,
-    # 2026-11-21: 27 blocks for 32 groups left 5 blocks with twice the work: 1.5x slower)
-    # At most 4 groups per block: slots are often empty (a routing that passes every
-    # expert of the bank), and an active one must not be left to a single block.
-    # And one wave: 2 blocks of 256 threads per SM are resident (registers), so 10 slots x
-    # 32 blocks ran in two waves (1.5x the time of 8 slots).
-    per_block = min(4, -(-groups // max(1, min(-(-330 // max(1, n_slots)), 264 // max(1, n_slots)))))
+    warps = min(8, ks) if warps is None else int(warps)
+    if per_block is None:
+        # The fewest groups per block that keep the grid in one wave (H200, 2026-11-22,
+        # profiling/NOTES.md: down, 8 experts, 1 token: 512 blocks x 2 groups 6.30 us,
+        # 256 x 4 7.91, 1024 x 1 (two waves) 8.04; gate/up 10 experts: 220 x 3 11.45,
+        # 320 x 2 (1.2 waves) 14.54), and at most 4: slots are often empty (a routing that
+        # passes every expert of the bank), and an active one must not be left to one block.
+        per_block = next((p for p in (1, 2, 3) if max(1, n_slots) * -(-groups // p) <= resident), 4)
     gx = -(-groups // per_block)
     smem = lut_bytes(k) + 8 * tiles * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4
     return warps, gx, smem, tiles
 
 
-def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err):
+def resident_blocks(fn, threads: int, smem: int, device_id: int) -> int:
+    """Blocks of fn the whole GPU runs at once (registers, shared memory, threads)."""
+    import cupy as cp
+    from cupy.cuda import driver
+
+    per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, smem)
+    sms = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrMultiProcessorCount, device_id)
+    return max(1, int(per_sm)) * int(sms)
+
+
+def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=None, kernel=None):
     """C_sorted = per-slot A_sorted @ W_e^T with the GEMV machinery (tokens per expert <=
     16 planned; more are computed in chunks and flag err bit 4).  Validated CuPy arrays;
-    no allocation, no sync."""
+    no allocation, no sync.  plan_override: grouped_plan keywords (tuple of pairs);
+    kernel: f(key) -> RawKernel replacing GEMV.function (profiling/moe_ab.py)."""
     N, K = bank.shape
     n_slots = int(ids.size)
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    key = (A.data.device_id, N, K, bank.k, tname, n_slots, min(max_tokens, 16) > 8)
+    key = (A.data.device_id, N, K, bank.k, tname, n_slots, min(max_tokens, 16) > 8, plan_override, kernel)
     cfg = _GLAUNCH.get(key)
     if cfg is None:
-        warps, gx, smem, tiles = grouped_plan(N, K, bank.k, n_slots, max_tokens)
-        fn = GEMV.function(("grouped", bank.k, tname, tiles))
+        ov = dict(plan_override or ())
+        warps, _, smem, tiles = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
+        fn = (kernel or GEMV.function)(("grouped", bank.k, tname, tiles))
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
+        ov.setdefault("resident", resident_blocks(fn, warps * 32, smem, key[0]))
+        warps, gx, smem, tiles = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
         cfg = _GLAUNCH[key] = (fn, warps, gx, smem)
     fn, warps, gx, smem = cfg
     tail = (np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]),

@@ -583,13 +583,22 @@ def _smem_limit() -> int:
     return v
 
 
+def use_grouped_gemv(max_tokens: int, K: int) -> bool:
+    """Grouped GEMV (kbit_gemv_grouped) or grouped MMA kernel for this many tokens per expert.
+
+    H200, 2026-11-22 (profiling/moe_ab.py, k = 4, 8 and 10 experts): the GEMV wins up to
+    8 tokens everywhere; at 9..16 it still wins for gate/up (K = 2048: 15.7 vs 17.9 us)
+    but loses for down (K = 512, four K steps: 10.2 vs 8.3 us, 10 experts 13.0 vs 9.4)."""
+    return max_tokens <= 8 or (max_tokens <= GROUPED_MAX_TOKENS and K >= 1024)
+
+
 def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None):
     """The grouped kernel on validated CuPy arrays (no allocation after the first call
     per device, no sync)."""
     N, K = bank.shape
-    if max_tokens <= GROUPED_MAX_TOKENS and plan_override is None:
+    if plan_override is None and use_grouped_gemv(max_tokens, K):
         # decode-sized experts: the GEMV design (weights as the MMA A operand, one pair
-        # table per block for several column groups) handles <= 16 tokens per expert
+        # table per block for several column groups)
         return grouped_gemv(A, bank, ids, offs, out, max_tokens, _err_buffer())
     E = bank.num_experts
     n_slots = int(ids.size)

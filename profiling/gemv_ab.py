@@ -77,7 +77,8 @@ def main():
     print(f"# {dev}; baseline: {os.path.basename(base[-1]) if base else 'none'}")
     print(f"{'shape':9} {'k':>2} {'M':>2} {'base':>7} {'new':>7} {'sol':>6} {'%sol':>5} {'new/base':>8}")
     rows = []
-    # AB_VARIANTS="name:-DFLAG=1 -DOTHER;name2:..." -> extra columns
+    # AB_VARIANTS="name:-DFLAG=1 -DOTHER +late=0;name2:..." -> extra columns ("+key=int"
+    # tokens override the plan, the rest are compiler options)
     variants = [(v.split(":")[0], tuple(v.split(":", 1)[1].split())) for v in os.environ.get("AB_VARIANTS", "").split(";")
                 if v]
     # AB_PLANS="name:warps=16,dual=1;..." -> columns of the current kernels with a plan override
@@ -113,9 +114,11 @@ def main():
                     err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
                     row[col] = time_rotated([lambda c=c: G.gemv(A, c, out, ov) for c in cps])
                     row[col + "_err"] = err
-                for vname, vopts in variants:  # the current source built with extra -D flags
-                    fn, grid, block, smem, a0 = G.launch_args(A, cps[0], out)
-                    pl = G.plan(N, K, M, k)
+                for vname, vtoks in variants:  # the current source built with extra -D flags
+                    ov = tuple((t[1:].split("=")[0], int(t.split("=")[1])) for t in vtoks if t.startswith("+")) or None
+                    vopts = tuple(t for t in vtoks if not t.startswith("+"))
+                    fn, grid, block, smem, a0 = G.launch_args(A, cps[0], out, ov)
+                    pl = G.plan(N, K, M, k, **dict(ov or ()))
                     expr = G.GEMV.instances[(k, "float16", "uint8", True) + (pl[1], pl[4]) + tuple(pl[5:])]
                     key = (vname, expr)
                     if key not in _VMOD:

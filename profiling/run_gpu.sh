@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one command for the GPU machine: GPU tests + benchmarks, logs and JSON under $OUT.
-#   usage: OUT=/tmp/out bash profiling/run_gpu.sh [tests|foundation|host|bench|quick|ab|all]...
+#   usage: OUT=/tmp/out bash profiling/run_gpu.sh [tests|foundation|host|bench|quick|ab|moe_ab|final|trace|all]...
 set -u
 OUT=${OUT:-/tmp/kbit_out}
 mkdir -p "$OUT"
@@ -17,6 +17,10 @@ for s in $steps; do
       python3 profiling/bench_foundation.py --out "$OUT" > "$OUT/foundation.log" 2>&1; tail -30 "$OUT/foundation.log" ;;&
     ab)
       python3 profiling/gemv_ab.py --out "$OUT" 2>&1 | tee "$OUT/gemv_ab.log" ;;&
+    moe_ab)
+      python3 profiling/moe_ab.py --out "$OUT" 2>"$OUT/moe_ab.err" | tee "$OUT/moe_ab.log" ;;&
+    final)  # dense M = 1..16, MoE expert matmuls and the MoE layer step, tables named TAG
+      OUT="$OUT" TAG=${TAG:-final} bash profiling/final_bench.sh ;;&
     host|all)
       python3 profiling/host_overhead.py --out "$OUT" > "$OUT/host.log" 2>&1; tail -30 "$OUT/host.log" ;;&
     trace)

@@ -359,10 +359,12 @@ def test_moe_route_gpu_matches_reference(rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("fused", [True, False])
-def test_moe_forward_gpu(rng, dtype, fused):
+@pytest.mark.parametrize("fused,skewed", [(True, False), (False, False), (True, True)])
+def test_moe_forward_gpu(rng, dtype, fused, skewed):
     cp = _cp()
     E, H, I, T, topk = 16, 128, 64, 9, 4
+    if skewed:  # few rows per expert on average, but expert 3 in every token: planned for 8 rows, 40 real
+        E, H, T = 64, 1024, 40
     W_gu = (rng.standard_normal((E, 2 * I, H)) * 0.1).astype(np.float32)
     W_d = (rng.standard_normal((E, H, I)) * 0.1).astype(np.float32)
     bd = quantize_experts(W_d, 4).cuda()
@@ -372,6 +374,9 @@ def test_moe_forward_gpu(rng, dtype, fused):
         bgu = (quantize_experts(W_gu[:, :I].copy(), 4).cuda(), quantize_experts(W_gu[:, I:].copy(), 4).cuda())
     x = rng.standard_normal((T, H)).astype(dtype)
     ids = np.array([rng.choice(E, topk, replace=False) for _ in range(T)], np.int32)
+    if skewed:
+        ids = np.array([[3] + list(rng.choice(np.delete(np.arange(E), 3), topk - 1, replace=False)) for _ in range(T)],
+                       np.int32)
     w = rng.random((T, topk)).astype(np.float32)
     out = moe_forward(_dev(x), bgu, bd, cp.asarray(ids), cp.asarray(w))
     ref = moe_forward_reference(x, bgu, bd, ids, w, round=True)

@@ -1,0 +1,81 @@
+"""A/B of the grouped MoE GEMV kernel (kbit_gemv_grouped) in one run: variants of the
+current source built with extra -D flags and/or grouped_plan overrides, beside the fp16
+contiguous bmm and the speed-of-light read, with the benchmark's cold-L2 expert rotation.
+
+Env: MOE_VARIANTS="name:-DFLAG=1 +per_block=2 +warps=4;..." (a column "new" = current
+plan and source is always there, and "mma" = the grouped MMA kernel unless MOE_MMA=0), KS (default 4), MS (tokens per expert, default 1,4,8,16),
+ES (active experts, default 8,10), SHAPES (moe_gu_fused,moe_dn).
+usage (GPU machine): python3 profiling/moe_ab.py [--out DIR]
+"""
+import argparse
+import functools
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import cupy as cp  # noqa: E402
+
+from kbitcupy import bench as B  # noqa: E402
+from kbitcupy import gemv as G  # noqa: E402
+from kbitcupy._compile import _options, read_source  # noqa: E402
+from kbitcupy.grouped import _err_buffer, _launch  # noqa: E402
+
+_MODS = {}
+
+
+def variant_kernel(opts, key):
+    """kbit_gemv_grouped of the current source built with extra options."""
+    expr = G.GEMV.instances[key]
+    if (opts, expr) not in _MODS:
+        _MODS[(opts, expr)] = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(opts),
+                                           name_expressions=[expr]).get_function(expr)
+    return _MODS[(opts, expr)]
+
+
+def column(name, toks):
+    ov = tuple((t[1:].split("=")[0], int(t.split("=")[1])) for t in toks if t.startswith("+")) or None
+    opts = tuple(t for t in toks if not t.startswith("+"))
+    kern = functools.partial(variant_kernel, opts) if opts else None
+
+    def launch(c):
+        return G.grouped_gemv(c.A, c.bank, c.ids, c.offsets, c.out, c.M, _err_buffer(), ov, kern)
+    return B.MoeColumn(name, launch)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    variants = [(v.split(":")[0], tuple(v.split(":", 1)[1].split())) for v in os.environ.get("MOE_VARIANTS", "").split(";")
+                if v]
+    cols = [column("new", ())] + [column(n, t) for n, t in variants]
+    if os.environ.get("MOE_MMA", "1") == "1":  # the grouped MMA kernel (kbit_grouped.cu) beside it
+        cols.append(B.MoeColumn("mma", lambda c: _launch(c.A, c.bank, c.ids, c.offsets, c.out, c.M, plan_override={})))
+    ks = [int(x) for x in os.environ.get("KS", "4").split(",")]
+    Ms = [int(x) for x in os.environ.get("MS", "1,4,8,16").split(",")]
+    Es = [int(x) for x in os.environ.get("ES", "8,10").split(",")]
+    shapes = os.environ.get("SHAPES", "moe_gu_fused,moe_dn").split(",")
+    dev = cp.cuda.runtime.getDeviceProperties(0)
+    l2, sms = dev["l2CacheSize"], dev["multiProcessorCount"]
+    res = B.run_moe(shapes, Ms, Es, ks, cols, "fp16", 20, l2, sms)
+    print(f"# {dev['name'].decode()}  columns: new = current source and plan; " +
+          "; ".join(f"{n} = {' '.join(t)}" for n, t in variants))
+    names = [c.name for c in cols]
+    print(f"{'shape':13} {'E':>3} {'k':>2} {'M':>3} " + " ".join(f"{n:>9}" for n in names) + f" {'fp16bmm':>8} {'SOL':>6}")
+    for c in res["cells"]:
+        f = lambda e, w=9: f"{e['us']:{w}.2f}" if e and e.get("us") else f"{'-':>{w}}"  # noqa: E731
+        bad = [n for n in names if c["columns"].get(n, {}).get("check_ok") is False]
+        print(f"{c['shape']:13} {c['experts']:>3} {c['k']:>2} {c['M']:>3} " + " ".join(f(c["columns"].get(n)) for n in names)
+              + f" {f(c['fp16'].get('bmm'), 8)} {f(c['sol'], 6)}" + (f"  CHECK FAILED: {bad}" if bad else ""))
+    for t in res["totals"]:
+        print(f"TOTAL E={t['experts']} k={t['k']} M={t['M']}: " + " ".join(
+            f"{n} {t['columns'][n]:.2f}" for n in names if t["columns"].get(n)) +
+            f"  fp16 bmm {t['fp16']['bmm'] or float('nan'):.2f}  SOL {t['sol_us'] or float('nan'):.2f}")
+    if args.out:
+        with open(os.path.join(args.out, "moe_ab.json"), "w") as fh:
+            json.dump(res, fh, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()
