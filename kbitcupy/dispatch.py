@@ -19,7 +19,9 @@ form is accepted for ``gemv_max_m``.
 
 Re-tuning (on the GPU to tune, e.g. after a kernel change):
   1. time gemv / gemm / dq per (k, dtype, shape, M) -- profiling/bench.py does this
-     with cold L2 and CUDA graphs; ``measure()`` below is a quick warm-L2 variant;
+     with cold L2 and CUDA graphs (``--M 1,2,4,8,16,32,64,128,256,512``; then
+     ``python profiling/tune_dispatch.py <its JSON>`` does steps 2-3 and checks every
+     cell); ``measure()`` below is a quick warm-L2 variant;
   2. ``entry_from_timings(timings)`` turns {(k, dtype, N, K, M): {'gemv': us,
      'gemm': us, 'dq': us}} into a table entry (per (k, dtype) size bands);
   3. paste it into TABLES under the family name (``gpu_family()`` prints it), or
@@ -35,11 +37,23 @@ from typing import Dict, Optional
 
 GEMV_MAX_M = 16  # kbitcupy.gemv.MAX_M (not imported: this module stays importable without CuPy)
 
-# Measured crossovers per GPU family.  H100 / H200: placeholders equal to the default
-# until measured (the lead fills them from profiling/results).
+# Measured crossovers per GPU family (profiling/tune_dispatch.py turns a bench.py JSON
+# with M = 1..512 into an entry).
 TABLES: Dict[str, dict] = {
     "default": {"gemv_max_m": 8, "gemm_max_m": 64},
-    "H100": {"gemv_max_m": 8, "gemm_max_m": 64},
+    # Measured on NVIDIA H100 80GB HBM3, 2026-11-22 (profiling/results/
+    # nvidia-h100-80gb-hbm3_2026-11-22_allm.json, fp16, M = 1..512; profiling/tune_dispatch.py)
+    "H100": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 64), (None, 64)], '*': 16},
+             "shapes": {  # (k, N, K): (gemv up to M, gemm up to M; dq above)
+                 (2, 512, 2048): (16, 16), (2, 2048, 2048): (16, 32), (2, 2048, 4096): (16, 32),
+                 (2, 2048, 5120): (16, 16), (2, 4096, 2048): (8, 32), (2, 5120, 2048): (8, 32),
+                 (3, 512, 2048): (16, 16), (3, 2048, 2048): (16, 32), (3, 2048, 4096): (16, 32),
+                 (3, 2048, 5120): (16, 16), (3, 4096, 2048): (8, 32), (3, 5120, 2048): (8, 32),
+                 (4, 512, 2048): (16, 16), (4, 2048, 2048): (16, 32), (4, 2048, 4096): (16, 16),
+                 (4, 2048, 5120): (16, 16), (4, 4096, 2048): (16, 32), (4, 5120, 2048): (8, 32),
+                 (5, 512, 2048): (16, 16), (5, 2048, 2048): (16, 32), (5, 2048, 4096): (16, 64),
+                 (5, 2048, 5120): (8, 64), (5, 4096, 2048): (8, 64), (5, 5120, 2048): (8, 32),
+             }},
     # Measured on NVIDIA H200, 2026-11-21 (profiling/results/nvidia-h200_2026-11-21_{dense-allm,gemv16}.json,
     # fp16 activations): exact shapes first, size bands for other shapes.  GEMV/GEMM
     # crossovers re-checked after the 2026-11-22 GEMV changes (nvidia-h200_2026-11-22_final4.json):

@@ -45,15 +45,18 @@ try:
 
     E, N, K = 6, 256, 128
     Wb = cp.asarray(rng.standard_normal((E, N, K), dtype=np.float32) * 0.02)
-    bank = quantize_experts(Wb, 4)
     counts = np.array([0, 3, 17, 1], np.int32)
     ids = cp.asarray(np.array([5, 0, 2, 2], np.int32))
     offs = cp.asarray(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
     A = cp.asarray(rng.standard_normal((int(counts.sum()), K), dtype=np.float32)).astype(cp.float16)
-    out = cp.full((A.shape[0], N), np.nan, cp.float16)
-    grouped_matmul(A, bank, ids, offs, int(counts.max()), out=out)
-    ref = cp.asarray(kb.grouped.reference_grouped_matmul(A, bank, ids.get(), offs.get()))
-    check("grouped", out, ref)
+    for k in (4, 5):
+        bank = quantize_experts(Wb, k)
+        ref = cp.asarray(kb.grouped.reference_grouped_matmul(A, bank, ids.get(), offs.get()))
+        # 17: the grouped MMA kernel; 8: the grouped GEMV planned for 8 rows, 17 done in passes
+        for mt in (int(counts.max()), 8):
+            out = cp.full((A.shape[0], N), np.nan, cp.float16)
+            grouped_matmul(A, bank, ids, offs, mt, out=out)
+            check(f"grouped k={k} max_tokens={mt}", out, ref)
 except ImportError as e:
     print("grouped skipped:", e)
 cp.cuda.runtime.deviceSynchronize()

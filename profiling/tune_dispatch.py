@@ -1,0 +1,51 @@
+"""Dispatch table entry for kbitcupy.dispatch.TABLES from benchmark JSON (profiling/bench.py
+output with the GEMV, GEMM and dq+cuBLAS columns over M = 1..512).
+
+usage: python profiling/tune_dispatch.py profiling/results/<gpu>_<date>_<tag>.json [more.json]
+Prints the entry (size bands for unmeasured shapes, exact crossovers per measured
+(k, N, K)) and, per cell, whether the entry's choice is within 5 % of the fastest kernel.
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kbitcupy import dispatch as D  # noqa: E402
+
+COLS = {"GEMV": "gemv", "GEMM": "gemm", "dq+cuBLAS": "dq"}
+
+
+def timings(paths):
+    t = {}
+    for p in paths:
+        res = json.load(open(p))
+        dt = res["meta"].get("dtype", "fp16")
+        dn = "bfloat16" if dt in ("bf16", "bfloat16") else "float16"
+        for c in res["cells"]:
+            if c.get("experts"):
+                continue
+            us = {COLS[n]: e["us"] for n, e in c["columns"].items()
+                  if n in COLS and isinstance(e, dict) and e.get("us") and e.get("check_ok", True)}
+            if us:
+                t[(c["k"], dn, c["N"], c["K"], c["M"])] = us
+    return t
+
+
+def main():
+    t = timings(sys.argv[1:])
+    entry = D.entry_from_timings(t, gemv_max_m=8)
+    entry["shapes"] = D.shapes_from_timings(t)
+    print(repr(entry))
+    D.set_table("_tuned", entry)
+    worst = 0.0
+    for (k, dn, N, K, M), us in sorted(t.items()):
+        kind = D.choose(M, N, K, k, dn, family="_tuned")
+        over = us.get(kind, float("inf")) / min(us.values()) - 1
+        worst = max(worst, over)
+        if over > 0.05:
+            print(f"  k={k} N={N} K={K} M={M}: {kind} {us.get(kind)} is {100 * over:.0f} % over the best {us}")
+    print(f"worst dispatched cell: {100 * worst:.1f} % over the fastest kernel")
+
+
+if __name__ == "__main__":
+    main()
