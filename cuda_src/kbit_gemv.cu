@@ -54,7 +54,7 @@ template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
-                                           int grp_stride, int ngroups) {
+                                           int grp_stride, int ngroups, bool pdl = false) {
     extern __shared__ __align__(16) unsigned char smem[];
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) {
@@ -125,7 +125,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     int grp = grp0;  // the launchers keep grid.x <= ngroups
     start_group(MULTI ? grp : (int)blockIdx.x);
     const float cb_v = threadIdx.x < (1u << K) ? __ldg(codebook + threadIdx.x) : 0.0f;
-    {
+    auto stage_A = [&]() {
         const int kpad = KS * 128;
         const int chunks = M * (kpad / 8);
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
@@ -135,7 +135,13 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             else *dst = make_uint4(0u, 0u, 0u, 0u);
         }
         cp_async_commit();
-    }
+    };
+    // pdl (launched as a programmatic dependent of the previous grid, which may write
+    // A): weights, codebook and pair table first, A only after griddepcontrol.wait.
+    // Otherwise A is requested first, so it lands while the table is built (pdl's
+    // order costs ~6 % without the overlap; H200, 2026-11-22, profiling/pdl_ab.py).
+    pdl = pdl && !MULTI;
+    if (!pdl) stage_A();
     // Codebook to shared memory, then the pair table; A lands meanwhile.
     {
         if (threadIdx.x < 32) cb_s[threadIdx.x] = cb_v;
@@ -146,8 +152,16 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
         build_pair_lut<K, T>(lut, cb_s);
 #endif
+        if (pdl) {  // A may come from the previous grid: wait for it only now
+            griddep_wait();
+            stage_A();
+        }
         cp_async_wait<0>();
         __syncthreads();
+        // A next grid launched as our programmatic dependent may start its prologue now.
+        // Only after our own wait: so no grid two back can still be running when it reads
+        // its weights (it reads A only after its own wait, i.e. after we completed).
+        if (!MULTI) griddep_launch_dependents();
     }
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) KTR(3, trace_clock());
@@ -251,9 +265,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE>
 __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
-              const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale) {
+              const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
+              int pdl) {
     gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE>(A, packed, absmax, codebook, C, M, N, Kdim, tensor_scale, blockIdx.x,
-                                        gridDim.x, (N + 15) / 16);
+                                        gridDim.x, (N + 15) / 16, pdl != 0);
 }
 
 // MoE: grid.y = expert slot; slot s multiplies rows offsets[s]..offsets[s+1] of A (tokens

@@ -8,6 +8,7 @@ from .weight import KbitWeight, from_packed
 from .quantize import quantize, dequantize, repack, quantize_kbit, dequantize_kbit, repack_kbit
 from .matmul import matmul, reference_matmul
 from ._compile import compile_all
+from ._pdl import pdl, set_pdl
 from .layers import KbitLinear, KbitMLP, KbitMoE
 
 __version__ = "0.1.0"
@@ -15,5 +16,5 @@ __version__ = "0.1.0"
 __all__ = [
     "BLOCKSIZE", "TILE_K", "TILE_N", "bfloat16", "create_codebook", "KbitWeight", "from_packed", "quantize",
     "dequantize", "repack", "quantize_kbit", "dequantize_kbit", "repack_kbit", "matmul", "reference_matmul",
-    "compile_all", "KbitLinear", "KbitMLP", "KbitMoE",
+    "compile_all", "pdl", "set_pdl", "KbitLinear", "KbitMLP", "KbitMoE",
 ]

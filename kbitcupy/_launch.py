@@ -137,7 +137,7 @@ class ParamBlock:
 # ----------------------------------------------------------------------------- plans
 class _Plan:
     __slots__ = ("ref", "dev", "kernel", "func", "gx", "gy", "gz", "bx", "by", "bz", "smem", "block", "params",
-                 "a_slot", "o_slot", "a_strides", "out_shape", "out_strides", "dtype", "tdevice", "lock")
+                 "a_slot", "o_slot", "a_strides", "out_shape", "out_strides", "dtype", "tdevice", "lock", "pdl")
 
 
 _PLANS: dict = {}   # CuPy arrays: (A.shape, A.dtype, id(qw)) -> _Plan
@@ -245,7 +245,10 @@ def matmul_fast(A, qw, out=None):
         p.a_slot.value = a_ptr
         p.o_slot.value = o_ptr
         try:
-            _launch_kernel(p.func, p.gx, p.gy, p.gz, p.bx, p.by, p.bz, p.smem, stream, p.params, 0)
+            if p.pdl is not None:  # programmatic dependent launch (kbitcupy.set_pdl)
+                p.pdl(stream, p.params)
+            else:
+                _launch_kernel(p.func, p.gx, p.gy, p.gz, p.bx, p.by, p.bz, p.smem, stream, p.params, 0)
         except _DRIVER_ERROR:
             # e.g. no current context in a fresh thread: the general path (CuPy's launch
             # makes one) handles it, or raises what the old path raised
@@ -360,6 +363,11 @@ def _build(A, qw, A2, o2, tag):
     p.block, p.params = pb, pb.address
     p.a_slot, p.o_slot = pb.slot(ia[0]), pb.slot(io[0])
     p.lock = threading.Lock()
+    p.pdl = None
+    if args[-1]:  # the kernel's pdl argument: launched as a programmatic dependent
+        from ._pdl import Launcher
+
+        p.pdl = Launcher(p.func, grid, block, p.smem)
     N = o2.shape[1]
     p.out_shape = tuple(A.shape[:-1]) + (N,)
     p.dtype = A.dtype

@@ -145,11 +145,26 @@ def _dq_launch(c: Ctx):
     return dequant_matmul(c.A, c.qw, c.out)
 
 
+def _matmul_pdl_launch(c: Ctx):
+    """matmul with programmatic dependent launch (kbitcupy.set_pdl): in a graph of
+    back-to-back launches each one's prologue overlaps the previous one's tail."""
+    from ._pdl import pdl
+
+    with pdl():
+        return matmul(c.A, c.qw, out=c.out)
+
+
+# Not a kernel of its own: the dispatched matmul launched with PDL.  Kept out of Best
+# (fp16 cuBLAS is not PDL-launched here) and compared separately ("vs fp16 (PDL)").
+PDL_COLUMN = "matmul+PDL"
+NOT_IN_BEST = {PDL_COLUMN}
+
 COLUMNS: List[Column] = [
     Column("GEMV", applies=lambda s, M: s.experts is None and M <= GEMV_MAX_M, launch=lambda c: gemv(c.A, c.qw, c.out)),
     Column("GEMM", applies=lambda s, M: s.experts is None and M >= 1, launch=_gemm_launch),
     Column("dq+cuBLAS", applies=lambda s, M: s.experts is None, launch=_dq_launch),
     Column("matmul", applies=lambda s, M: s.experts is None, launch=lambda c: matmul(c.A, c.qw, out=c.out)),
+    Column(PDL_COLUMN, applies=lambda s, M: s.experts is None, launch=_matmul_pdl_launch),
 ]
 COLUMN_ALIASES = {"mma": "GEMM", "dq": "dq+cuBLAS", "dequant": "dq+cuBLAS"}
 
@@ -454,6 +469,8 @@ def finish_cell(cell: dict, kbit_names: Sequence[str]) -> dict:
     % of SOL = SOL / best."""
     times = {}
     for n in kbit_names:
+        if n in NOT_IN_BEST:
+            continue
         e = cell["columns"].get(n)
         if e and e.get("us") is not None and e.get("check_ok", True):
             times[n] = e["us"]
@@ -461,8 +478,10 @@ def finish_cell(cell: dict, kbit_names: Sequence[str]) -> dict:
     best_us = times.get(best)
     cub = (cell.get("cublas") or {}).get("us")
     sol = (cell.get("sol") or {}).get("us")
+    pdl_us = (cell["columns"].get(PDL_COLUMN) or {}).get("us")
     cell.update(best=best, best_us=best_us, vs_cublas=(cub / best_us) if cub and best_us else None,
-                pct_sol=(100.0 * sol / best_us) if sol and best_us else None)
+                pct_sol=(100.0 * sol / best_us) if sol and best_us else None,
+                vs_cublas_pdl=(cub / pdl_us) if cub and pdl_us else None)
     return cell
 
 
@@ -483,9 +502,11 @@ def compute_totals(cells: Sequence[dict], total_shapes: Sequence[str], Ms, ks, k
             cub = _tsum([(c.get("cublas") or {}).get("us") for c in rows])
             sol = _tsum([(c.get("sol") or {}).get("us") for c in rows])
             cols = {n: _tsum([(c["columns"].get(n) or {}).get("us") for c in rows]) for n in kbit_names}
+            pdl_us = cols.get(PDL_COLUMN)
             out.append(dict(M=M, k=k, shapes=[c["shape"] for c in rows], best_us=best, cublas_us=cub, sol_us=sol,
                             columns=cols, vs_cublas=(cub / best) if cub and best else None,
-                            pct_sol=(100.0 * sol / best) if sol and best else None))
+                            pct_sol=(100.0 * sol / best) if sol and best else None,
+                            vs_cublas_pdl=(cub / pdl_us) if cub and pdl_us else None))
     return out
 
 
@@ -522,7 +543,8 @@ def format_tables(res: dict) -> str:
     meta = res["meta"]
     names, cub = meta["columns"], meta["dtype"]
     idx = {(c["shape"], c["k"], c["M"]): c for c in res["cells"]}
-    header = ["shape", "k", *names, cub, "SOL", "Best", f"vs {cub}", "% of SOL"]
+    pdl = PDL_COLUMN in names
+    header = ["shape", "k", *names, cub, "SOL", "Best", f"vs {cub}", "% of SOL"] + ([f"vs {cub} (PDL)"] if pdl else [])
     parts = []
     for M in meta["M"]:
         rows = []
@@ -533,11 +555,12 @@ def format_tables(res: dict) -> str:
                     continue
                 rows.append([s, str(k), *[fmt_entry(c["columns"].get(n)) for n in names], fmt_entry(c.get("cublas")),
                              fmt_entry(c.get("sol")), c.get("best") or "-", fmt_x(c.get("vs_cublas")),
-                             fmt_pct(c.get("pct_sol"))])
+                             fmt_pct(c.get("pct_sol"))] + ([fmt_x(c.get("vs_cublas_pdl"))] if pdl else []))
         for t in res["totals"]:
             if t["M"] == M:
                 rows.append(["TOTAL", str(t["k"]), *[fmt_us(t["columns"].get(n)) for n in names], fmt_us(t["cublas_us"]),
-                             fmt_us(t["sol_us"]), fmt_us(t["best_us"]), fmt_x(t["vs_cublas"]), fmt_pct(t["pct_sol"])])
+                             fmt_us(t["sol_us"]), fmt_us(t["best_us"]), fmt_x(t["vs_cublas"]), fmt_pct(t["pct_sol"])]
+                            + ([fmt_x(t.get("vs_cublas_pdl"))] if pdl else []))
         parts.append(f"### M = {M}\n\n" + md_table(header, rows))
     return "\n\n".join(parts)
 
@@ -712,7 +735,10 @@ def format_report(res: dict) -> str:
             f"{m['reps']} timed replays (CUDA events) / launches per graph. Times in us per launch.",
             "- Columns: GEMV = kbitcupy.gemv (M <= 16); GEMM = kbitcupy.gemm.gemm (fused dequant + MMA, '-' where "
             "its configuration does not fit); dq+cuBLAS = kbitcupy.dequant_matmul (dequantize into a reused "
-            "buffer + cuBLAS GEMM); matmul = the dispatched kbitcupy.matmul.",
+            "buffer + cuBLAS GEMM); matmul = the dispatched kbitcupy.matmul; matmul+PDL = the same launched as a "
+            "programmatic dependent (kbitcupy.set_pdl: the GEMV's prologue overlaps the previous launch's tail in "
+            f"this graph of back-to-back launches; off by default), not in Best; vs {cub} (PDL) = {cub} / matmul+PDL "
+            f"({cub} itself is not PDL-launched).",
             f"- {cub}: cuBLAS through torch (torch.mm), same method. "
             "SOL: streaming 16-byte read of exactly packed + absmax + A bytes, same method.",
             f"- Best = fastest kbit column; vs {cub} = {cub} / Best (> 1 means kbit wins); % of SOL = SOL / Best.",

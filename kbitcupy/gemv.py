@@ -5,6 +5,7 @@ import functools
 
 import numpy as np
 
+from . import _pdl
 from ._compile import Family, register
 from .quantize import CTYPE
 from .reference import bfloat16
@@ -122,7 +123,8 @@ def launch_args(A, qw, out, plan_override=None):
     if cfg is None:
         cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override)
     fn, grid, block, smem, dims = cfg
-    return fn, grid, block, smem, (A, qw.packed, qw.absmax, qw.codebook, out) + dims + (np.float32(qw.tensor_scale),)
+    return fn, grid, block, smem, ((A, qw.packed, qw.absmax, qw.codebook, out) + dims +
+                                   (np.float32(qw.tensor_scale), np.int32(_pdl.active(key[0]))))
 
 
 def gemv(A, qw, out, plan_override=None):
@@ -133,7 +135,15 @@ def gemv(A, qw, out, plan_override=None):
     lookup and the kernel launch.  (kbitcupy.matmul's repeated calls skip even this:
     kbitcupy._launch.)"""
     fn, grid, block, smem, args = launch_args(A, qw, out, plan_override)
-    fn(grid, block, args, shared_mem=smem)
+    if args[-1]:  # programmatic dependent launch (kbitcupy.set_pdl)
+        import cupy as cp
+
+        from ._launch import ParamBlock
+
+        pb = ParamBlock(args)
+        _pdl.Launcher(fn.kernel.ptr, grid, block, smem)(cp.cuda.get_current_stream().ptr, pb.address)
+    else:
+        fn(grid, block, args, shared_mem=smem)
     return out
 
 

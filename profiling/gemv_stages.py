@@ -36,6 +36,6 @@ for name, (N, K) in {"gateup": (5120, 2048), "down": (2048, 5120), "KV": (512, 2
         fn = mod.get_function(expr)
         fn.max_dynamic_shared_size_bytes = smem
         args = lambda c: (A, c.packed, c.absmax, c.codebook, out, np.int32(1), np.int32(N), np.int32(K),  # noqa: E731
-                          np.float32(1.0))
+                          np.float32(1.0), np.int32(0))
         row.append(time_rotated([lambda c=c: fn((grid,), (warps * 32,), args(c), shared_mem=smem) for c in cps]))
     print(f"{name:8} " + " ".join(f"{t:13.2f}" for t in row), flush=True)

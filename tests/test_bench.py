@@ -240,6 +240,8 @@ def test_main_orchestration_with_fake_gpu(tmp_path, monkeypatch, capsys):
             raise B.NotApplicable("does not fit: shared memory")  # shown as '-', never 'err'
         if col.name in ("matmul", "dq+cuBLAS") and M > 8:
             raise RuntimeError("cuBLAS refused during capture")
+        if col.name == B.PDL_COLUMN:  # fastest of all, but never Best (fp16 is not PDL-launched)
+            return B.summarize([0.25] * reps, R=len(copies), launches=B.launch_count(len(copies)))
         return B.summarize([1.0 + M / 8 + (col.name == "matmul")] * reps, R=len(copies),
                            launches=B.launch_count(len(copies)))
 
@@ -279,8 +281,9 @@ def test_main_orchestration_with_fake_gpu(tmp_path, monkeypatch, capsys):
         k, M, K, N = c["k"], c["M"], c["K"], c["N"]
         assert c["weight_bytes"] == N * K * k // 8 + N * K // 32  # packed words + E4M4 absmax
         assert c["sol"]["bytes"] == c["weight_bytes"] + M * K * 2  # + A
-        assert set(c["columns"]) == ({"GEMV", "GEMM", "dq+cuBLAS", "matmul"} if M == 1 else
-                                     {"GEMM", "dq+cuBLAS", "matmul"})
+        assert set(c["columns"]) == ({"GEMV", "GEMM", "dq+cuBLAS", "matmul", "matmul+PDL"} if M == 1 else
+                                     {"GEMM", "dq+cuBLAS", "matmul", "matmul+PDL"})
+        assert c["best"] != B.PDL_COLUMN and c["vs_cublas_pdl"] == pytest.approx(4.0 / 0.25)
         if k == 4:
             assert c["columns"]["GEMM"] == {"us": None, "skipped": "does not fit: shared memory"}
             assert B.fmt_entry(c["columns"]["GEMM"]) == "-"
@@ -303,7 +306,7 @@ def test_main_orchestration_with_fake_gpu(tmp_path, monkeypatch, capsys):
 
 # ----------------------------------------------------------------------------- dense columns / CLI (issue 4)
 def test_dense_columns_registry():
-    assert [c.name for c in B.COLUMNS] == ["GEMV", "GEMM", "dq+cuBLAS", "matmul"]
+    assert [c.name for c in B.COLUMNS] == ["GEMV", "GEMM", "dq+cuBLAS", "matmul", "matmul+PDL"]
     by = {c.name: c for c in B.COLUMNS}
     g = B.SHAPES["gateup"]
     for M in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):

@@ -182,7 +182,7 @@ def test_hot_path_with_fakes(monkeypatch):
     p.dev, p.func, p.gx, p.gy, p.gz, p.bx, p.by, p.bz, p.smem = 0, 0xF00, 320, 1, 1, 256, 1, 1, 70000
     p.block, p.params, p.a_slot, p.o_slot = pb, pb.address, pb.slot(0), pb.slot(2)
     p.a_strides, p.out_shape, p.out_strides = (4096, 2), (1, 512), (1024, 2)
-    p.dtype, p.tdevice, p.lock = np.dtype(np.float16), None, threading.Lock()
+    p.dtype, p.tdevice, p.lock, p.pdl = np.dtype(np.float16), None, threading.Lock(), None
     p.ref = weakref.ref(q)
     monkeypatch.setitem(L._PLANS, ((1, 2048), np.dtype(np.float16), id(q)), p)
 
@@ -217,6 +217,13 @@ def test_hot_path_with_fakes(monkeypatch):
     assert L.matmul_fast(A, q, out) is L.MISS
     monkeypatch.setattr(L, "_get_device", lambda: 0)
     assert len(calls) == n
+
+    # a plan made with PDL on launches through its cuLaunchKernelEx launcher instead
+    p.pdl = lambda stream, params: calls.append(("pdl", stream, params))
+    assert L.matmul_fast(_FakeArray((1, 2048), 0x4000), q, out) is out
+    assert calls[-1] == ("pdl", 0xABC0, pb.address) and pb.arg_bytes(0) == _le(0x4000, 8)
+    p.pdl = None
+    n = len(calls)
 
     def fail(*a):
         raise RuntimeError("no context")

@@ -1,0 +1,119 @@
+"""Programmatic dependent launch (PDL, Hopper and later) for the decode GEMV.
+
+With PDL on, ``matmul`` launches the decode GEMV as a programmatic dependent of the
+previous kernel in the stream (``cuLaunchKernelEx`` with the programmatic-stream-
+serialization attribute).  Its blocks may then start while that kernel finishes: they
+request their weights and build the pair table, and wait (``griddepcontrol.wait``) for
+the previous grid to complete -- its memory visible -- only before they read A.  Each
+GEMV also lets the next launch start once its own A has landed.  The launch latency and
+the prologue overlap the previous kernel's tail.  H200, 2026-11-22: back-to-back
+decode matmuls (M = 1, k = 4, the five dense shapes of a block) 24.8 -> 20.2 us in
+all (profiling/pdl_ab.py).
+
+Off by default, because the kernel reads its weights before that wait: turn it on only
+where no kernel writes a weight (packed words, absmax, codebook) right before a matmul
+that uses it -- true in inference, where weights are written once at load time.  A and
+``out`` are safe: A is read and ``out`` written after the wait.
+
+On: ``kbitcupy.set_pdl(True)``, ``with kbitcupy.pdl(): ...`` or the environment
+``KBITCUPY_PDL=1`` (read at import).  Devices below compute capability 9.0 launch as
+usual.  Works under CUDA-graph capture (the dependency becomes a programmatic edge).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+
+ENABLED = os.environ.get("KBITCUPY_PDL", "").strip().lower() in ("1", "true", "yes", "on")
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
+_CC: dict = {}
+_LIB: list = []
+_lock = threading.Lock()
+
+
+def enabled() -> bool:
+    return ENABLED
+
+
+def set_pdl(flag: bool) -> bool:
+    """Turn PDL for the decode GEMV on or off; returns the previous setting."""
+    global ENABLED
+    from . import _launch
+
+    old, ENABLED = ENABLED, bool(flag)
+    if old != ENABLED:
+        _launch.clear_plans()  # a plan's parameter block holds the kernel's pdl argument
+    return old
+
+
+@contextlib.contextmanager
+def pdl(flag: bool = True):
+    """``with kbitcupy.pdl(): ...`` -- PDL on (or off) for the block."""
+    old = set_pdl(flag)
+    try:
+        yield
+    finally:
+        set_pdl(old)
+
+
+def active(device_id: int) -> bool:
+    """PDL is on and this device supports it (compute capability >= 9.0)."""
+    if not ENABLED:
+        return False
+    cc = _CC.get(device_id)
+    if cc is None:
+        import cupy as cp
+
+        cc = _CC[device_id] = int(cp.cuda.Device(device_id).compute_capability) >= 90
+    return cc
+
+
+class _AttrValue(ctypes.Union):
+    _fields_ = [("pad", ctypes.c_char * 64), ("ptr", ctypes.c_void_p), ("i", ctypes.c_int)]
+
+
+class _Attr(ctypes.Structure):  # CUlaunchAttribute: id, pad to 8, 64-byte value
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", _AttrValue)]
+
+
+class _Config(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("gx", ctypes.c_uint), ("gy", ctypes.c_uint), ("gz", ctypes.c_uint), ("bx", ctypes.c_uint),
+                ("by", ctypes.c_uint), ("bz", ctypes.c_uint), ("smem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_Attr)), ("nattrs", ctypes.c_uint)]
+
+
+def _lib():
+    if not _LIB:
+        with _lock:
+            if not _LIB:
+                lib = ctypes.CDLL("libcuda.so.1")
+                lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.c_void_p,
+                                                 ctypes.c_void_p]
+                lib.cuLaunchKernelEx.restype = ctypes.c_int
+                _LIB.append(lib)
+    return _LIB[0]
+
+
+class Launcher:
+    """cuLaunchKernelEx of one kernel and configuration with the PDL attribute; the
+    caller passes the stream and a kernelParams address (e.g. ParamBlock.address)."""
+
+    __slots__ = ("_cfg", "_attr", "_fn", "_call")
+
+    def __init__(self, func_ptr: int, grid, block, smem: int):
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        block = tuple(block) + (1,) * (3 - len(block))
+        self._attr = _Attr(id=_PROGRAMMATIC_STREAM_SERIALIZATION)
+        self._attr.value.i = 1
+        self._cfg = _Config(*(int(x) for x in grid), *(int(x) for x in block), int(smem), None,
+                            ctypes.pointer(self._attr), 1)
+        self._fn = ctypes.c_void_p(int(func_ptr))
+        self._call = _lib().cuLaunchKernelEx
+
+    def __call__(self, stream_ptr: int, params_address: int) -> None:
+        self._cfg.stream = stream_ptr
+        r = self._call(ctypes.byref(self._cfg), self._fn, params_address, None)
+        if r:
+            raise RuntimeError(f"kbitcupy: cuLaunchKernelEx (programmatic dependent launch) failed: CUresult {r}")
