@@ -9,6 +9,7 @@ K=2048), fp16, each M, times `calls` back-to-back Python calls of:
   fast           matmul(A, qw, out=out) through the fast launch path (kbitcupy._launch)
   general        the same call with the fast path off (the old path)
   no_out         matmul(A, qw): fast path, result allocated per call
+  fast_pdl       fast, with kbitcupy.pdl() on (cuLaunchKernelEx through ctypes)
   torch          matmul on CUDA torch tensors with out= (fast path), if torch with CUDA imports
   torch_general  the same with the fast path off
   rawkernel      the bare CuPy RawKernel call with prebuilt arguments (the last step of gemv())
@@ -43,7 +44,7 @@ from kbitcupy.bench import _device_info, _git_describe, _versions, output_paths,
 from kbitcupy.gemv import launch_args  # noqa: E402
 
 SHAPES = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "KV": (512, 2048)}  # (N, K)
-CASES = ("fast", "general", "no_out", "torch", "torch_general", "rawkernel", "launch")
+CASES = ("fast", "general", "no_out", "fast_pdl", "torch", "torch_general", "rawkernel", "launch")
 
 
 def _torch():
@@ -90,6 +91,13 @@ def bench_one(name, N, K, k, M, args, torch):
         check("general", out)
     row["cases"]["no_out"] = time_calls(lambda: kb.matmul(A, qw), *T)
     check("no_out", kb.matmul(A, qw))
+    # (c2) fast path with programmatic dependent launch (cuLaunchKernelEx through ctypes)
+    with kb.pdl():
+        for _ in range(3):
+            kb.matmul(A, qw, out=out)
+        out.fill(np.nan)
+        row["cases"]["fast_pdl"] = time_calls(lambda: kb.matmul(A, qw, out=out), *T)
+        check("fast_pdl", out)
     # (d) torch tensors in and out (views of the same data)
     if torch is not None:
         At = torch.from_dlpack(A)
@@ -139,7 +147,7 @@ def markdown(res):
              "timed with time.perf_counter; enqueue = before the final synchronise (host cost per call), wall = after "
              f"it; median of {m['repeats']} runs.  kernel = the GEMV alone (CUDA graph of 100 launches).  fast = "
              "`matmul(A, qw, out=out)` through kbitcupy._launch; general = the same with the fast path off (the old "
-             "path); no_out = `matmul(A, qw)`; torch = torch tensors in/out (out=); rawkernel = bare CuPy RawKernel "
+             "path); no_out = `matmul(A, qw)`; fast_pdl = fast with `kbitcupy.pdl()` (cuLaunchKernelEx); torch = torch tensors in/out (out=); rawkernel = bare CuPy RawKernel "
              "call with prebuilt args; launch = bare `driver.launchKernel` with a prebuilt parameter block.", ""]
     cases = [c for c in CASES if any(c in r["cases"] for r in res["rows"])]
     for key, title in (("enqueue_us", "Enqueue (host) us per call"), ("wall_us", "Wall us per call")):

@@ -1,5 +1,6 @@
 """Small shapes through every kernel family, for compute-sanitizer (memcheck / racecheck /
-synccheck): split-K GEMM with forced split counts, GEMV, grouped MoE, quantize/dequant.
+synccheck): split-K GEMM with forced split counts, GEMV (also launched with PDL), grouped
+MoE, quantize/dequant.
 Exits non-zero if any result is wrong, so a sanitizer run checks values too."""
 import os
 import sys
@@ -40,6 +41,16 @@ for k in (2, 4, 5):
             gemm(A, q, out, k_splits=splits)
             gemm(A, q, out, k_splits=splits)  # twice: counters must have been reset
             check(f"gemm k={k} M={M} splits={splits}", out, ref)
+# programmatic dependent launch: a chain of GEMVs, each reading the previous one's output
+if int(cp.cuda.Device().compute_capability) >= 90:
+    q1 = kb.quantize(cp.asarray(rng.standard_normal((200, 416), dtype=np.float32) * 0.02), 4)
+    q2 = kb.quantize(cp.asarray(rng.standard_normal((416, 200), dtype=np.float32) * 0.02), 5)
+    x = cp.asarray(rng.standard_normal((3, 416), dtype=np.float32)).astype(cp.float16)
+    ref = kb.matmul(kb.matmul(x, q1), q2).astype(cp.float64)
+    with kb.pdl():
+        for _ in range(3):  # general path, then the fast path
+            y = kb.matmul(kb.matmul(x, q1), q2)
+            check("gemv chain, PDL", y, ref, tol=1e-6)
 try:
     from kbitcupy.grouped import grouped_matmul, quantize_experts
 
