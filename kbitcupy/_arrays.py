@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 import sys
 
 import numpy as np
@@ -101,7 +102,17 @@ def torch_stream(x):
 
     cp = _cupy()
     s = torch.cuda.current_stream(x.device)
-    return cp.cuda.ExternalStream(s.cuda_stream, x.device.index)
+    if _FROM_EXTERNAL[0]:
+        try:  # the CUDA stream protocol (CuPy >= 14, torch's __cuda_stream__)
+            return cp.cuda.Stream.from_external(s)
+        except (AttributeError, TypeError):
+            _FROM_EXTERNAL[0] = False
+    with warnings.catch_warnings():  # ExternalStream: deprecated in CuPy 14, the only way before it
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return cp.cuda.ExternalStream(s.cuda_stream, x.device.index)
+
+
+_FROM_EXTERNAL = [True]
 
 
 def stream_ctx(orig):

@@ -14,18 +14,45 @@ without allocating or synchronising.  CPU tensors run the NumPy reference.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
 
-from ._arrays import stream_ctx
+from . import _launch
+from ._arrays import kind, stream_ctx
 from .layers import KbitLinear
 from .matmul import matmul
-from .weight import from_packed
+from .weight import KbitWeight, from_packed
 
 if not hasattr(torch.library, "custom_op"):  # pragma: no cover
     raise ImportError(f"kbitcupy.torch_ops needs torch >= 2.4 (torch.library.custom_op); found {torch.__version__}")
+
+
+# Weights the op will meet again, by device and address of their packed words
+# (KbitLinearModule registers its own).  The op then hands matmul the same KbitWeight
+# object call after call, so matmul's fast launch path keeps its plan: 5-9 us of host
+# time instead of a new wrapper and the general path per call (~100 us).  Weak values:
+# an entry goes with its weight, whose arrays hold the memory the key names.
+_KNOWN: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def register_weight(qw: KbitWeight) -> None:
+    """Let kbitcupy::matmul reuse this (tiled, GPU) weight object when called on its tensors."""
+    if qw.layout == "tiled" and kind(qw.packed) == "cupy":
+        _KNOWN[(qw.packed.data.device_id, qw.packed.data.ptr)] = qw
+
+
+def _known_weight(packed: Tensor, absmax: Tensor, codebook: Tensor, k: int, n: int, K: int, tensor_scale: float):
+    if not packed.is_cuda:
+        return None
+    qw = _KNOWN.get((packed.get_device(), packed.data_ptr()))
+    if (qw is None or qw.k != k or qw.shape != (n, K) or qw.tensor_scale != tensor_scale
+            or qw.packed.size != packed.numel() or qw.absmax.data.ptr != absmax.data_ptr()
+            or qw.codebook.data.ptr != codebook.data_ptr()):
+        return None
+    return qw
 
 
 @torch.library.custom_op("kbitcupy::matmul", mutates_args=())
@@ -36,8 +63,12 @@ def kbit_matmul(x: Tensor, packed: Tensor, absmax: Tensor, codebook: Tensor, k: 
     if out.numel() == 0:
         return out
     x = x.contiguous()
+    qw = _known_weight(packed, absmax, codebook, k, n, x.shape[-1], tensor_scale)
+    if qw is not None and _launch.ENABLED and _launch.matmul_fast(x, qw, out) is not _launch.MISS:
+        return out  # launched on torch's current stream through a cached plan
     with stream_ctx(x):  # DLPack views + launches on torch's current stream: no cross-stream sync
-        qw = from_packed(packed, absmax, codebook, (n, x.shape[-1]), k, "tiled", tensor_scale)
+        if qw is None:
+            qw = from_packed(packed, absmax, codebook, (n, x.shape[-1]), k, "tiled", tensor_scale)
         matmul(x, qw, out=out)
     return out
 
@@ -70,6 +101,7 @@ class KbitLinearModule(torch.nn.Module):
         self.register_buffer("codebook", codebook.view(torch.int32))  # int bits: model.half() leaves it alone
         self.register_buffer("bias", bias)
         self.layer = layer  # keeps the CuPy arrays the buffers view alive
+        register_weight(layer.weight)  # the op reuses this weight object (fast launch path)
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, k: int = 4, codebook=None) -> "KbitLinearModule":

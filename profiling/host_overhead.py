@@ -12,6 +12,7 @@ K=2048), fp16, each M, times `calls` back-to-back Python calls of:
   fast_pdl       fast, with kbitcupy.pdl() on (cuLaunchKernelEx through ctypes)
   torch          matmul on CUDA torch tensors with out= (fast path), if torch with CUDA imports
   torch_general  the same with the fast path off
+  torch_op       the kbitcupy::matmul torch custom op on a registered weight's tensors (output allocated)
   rawkernel      the bare CuPy RawKernel call with prebuilt arguments (the last step of gemv())
   launch         bare cupy driver.launchKernel with a prebuilt parameter block (the floor)
 
@@ -44,7 +45,7 @@ from kbitcupy.bench import _device_info, _git_describe, _versions, output_paths,
 from kbitcupy.gemv import launch_args  # noqa: E402
 
 SHAPES = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "KV": (512, 2048)}  # (N, K)
-CASES = ("fast", "general", "no_out", "fast_pdl", "torch", "torch_general", "rawkernel", "launch")
+CASES = ("fast", "general", "no_out", "fast_pdl", "torch", "torch_general", "torch_op", "rawkernel", "launch")
 
 
 def _torch():
@@ -112,6 +113,19 @@ def bench_one(name, N, K, k, M, args, torch):
             ot.fill_(float("nan"))
             row["cases"]["torch_general"] = time_calls(lambda: kb.matmul(At, qw, out=ot), *T)
             check("torch_general", cp.from_dlpack(ot))
+        # the kbitcupy::matmul custom op (what KbitLinearModule / torch.compile call) on the
+        # tensors of a registered weight: allocates its output each call
+        import kbitcupy.torch_ops as kt
+
+        kt.register_weight(qw)
+        wt = [torch.from_dlpack(a) for a in (qw.packed.view(np.int32), qw.absmax, qw.codebook)]
+
+        def op():
+            return kt.kbit_matmul(At, *wt, qw.k, N, qw.tensor_scale)
+        for _ in range(3):
+            op()
+        row["cases"]["torch_op"] = time_calls(op, *T)
+        check("torch_op", cp.from_dlpack(op()))
     # (e) the bare CuPy kernel call, (f) bare cuLaunchKernel, both with prebuilt arguments
     fn, grid, block, smem, kargs = launch_args(A, qw, out)
     row["cases"]["rawkernel"] = time_calls(lambda: fn(grid, block, kargs, shared_mem=smem), *T)
@@ -147,7 +161,7 @@ def markdown(res):
              "timed with time.perf_counter; enqueue = before the final synchronise (host cost per call), wall = after "
              f"it; median of {m['repeats']} runs.  kernel = the GEMV alone (CUDA graph of 100 launches).  fast = "
              "`matmul(A, qw, out=out)` through kbitcupy._launch; general = the same with the fast path off (the old "
-             "path); no_out = `matmul(A, qw)`; fast_pdl = fast with `kbitcupy.pdl()` (cuLaunchKernelEx); torch = torch tensors in/out (out=); rawkernel = bare CuPy RawKernel "
+             "path); no_out = `matmul(A, qw)`; fast_pdl = fast with `kbitcupy.pdl()` (cuLaunchKernelEx); torch = torch tensors in/out (out=); torch_op = the `kbitcupy::matmul` custom op (KbitLinearModule, torch.compile), output allocated per call; rawkernel = bare CuPy RawKernel "
              "call with prebuilt args; launch = bare `driver.launchKernel` with a prebuilt parameter block.", ""]
     cases = [c for c in CASES if any(c in r["cases"] for r in res["rows"])]
     for key, title in (("enqueue_us", "Enqueue (host) us per call"), ("wall_us", "Wall us per call")):

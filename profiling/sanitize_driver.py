@@ -43,8 +43,8 @@ for k in (2, 4, 5):
             check(f"gemm k={k} M={M} splits={splits}", out, ref)
 # programmatic dependent launch: a chain of GEMVs, each reading the previous one's output
 if int(cp.cuda.Device().compute_capability) >= 90:
-    q1 = kb.quantize(cp.asarray(rng.standard_normal((200, 416), dtype=np.float32) * 0.02), 4)
-    q2 = kb.quantize(cp.asarray(rng.standard_normal((416, 200), dtype=np.float32) * 0.02), 5)
+    q1 = kb.quantize(cp.asarray(rng.standard_normal((224, 416), dtype=np.float32) * 0.02), 4)
+    q2 = kb.quantize(cp.asarray(rng.standard_normal((200, 224), dtype=np.float32) * 0.02), 5)
     x = cp.asarray(rng.standard_normal((3, 416), dtype=np.float32)).astype(cp.float16)
     ref = kb.matmul(kb.matmul(x, q1), q2).astype(cp.float64)
     with kb.pdl():

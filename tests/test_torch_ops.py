@@ -164,6 +164,33 @@ def test_runs_on_torch_current_stream(monkeypatch):
 
 
 @pytest.mark.gpu
+def test_op_reuses_module_weight_fast_path():
+    """The op finds the module's own KbitWeight (no wrapper per call), so repeated calls
+    go through matmul's cached launch plan, on torch's current stream."""
+    from kbitcupy import _launch as L
+
+    mod = kt.KbitLinearModule.from_float(torch.randn(512, 2048, device="cuda", dtype=torch.float16) * 0.02, k=4)
+    assert kt._known_weight(mod.packed, mod.absmax, mod.codebook.view(torch.float32), 4, 512, 2048,
+                            mod.tensor_scale) is mod.layer.weight
+    x = torch.randn(1, 2048, device="cuda", dtype=torch.float16)
+    ys = [mod(x) for _ in range(4)]
+    assert L.lookup(x, mod.layer.weight) is not None  # the plan of this weight object
+    assert all(torch.equal(y, ys[0]) for y in ys)
+    s = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(10_000_000)  # keep s busy: a launch on another stream would run first
+        x2 = x * 2
+        y2 = mod(x2)
+    s.synchronize()
+    assert torch.equal(y2, mod(x * 2))
+    # a weight the op does not know (other tensors) still works, through the general path
+    other = kt.kbit_matmul(x, mod.packed.clone(), mod.absmax.clone(), mod.codebook.view(torch.float32).clone(), 4,
+                           512, mod.tensor_scale)
+    assert torch.equal(other, ys[0])
+
+
+@pytest.mark.gpu
 def test_cuda_graph_capture():
     m = _model(torch.float16, "cuda")
     kt.replace_linear(m, k=4)
