@@ -66,6 +66,18 @@ def sol_time(nbytes):
     return time_rotated([lambda b=b: sol((132 * 8,), (256,), (b, np.int64(n16), sink)) for b in bufs])
 
 
+def weight_copies(q):
+    """(weight bytes, R copies of q for the cold-L2 rotation: R x bytes >= 4 x L2)."""
+    nb = q.packed.nbytes + q.absmax.nbytes
+    return nb, [replace(q, packed=q.packed.copy(), absmax=q.absmax.copy()) for _ in range(copies_for(nb))]
+
+
+def quantized_case(W, k):
+    """(q, its float64 dequantized weight, weight bytes, rotation copies) of W at k bits."""
+    q = kb.quantize(W, k)
+    return (q, kb.dequantize(q, np.float32).astype(cp.float64)) + tuple(weight_copies(q))
+
+
 def copies_for(nbytes):
     l2 = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["l2CacheSize"]
     return max(2, int(np.ceil(4 * l2 / nbytes)))
@@ -93,9 +105,8 @@ def main():
             qf = kb.quantize(W, k, layout="flat")
             for layout, qq in (("tiled", q), ("flat", qf)):
                 nb = qq.packed.nbytes + qq.absmax.nbytes + N * K * 2
-                R_ = copies_for(nb)
-                cps = [replace(qq, packed=qq.packed.copy(), absmax=qq.absmax.copy()) for _ in range(R_)]
-                outs = [cp.empty((N, K), cp.float16) for _ in range(min(R_, 4))]
+                _, cps = weight_copies(qq)
+                outs = [cp.empty((N, K), cp.float16) for _ in range(min(len(cps), 4))]
                 fns = [lambda c=c, o=outs[i % len(outs)]: kb.dequantize(c, cp.float16, out=o) for i, c in enumerate(cps)]
                 us = time_rotated(fns)
                 res["dequant"].append(dict(shape=name, k=k, layout=layout, us=us, bytes=nb, GBps=nb / (us * 1e-6) / 1e9))

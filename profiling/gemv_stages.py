@@ -3,7 +3,6 @@ compiled from the same source with -DKBIT_EXPERIMENT_* (results are wrong by des
 Cold L2, graph replay, gateup/down/KV at k=4, M=1."""
 import os
 import sys
-from dataclasses import replace
 
 import numpy as np
 
@@ -12,7 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
-from bench_foundation import copies_for, time_rotated  # noqa: E402
+from bench_foundation import weight_copies, time_rotated  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy._compile import _options, read_source  # noqa: E402
 
@@ -26,8 +25,7 @@ for name, (N, K) in {"gateup": (5120, 2048), "down": (2048, 5120), "KV": (512, 2
     q = kb.quantize(W, 4)
     A = cp.asarray(rng.standard_normal((1, K), dtype=np.float32)).astype(cp.float16)
     warps, depth, smem, grid, tiles, dual, late = G.plan(N, K, 1, 4)
-    R_ = copies_for(q.packed.nbytes + q.absmax.nbytes)
-    cps = [replace(q, packed=q.packed.copy(), absmax=q.absmax.copy()) for _ in range(R_)]
+    _, cps = weight_copies(q)
     out = cp.empty((1, N), cp.float16)
     row = []
     for v, opts in VARIANTS.items():

@@ -10,7 +10,6 @@ usage (GPU machine): python3 profiling/pdl_ab.py
 """
 import os
 import sys
-from dataclasses import replace
 
 import numpy as np
 
@@ -19,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
-from bench_foundation import SHAPES, copies_for, sol_time, time_rotated  # noqa: E402
+from bench_foundation import SHAPES, quantized_case, sol_time, time_rotated  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 
 
@@ -36,10 +35,7 @@ def main():
         N, K = SHAPES[name]
         W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
         for k in ks:
-            q = kb.quantize(W, k)
-            Wd = kb.dequantize(q, np.float32).astype(cp.float64)
-            nb = q.packed.nbytes + q.absmax.nbytes
-            cps = [replace(q, packed=q.packed.copy(), absmax=q.absmax.copy()) for _ in range(copies_for(nb))]
+            q, Wd, nb, cps = quantized_case(W, k)
             for M in Ms:
                 A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
                 ref = A.astype(cp.float64) @ Wd.T

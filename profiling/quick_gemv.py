@@ -1,7 +1,6 @@
 """Quick GEMV timing at M=1..4 (cold L2, graph) for kernel iteration; the full tables come from bench.py."""
 import os
 import sys
-from dataclasses import replace
 
 import numpy as np
 
@@ -10,7 +9,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
-from bench_foundation import SHAPES, copies_for, sol_time, time_rotated  # noqa: E402
+from bench_foundation import SHAPES, weight_copies, sol_time, time_rotated  # noqa: E402
 from kbitcupy.gemv import gemv  # noqa: E402
 
 rng = np.random.default_rng()
@@ -25,8 +24,7 @@ for name, (N, K) in SHAPES.items():
         for M in Ms:
             A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
             nb = q.packed.nbytes + q.absmax.nbytes + A.nbytes
-            R_ = copies_for(nb)
-            cps = [replace(q, packed=q.packed.copy(), absmax=q.absmax.copy()) for _ in range(R_)]
+            _, cps = weight_copies(q)
             out = cp.empty((M, N), cp.float16)
             variants = [None] + [tuple(zip(("warps", "dual"), map(int, p.split(",")))) for p in plans.split(";") if p]
             t = min((time_rotated([lambda c=c: gemv(A, c, out, v) for c in cps]), str(v)) for v in variants)
