@@ -436,3 +436,17 @@ def test_swizzle_is_bank_conflict_free():
                             addr = g * RS + (4 * s + t) * 64 + ((r ^ sw) << 4)
                             groups.add((addr % 128) // 16)
                     assert len(groups) == 8
+
+
+def test_plan_tokens():
+    """moe_forward plans the grouped kernels for 8 rows when experts average <= 4 rows
+    (the loose device bound T would pick the grouped MMA kernel for decode batches)."""
+    from kbitcupy.moe import MoeRouting, plan_tokens
+
+    def r(T, topk, E, mt):
+        return MoeRouting(None, None, None, None, T, topk, E, mt)
+    assert plan_tokens(r(32, 10, 512, 32)) == 8     # decode batch: 320 pairs over <= 320 experts
+    assert plan_tokens(r(64, 10, 512, 64)) == 8     # 640 pairs, 512 experts: 1.25 each
+    assert plan_tokens(r(256, 10, 512, 256)) == 256  # 5 per expert: planned for the bound
+    assert plan_tokens(r(1, 10, 512, 1)) == 1 and plan_tokens(r(8, 10, 512, 8)) == 8
+    assert plan_tokens(r(9, 4, 16, 9)) == 8 and plan_tokens(r(40, 4, 16, 40)) == 40
