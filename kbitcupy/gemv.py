@@ -48,6 +48,12 @@ def lut_bytes(k: int) -> int:
     return (1 << (2 * k)) * copies * 4
 
 
+def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int = 2) -> int:
+    """Dynamic shared memory of one GEMV block: pair table, `rows` staged rows of A (K
+    padded to ks steps of 128), the warps' partial sums, the codebook."""
+    return lut_bytes(k) + rows * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4
+
+
 def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = None, depth: int | None = None,
          dual: bool | None = None, late: bool | None = None):
     """(warps per block, register ring depth, dynamic smem bytes, grid, token tiles,
@@ -64,7 +70,7 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # 264 column groups; wider shapes take 128-thread blocks where three of them fit
         # the shared memory (H200, 2026-11-22, gate/up: M = 1 8.95 vs 9.90 us, M = 2
         # 9.36 vs 10.36; at M = 4 the staged A leaves two: 13.5 vs 10.5)
-        if k == 5 and groups > 2 * 132 and 3 * (lut_bytes(k) + M * ks * 128 * itemsize + 4 * 128 * 4 + 160) <= 227 * 1024:
+        if k == 5 and groups > 2 * 132 and 3 * smem_bytes(k, M, ks, 4, tiles, itemsize) <= 227 * 1024:
             warps = min(4, ks)
     depth = 2
     if dual is None:
@@ -79,8 +85,7 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # has two either way)
         late = ks > warps and (warps > 8 or groups <= 2 * 132 or k == 5)
     late = bool(late) and tiles == 1
-    smem = lut_bytes(k) + M * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4
-    return warps, depth, smem, groups, tiles, bool(dual), late
+    return warps, depth, smem_bytes(k, M, ks, warps, tiles, itemsize), groups, tiles, bool(dual), late
 
 
 @functools.lru_cache(maxsize=4096)
@@ -169,8 +174,7 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
         # passes every expert of the bank), and an active one must not be left to one block.
         per_block = next((p for p in (1, 2, 3) if max(1, n_slots) * -(-groups // p) <= resident), 4)
     gx = -(-groups // per_block)
-    smem = lut_bytes(k) + 8 * tiles * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4
-    return warps, gx, smem, tiles
+    return warps, gx, smem_bytes(k, 8 * tiles, ks, warps, tiles, itemsize), tiles
 
 
 def resident_blocks(fn, threads: int, smem: int, device_id: int) -> int:
