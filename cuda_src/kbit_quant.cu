@@ -1,6 +1,6 @@
 // quantize, dequantize (flat and tiled), repack (flat -> tiled).
-// Bit-exact with kbitcupy/reference.py.
-#include "kbit_common.cuh"
+// Bit-exact with kbitcupy/reference.py (kbit_dequant_lut: see its comment).
+#include "kbit_pairlut.cuh"
 
 // One warp per 32-element block: warp absmax, E4M4 (or float32) scale, nearest
 // level against the decoded scale, __ballot_sync packs the k bit planes.
@@ -94,6 +94,65 @@ __global__ void __launch_bounds__(256) kbit_dequantize(const u32* __restrict__ p
 #pragma unroll
         for (int j = 0; j < 8; j++) v[j] = cb_s[plane_index<K>(w, j)] * s;
         store8<TOUT>(out + blk * 32 + part * 8, v);
+    }
+}
+
+// Dequantize for the dequant + cuBLAS matmul path (tiled layout, E4M4 absmax):
+// W[N, K] / tensor_scale in T (the GEMM applies the power-of-two tensor scale as its
+// alpha), computed like the fused kernels' MMA operands: pair-table lookup (two fp16/
+// bf16 levels per shared-memory load) times the E4M4 scale (exact in fp16/bf16) with
+// one HMUL2, instead of kbit_dequantize's bit-by-bit index extraction and fp32 multiply.
+// Thread (row n, i): block kb = i / 4 of row n, elements 8 (i % 4) .. +7 -> one 16-byte
+// store, so a warp writes 512 contiguous bytes.  CTAs stride over rows, R rows per pass
+// with all their loads issued before any compute.  H200, 2026-11-22 (gate/up, k = 4;
+// profiling/NOTES.md): kbit_dequantize 12.7 us; this kernel with one row per pass
+// 15.3 us (latency-bound), with R = 4 10.1 us; one thread per whole block (keys once,
+// but four 16-byte stores 64 bytes apart across the warp) 20.9 us.
+template <int K, typename T>
+__global__ void __launch_bounds__(256) kbit_dequant_lut(const u32* __restrict__ packed, const u8* __restrict__ absmax,
+                                                        const float* __restrict__ codebook, T* __restrict__ out, int N,
+                                                        int Kdim) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    u32* lut = reinterpret_cast<u32*>(smem);
+    float* cb_s = reinterpret_cast<float*>(smem + PairLut<K>::WORDS * 4);
+    if (threadIdx.x < 32) cb_s[threadIdx.x] = threadIdx.x < (1 << K) ? codebook[threadIdx.x] : 0.0f;
+    __syncthreads();
+    build_pair_lut<K, T>(lut, cb_s);
+    __syncthreads();
+    const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4u * (threadIdx.x & (PairLut<K>::COPIES - 1));
+    const int kblocks = Kdim >> 5;
+    const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
+    constexpr int R = 4;
+    for (int n0 = blockIdx.x; n0 < N; n0 += R * gridDim.x) {
+        for (int i = threadIdx.x; i < kblocks * 4; i += blockDim.x) {
+            const int kb = i >> 2, part = i & 3;
+            u32 w[R][K];
+            u32 code[R];
+#pragma unroll
+            for (int j = 0; j < R; j++) {
+                const int n = n0 + j * gridDim.x;
+                if (n < N) {
+                    const long woff = tiled_word_offset<K>(n, kb, n_tiles);
+                    load_planes<K>(w[j], packed + woff);
+                    code[j] = absmax[woff / K];  // absmax index = word offset / k
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < R; j++) {
+                const int n = n0 + j * gridDim.x;
+                if (n < N) {
+                    const u32 s2 = scale_pair<T>(e4m4_decode(code[j]));
+                    u32 keys[4], f[4];
+                    block_keys<K>(w[j], keys, f);
+                    uint4 r;  // byte `part` of keys[q] = pair (8 part + 2q, + 1)
+                    r.x = hmul2_u32(lut_lookup<K>(lut_lane, keys[0], f[0], part), s2, T());
+                    r.y = hmul2_u32(lut_lookup<K>(lut_lane, keys[1], f[1], part), s2, T());
+                    r.z = hmul2_u32(lut_lookup<K>(lut_lane, keys[2], f[2], part), s2, T());
+                    r.w = hmul2_u32(lut_lookup<K>(lut_lane, keys[3], f[3], part), s2, T());
+                    *reinterpret_cast<uint4*>(out + (long)n * Kdim + 32 * kb + 8 * part) = r;
+                }
+            }
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 """Small shapes through every kernel family, for compute-sanitizer (memcheck / racecheck /
-synccheck): split-K GEMM with forced split counts, GEMV (also launched with PDL), grouped
-MoE, quantize/dequant.
+synccheck): split-K GEMM with forced split counts, GEMV (also launched with PDL), dequant
+(pair table) + cuBLAS, grouped MoE, quantize/dequant.
 Exits non-zero if any result is wrong, so a sanitizer run checks values too."""
 import os
 import sys
@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
+from kbitcupy.dequant_matmul import dequant_matmul  # noqa: E402
 from kbitcupy.gemm import gemm  # noqa: E402
 from kbitcupy.gemv import gemv  # noqa: E402
 
@@ -41,6 +42,8 @@ for k in (2, 4, 5):
             gemm(A, q, out, k_splits=splits)
             gemm(A, q, out, k_splits=splits)  # twice: counters must have been reset
             check(f"gemm k={k} M={M} splits={splits}", out, ref)
+        out = cp.full((M, N), np.nan, cp.float16)  # dequant (pair table) + cuBLAS
+        check(f"dequant_matmul k={k} M={M}", dequant_matmul(A, q, out), ref)
 # programmatic dependent launch: a chain of GEMVs, each reading the previous one's output
 if int(cp.cuda.Device().compute_capability) >= 90:
     q1 = kb.quantize(cp.asarray(rng.standard_normal((224, 416), dtype=np.float32) * 0.02), 4)

@@ -309,6 +309,28 @@ def test_gemm_cuda_graph(k_splits, rng):
 
 
 # ----------------------------------------------------------------------------- dequant + cuBLAS
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_dequant_lut(k, rng):
+    """The matmul path's pair-table dequantize (W / tensor_scale) against the exact one: equal
+    up to one rounding of the activation dtype, every element written (NaN-poisoned buffer),
+    K % 64 == 32 and N not a multiple of 128 included."""
+    import cupy as cp
+
+    from kbitcupy.dequant_matmul import dequant_lut
+
+    for (N, K), scale in (((200, 160), 0.02), ((5120, 2048), 0.02), ((72, 224), 500.0)):
+        q, Wd = _weight(N, K, k, rng, scale=scale)
+        for dt in DTYPES:
+            out = cp.full((N, K), np.nan, dtype=dt)
+            dequant_lut(q, _dn(dt), out)
+            got = out.astype(cp.float64) * q.tensor_scale
+            ulp = 2.0 ** -10 if _dn(dt) == "float16" else 2.0 ** -7
+            assert not bool(cp.isnan(got).any())
+            bad = cp.abs(got - Wd) > 2 * ulp * cp.abs(Wd) + 1e-30
+            assert not bool(bad.any()), ((N, K), k, _dn(dt), int(bad.sum()))
+
+
+
 @pytest.mark.parametrize("layout", ["tiled", "flat"])
 def test_dequant_matmul(layout, rng):
     import cupy as cp
