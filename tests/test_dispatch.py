@@ -170,10 +170,13 @@ def test_k_steps():
 
 
 def test_h100_table_is_measured():
-    """H100 has its own crossovers (nvidia-h100-80gb-hbm3_2026-11-22_allm.json), not the default's."""
+    """H100 has its own crossovers (nvidia-h100-80gb-hbm3_2026-11-22_allm2.json), not the default's."""
     assert D.TABLES["H100"] != D.TABLES["default"]
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
     assert [c(M, 5120, 2048, 4) for M in (1, 8, 16, 32, 64)] == ["gemv", "gemv", "gemm", "gemm", "dq"]
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32)] == ["gemv", "gemv", "dq"]
-    assert c(48, 2048, 4096, 5) == "gemm" and c(128, 2048, 4096, 5) == "dq"
+    # k = 5, N = 2048, K = 4096: the fused GEMM won up to M = 64 before the pair-table dequantize
+    # (allm), only up to 16 after it (allm2)
+    assert c(16, 2048, 4096, 5) == "gemv" and c(32, 2048, 4096, 5) == "dq" and c(128, 2048, 4096, 5) == "dq"
+    assert c(48, 4096, 2048, 5) == "gemm"
     assert c(4, 3000, 3000, 4) == "gemv" and c(500, 3000, 3000, 4) == "dq"  # unmeasured shape: size bands

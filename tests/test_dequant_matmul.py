@@ -1,0 +1,35 @@
+"""CPU checks of kbitcupy.dequant_matmul's pair-table dequantize: the arguments it refuses
+(before any GPU work), and that the H200 dispatch table sends the large-M cells of the
+dense shapes to dequant + cuBLAS as measured (profiling/results/nvidia-h200_2026-11-22_allm3)."""
+import numpy as np
+import pytest
+
+import kbitcupy as kb
+from kbitcupy import dispatch as D
+from kbitcupy.dequant_matmul import dequant_lut
+
+
+def _w(layout, fmt="e4m4"):
+    W = np.random.default_rng().standard_normal((64, 96)).astype(np.float32)
+    return kb.quantize(W, 4, layout=layout, absmax_format=fmt)
+
+
+@pytest.mark.parametrize("layout,fmt", [("flat", "e4m4"), ("flat", "float32")])
+def test_dequant_lut_needs_tiled_e4m4(layout, fmt):
+    with pytest.raises(ValueError, match="tiled weight with E4M4"):
+        dequant_lut(_w(layout, fmt), "float16", np.empty((64, 96), np.float16))
+
+
+def test_dequant_lut_checks_out():
+    q = _w("tiled")
+    with pytest.raises(ValueError, match="out must be"):
+        dequant_lut(q, "float16", np.empty((64, 95), np.float16))
+
+
+def test_h200_table_large_m_goes_to_dq():
+    for (k, N, K) in [(4, 5120, 2048), (4, 2048, 5120), (4, 4096, 2048), (4, 2048, 4096), (4, 512, 2048)]:
+        for M in (128, 256, 512):
+            assert D.choose(M, N, K, k, family="H200") == "dq", (k, N, K, M)
+    # measured: dq beats the fused GEMM from M = 32 on down (N = 2048, K = 5120), not on gate/up
+    assert D.choose(32, 2048, 5120, 4, family="H200") == "dq"
+    assert D.choose(32, 5120, 2048, 4, family="H200") == "gemm"
