@@ -167,7 +167,7 @@ def _cublas_workspace(dev: int, stream):
     return ws
 
 
-_ALPHAS: dict = {}  # host float32 scalars by value (cuBLAS reads them at enqueue time)
+_ALPHAS: dict = {1.0: _ONE}  # host float32 scalars by value (cuBLAS reads them at enqueue time)
 
 
 def _alpha(v: float):
@@ -195,41 +195,52 @@ def cublas_gemm_nt(A, W, out, alpha: float = 1.0):
     _check(lib.cublasSetStream_v2(h, ctypes.c_void_p(stream.ptr)), "cublasSetStream")
     _check(lib.cublasSetWorkspace_v2(h, ctypes.c_void_p(ws.data.ptr), ws.nbytes), "cublasSetWorkspace")
     _check(lib.cublasGemmEx(h, _CUBLAS_OP_T, _CUBLAS_OP_N, N, M, K,
-                            (_ONE if alpha == 1.0 else _alpha(alpha)).ctypes.data, W.data.ptr, dt, K, A.data.ptr, dt, K,
+                            _alpha(alpha).ctypes.data, W.data.ptr, dt, K, A.data.ptr, dt, K,
                             _ZERO.ctypes.data, out.data.ptr, dt, N,
                             _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT), "cublasGemmEx")
     return out
 
 
 # ----------------------------------------------------------------------------- dequantize
-_LUT_SMEM: dict = {}
+_LUT_LAUNCH: dict = {}  # (device, k, dtype name) -> (kernel, max grid, dynamic shared memory)
+
+
+def _lut_needs(qw) -> bool:
+    return qw.layout == "tiled" and qw.absmax.dtype == np.uint8
+
+
+def _dequant_lut(qw, dtype_name: str, out, dev: int):
+    """Launch kbit_dequant_lut on the current stream (arguments already checked)."""
+    key = (dev, qw.k, dtype_name)
+    launch = _LUT_LAUNCH.get(key)
+    if launch is None:
+        from .gemm import device_info
+        from .gemv import lut_bytes
+        from .quantize import QUANT
+
+        fn = QUANT.function(("dql", qw.k, dtype_name))
+        smem = lut_bytes(qw.k) + 128  # pair table + codebook
+        if smem > 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = smem
+        info = device_info(dev)
+        per_sm = max(1, min(8, info["smem_sm"] // (smem + info["smem_reserved"])))  # 256-thread CTAs
+        launch = _LUT_LAUNCH[key] = (fn, info["sms"] * per_sm, smem)
+    fn, grid, smem = launch
+    N, K = qw.shape
+    fn((min(N, grid),), (256,), (qw.packed, qw.absmax, qw.codebook, out, np.int32(N), np.int32(K)), shared_mem=smem)
+    return out
 
 
 def dequant_lut(qw, dtype_name: str, out):
     """out[N, K] = W / tensor_scale (tiled weight, E4M4 absmax) with the pair-table kernel
     (cuda_src/kbit_quant.cu, kbit_dequant_lut): the fused kernels' operand arithmetic, within
     fp16/bf16 rounding of kbitcupy.dequantize (which is bit-exact with the reference)."""
-    from .gemm import device_info, lut_bytes
-    from .quantize import QUANT
-
     N, K = qw.shape
-    if qw.layout != "tiled" or qw.absmax.dtype != np.uint8:
+    if not _lut_needs(qw):
         raise ValueError("dequant_lut needs a tiled weight with E4M4 absmax (kbitcupy.repack)")
     if out.shape != (N, K) or not out.flags.c_contiguous or out.data.ptr % 16:
         raise ValueError(f"out must be a contiguous, 16-byte aligned [{N}, {K}] array")
-    dev = out.device.id
-    fn = QUANT.function(("dql", qw.k, dtype_name))
-    smem = lut_bytes(qw.k) + 128
-    key = (dev, qw.k, dtype_name)
-    grid = _LUT_SMEM.get(key)
-    if grid is None:
-        if smem > 48 * 1024:
-            fn.max_dynamic_shared_size_bytes = smem
-        info = device_info(dev)
-        per_sm = max(1, min(8, info["smem_sm"] // (smem + info["smem_reserved"])))
-        grid = _LUT_SMEM[key] = info["sms"] * per_sm
-    fn((min(N, grid),), (256,), (qw.packed, qw.absmax, qw.codebook, out, np.int32(N), np.int32(K)), shared_mem=smem)
-    return out
+    return _dequant_lut(qw, dtype_name, out, out.device.id)
 
 
 def dequant_matmul(A, qw, out):
@@ -249,8 +260,8 @@ def dequant_matmul(A, qw, out):
     stream = cp.cuda.get_current_stream()
     buf = _buffer(A.device.id, stream, A.dtype, N * K)
     Wd = buf[: N * K].reshape(N, K)
-    if qw.layout == "tiled" and qw.absmax.dtype == np.uint8:
-        dequant_lut(qw, "bfloat16" if A.dtype == bfloat16 else "float16", Wd)
+    if _lut_needs(qw):  # Wd: a contiguous view of the 16-byte aligned buffer
+        _dequant_lut(qw, "bfloat16" if A.dtype == bfloat16 else "float16", Wd, A.device.id)
         return cublas_gemm_nt(A, Wd, out, alpha=float(qw.tensor_scale))
     dequantize(qw, A.dtype, out=Wd)
     return cublas_gemm_nt(A, Wd, out)

@@ -39,6 +39,7 @@ import threading
 import numpy as np
 
 from ._compile import Family, register
+from .gemv import lut_bytes
 from .quantize import CTYPE
 from .reference import TILE_K, bfloat16
 
@@ -65,11 +66,6 @@ GEMM = register("gemm", Family("kbit_gemm.cu", _instances(), group_of=lambda key
 
 
 # ----------------------------------------------------------------------------- sizes
-def lut_bytes(k: int) -> int:
-    copies = 32 if k <= 4 else 16
-    return (1 << (2 * k)) * copies * 4
-
-
 def stage_bytes(k: int, m_blocks: int, tile_n: int) -> int:
     a = 16 * m_blocks * 256
     b = 2 * (tile_n * 2 * k + 16) * 4

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import reference as R
-from .gemv import GROUPED_MAX_TOKENS, grouped_gemv
+from .gemv import GROUPED_MAX_TOKENS, grouped_gemv, lut_bytes
 from ._arrays import check_same_device, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
@@ -306,10 +306,6 @@ def dequantize_experts(bank: KbitExpertBank, dtype=np.float32) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- planning
-def lut_bytes(k: int) -> int:
-    return (1 << (2 * k)) * (32 if k <= 4 else 16) * 4
-
-
 def a_row_bytes(K: int) -> int:
     return ((K * 2 + 127) // 128) * 128
 

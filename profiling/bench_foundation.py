@@ -22,6 +22,11 @@ SHAPES = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "O": 
           "KV": (512, 2048), "lin_key": (2048, 2048), "lin_value": (4096, 2048)}
 
 
+def rand_f16(rng, shape, scale=1.0):
+    """fp16 CuPy array of standard-normal values times scale (weights: 0.02, activations: 1)."""
+    return cp.asarray(rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(cp.float16)
+
+
 def time_rotated(launches, reps=20):
     """launches: list of R callables (one per weight copy). Returns median us per launch."""
     s = cp.cuda.Stream(non_blocking=True)
@@ -100,7 +105,7 @@ def main():
     del buf, dst
     for k in (2, 3, 4, 5):
         for name, (N, K) in SHAPES.items():
-            W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
+            W = rand_f16(rng, (N, K), 0.02)
             q = kb.quantize(W, k)
             qf = kb.quantize(W, k, layout="flat")
             for layout, qq in (("tiled", q), ("flat", qf)):

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
-from bench_foundation import SHAPES, quantized_case, time_rotated  # noqa: E402
+from bench_foundation import SHAPES, quantized_case, rand_f16, time_rotated  # noqa: E402
 from kbitcupy import gemm as G  # noqa: E402
 
 rng = np.random.default_rng()
@@ -27,9 +27,9 @@ dev = cp.cuda.Device().id
 if os.environ.get("ONE"):  # ncu target: ONE="name,k,M,k_splits" -> 5 plain launches
     name, k, M, ksp = os.environ["ONE"].split(",")
     N, K = SHAPES[name]
-    W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
+    W = rand_f16(rng, (N, K), 0.02)
     q = kb.quantize(W, int(k))
-    A = cp.asarray(rng.standard_normal((int(M), K), dtype=np.float32)).astype(cp.float16)
+    A = rand_f16(rng, (int(M), K))
     out = cp.empty((int(M), N), cp.float16)
     for _ in range(5):
         G.gemm(A, q, out, k_splits=int(ksp) if ksp else None)
@@ -37,11 +37,11 @@ if os.environ.get("ONE"):  # ncu target: ONE="name,k,M,k_splits" -> 5 plain laun
     names = []
 for name in names:
     N, K = SHAPES[name]
-    W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
+    W = rand_f16(rng, (N, K), 0.02)
     for k in ks:
         q, Wd, _, cps = quantized_case(W, k)
         for M in Ms:
-            A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+            A = rand_f16(rng, (M, K))
             out = cp.empty((M, N), cp.float16)
             ref = A.astype(cp.float64) @ Wd.T
             row = {}

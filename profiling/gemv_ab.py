@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
-from bench_foundation import SHAPES, quantized_case, sol_time, time_rotated  # noqa: E402
+from bench_foundation import SHAPES, quantized_case, rand_f16, sol_time, time_rotated  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy._compile import _options, inline_source, read_source  # noqa: E402
 from kbitcupy.quantize import CTYPE  # noqa: E402
@@ -84,11 +84,11 @@ def main():
                   for v in os.environ.get("AB_PLANS", "").split(";") if v)
     for name in names:
         N, K = SHAPES[name]
-        W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
+        W = rand_f16(rng, (N, K), 0.02)
         for k in ks:
             q, Wd, nb0, cps = quantized_case(W, k)
             for M in Ms:
-                A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+                A = rand_f16(rng, (M, K))
                 ref = A.astype(cp.float64) @ Wd.T
                 out = cp.empty((M, N), cp.float16)
                 row = dict(shape=name, k=k, M=M)

@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
-from bench_foundation import weight_copies, time_rotated  # noqa: E402
+from bench_foundation import rand_f16, time_rotated, weight_copies  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy._compile import _options, read_source  # noqa: E402
 
@@ -21,9 +21,9 @@ VARIANTS = {"full": [], "no_lut_build": ["-DKBIT_EXPERIMENT_NO_LUT"],
 rng = np.random.default_rng()
 print(f"{'shape':8} " + " ".join(f"{v:>13}" for v in VARIANTS))
 for name, (N, K) in {"gateup": (5120, 2048), "down": (2048, 5120), "KV": (512, 2048)}.items():
-    W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
+    W = rand_f16(rng, (N, K), 0.02)
     q = kb.quantize(W, 4)
-    A = cp.asarray(rng.standard_normal((1, K), dtype=np.float32)).astype(cp.float16)
+    A = rand_f16(rng, (1, K))
     warps, depth, smem, grid, tiles, dual, late = G.plan(N, K, 1, 4)
     _, cps = weight_copies(q)
     out = cp.empty((1, N), cp.float16)

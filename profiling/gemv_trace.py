@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
-from bench_foundation import SHAPES  # noqa: E402
+from bench_foundation import SHAPES, rand_f16  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy._compile import _options, read_source  # noqa: E402
 
@@ -34,10 +34,10 @@ def main():
     print(f"# clock {clock_khz / 1e6:.2f} GHz (nominal max; ns below use it)")
     for name in os.environ.get("SHAPES", "gateup,down").split(","):
         N, K = SHAPES[name]
-        W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
+        W = rand_f16(rng, (N, K), 0.02)
         for k in [int(x) for x in os.environ.get("KS", "4,5").split(",")]:
             q = kb.quantize(W, k)
-            A = cp.asarray(rng.standard_normal((1, K), dtype=np.float32)).astype(cp.float16)
+            A = rand_f16(rng, (1, K))
             out = cp.empty((1, N), cp.float16)
             p = G.plan(N, K, 1, k)
             warps, depth, smem, grid, tiles = p[:5]

@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
-from bench_foundation import SHAPES, weight_copies, sol_time, time_rotated  # noqa: E402
+from bench_foundation import SHAPES, rand_f16, sol_time, time_rotated, weight_copies  # noqa: E402
 from kbitcupy.gemv import gemv  # noqa: E402
 
 rng = np.random.default_rng()
@@ -18,11 +18,11 @@ Ms = [int(x) for x in os.environ.get("MS", "1,4").split(",")]
 plans = os.environ.get("PLANS", "")
 print(f"{'shape':8} {'k':>2} {'M':>2} {'gemv_us':>8} {'sol_us':>7} {'%sol':>5}")
 for name, (N, K) in SHAPES.items():
-    W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02).astype(cp.float16)
+    W = rand_f16(rng, (N, K), 0.02)
     for k in ks:
         q = kb.quantize(W, k)
         for M in Ms:
-            A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+            A = rand_f16(rng, (M, K))
             nb = q.packed.nbytes + q.absmax.nbytes + A.nbytes
             _, cps = weight_copies(q)
             out = cp.empty((M, N), cp.float16)
