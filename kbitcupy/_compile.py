@@ -79,12 +79,15 @@ class Family:
     """A kernel family: one source file and its instantiations.
 
     ``instances`` maps a key tuple to its name expression; ``group_of`` maps a key to
-    the group compiled together (keys in one group share one NVRTC call)."""
+    the group compiled together (keys in one group share one NVRTC call).  ``arch``
+    names an arch-specific target (e.g. 'sm_90a' for wgmma): such a family only exists
+    on that GPU generation and is compiled for it alone (see ``load_arch_module``)."""
 
     source: str
     instances: Dict[tuple, str]
     group_of: Callable[[tuple], tuple]
     options: Tuple[str, ...] = ()
+    arch: str | None = None
     _modules: Dict[tuple, object] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -109,16 +112,80 @@ class Family:
                 mod = self._modules.get(gkey)
                 if mod is None:
                     names = [self.instances[k] for k in self.groups()[gkey[1]]]
-                    mod = cupy.RawModule(code=read_source(self.source), options=_options(self.options),
-                                         name_expressions=names, backend="nvrtc")
+                    if self.arch:
+                        mod = load_arch_module(self.source, names, self.arch, self.options) + ({},)
+                    else:
+                        mod = cupy.RawModule(code=read_source(self.source), options=_options(self.options),
+                                             name_expressions=names, backend="nvrtc")
                     self._modules[gkey] = mod
+        if self.arch:
+            # one RawKernel object per kernel: launchers set attributes (max dynamic
+            # shared memory) on it and key their bookkeeping by the object
+            fns = mod[2]
+            fn = fns.get(name)
+            if fn is None:
+                fn = fns.setdefault(name, mod[0].get_function(mod[1][name]))
+            return fn
         return mod.get_function(name)
+
+    def available(self, cc: Tuple[int, int]) -> bool:
+        """Whether this family runs on a GPU of compute capability ``cc``."""
+        if not self.arch:
+            return True
+        return self.arch.rstrip("a") == f"sm_{cc[0]}{cc[1]}"
 
     def cached_groups(self) -> List[tuple]:
         return [g for (_, g) in self._modules]
 
 
 FAMILIES: Dict[str, Family] = {}
+
+
+def _cache_dir() -> str:
+    d = os.environ.get("KBITCUPY_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kbitcupy")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def load_arch_module(source: str, names: Sequence[str], arch: str, extra: Sequence[str] = ()):
+    """(cupy.RawModule, {name expression: lowered name}) for an arch-specific target.
+
+    CuPy's RawModule always appends ``-arch=sm_XY`` for the current device, which cannot
+    express 'sm_90a'; so NVRTC is called here for ``arch`` and the cubin is cached on
+    disk (key: source text, options, names, NVRTC version), then loaded by path."""
+    import hashlib
+    import json
+
+    import cupy
+
+    nvrtc = _nvrtc()
+    opts = list(_options(extra)) + [f"-arch={arch}"]
+    text = read_source(source)
+    h = hashlib.sha256("\0".join([text, *opts, *names, repr(nvrtc.getVersion())]).encode()).hexdigest()[:32]
+    base = os.path.join(_cache_dir(), f"{os.path.splitext(source)[0]}_{arch}_{h}")
+    if not (os.path.exists(base + ".cubin") and os.path.exists(base + ".json")):
+        prog = nvrtc.createProgram(text, source, [], [])
+        try:
+            for n in names:
+                nvrtc.addNameExpression(prog, n)
+            try:
+                nvrtc.compileProgram(prog, opts)
+            except Exception as e:
+                raise RuntimeError(f"NVRTC failed for {source} ({arch}):\n{nvrtc.getProgramLog(prog)}") from e
+            cubin = nvrtc.getCUBIN(prog)
+            lowered = {n: nvrtc.getLoweredName(prog, n) for n in names}
+        finally:
+            nvrtc.destroyProgram(prog)
+        tmp = f"{base}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(cubin)
+        os.replace(tmp, base + ".cubin")
+        with open(tmp, "w") as f:
+            json.dump(lowered, f)
+        os.replace(tmp, base + ".json")
+    with open(base + ".json") as f:
+        lowered = json.load(f)
+    return cupy.RawModule(path=base + ".cubin"), lowered
 
 
 def register(name: str, family: Family) -> Family:
@@ -185,14 +252,14 @@ def compile_all(arch: str = "sm_90", families: Sequence[str] | None = None, jobs
     from concurrent.futures import ThreadPoolExecutor
 
     work = []
-    for fname, fam in FAMILIES.items():
+    for fname, fam in applicable_families(arch).items():
         if families is not None and fname not in families:
             continue
         for gkey, keys in fam.groups().items():
             work.append((fname, fam, [fam.instances[k] for k in keys]))
     jobs = jobs or min(8, os.cpu_count() or 1)
     with ThreadPoolExecutor(jobs) as ex:
-        futs = [ex.submit(compile_group, fam.source, names, arch, fam.options) for _, fam, names in work]
+        futs = [ex.submit(compile_group, fam.source, names, fam.arch or arch, fam.options) for _, fam, names in work]
         results = []
         for (fname, _, _), f in zip(work, futs):
             for r in f.result():
@@ -201,8 +268,14 @@ def compile_all(arch: str = "sm_90", families: Sequence[str] | None = None, jobs
     return results
 
 
+def applicable_families(arch: str) -> Dict[str, Family]:
+    """The families that exist for ``arch`` ('sm_90' includes the 'sm_90a' ones)."""
+    _load_families()
+    return {n: f for n, f in FAMILIES.items() if not f.arch or f.arch.rstrip("a") == arch.rstrip("a")}
+
+
 # Launcher modules that register kernel families (imported by compile_all).
-FAMILY_MODULES = ("quantize", "gemv", "gemm", "grouped")
+FAMILY_MODULES = ("quantize", "gemv", "gemm", "grouped", "wgmma")
 
 
 def _load_families():

@@ -11,8 +11,9 @@ exactly the bytes the kbit kernel reads are timed the same way, in the same proc
     python profiling/bench.py --shapes moe --tag moe                 # grouped experts vs fp16
     python profiling/bench.py --shapes none --moe-layer --tag layer   # full MoE layer step
 
-Dense columns: GEMV (M <= 16), GEMM (fused dequant + MMA), dq+cuBLAS (dequantize into a
-buffer + cuBLAS), matmul (the dispatched call).  Adding a kernel column is one line in
+Dense columns: GEMV (M <= 16), GEMM (fused dequant + mma.sync), WGMMA (fused dequant +
+Hopper wgmma, sm_90 only), dq+cuBLAS (dequantize into a buffer + cuBLAS), matmul (the
+dispatched call).  Adding a kernel column is one line in
 COLUMNS (MOE_COLUMNS for the expert shapes); adding a dense shape is one line in
 DENSE_SHAPES.
 
@@ -139,6 +140,28 @@ def _gemm_launch(c: Ctx):
     return G.gemm(c.A, c.qw, c.out)
 
 
+def _wgmma_applies(s, M) -> bool:
+    if s.experts is not None:
+        return False
+    try:
+        import cupy as cp
+
+        from .wgmma import supported
+
+        return supported(cp.cuda.Device().id)
+    except Exception:  # no GPU
+        return False
+
+
+def _wgmma_launch(c: Ctx):
+    from . import wgmma as WG
+
+    try:
+        return WG.wgmma_gemm(c.A, c.qw, c.out)
+    except WG.DoesNotFit as e:
+        raise NotApplicable(f"does not fit: {e}") from None
+
+
 def _dq_launch(c: Ctx):
     from .dequant_matmul import dequant_matmul
 
@@ -162,11 +185,12 @@ NOT_IN_BEST = {PDL_COLUMN}
 COLUMNS: List[Column] = [
     Column("GEMV", applies=lambda s, M: s.experts is None and M <= GEMV_MAX_M, launch=lambda c: gemv(c.A, c.qw, c.out)),
     Column("GEMM", applies=lambda s, M: s.experts is None and M >= 1, launch=_gemm_launch),
+    Column("WGMMA", applies=_wgmma_applies, launch=_wgmma_launch),
     Column("dq+cuBLAS", applies=lambda s, M: s.experts is None, launch=_dq_launch),
     Column("matmul", applies=lambda s, M: s.experts is None, launch=lambda c: matmul(c.A, c.qw, out=c.out)),
     Column(PDL_COLUMN, applies=lambda s, M: s.experts is None, launch=_matmul_pdl_launch),
 ]
-COLUMN_ALIASES = {"mma": "GEMM", "dq": "dq+cuBLAS", "dequant": "dq+cuBLAS"}
+COLUMN_ALIASES = {"mma": "GEMM", "dq": "dq+cuBLAS", "dequant": "dq+cuBLAS", "wg": "WGMMA"}
 
 # ============================================================================ rotation math
 COLD_FACTOR = 4     # the R copies together must span >= 4 x L2, so every launch reads DRAM
@@ -734,7 +758,8 @@ def format_report(res: dict) -> str:
             f"launch per copy, R launches (cycled to >= {MIN_LAUNCHES}) captured in one CUDA graph; median of "
             f"{m['reps']} timed replays (CUDA events) / launches per graph. Times in us per launch.",
             "- Columns: GEMV = kbitcupy.gemv (M <= 16); GEMM = kbitcupy.gemm.gemm (fused dequant + MMA, '-' where "
-            "its configuration does not fit); dq+cuBLAS = kbitcupy.dequant_matmul (dequantize into a reused "
+            "its configuration does not fit); WGMMA = kbitcupy.wgmma.wgmma_gemm (fused dequant + Hopper wgmma, "
+            "sm_90 only); dq+cuBLAS = kbitcupy.dequant_matmul (dequantize into a reused "
             "buffer + cuBLAS GEMM); matmul = the dispatched kbitcupy.matmul; matmul+PDL = the same launched as a "
             "programmatic dependent (kbitcupy.set_pdl: the GEMV's prologue overlaps the previous launch's tail in "
             f"this graph of back-to-back launches; off by default), not in Best; vs {cub} (PDL) = {cub} / matmul+PDL "

@@ -492,6 +492,10 @@ def compile_kernels(families: Optional[Sequence[str]] = None, arch: Optional[str
             raise CLIError(f"offline compile failed: {type(e).__name__}: {e}") from None
         log(format_report(recs))
         return {"offline": True, "kernels": len(recs)}
+    import cupy as cp
+
+    cc = cp.cuda.Device().compute_capability
+    names = [n for n in names if FAMILIES[n].available((int(cc[:-1]), int(cc[-1])))]  # e.g. wgmma: sm_90 only
     log(f"GPU: {why}; compiling {sum(len(FAMILIES[n].groups()) for n in names)} kernel groups "
         f"({sum(len(FAMILIES[n].instances) for n in names)} kernels) into {cupy_cache_dir()}")
     work = [(n, g, keys[0]) for n in names for g, keys in FAMILIES[n].groups().items()]

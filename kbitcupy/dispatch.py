@@ -2,6 +2,7 @@
 
 * ``'gemv'``: the decode GEMV (kbitcupy.gemv, M <= 16),
 * ``'gemm'``: the fused dequant + MMA kernel (kbitcupy.gemm, tiled weights),
+* ``'wgmma'``: the Hopper fused dequant + wgmma kernel (kbitcupy.wgmma, sm_90 only),
 * ``'dq'``:   dequantize into a reused buffer + cuBLAS (kbitcupy.dequant_matmul).
 
 ``choose(M, N, K, k, dtype)`` reads a table of measured crossovers for the current
@@ -15,7 +16,11 @@ back to ``TABLES['default']``.  A table entry:
 ``(k, dtype_name)``, ``k``, ``"*"``; each value is an int or a list of size bands
 ``[(max_weight_elems or None, max_m), ...]`` (first band with N * K <= max_weight_elems;
 None = no limit), e.g. ``{4: [(4 << 20, 48), (None, 96)], "*": 64}``.  The same
-form is accepted for ``gemv_max_m``.
+form is accepted for ``gemv_max_m``.  An entry may also hold ``"shapes"``: exact
+crossovers per measured (k, N, K): ``(gemv_max_m, gemm_max_m)`` or
+``(gemv_max_m, gemm_max_m, wgmma_lo, wgmma_hi)``: inside the fused band, M in
+[wgmma_lo, wgmma_hi] runs the wgmma kernel instead of kbit_gemm (only measured shapes
+get it).
 
 Re-tuning (on the GPU to tune, e.g. after a kernel change):
   1. time gemv / gemm / dq per (k, dtype, shape, M) -- profiling/bench.py does this
@@ -133,26 +138,31 @@ def _parse_key(key: str):
 
 
 def shapes_from_timings(timings: dict) -> dict:
-    """{(k, N, K): (gemv_max_m, gemm_max_m)} from {(k, dtype, N, K, M): {'gemv'|'gemm'|'dq': us}}:
-    the largest measured M up to which each kernel is the fastest (kernels are tried in
-    the order gemv, gemm, dq as M grows; an M between two measured ones takes the
-    lower one's choice)."""
+    """{(k, N, K): (gemv_max_m, gemm_max_m[, wgmma_lo, wgmma_hi])} from {(k, dtype, N, K, M):
+    {'gemv'|'gemm'|'wgmma'|'dq': us}}: the largest measured M up to which each kind is the
+    fastest (tried in the order gemv, fused, dq as M grows; an M between two measured ones
+    takes the lower one's choice); inside the fused band, the measured M range where the
+    wgmma kernel beats kbit_gemm."""
     by_shape: dict = {}
     for (k, _dt, N, K, M), us in timings.items():
         by_shape.setdefault((k, N, K), {})[M] = us
     out = {}
     for shape, rows in by_shape.items():
         gemv_max = gemm_max = 0
+        wg = []
         for M in sorted(rows):
             us = {n: x for n, x in rows[M].items() if x is not None}
             best = min(us, key=us.get)
             if best == "gemv" and gemm_max == 0 and M <= GEMV_MAX_M:
                 gemv_max = M
-            elif best in ("gemv", "gemm"):
+            elif best in ("gemv", "gemm", "wgmma"):
                 gemm_max = M
+                if best == "wgmma" or (best == "gemv" and us.get("wgmma", 1e30) < us.get("gemm", 1e30)):
+                    wg.append(M)
             else:
                 break
-        out[shape] = (gemv_max, max(gemm_max, gemv_max))
+        gm = max(gemm_max, gemv_max)
+        out[shape] = (gemv_max, gm, min(wg), max(wg)) if wg else (gemv_max, gm)
     return out
 
 
@@ -233,7 +243,7 @@ def entry(family: Optional[str] = None) -> dict:
 
 
 def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str] = None) -> str:
-    """'gemv' | 'gemm' | 'dq' for C[M, N] = A[M, K] @ W^T with a k-bit weight.
+    """'gemv' | 'gemm' | 'wgmma' | 'dq' for C[M, N] = A[M, K] @ W^T with a k-bit weight.
 
     family: table key (default: the current GPU's family, 'default' if unknown).
     'gemm' and 'gemv' are only meaningful for tiled weights (gemm needs them; for a
@@ -247,15 +257,18 @@ def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str
         e = TABLES.get(fam, TABLES["default"])
         elems = int(N) * int(K)
         exact = e.get("shapes", {}).get((int(k), int(N), int(K)))  # measured on this very shape
+        wg_lo, wg_hi = 1, 0
         if exact is not None:
             gemv_max, gemm_max = min(exact[0], GEMV_MAX_M), exact[1]
+            if len(exact) >= 4:
+                wg_lo, wg_hi = exact[2], exact[3]
         else:
             gemv_max = min(_resolve(e["gemv_max_m"], k, dn, elems, "gemv_max_m"), GEMV_MAX_M)
             gemm_max = _resolve(e["gemm_max_m"], k, dn, elems, "gemm_max_m")
         if M <= gemv_max:
             kind = "gemv"
         elif M <= gemm_max:
-            kind = "gemm"
+            kind = "wgmma" if wg_lo <= M <= wg_hi else "gemm"
         else:
             kind = "dq"
         if len(_CHOICES) > 4096:

@@ -20,7 +20,7 @@ _ACT_DTYPES = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None els
 
 def _dispatch_gpu(A, qw, out):
     """Run the kernel picked for this call from the measured crossovers (kbitcupy.dispatch);
-    returns which one ran: 'gemv', 'gemm' or 'dq'."""
+    returns which one ran: 'gemv', 'gemm', 'wgmma' or 'dq'."""
     M, K = A.shape
     N = qw.shape[0]
     tiled = qw.layout == "tiled"
@@ -31,6 +31,16 @@ def _dispatch_gpu(A, qw, out):
             gemv(A, qw, out)
             return "gemv"
         kind_ = "gemm" if tiled else "dq"  # staged A too large for shared memory
+    if kind_ == "wgmma":
+        from . import wgmma as WG
+
+        if WG.supported(A.data.device_id):
+            try:
+                WG.wgmma_gemm(A, qw, out)
+                return "wgmma"
+            except WG.DoesNotFit:
+                pass
+        kind_ = "gemm"
     if kind_ == "gemm":
         gemm(A, qw, out)
         return "gemm"

@@ -2,7 +2,8 @@
 default plan and forced split-K counts (SPLITS), and the dequant + cuBLAS path
 with its two dequantize kernels alone.  The full tables (with fp16 cuBLAS) come from bench.py.  Env: KS (bit widths), MS, SHAPES_ (names of
 bench_foundation.SHAPES), SPLITS (forced k_splits); ONE="shape,k,M,k_splits" runs 5 plain launches of one gemm
-(the ncu target of profiling/ncu_gemm.sh)."""
+(the ncu target of profiling/ncu_gemm.sh).  WG=1 adds the Hopper wgmma kernel at its default plan and
+WGSPLITS / WGTOKS / WGSTAGES forced variants; ONE_WG=1 makes ONE launch it instead of kbit_gemm."""
 import os
 import sys
 
@@ -32,7 +33,12 @@ if os.environ.get("ONE"):  # ncu target: ONE="name,k,M,k_splits" -> 5 plain laun
     A = rand_f16(rng, (int(M), K))
     out = cp.empty((int(M), N), cp.float16)
     for _ in range(5):
-        G.gemm(A, q, out, k_splits=int(ksp) if ksp else None)
+        if os.environ.get("ONE_WG") == "1":
+            from kbitcupy.wgmma import wgmma_gemm
+
+            wgmma_gemm(A, q, out, k_splits=int(ksp) if ksp else None)
+        else:
+            G.gemm(A, q, out, k_splits=int(ksp) if ksp else None)
     cp.cuda.runtime.deviceSynchronize()
     names = []
 for name in names:
@@ -56,6 +62,24 @@ for name in names:
                     row[label] = f"{t:7.2f}{'!' if not err < 1e-2 else ''} (ks={p.k_splits} st={p.stages} g={p.grid})"
                 except Exception as e:  # noqa: BLE001
                     row[label] = f"err {type(e).__name__}: {str(e)[:80]}"
+            if os.environ.get("WG", "0") == "1":
+                from kbitcupy import wgmma as WGM
+
+                envl = lambda v: [int(x) for x in os.environ.get(v, "").split(",") if x]  # noqa: E731
+                wgs = [("wg", {})] + [(f"wg/ks{s}", dict(k_splits=s)) for s in envl("WGSPLITS")] + \
+                    [(f"wg/tok{t}", dict(tok=t)) for t in envl("WGTOKS")] + \
+                    [(f"wg/st{t}", dict(stages=t)) for t in envl("WGSTAGES")]
+                for label, kw in wgs:
+                    try:
+                        out.fill(np.nan)
+                        WGM.wgmma_gemm(A, q, out, **kw)
+                        err = float(cp.abs(out.astype(cp.float64) - ref).max() / cp.abs(ref).max())
+                        t = time_rotated([lambda c=c: WGM.wgmma_gemm(A, c, out, **kw) for c in cps])
+                        p = WGM.plan(M, N, K, k, "float16", dev, kw.get("k_splits"), kw.get("tok"), kw.get("stages"))
+                        row[label] = (f"{t:7.2f}{'!' if not err < 1e-2 else ''} (tok={p.tok} ks={p.k_splits} "
+                                      f"st={p.stages} g={p.grid} occ={p.occ})")
+                    except Exception as e:  # noqa: BLE001
+                        row[label] = f"err {type(e).__name__}: {str(e)[:80]}"
             if os.environ.get("DQ", "1") == "1":
                 from kbitcupy.dequant_matmul import dequant_lut, dequant_matmul
 

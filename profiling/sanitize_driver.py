@@ -1,5 +1,5 @@
 """Small shapes through every kernel family, for compute-sanitizer (memcheck / racecheck /
-synccheck): split-K GEMM with forced split counts, GEMV (also launched with PDL), dequant
+synccheck): split-K GEMM with forced split counts, the wgmma GEMM (sm_90), GEMV (also launched with PDL), dequant
 (pair table) + cuBLAS, grouped MoE, quantize/dequant.
 Exits non-zero if any result is wrong, so a sanitizer run checks values too."""
 import os
@@ -42,6 +42,15 @@ for k in (2, 4, 5):
             gemm(A, q, out, k_splits=splits)
             gemm(A, q, out, k_splits=splits)  # twice: counters must have been reset
             check(f"gemm k={k} M={M} splits={splits}", out, ref)
+        if cp.cuda.Device().compute_capability == "90":  # Hopper wgmma kernel, every TOK variant
+            from kbitcupy.wgmma import TOK_CHOICES, wgmma_gemm
+
+            for tok in TOK_CHOICES:
+                for splits in (1, 3):
+                    out = cp.full((M, N), np.nan, cp.float16)
+                    wgmma_gemm(A, q, out, k_splits=splits, tok=tok)
+                    wgmma_gemm(A, q, out, k_splits=splits, tok=tok)
+                    check(f"wgmma k={k} M={M} tok={tok} splits={splits}", out, ref)
         out = cp.full((M, N), np.nan, cp.float16)  # dequant (pair table) + cuBLAS
         check(f"dequant_matmul k={k} M={M}", dequant_matmul(A, q, out), ref)
 # programmatic dependent launch: a chain of GEMVs, each reading the previous one's output

@@ -12,7 +12,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kbitcupy import dispatch as D  # noqa: E402
 
-COLS = {"GEMV": "gemv", "GEMM": "gemm", "dq+cuBLAS": "dq"}
+COLS = {"GEMV": "gemv", "GEMM": "gemm", "WGMMA": "wgmma", "dq+cuBLAS": "dq"}
 
 
 def timings(paths):

@@ -118,6 +118,30 @@ def test_entry_from_timings(tables):
     assert D.choose(9, 512, 2048, 3, family="T") == "dq"
 
 
+def test_shapes_from_timings_wgmma_band(tables):
+    """Inside the fused band, the measured M range where the wgmma kernel is fastest runs it;
+    a shape it never wins keeps the 2-tuple (kbit_gemm only); unmeasured shapes never get it."""
+    t = {}
+    for M, us in ((1, dict(gemv=3.0, gemm=9.0, wgmma=9.5, dq=20.0)),
+                  (16, dict(gemv=11.0, gemm=10.0, wgmma=9.0, dq=20.0)),
+                  (32, dict(gemm=15.0, wgmma=14.0, dq=16.0)),
+                  (64, dict(gemm=25.0, wgmma=20.0, dq=21.0)),
+                  (128, dict(gemm=30.0, wgmma=28.0, dq=17.0))):
+        t[(4, "float16", 2048, 5120, M)] = us
+        t[(4, "float16", 512, 2048, M)] = {n: (x if n != "wgmma" else x + 100) for n, x in us.items()}
+    sh = D.shapes_from_timings(t)
+    assert sh[(4, 2048, 5120)] == (1, 64, 16, 64)
+    assert sh[(4, 512, 2048)] == (1, 32)  # without wgmma, dq wins from M = 64
+    e = D.entry_from_timings(t, gemv_max_m=8)
+    e["shapes"] = sh
+    D.set_table("T", e)
+    c = lambda M, N, K: D.choose(M, N, K, 4, family="T")  # noqa: E731
+    assert [c(M, 2048, 5120) for M in (1, 8, 16, 40, 64, 65, 128)] == \
+        ["gemv", "gemm", "wgmma", "wgmma", "wgmma", "dq", "dq"]
+    assert [c(M, 512, 2048) for M in (1, 16, 32, 64)] == ["gemv", "gemm", "gemm", "dq"]
+    assert c(40, 3000, 3000) in ("gemm", "dq")  # size bands: never wgmma
+
+
 def test_gpu_family_without_gpu_is_a_string():
     assert isinstance(D.gpu_family(), str)
 

@@ -1,0 +1,428 @@
+// Fused dequant + Hopper warpgroup MMA (wgmma) GEMM: C[M, N] = A[M, K] * W^T, sm_90a.
+//
+// Why a second fused GEMM: kbit_gemm (mma.sync, weights as the B operand) is latency
+// bound with 4-warp CTAs and re-dequantizes every weight per 16-token block.  Here the
+// dequantized weights are wgmma's *register* A operand (64 weight columns per
+// warpgroup = the m64 side) and the tokens the shared-memory B operand (TOK tokens =
+// the n side, up to 256), so one dequantized fragment feeds TOK tokens, the MMA runs
+// asynchronously while the warps dequantize the next K tile, and the tokens move in
+// 16-byte cp.async copies in their natural K order.
+//
+// W is k-bit quantized in the TILED layout (kbitcupy/reference.py): tiles of
+// 64 (K) x 128 (N), tile index k_tile * n_tiles + n_tile, inside a tile
+// [col][kb][bit] plane words and E4M4 absmax bytes [col][kb]; padded columns and the
+// padded half of a K % 64 == 32 tile hold zero words and absmax 0 (dequantize to 0).
+//
+// CTA: 256 threads = 2 warpgroups, one 128-column layout-tile strip (warpgroup w:
+// columns 64w..64w+63; warp q of it: 16 columns) x TOK tokens, a contiguous range
+// of K tiles (split-K as in kbit_gemm.cu: per-split fp32 slots, the last CTA of an
+// output tile sums them in split order and resets its counter).
+//
+// A operand (weights) without any K permutation: in the m64k16 register fragment lane
+// (g, t) of warp q holds rows (columns of W) g and g + 8, k slots {2t, 2t+1} (a0, a1)
+// and {2t+8, 2t+9} (a2, a3).  Instruction j (0..3) of a 64-wide K tile covers block
+// kb = j / 2, 8-element chunks c = 2 (j % 2) and c + 1, so the lane needs the element
+// pairs 4c + t of its blocks: byte c of the pair-key word q = t (pair_keys in
+// kbit_common.cuh), which the lane builds alone (key_word below), then one PRMT + LDS
+// pair lookup (half2/bf162 of two levels) + one HMUL2 by the E4M4 scale per register.
+//
+// B operand (tokens) in shared memory, no swizzle, K-major core matrices of 8 tokens x
+// 8 elements (128 bytes): (token r, chunk c) at ((r / 8) * 8 + c) * 128 + (r % 8) * 16,
+// i.e. leading (K) byte offset 128 and stride (token) byte offset 1024.  Copy id i of a
+// stage lands at byte 16 i, so cp.async writes are contiguous.
+//
+// Pipeline: `stages` buffers (runtime, 3..8) of {tokens TOK x 64, weight tile, absmax},
+// prefetch distance stages - 2: a buffer is rewritten two iterations after its wgmma
+// group was issued, and wgmma.wait_group 1 at the end of each iteration has retired it.
+// Per iteration: wait for tile it, barrier, request tile it + stages - 2, dequantize
+// tile it into the fragment registers of parity it & 1 (the other parity still feeds the
+// wgmma group in flight), fence, 4 x wgmma (k16), commit, wait_group 1.
+//
+// Shared memory (dynamic, bytes): pair LUT | scale table (256 half2) | codebook (128) |
+// misc (128) | stages x stage.  The epilogue stages C through the (then idle) stage
+// buffers for 16-byte row stores.
+#include "kbit_pairlut.cuh"
+
+namespace kbit_wgmma_detail {
+
+// One K tile (64 = 4 x k16) of wgmma m64nNk16 in ONE asm statement: A = this tile's 16
+// fragment registers, B = 4 shared-memory descriptors, D += A * B.  One statement keeps
+// the 16 fragment registers distinct and untouched between the 4 instructions (with one
+// statement per instruction the compiler moved every fragment into the same scratch
+// registers, and ptxas then serialized each wgmma: warning C7513).
+#define KBIT_WG_ACC8(o) "+f"(d[o + 0]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), \
+                        "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), "+f"(d[o + 7])
+#define KBIT_WG_IN "r"(f[0][0]), "r"(f[0][1]), "r"(f[0][2]), "r"(f[0][3]), "r"(f[1][0]), "r"(f[1][1]), "r"(f[1][2]), \
+                   "r"(f[1][3]), "r"(f[2][0]), "r"(f[2][1]), "r"(f[2][2]), "r"(f[2][3]), "r"(f[3][0]), "r"(f[3][1]), \
+                   "r"(f[3][2]), "r"(f[3][3]), "l"(b[0]), "l"(b[1]), "l"(b[2]), "l"(b[3]), "n"(1)
+#define KBIT_WG_ACC_N16 "{%0,%1,%2,%3,%4,%5,%6,%7}, "
+#define KBIT_WG_P_N16 "{\n.reg .pred p;\nsetp.ne.b32 p, %28, 0;\n"
+#define KBIT_WG_AB_N16_0 "{%8,%9,%10,%11}, %24, p, 1, 1, 0;\n"
+#define KBIT_WG_AB_N16_1 "{%12,%13,%14,%15}, %25, p, 1, 1, 0;\n"
+#define KBIT_WG_AB_N16_2 "{%16,%17,%18,%19}, %26, p, 1, 1, 0;\n"
+#define KBIT_WG_AB_N16_3 "{%20,%21,%22,%23}, %27, p, 1, 1, 0;\n"
+#define KBIT_WG_ACC_N32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+#define KBIT_WG_P_N32 "{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
+#define KBIT_WG_AB_N32_0 "{%16,%17,%18,%19}, %32, p, 1, 1, 0;\n"
+#define KBIT_WG_AB_N32_1 "{%20,%21,%22,%23}, %33, p, 1, 1, 0;\n"
+#define KBIT_WG_AB_N32_2 "{%24,%25,%26,%27}, %34, p, 1, 1, 0;\n"
+#define KBIT_WG_AB_N32_3 "{%28,%29,%30,%31}, %35, p, 1, 1, 0;\n"
+#define KBIT_WG_ACC_N64 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+#define KBIT_WG_P_N64 "{\n.reg .pred p;\nsetp.ne.b32 p, %52, 0;\n"
+#define KBIT_WG_AB_N64_0 "{%32,%33,%34,%35}, %48, p, 1, 1, 0;\n"
+#define KBIT_WG_AB_N64_1 "{%36,%37,%38,%39}, %49, p, 1, 1, 0;\n"
+#define KBIT_WG_AB_N64_2 "{%40,%41,%42,%43}, %50, p, 1, 1, 0;\n"
+#define KBIT_WG_AB_N64_3 "{%44,%45,%46,%47}, %51, p, 1, 1, 0;\n"
+#define KBIT_WG_INS(N, J, TY) "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " KBIT_WG_ACC_N##N KBIT_WG_AB_N##N##_##J
+#define KBIT_WG_TILE(N, TY, CT, ...)                                                                                 \
+    __device__ __forceinline__ void wgmma_tile_n##N(float (&d)[N / 2], const u32 (&f)[4][4],                       \
+                                                  const unsigned long long (&b)[4], CT) {                          \
+        asm volatile("wgmma.fence.sync.aligned;\n" KBIT_WG_P_N##N KBIT_WG_INS(N, 0, TY) KBIT_WG_INS(N, 1, TY) KBIT_WG_INS(N, 2, TY) KBIT_WG_INS(N, 3, TY) "}\n"   \
+                     : __VA_ARGS__                                                                                \
+                     : KBIT_WG_IN);                                                                               \
+    }
+#define KBIT_WG_DEFINE(TY, CT)                                                                                      \
+    KBIT_WG_TILE(16, TY, CT, KBIT_WG_ACC8(0))                                                                      \
+    KBIT_WG_TILE(32, TY, CT, KBIT_WG_ACC8(0), KBIT_WG_ACC8(8))                                                     \
+    KBIT_WG_TILE(64, TY, CT, KBIT_WG_ACC8(0), KBIT_WG_ACC8(8), KBIT_WG_ACC8(16), KBIT_WG_ACC8(24))
+KBIT_WG_DEFINE("f16", __half)
+KBIT_WG_DEFINE("bf16", __nv_bfloat16)
+
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+// Keep the accumulators in registers across the asm statements (no reordering of
+// reads of d around the async MMA).
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Shared-memory matrix descriptor: no swizzle, LBO 128 B (next 8-element K chunk),
+// SBO 1024 B (next 8 tokens).
+__device__ __forceinline__ unsigned long long smem_desc(u32 saddr) {
+    return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | ((unsigned long long)(128 >> 4) << 16) |
+           ((unsigned long long)(1024 >> 4) << 32);
+}
+
+__device__ __forceinline__ void cp_async16_zfill(u32 s, const void* gmem, bool valid) {
+    int sz = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(sz));
+}
+
+__device__ __forceinline__ void cp_async_wait_upto(int pending) {
+    switch (pending) {
+        case 0: cp_async_wait<0>(); break;
+        case 1: cp_async_wait<1>(); break;
+        case 2: cp_async_wait<2>(); break;
+        case 3: cp_async_wait<3>(); break;
+        case 4: cp_async_wait<4>(); break;
+        default: cp_async_wait<5>(); break;
+    }
+}
+
+__device__ __forceinline__ u32 lds_u32(u32 addr) {
+    u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+    return v;
+}
+
+// PTX prmt (unlike __byte_perm it honours the sign-replicate bit of a selector nibble,
+// which the k = 5 key uses to zero its upper bytes).
+__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
+    u32 d;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// wgmma reads its register A operand asynchronously: the registers of a group in flight
+// must keep their values until wgmma.wait_group retires it.  The compiler does not know
+// that (it reused the same registers for the next tile's fragments), so every fragment
+// set is "used" by this empty asm after the wait that retires its group, so it stays
+// live, in place, until then.  (A "+r" fence would redefine the registers, and ptxas
+// then serializes every wgmma: warning C7513.)
+__device__ __forceinline__ void frag_keep(const u32 (&f)[4][4]) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) asm volatile("" ::"r"(f[j][0]), "r"(f[j][1]), "r"(f[j][2]), "r"(f[j][3]) : "memory");
+}
+
+// Pair-key word q = t of one block (see pair_keys): byte c = key of elements
+// 8c + 2t, 8c + 2t + 1, i.e. bits 2b, 2b + 1 = (plane b >> (8c + 2t)) & 3.
+template <int K>
+__device__ __forceinline__ u32 key_word(const u32 (&p)[K], int sh) {
+    u32 key = 0;
+#pragma unroll
+    for (int b = 0; b < (K < 4 ? K : 4); b++) key |= ((p[b] >> sh) & 0x03030303u) << (2 * b);
+    return key;
+}
+
+}  // namespace kbit_wgmma_detail
+
+// Grid: 1-D, m_tiles * n_tiles * k_splits CTAs; CTA b -> token tile b % m_tiles,
+// split (b / m_tiles) % k_splits, column strip b / (m_tiles * k_splits).
+template <int K, typename T, int TOK>
+__global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, const u32* __restrict__ packed,
+                                                     const u8* __restrict__ absmax, const float* __restrict__ codebook,
+                                                     T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
+                                                     int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
+                                                     float tensor_scale, int vec8) {
+    using namespace kbit_wgmma_detail;
+    static_assert(TOK == 16 || TOK == 32 || TOK == 64 || TOK == 128 || TOK == 192 || TOK == 256, "TOK");
+    constexpr int NACC = TOK / 2;                   // fp32 accumulators per thread (m64 x TOK / 128)
+    constexpr int NSUB = TOK >= 64 ? TOK / 64 : 1;  // n64 sub-MMAs per k16 (TOK >= 64)
+    constexpr int A_BYTES = TOK * 128;              // tokens x 64 elements
+    constexpr int W_BYTES = 1024 * K;               // one layout tile: 128 cols x 2 blocks x K words
+    constexpr int STAGE_BYTES = (A_BYTES + W_BYTES + 256 + 127) / 128 * 128;
+    constexpr int LUT_BYTES = PairLut<K>::WORDS * 4;
+    constexpr int SH = PairLut<K>::LOG2_COPIES + 2;  // log2 bytes per LUT entry row
+    constexpr int CS_STRIDE = 128 + 8;               // C staging row (elements), 16 B aligned, spreads banks
+
+    extern __shared__ __align__(128) unsigned char smem[];
+    u32* lut = reinterpret_cast<u32*>(smem);
+    u32* s2tab = reinterpret_cast<u32*>(smem + LUT_BYTES);
+    float* cb_s = reinterpret_cast<float*>(smem + LUT_BYTES + 1024);
+    int* misc = reinterpret_cast<int*>(smem + LUT_BYTES + 1024 + 128);
+    unsigned char* stage0 = smem + LUT_BYTES + 1024 + 256;
+    const u32 stage0_s = (u32)__cvta_generic_to_shared(stage0);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+
+    // ---------------------------------------------------------------- work item
+    const int bid = blockIdx.x;
+    const int mt = bid % m_tiles;
+    const int rest = bid / m_tiles;
+    const int split = rest % k_splits;
+    const int nt = rest / k_splits;
+    const int m0 = mt * TOK;
+    const int n0 = nt * KBIT_TILE_N;
+    const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
+    const int k_tiles = (Kdim + KBIT_TILE_K - 1) / KBIT_TILE_K;
+    const int kt_begin = (int)((long)k_tiles * split / k_splits);
+    const int kt_end = (int)((long)k_tiles * (split + 1) / k_splits);
+    const int n_my = kt_end - kt_begin;
+
+    // Token copies: copy id i = tid + 256 u (u < A_COPIES) -> token 8 (i / 64) + i % 8 =
+    // a_r0 + 32 u, chunk (i / 8) % 8 = a_c (the same for every u), shared byte 16 i.  The
+    // row pointer and its validity are fixed per thread; only the K offset moves.
+    constexpr int A_COPIES = (TOK * 8 + 255) / 256;
+    const int a_r0 = ((tid >> 6) << 3) | (tid & 7), a_c = (tid >> 3) & 7;
+    const int a_rows = M - m0 - a_r0;  // copy u is a real token iff 32 u < a_rows
+    const T* a_base = A + (long)(m0 + a_r0) * Kdim + a_c * 8;
+    const long a_ustride = 32L * Kdim;
+    constexpr int W_COPIES = (W_BYTES / 16 + 255) / 256;
+    const u32* w_base = packed + (long)nt * (KBIT_TILE_N * KBIT_KB_PER_TILE * K) + 4 * tid;
+    const long w_ktstride = (long)n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K);
+    const u8* abs_base = absmax + (long)nt * (KBIT_TILE_N * KBIT_KB_PER_TILE) + 16 * tid;
+    const long abs_ktstride = (long)n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE);
+
+    auto load_stage = [&](int buf, int kt) {
+        const u32 st = stage0_s + buf * STAGE_BYTES + 16 * tid;
+        const bool kok = kt * KBIT_TILE_K + a_c * 8 < Kdim;  // K % 64 == 32: the upper half is zero-filled
+#pragma unroll
+        for (int u = 0; u < A_COPIES; u++) {
+            if ((TOK * 8) % 256 == 0 || tid + 256 * u < TOK * 8) {
+                const bool ok = kok && 32 * u < a_rows;
+                cp_async16_zfill(st + 4096 * u, ok ? a_base + u * a_ustride + kt * KBIT_TILE_K : A, ok);
+            }
+        }
+        // weights: the whole (kt, nt) layout tile, contiguous
+#pragma unroll
+        for (int u = 0; u < W_COPIES; u++)
+            if ((W_BYTES / 16) % 256 == 0 || tid + 256 * u < W_BYTES / 16)
+                cp_async16_zfill(st + A_BYTES + 4096 * u, w_base + kt * w_ktstride + 1024 * u, true);
+        if (tid < 16) cp_async16_zfill(st + A_BYTES + W_BYTES, abs_base + kt * abs_ktstride, true);
+    };
+
+    // ---------------------------------------------------------------- prologue
+    const int dist = stages - 2;  // prefetch distance (see header)
+    if (tid < 32) cb_s[tid] = tid < (1 << K) ? codebook[tid] : 0.0f;
+    for (int i = 0; i < dist; i++) {
+        if (i < n_my) load_stage(i, kt_begin + i);
+        cp_async_commit();
+    }
+    __syncthreads();
+    build_pair_lut<K, T>(lut, cb_s);
+    for (int c = tid; c < 256; c += 256) s2tab[c] = scale_pair<T>(e4m4_decode((u32)c));
+
+    float acc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
+
+    const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4u * (u32)(lane & (PairLut<K>::COPIES - 1));
+    const u32 s2_base = (u32)__cvta_generic_to_shared(s2tab);
+    const int col_lo = 16 * warp + g;  // column of the 128-strip for fragment rows g (and +8)
+    const int ksh = 2 * t;             // key_word shift
+
+    // Two fragment sets: tile it dequantizes into one while the wgmma group of tile it - 1
+    // may still read the other (see frag_keep).
+    u32 frag_a[4][4], frag_b[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) frag_a[j][r] = frag_b[j][r] = 0u;
+    int rd = 0, wr = dist;
+    auto step = [&](int it, u32 (&fr)[4][4], u32 (&prev)[4][4]) {
+        cp_async_wait_upto(dist - 1);
+        // cp.async wrote the tile through the generic proxy; wgmma reads it through the
+        // async proxy: make this thread's writes visible to it before the barrier.
+        fence_proxy_async();
+        __syncthreads();
+        if (it + dist < n_my) load_stage(wr, kt_begin + it + dist);
+        cp_async_commit();
+        wr = wr + 1 == stages ? 0 : wr + 1;
+
+        const u32 st = stage0_s + rd * STAGE_BYTES;
+        rd = rd + 1 == stages ? 0 : rd + 1;
+        const u32 ws_s = st + A_BYTES;
+        const u32 abs_s = st + A_BYTES + W_BYTES;
+
+        // ---- dequantize: blocks (col_lo, kb) and (col_lo + 8, kb), kb = 0, 1
+#ifdef KBIT_WG_NO_DEQUANT  // experiment hook (profiling/gemm_probe.py): MMA + loads only
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) fr[j][r] = 0x3C003C00u ^ (u32)(it & 1);
+#else
+#pragma unroll
+        for (int kb = 0; kb < 2; kb++) {
+            u32 kw[2], hi[2], s2[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int col = col_lo + 8 * h;
+                const u32 wa = ws_s + 4u * (u32)((col * 2 + kb) * K);
+                u32 p[K];
+                if (K == 4) {
+                    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                                 : "=r"(p[0]), "=r"(p[1 % K]), "=r"(p[2 % K]), "=r"(p[3 % K]) : "r"(wa));
+                } else if (K == 2) {
+                    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(p[0]), "=r"(p[1 % K]) : "r"(wa));
+                } else {
+#pragma unroll
+                    for (int b = 0; b < K; b++) p[b] = lds_u32(wa + 4 * b);
+                }
+                kw[h] = key_word<K>(p, ksh);
+                hi[h] = K == 5 ? (p[K - 1] >> ksh) & 0x03030303u : 0u;
+                u32 code;
+                asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(code) : "r"(abs_s + (u32)(col * 2 + kb)));
+                s2[h] = lds_u32(s2_base + 4u * code);
+            }
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    u32 key;
+                    if (K <= 4) key = __byte_perm(kw[h], 0u, 0x4440u + c);
+                    else key = prmt(kw[h], hi[h], (u32)(c | ((4 + c) << 4) | ((12 + c) << 8) | ((12 + c) << 12)));
+                    // instruction j = 2 kb + c / 2; register a0/a1 (chunk even) or a2/a3 (chunk odd), row g + 8 h
+                    fr[2 * kb + (c >> 1)][2 * (c & 1) + h] = hmul2_u32(lds_u32(lut_lane + (key << SH)), s2[h], T());
+                }
+            }
+        }
+
+#endif
+#ifdef KBIT_WG_NO_MMA  // experiment hook: loads + dequantize only
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) acc[(4 * j + r) % NACC] += __uint_as_float(fr[j][r] & 0x00010001u);
+#else
+        // ---- 4 x wgmma k16 over this tile (k16 j: chunks 2j, 2j + 1 -> +256 j bytes)
+        unsigned long long bd[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) bd[j] = smem_desc(st + 256u * j);
+        if (TOK == 16) {
+            wgmma_tile_n16(*reinterpret_cast<float(*)[8]>(&acc[0]), fr, bd, T());
+        } else if (TOK == 32) {
+            wgmma_tile_n32(*reinterpret_cast<float(*)[16]>(&acc[0]), fr, bd, T());
+        } else {
+#pragma unroll
+            for (int sub = 0; sub < NSUB; sub++) {  // tokens 64 sub.. : 8 row groups of 1024 bytes on
+                unsigned long long bs[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) bs[j] = bd[j] + ((8192ull * sub) >> 4);
+                wgmma_tile_n64(*reinterpret_cast<float(*)[32]>(&acc[32 * sub]), fr, bs, T());
+            }
+        }
+        wgmma_commit();
+#ifdef KBIT_WG_WAIT0  // experiment hook: no MMA / dequantize overlap
+        wgmma_wait<0>();
+#else
+        wgmma_wait<1>();  // retires the group of tile it - 1, which read `prev`
+#endif
+        reg_fence(acc);
+#endif
+#ifndef KBIT_WG_NO_KEEP
+        frag_keep(prev);
+#endif
+    };
+    for (int it = 0; it < n_my; it += 2) {
+        step(it, frag_a, frag_b);
+        if (it + 1 < n_my) step(it + 1, frag_b, frag_a);
+    }
+    wgmma_wait<0>();
+    reg_fence(acc);
+    cp_async_wait<0>();
+
+    // ---------------------------------------------------------------- split-K fixup
+    if (k_splits > 1) {
+        const int tiles = gridDim.x / k_splits;
+        const int tile = nt * m_tiles + mt;
+        const long split_stride = (long)tiles * (128 * TOK);
+        float* base = ws + (long)tile * (128 * TOK) + tid * 4;
+        float* mine = base + split * split_stride;
+#pragma unroll
+        for (int i = 0; i < NACC / 4; i++)
+            __stcg(reinterpret_cast<float4*>(mine + i * 1024),
+                   make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) misc[0] = atomicAdd(counters + tile, 1) == k_splits - 1;
+        __syncthreads();
+        if (!misc[0]) return;
+        __threadfence();
+#pragma unroll
+        for (int i = 0; i < NACC / 4; i++) {
+            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int sp = 0; sp < k_splits; sp++) {
+                float4 v;
+                if (sp == split) v = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+                else v = __ldcg(reinterpret_cast<const float4*>(base + sp * split_stride + i * 1024));
+                s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
+            }
+            acc[4 * i] = s.x; acc[4 * i + 1] = s.y; acc[4 * i + 2] = s.z; acc[4 * i + 3] = s.w;
+        }
+        if (tid == 0) counters[tile] = 0;
+    }
+
+    // ---------------------------------------------------------------- C through shared memory
+    __syncthreads();  // every warp is done with the stage buffers
+    T* cs = reinterpret_cast<T*>(stage0);
+    // accumulator 4 b + e: token 8 b + 2 t + (e & 1), column 16 warp + g + 8 (e >> 1)
+#pragma unroll
+    for (int b = 0; b < TOK / 8; b++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int tok = 8 * b + 2 * t + (e & 1);
+            cs[tok * CS_STRIDE + col_lo + 8 * (e >> 1)] = KbitType<T>::from_float(acc[4 * b + e] * tensor_scale);
+        }
+    }
+    __syncthreads();
+    const int rows = min(TOK, M - m0);
+    for (int i = tid; i < rows * 16; i += 256) {
+        const int r = i >> 4, c8 = (i & 15) * 8;
+        const int col = n0 + c8;
+        if (col >= N) continue;
+        T* dst = C + (long)(m0 + r) * N + col;
+        const T* src = cs + r * CS_STRIDE + c8;
+        if (vec8 && col + 8 <= N) {
+            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        } else {
+            for (int e = 0; e < 8 && col + e < N; e++) dst[e] = src[e];
+        }
+    }
+}
