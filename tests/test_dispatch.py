@@ -40,9 +40,9 @@ def test_every_family_entry_is_valid():
             for dt in (np.float16, kb.bfloat16):
                 for N, K in ((512, 2048), (5120, 2048), (2048, 5120)):
                     kinds = [D.choose(M, N, K, k, dt, family=fam) for M in range(1, 513)]
-                    assert set(kinds) <= {"gemv", "gemm", "dq"}
-                    # monotone in M: gemv, then gemm, then dq
-                    order = {"gemv": 0, "gemm": 1, "dq": 2}
+                    assert set(kinds) <= {"gemv", "gemm", "wgmma", "dq"}
+                    # monotone in M: gemv, then a fused kernel (gemm / wgmma), then dq
+                    order = {"gemv": 0, "gemm": 1, "wgmma": 1, "dq": 2}
                     assert [order[x] for x in kinds] == sorted(order[x] for x in kinds), (fam, k, N, K)
                     assert kinds[0] == "gemv" or e["gemv_max_m"] == 0
 
@@ -204,3 +204,14 @@ def test_h100_table_is_measured():
     assert c(16, 2048, 4096, 5) == "gemv" and c(32, 2048, 4096, 5) == "dq" and c(128, 2048, 4096, 5) == "dq"
     assert c(48, 4096, 2048, 5) == "gemm"
     assert c(4, 3000, 3000, 4) == "gemv" and c(500, 3000, 3000, 4) == "dq"  # unmeasured shape: size bands
+
+
+def test_h200_table_uses_wgmma_where_measured():
+    """H200 (nvidia-h200_2026-11-22_allm4.json): the wgmma kernel where it was the fastest fused
+    kernel (M = 32 on most shapes, from M = 16 on k = 5 down), kbit_gemm / dq elsewhere."""
+    c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H200")  # noqa: E731
+    assert [c(M, 5120, 2048, 2) for M in (8, 16, 32, 64)] == ["gemv", "gemm", "wgmma", "dq"]
+    assert [c(M, 2048, 5120, 5) for M in (8, 16, 32, 64, 128)] == ["gemv", "wgmma", "wgmma", "gemm", "dq"]
+    assert c(32, 512, 2048, 4) == "dq"
+    assert c(32, 3000, 3000, 4) in ("gemm", "dq")  # unmeasured shape: size bands, never wgmma
+    assert all(len(v) == 2 for v in D.TABLES["H100"]["shapes"].values())  # not measured there yet
