@@ -194,14 +194,13 @@ def test_k_steps():
 
 
 def test_h100_table_is_measured():
-    """H100 has its own crossovers (nvidia-h100-80gb-hbm3_2026-11-22_allm2.json), not the default's."""
+    """H100 has its own crossovers (nvidia-h100-80gb-hbm3_2026-11-22_allm3.json), not the default's."""
     assert D.TABLES["H100"] != D.TABLES["default"]
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
-    assert [c(M, 5120, 2048, 4) for M in (1, 8, 16, 32, 64)] == ["gemv", "gemv", "gemm", "gemm", "dq"]
-    assert [c(M, 2048, 5120, 4) for M in (8, 16, 32)] == ["gemv", "gemv", "dq"]
-    # k = 5, N = 2048, K = 4096: the fused GEMM won up to M = 64 before the pair-table dequantize
-    # (allm), only up to 16 after it (allm2)
-    assert c(16, 2048, 4096, 5) == "gemv" and c(32, 2048, 4096, 5) == "dq" and c(128, 2048, 4096, 5) == "dq"
+    assert [c(M, 5120, 2048, 4) for M in (1, 8, 16, 32, 64)] == ["gemv", "gemv", "gemm", "wgmma", "dq"]
+    assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 64)] == ["gemv", "gemv", "wgmma", "dq"]
+    # k = 5, N = 2048, K = 4096: the wgmma kernel at M = 32, kbit_gemm up to 64, dq above
+    assert c(16, 2048, 4096, 5) == "gemv" and c(32, 2048, 4096, 5) == "wgmma" and c(128, 2048, 4096, 5) == "dq"
     assert c(48, 4096, 2048, 5) == "gemm"
     assert c(4, 3000, 3000, 4) == "gemv" and c(500, 3000, 3000, 4) == "dq"  # unmeasured shape: size bands
 
@@ -214,4 +213,5 @@ def test_h200_table_uses_wgmma_where_measured():
     assert [c(M, 2048, 5120, 5) for M in (8, 16, 32, 64, 128)] == ["gemv", "wgmma", "wgmma", "gemm", "dq"]
     assert c(32, 512, 2048, 4) == "dq"
     assert c(32, 3000, 3000, 4) in ("gemm", "dq")  # unmeasured shape: size bands, never wgmma
-    assert all(len(v) == 2 for v in D.TABLES["H100"]["shapes"].values())  # not measured there yet
+    h100 = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
+    assert [h100(M, 5120, 2048, 4) for M in (8, 16, 32, 64)] == ["gemv", "gemm", "wgmma", "dq"]  # allm3 (H100)
