@@ -4,7 +4,7 @@
 // bound with 4-warp CTAs and re-dequantizes every weight per 16-token block.  Here the
 // dequantized weights are wgmma's *register* A operand (64 weight columns per
 // warpgroup = the m64 side) and the tokens the shared-memory B operand (TOK tokens =
-// the n side, up to 256), so one dequantized fragment feeds TOK tokens, the MMA runs
+// the n side, 16..192), so one dequantized fragment feeds TOK tokens, the MMA runs
 // asynchronously while the warps dequantize the next K tile, and the tokens move in
 // 16-byte cp.async copies in their natural K order.
 //
@@ -34,9 +34,13 @@
 // Pipeline: `stages` buffers (runtime, 3..8) of {tokens TOK x 64, weight tile, absmax},
 // prefetch distance stages - 2: a buffer is rewritten two iterations after its wgmma
 // group was issued, and wgmma.wait_group 1 at the end of each iteration has retired it.
-// Per iteration: wait for tile it, barrier, request tile it + stages - 2, dequantize
-// tile it into the fragment registers of parity it & 1 (the other parity still feeds the
-// wgmma group in flight), fence, 4 x wgmma (k16), commit, wait_group 1.
+// Per iteration: wait for tile it, fence.proxy.async (cp.async wrote it through the
+// generic proxy, wgmma reads through the async proxy), barrier, request tile
+// it + stages - 2, dequantize tile it into one of two fragment sets (the other still
+// feeds the wgmma group in flight), wgmma.fence, 4 x wgmma (k16), commit, wait_group 1.
+// ptxas pipelines this for TOK >= 128; for TOK <= 64 it reuses one register quad for
+// the 4 fragments of a tile and waits after each wgmma (warning C7513).  Measured: the
+// MMA is not what those sizes spend their time on (profiling/NOTES.md, fourth session).
 //
 // Shared memory (dynamic, bytes): pair LUT | scale table (256 half2) | codebook (128) |
 // misc (128) | stages x stage.  The epilogue stages C through the (then idle) stage
@@ -45,11 +49,8 @@
 
 namespace kbit_wgmma_detail {
 
-// One K tile (64 = 4 x k16) of wgmma m64nNk16 in ONE asm statement: A = this tile's 16
-// fragment registers, B = 4 shared-memory descriptors, D += A * B.  One statement keeps
-// the 16 fragment registers distinct and untouched between the 4 instructions (with one
-// statement per instruction the compiler moved every fragment into the same scratch
-// registers, and ptxas then serialized each wgmma: warning C7513).
+// One K tile (64 = 4 x k16) of wgmma m64nNk16 in ONE asm statement (wgmma.fence first):
+// A = this tile's 16 fragment registers, B = 4 shared-memory descriptors, D += A * B.
 #define KBIT_WG_ACC8(o) "+f"(d[o + 0]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), \
                         "+f"(d[o + 4]), "+f"(d[o + 5]), "+f"(d[o + 6]), "+f"(d[o + 7])
 #define KBIT_WG_IN "r"(f[0][0]), "r"(f[0][1]), "r"(f[0][2]), "r"(f[0][3]), "r"(f[1][0]), "r"(f[1][1]), "r"(f[1][2]), \
@@ -356,9 +357,7 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
 #endif
         reg_fence(acc);
 #endif
-#ifndef KBIT_WG_NO_KEEP
         frag_keep(prev);
-#endif
     };
     for (int it = 0; it < n_my; it += 2) {
         step(it, frag_a, frag_b);
