@@ -209,3 +209,89 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// ---------------------------------------------------------------- split-K fixup
+// For the fused GEMMs (kbit_wgmma; kbit_gemm.cu keeps an inline copy in its own
+// warp-major slot layout: moving it onto this helper changed the register allocation of
+// 38 of its instantiations and made two spill, not done without a GPU measurement).
+// Every CTA of an output tile stores its fp32 partial (NV
+// float4 per thread, of which the first nv_live are real: rows past M are skipped) into
+// its own slot ws[split][tile][i][thread] (coalesced 16-byte stores), __threadfence(),
+// then one atomicAdd on the tile's counter.  The CTA that sees count == k_splits - 1
+// sums the k_splits slots in split order (deterministic: the result does not depend on
+// which CTA arrives last), leaves the sum in v, resets the counter to 0 (so counters are
+// all zero again after every launch, no host memset) and returns true; the others
+// return false.  (A "first CTA stores, later CTAs atomicAdd" scheme would need the later
+// CTAs to wait for the first one's store; per-split slots avoid the wait and the atomics.)
+// The sums are latency-bound: for NV <= 4 the loads of SB slots x all NV float4s go out
+// together (8 in flight, one L2 round trip per SB slots; H200: 3-9 % of the whole GEMM at
+// M = 16 / 32); larger NV keeps the plain loop (the batch cost TOK = 64 of the wgmma
+// kernel 60 registers), which the compiler unrolls by 4 slots.
+#ifdef KBIT_SERIAL_FIXUP  // experiment hook: the plain loop for every NV (A/B)
+#define KBIT_SERIAL_FIXUP_ON true
+#else
+#define KBIT_SERIAL_FIXUP_ON false
+#endif
+template <int NV, int NT>
+__device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float* __restrict__ ws,
+                                             int* __restrict__ counters, int* flag, int tile, int tiles, int split,
+                                             int k_splits) {
+    const int tid = threadIdx.x;
+    constexpr long TILE_FLOATS = (long)NV * 4 * NT;
+    const long split_stride = (long)tiles * TILE_FLOATS;
+    const float* base = ws + (long)tile * TILE_FLOATS + tid * 4;
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+        if (i < nv_live) __stcg(reinterpret_cast<float4*>(ws + (long)tile * TILE_FLOATS + tid * 4 + split * split_stride + i * 4 * NT), v[i]);
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) *flag = atomicAdd(counters + tile, 1) == k_splits - 1;
+    __syncthreads();
+    if (!*flag) return false;
+    __threadfence();
+    if (NV > 4 || KBIT_SERIAL_FIXUP_ON) {
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            if (i >= nv_live) continue;
+            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int sp = 0; sp < k_splits; sp++) {
+                const float4 x = sp == split ? v[i] : __ldcg(reinterpret_cast<const float4*>(base + sp * split_stride + i * 4 * NT));
+                s.x += x.x; s.y += x.y; s.z += x.z; s.w += x.w;
+            }
+            v[i] = s;
+        }
+    } else {
+        constexpr int SB = NV <= 2 ? 4 : 2;
+        float4 sum[NV];
+#pragma unroll
+        for (int i = 0; i < NV; i++) sum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int sp0 = 0; sp0 < k_splits; sp0 += SB) {
+            float4 x[SB][NV];
+#pragma unroll
+            for (int u = 0; u < SB; u++) {
+                const int sp = sp0 + u;
+#pragma unroll
+                for (int i = 0; i < NV; i++) {
+                    x[u][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+                    if (i >= nv_live) continue;
+                    if (sp == split) x[u][i] = v[i];
+                    else if (sp < k_splits) x[u][i] = __ldcg(reinterpret_cast<const float4*>(base + sp * split_stride + i * 4 * NT));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < SB; u++) {
+                if (sp0 + u < k_splits) {
+#pragma unroll
+                    for (int i = 0; i < NV; i++) {
+                        sum[i].x += x[u][i].x; sum[i].y += x[u][i].y; sum[i].z += x[u][i].z; sum[i].w += x[u][i].w;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+            if (i < nv_live) v[i] = sum[i];
+    }
+    if (tid == 0) counters[tile] = 0;
+    return true;
+}

@@ -15,8 +15,7 @@
 //
 // CTA: 256 threads = 2 warpgroups, one 128-column layout-tile strip (warpgroup w:
 // columns 64w..64w+63; warp q of it: 16 columns) x TOK tokens, a contiguous range
-// of K tiles (split-K as in kbit_gemm.cu: per-split fp32 slots, the last CTA of an
-// output tile sums them in split order and resets its counter).
+// of K tiles (split-K: splitk_fixup in kbit_common.cuh).
 //
 // A operand (weights) without any K permutation: in the m64k16 register fragment lane
 // (g, t) of warp q holds rows (columns of W) g and g + 8, k slots {2t, 2t+1} (a0, a1)
@@ -369,79 +368,16 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
 
     // ---------------------------------------------------------------- split-K fixup
     if (k_splits > 1) {
-        const int tiles = gridDim.x / k_splits;
-        const int tile = nt * m_tiles + mt;
-        const long split_stride = (long)tiles * (128 * TOK);
-        float* base = ws + (long)tile * (128 * TOK) + tid * 4;
-        float* mine = base + split * split_stride;
+        float4 v[NACC / 4];
 #pragma unroll
-        for (int i = 0; i < NACC / 4; i++)
-            __stcg(reinterpret_cast<float4*>(mine + i * 1024),
-                   make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) misc[0] = atomicAdd(counters + tile, 1) == k_splits - 1;
-        __syncthreads();
-        if (!misc[0]) return;
-        __threadfence();
-        // Sum the k_splits slots in split order (deterministic).  The loads of SB slots x all
-        // of this thread's float4s (8 in flight, 32 registers: no more than the main loop
-        // needs) go out together: one L2 round trip per SB slots instead of one per slot
-        // and float4 (latency, not bandwidth, is what this step costs).  TOK >= 64 has too
-        // many float4s per thread for that (TOK = 64 took 153 registers, 2 -> 1 CTA per SM);
-        // the compiler's 4-slot unroll of the plain loop serves it.
-        constexpr int NV = NACC / 4;
-        constexpr int SB = NV <= 2 ? 4 : 2;
-#ifdef KBIT_WG_SERIAL_FIXUP  // experiment hook: the plain loop for every TOK (A/B)
-        constexpr bool serial = true;
-#else
-        constexpr bool serial = false;
-#endif
-        if (NV > 4 || serial) {
+        for (int i = 0; i < NACC / 4; i++) v[i] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+        if (!splitk_fixup<NACC / 4, 256>(v, NACC / 4, ws, counters, misc, nt * m_tiles + mt, gridDim.x / k_splits,
+                                         split, k_splits))
+            return;
 #pragma unroll
-            for (int i = 0; i < NV; i++) {
-                float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-                for (int sp = 0; sp < k_splits; sp++) {
-                    float4 v;
-                    if (sp == split) v = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
-                    else v = __ldcg(reinterpret_cast<const float4*>(base + sp * split_stride + i * 1024));
-                    s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
-                }
-                acc[4 * i] = s.x; acc[4 * i + 1] = s.y; acc[4 * i + 2] = s.z; acc[4 * i + 3] = s.w;
-            }
-        } else {
-        float4 sum[NV];
-#pragma unroll
-        for (int i = 0; i < NV; i++) sum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int sp0 = 0; sp0 < k_splits; sp0 += SB) {
-            float4 v[SB][NV];
-#pragma unroll
-            for (int u = 0; u < SB; u++) {
-                const int sp = sp0 + u;
-#pragma unroll
-                for (int i = 0; i < NV; i++) v[u][i] = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-                for (int i = 0; i < NV; i++) {
-                    if (sp == split) v[u][i] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
-                    else if (sp < k_splits) v[u][i] = __ldcg(reinterpret_cast<const float4*>(base + sp * split_stride + i * 1024));
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < SB; u++) {
-                if (sp0 + u < k_splits) {
-#pragma unroll
-                    for (int i = 0; i < NV; i++) {
-                        sum[i].x += v[u][i].x; sum[i].y += v[u][i].y; sum[i].z += v[u][i].z; sum[i].w += v[u][i].w;
-                    }
-                }
-            }
+        for (int i = 0; i < NACC / 4; i++) {
+            acc[4 * i] = v[i].x; acc[4 * i + 1] = v[i].y; acc[4 * i + 2] = v[i].z; acc[4 * i + 3] = v[i].w;
         }
-#pragma unroll
-        for (int i = 0; i < NV; i++) {
-            acc[4 * i] = sum[i].x; acc[4 * i + 1] = sum[i].y; acc[4 * i + 2] = sum[i].z; acc[4 * i + 3] = sum[i].w;
-        }
-        }
-        if (tid == 0) counters[tile] = 0;
     }
 
     // ---------------------------------------------------------------- C through shared memory

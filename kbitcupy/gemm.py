@@ -111,14 +111,14 @@ def device_info(dev_id: int) -> dict:
     return info
 
 
-def occupancy(info: dict, smem: int, regs: int) -> int:
-    """Resident CTAs per SM for 128-thread CTAs using `smem` dynamic bytes and `regs` registers."""
+def occupancy(info: dict, smem: int, regs: int, threads: int = THREADS) -> int:
+    """Resident CTAs per SM for `threads`-thread CTAs using `smem` dynamic bytes and `regs` registers."""
     if smem > info["smem_block"]:
         return 0
     by_smem = info["smem_sm"] // (smem + info["smem_reserved"])
     warp_regs = -(-max(regs, 1) // 8) * 8 * 32          # allocation unit: 256 registers per warp
-    by_regs = info["regs_sm"] // (warp_regs * (THREADS // 32))
-    by_threads = info["threads_sm"] // THREADS
+    by_regs = info["regs_sm"] // (warp_regs * (threads // 32))
+    by_threads = info["threads_sm"] // threads
     return int(max(0, min(by_smem, by_regs, by_threads, info["blocks_sm"])))
 
 
@@ -126,17 +126,23 @@ class DoesNotFit(RuntimeError):
     """No pipeline depth of this configuration fits the device's shared memory per block."""
 
 
-def choose_stages(info: dict, k: int, m_blocks: int, tile_n: int, regs: int):
-    """(stages, CTAs per SM): the most resident CTAs (up to MAX_OCCUPANCY), then the deepest pipeline."""
+def best_stages(info: dict, depths, smem_of, regs: int, max_occupancy: int, what: str, threads: int = THREADS):
+    """(stages, CTAs per SM) over the pipeline depths `depths` (deepest first): the most resident
+    CTAs (up to max_occupancy), then the deepest pipeline.  smem_of(stages) -> dynamic bytes."""
     best = None
-    for st in (4, 3, 2):
-        occ = min(occupancy(info, smem_bytes(k, m_blocks, tile_n, st), regs), MAX_OCCUPANCY)
+    for st in depths:
+        occ = min(occupancy(info, smem_of(st), regs, threads), max_occupancy)
         if occ and (best is None or occ > best[1]):
             best = (st, occ)
     if best is None:
-        raise DoesNotFit(f"kbit_gemm<k={k}, M_BLOCKS={m_blocks}, TILE_N={tile_n}> does not fit in shared memory "
-                           f"({smem_bytes(k, m_blocks, tile_n, 2)} bytes > {info['smem_block']})")
+        raise DoesNotFit(f"{what} does not fit in shared memory ({smem_of(min(depths))} bytes > {info['smem_block']})")
     return best
+
+
+def choose_stages(info: dict, k: int, m_blocks: int, tile_n: int, regs: int):
+    """(stages, CTAs per SM): the most resident CTAs (up to MAX_OCCUPANCY), then the deepest pipeline."""
+    return best_stages(info, (4, 3, 2), lambda st: smem_bytes(k, m_blocks, tile_n, st), regs, MAX_OCCUPANCY,
+                       f"kbit_gemm<k={k}, M_BLOCKS={m_blocks}, TILE_N={tile_n}>")
 
 
 # ----------------------------------------------------------------------------- plan
@@ -266,16 +272,20 @@ def release_workspaces():
     _RETIRED.clear()
 
 
-def _set_smem(p: Plan):
-    fn = p.fn
-    if _SMEM_SET.get(id(fn), 0) < p.smem:
+def set_smem(fn, smem: int) -> None:
+    """Raise a kernel's dynamic shared-memory limit to `smem` (never lower it: plans of one
+    kernel share the CUfunction) and ask for the largest carveout, so several CTAs fit per SM."""
+    if _SMEM_SET.get(id(fn), 0) < smem:
         with _LOCK:
-            if _SMEM_SET.get(id(fn), 0) < p.smem:
-                fn.max_dynamic_shared_size_bytes = max(p.smem, 48 * 1024)
-                # ask for the largest shared-memory carveout so several CTAs fit per SM
+            if _SMEM_SET.get(id(fn), 0) < smem:
+                fn.max_dynamic_shared_size_bytes = max(smem, 48 * 1024)
                 fn.preferred_shared_memory_carveout = 100
-                _SMEM_SET[id(fn)] = p.smem
+                _SMEM_SET[id(fn)] = smem
                 _SMEM_SET[("keep", id(fn))] = fn  # keep fn alive so its id stays unique
+
+
+def _set_smem(p: Plan):
+    set_smem(p.fn, p.smem)
 
 
 # ----------------------------------------------------------------------------- launch
@@ -286,8 +296,6 @@ def gemm(A, qw, out, k_splits=None, tile_n=None):
     on A's device; out: contiguous [M, N] of A's dtype.  Runs on the current stream.
     k_splits / tile_n override the heuristic (k_splits in 1..ceil(K/128), tile_n 64/128).
     """
-    import cupy as cp
-
     M, K = A.shape
     N = qw.shape[0]
     if qw.layout != "tiled" or qw.absmax.dtype != np.uint8:
@@ -309,14 +317,23 @@ def gemm(A, qw, out, k_splits=None, tile_n=None):
         from .dequant_matmul import dequant_matmul
 
         return dequant_matmul(A, qw, out)
-    _set_smem(p)
-    stream = cp.cuda.get_current_stream()
+    vec2 = 1 if (N % 2 == 0 and out.data.ptr % 4 == 0) else 0
+    return launch_fused(p, THREADS, A, qw, out, vec2)
+
+
+def launch_fused(p, threads: int, A, qw, out, vec: int):
+    """Launch a fused-GEMM plan (kbit_gemm or kbit_wgmma: the same argument list) on the
+    current stream, with this stream's split-K workspace."""
+    import cupy as cp
+
+    M, K = A.shape
+    N = out.shape[1]
+    set_smem(p.fn, p.smem)
     if p.k_splits > 1:
-        ws, cnt = _workspace(dev, stream, p.ws_floats, p.tiles)
+        ws, cnt = _workspace(A.device.id, cp.cuda.get_current_stream(), p.ws_floats, p.tiles)
     else:
         ws = cnt = out  # not dereferenced without split-K
-    vec2 = 1 if (N % 2 == 0 and out.data.ptr % 4 == 0) else 0
-    p.fn((p.grid,), (THREADS,), (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N),
+    p.fn((p.grid,), (threads,), (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N),
                                  np.int32(K), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
-                                 np.float32(qw.tensor_scale), np.int32(vec2)), shared_mem=p.smem)
+                                 np.float32(qw.tensor_scale), np.int32(vec)), shared_mem=p.smem)
     return out

@@ -17,12 +17,11 @@ Configuration (see the .cu header for the design):
 from __future__ import annotations
 
 import os
-import threading
 
 import numpy as np
 
 from ._compile import Family, register
-from .gemm import DoesNotFit, _workspace, device_info
+from .gemm import DoesNotFit, _workspace, best_stages, device_info, launch_fused, set_smem
 from .gemv import lut_bytes
 from .quantize import CTYPE
 from .reference import TILE_K, TILE_N, bfloat16
@@ -75,26 +74,10 @@ def choose_tok(M: int) -> int:
     return MAX_TOK
 
 
-def occupancy(info: dict, smem: int, regs: int) -> int:
-    if smem > info["smem_block"]:
-        return 0
-    by_smem = info["smem_sm"] // (smem + info["smem_reserved"])
-    warp_regs = -(-max(regs, 1) // 8) * 8 * 32
-    by_regs = info["regs_sm"] // (warp_regs * (THREADS // 32))
-    return int(max(0, min(by_smem, by_regs, info["threads_sm"] // THREADS, info["blocks_sm"])))
-
-
 def choose_stages(info: dict, k: int, tok: int, regs: int, max_stages: int = MAX_STAGES):
     """(stages, CTAs per SM): the most resident CTAs (up to MAX_OCCUPANCY), then the deepest pipeline."""
-    best = None
-    for st in range(max(3, max_stages), 2, -1):
-        occ = min(occupancy(info, smem_bytes(k, tok, st), regs), MAX_OCCUPANCY)
-        if occ and (best is None or occ > best[1]):
-            best = (st, occ)
-    if best is None:
-        raise DoesNotFit(f"kbit_wgmma<k={k}, TOK={tok}> does not fit in shared memory "
-                         f"({smem_bytes(k, tok, 3)} bytes > {info['smem_block']})")
-    return best
+    return best_stages(info, range(max(3, max_stages), 2, -1), lambda st: smem_bytes(k, tok, st), regs,
+                       MAX_OCCUPANCY, f"kbit_wgmma<k={k}, TOK={tok}>", THREADS)
 
 
 # ----------------------------------------------------------------------------- plan
@@ -107,8 +90,6 @@ class Plan:
 
 
 _PLANS: dict = {}
-_SMEM_SET: dict = {}
-_LOCK = threading.Lock()
 
 
 def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tok=None,
@@ -152,14 +133,7 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
 
 
 def _set_smem(p: Plan):
-    fn = p.fn
-    if _SMEM_SET.get(id(fn), 0) < p.smem:
-        with _LOCK:
-            if _SMEM_SET.get(id(fn), 0) < p.smem:
-                fn.max_dynamic_shared_size_bytes = max(p.smem, 48 * 1024)
-                fn.preferred_shared_memory_carveout = 100
-                _SMEM_SET[id(fn)] = p.smem
-                _SMEM_SET[("keep", id(fn))] = fn
+    set_smem(p.fn, p.smem)
 
 
 def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok=None, stream=None):
@@ -185,8 +159,6 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None):
     on A's device; out: contiguous [M, N] of A's dtype.  Runs on the current stream.
     k_splits / tok / stages override the heuristic.
     """
-    import cupy as cp
-
     M, K = A.shape
     N = qw.shape[0]
     if qw.layout != "tiled" or qw.absmax.dtype != np.uint8:
@@ -202,14 +174,5 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None):
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages)
-    _set_smem(p)
-    stream = cp.cuda.get_current_stream()
-    if p.k_splits > 1:
-        ws, cnt = _workspace(dev, stream, p.ws_floats, p.tiles)
-    else:
-        ws = cnt = out  # not dereferenced without split-K
     vec8 = 1 if (N % 8 == 0 and out.data.ptr % 16 == 0) else 0
-    p.fn((p.grid,), (THREADS,), (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N),
-                                 np.int32(K), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
-                                 np.float32(qw.tensor_scale), np.int32(vec8)), shared_mem=p.smem)
-    return out
+    return launch_fused(p, THREADS, A, qw, out, vec8)

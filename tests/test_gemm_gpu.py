@@ -64,6 +64,14 @@ def _gemm_err(q, Wd, M, dt, rng, **kw):
     return _rel(out, A.astype(cp.float64) @ Wd.T)
 
 
+def sweep(err_fn, q, Wd, Ms, rng, label, **kw):
+    """err_fn(q, Wd, M, dtype, rng, **kw) below the dtype's tolerance for both dtypes and every M."""
+    for dt in DTYPES:
+        for M in Ms:
+            err = err_fn(q, Wd, M, dt, rng, **kw)
+            assert err < TOL[_dn(dt)], (label, _dn(dt), M, err)
+
+
 # ----------------------------------------------------------------------------- anchor
 @pytest.mark.parametrize("k", [2, 3, 4, 5])
 def test_dequant_anchor(k, rng):
@@ -80,20 +88,14 @@ def test_dequant_anchor(k, rng):
 def test_gemm_all_k_gateup(k, rng):
     """Every M of M_LIST, both dtypes, every k, on the gate/up shape (K=2048, N=5120)."""
     q, Wd = _weight(5120, 2048, k, rng)
-    for dt in DTYPES:
-        for M in M_LIST:
-            err = _gemm_err(q, Wd, M, dt, rng)
-            assert err < TOL[_dn(dt)], (k, _dn(dt), M, err)
+    sweep(_gemm_err, q, Wd, M_LIST, rng, k)
 
 
 @pytest.mark.parametrize("KN", DENSE)
 def test_gemm_dense_shapes_k4(KN, rng):
     K, N = KN
     q, Wd = _weight(N, K, 4, rng)
-    for dt in DTYPES:
-        for M in M_LIST:
-            err = _gemm_err(q, Wd, M, dt, rng)
-            assert err < TOL[_dn(dt)], (KN, _dn(dt), M, err)
+    sweep(_gemm_err, q, Wd, M_LIST, rng, KN)
 
 
 # (N, K): K % 64 == 32, N not a multiple of 128 (or of 64, or odd), K = 32, N < 64

@@ -6,7 +6,7 @@ import pytest
 
 import kbitcupy as kb
 
-from test_gemm_gpu import DENSE, DTYPES, TOL, _A, _capture, _dn, _rel, _weight
+from test_gemm_gpu import DENSE, DTYPES, TOL, _A, _capture, _dn, _rel, _weight, sweep
 
 pytestmark = pytest.mark.gpu
 
@@ -36,20 +36,14 @@ def _err(q, Wd, M, dt, rng, **kw):
 @pytest.mark.parametrize("k", [2, 3, 4, 5])
 def test_wgmma_all_k_gateup(k, rng):
     q, Wd = _weight(5120, 2048, k, rng)
-    for dt in DTYPES:
-        for M in M_LIST:
-            err = _err(q, Wd, M, dt, rng)
-            assert err < TOL[_dn(dt)], (k, _dn(dt), M, err)
+    sweep(_err, q, Wd, M_LIST, rng, k)
 
 
 @pytest.mark.parametrize("KN", DENSE)
 def test_wgmma_dense_shapes_k4(KN, rng):
     K, N = KN
     q, Wd = _weight(N, K, 4, rng)
-    for dt in DTYPES:
-        for M in M_LIST:
-            err = _err(q, Wd, M, dt, rng)
-            assert err < TOL[_dn(dt)], (KN, _dn(dt), M, err)
+    sweep(_err, q, Wd, M_LIST, rng, KN)
 
 
 EDGE = [(200, 96), (200, 160), (72, 224), (201, 160), (128, 32), (40, 96), (1000, 288)]
