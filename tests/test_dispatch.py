@@ -194,10 +194,10 @@ def test_k_steps():
 
 
 def test_h100_table_is_measured():
-    """H100 has its own crossovers (nvidia-h100-80gb-hbm3_2026-11-22_allm3.json), not the default's."""
+    """H100 has its own crossovers (nvidia-h100-80gb-hbm3_2026-11-22_allm3.json + _m16-64.json), not the default's."""
     assert D.TABLES["H100"] != D.TABLES["default"]
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
-    assert [c(M, 5120, 2048, 4) for M in (1, 8, 16, 32, 64)] == ["gemv", "gemv", "gemm", "wgmma", "dq"]
+    assert [c(M, 5120, 2048, 4) for M in (1, 8, 16, 32, 64)] == ["gemv", "gemv", "wgmma", "wgmma", "dq"]
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 64)] == ["gemv", "gemv", "wgmma", "dq"]
     # k = 5, N = 2048, K = 4096: the wgmma kernel at M = 32, kbit_gemm up to 64, dq above
     assert c(16, 2048, 4096, 5) == "gemv" and c(32, 2048, 4096, 5) == "wgmma" and c(128, 2048, 4096, 5) == "dq"
@@ -214,4 +214,4 @@ def test_h200_table_uses_wgmma_where_measured():
     assert c(32, 512, 2048, 4) == "dq"
     assert c(32, 3000, 3000, 4) in ("gemm", "dq")  # unmeasured shape: size bands, never wgmma
     h100 = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
-    assert [h100(M, 5120, 2048, 4) for M in (8, 16, 32, 64)] == ["gemv", "gemm", "wgmma", "dq"]  # allm3 (H100)
+    assert [h100(M, 5120, 2048, 4) for M in (8, 16, 32, 64)] == ["gemv", "wgmma", "wgmma", "dq"]  # H100 m16-64
