@@ -142,21 +142,24 @@ FAMILIES: Dict[str, Family] = {}
 
 
 def _cache_dir() -> str:
+    """$KBITCUPY_CACHE_DIR, else ~/.cache/kbitcupy, else (read-only home) a folder in the temp dir."""
     d = os.environ.get("KBITCUPY_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kbitcupy")
-    os.makedirs(d, exist_ok=True)
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError:
+        import tempfile
+
+        d = os.path.join(tempfile.gettempdir(), f"kbitcupy-cache-{os.getuid() if hasattr(os, 'getuid') else 0}")
+        os.makedirs(d, exist_ok=True)
     return d
 
 
-def load_arch_module(source: str, names: Sequence[str], arch: str, extra: Sequence[str] = ()):
-    """(cupy.RawModule, {name expression: lowered name}) for an arch-specific target.
-
-    CuPy's RawModule always appends ``-arch=sm_XY`` for the current device, which cannot
-    express 'sm_90a'; so NVRTC is called here for ``arch`` and the cubin is cached on
-    disk (key: source text, options, names, NVRTC version), then loaded by path."""
+def build_arch_cubin(source: str, names: Sequence[str], arch: str, extra: Sequence[str] = ()):
+    """(cubin path, {name expression: lowered name}) of ``names`` compiled by NVRTC for
+    ``arch`` (no GPU needed), cached on disk under a key of the source text, options,
+    names and NVRTC version; a cached cubin is reused without compiling."""
     import hashlib
     import json
-
-    import cupy
 
     nvrtc = _nvrtc()
     opts = list(_options(extra)) + [f"-arch={arch}"]
@@ -184,8 +187,18 @@ def load_arch_module(source: str, names: Sequence[str], arch: str, extra: Sequen
             json.dump(lowered, f)
         os.replace(tmp, base + ".json")
     with open(base + ".json") as f:
-        lowered = json.load(f)
-    return cupy.RawModule(path=base + ".cubin"), lowered
+        return base + ".cubin", json.load(f)
+
+
+def load_arch_module(source: str, names: Sequence[str], arch: str, extra: Sequence[str] = ()):
+    """(cupy.RawModule, {name expression: lowered name}) for an arch-specific target.
+
+    CuPy's RawModule always appends ``-arch=sm_XY`` for the current device, which cannot
+    express 'sm_90a'; so NVRTC is called here (build_arch_cubin) and the cubin loaded by path."""
+    import cupy
+
+    path, lowered = build_arch_cubin(source, names, arch, extra)
+    return cupy.RawModule(path=path), lowered
 
 
 def register(name: str, family: Family) -> Family:

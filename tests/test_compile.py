@@ -16,3 +16,22 @@ def test_compile_all(arch):
     spills = [r for r in records if r.get("spill_stores", 0) or r.get("spill_loads", 0)]
     assert not spills, "spills:\n" + format_report(spills)
     assert all(r.get("registers", 0) > 0 for r in records)
+
+
+def test_arch_specific_cubin_cache(tmp_path, monkeypatch):
+    """The sm_90a family (wgmma) is built by our own NVRTC call into an on-disk cubin cache:
+    a second request reuses the file (no recompile), a different option set gets its own."""
+    import os
+
+    from kbitcupy._compile import build_arch_cubin
+
+    monkeypatch.setenv("KBITCUPY_CACHE_DIR", str(tmp_path))
+    names = ["kbit_wgmma<4, __half, 16>"]
+    path, lowered = build_arch_cubin("kbit_wgmma.cu", names, "sm_90a")
+    assert os.path.getsize(path) > 1000 and set(lowered) == set(names)
+    assert lowered[names[0]].startswith("_Z")  # a mangled kernel name to load by
+    mtime = os.path.getmtime(path)
+    assert build_arch_cubin("kbit_wgmma.cu", names, "sm_90a") == (path, lowered)
+    assert os.path.getmtime(path) == mtime
+    other, _ = build_arch_cubin("kbit_wgmma.cu", names, "sm_90a", ("-DKBIT_SERIAL_FIXUP",))
+    assert other != path and len(os.listdir(tmp_path)) == 4
