@@ -144,6 +144,22 @@ __device__ __forceinline__ void plane4_fields(u32 p4, u32 (&f)[4]) {
     f[3] = (p4 >> 6) & 0x03030303u;
 }
 
+// One 32-bit shared-memory load by shared-window address (a generic pointer costs two
+// extra adds per address).
+__device__ __forceinline__ u32 lds_u32(u32 addr) {
+    u32 v;
+    asm("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+    return v;
+}
+
+// PTX prmt (unlike __byte_perm it honours the sign-replicate bit of a selector nibble,
+// which the k = 5 keys use to zero their upper bytes).
+__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
+    u32 d;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
 // ---------------------------------------------------------------- MMA / loads
 __device__ __forceinline__ void mma_16816(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3,
                                           u32 b0, u32 b1, __half) {
@@ -205,6 +221,15 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     u32 s = (u32)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+// 16-byte cp.async whose source size is 0 when !valid: the destination is zero-filled
+// and nothing is read (rows past M, K past the end).  s: shared-window address.
+__device__ __forceinline__ void cp_async16_zfill(u32 s, const void* gmem, bool valid) {
+    int sz = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(sz));
+}
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
+    cp_async16_zfill((u32)__cvta_generic_to_shared(smem), gmem, valid);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N>

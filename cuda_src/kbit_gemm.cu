@@ -66,12 +66,6 @@ template <int K, int TILE_N> struct GemmSmem {
     static constexpr int TA = TILE_N * 2 + 16;        // bytes per absmax tile region
 };
 
-__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
-    u32 s = (u32)__cvta_generic_to_shared(smem);
-    int sz = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(sz));
-}
-
 __device__ __forceinline__ void cp_async4_zfill(void* smem, const void* gmem, bool valid) {
     u32 s = (u32)__cvta_generic_to_shared(smem);
     int sz = valid ? 4 : 0;
@@ -82,18 +76,6 @@ __device__ __forceinline__ void cp_async_wait_dyn(int pending) {
     if (pending >= 2) cp_async_wait<2>();
     else if (pending == 1) cp_async_wait<1>();
     else cp_async_wait<0>();
-}
-
-__device__ __forceinline__ u32 lds_u32(u32 addr) {
-    u32 v;
-    asm("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
-    return v;
-}
-
-__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
-    u32 d;
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
 }
 
 }  // namespace kbit_gemm_detail

@@ -89,7 +89,6 @@ KBIT_WG_DEFINE("f16", __half)
 KBIT_WG_DEFINE("bf16", __nv_bfloat16)
 
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
@@ -109,11 +108,6 @@ __device__ __forceinline__ unsigned long long smem_desc(u32 saddr) {
            ((unsigned long long)(1024 >> 4) << 32);
 }
 
-__device__ __forceinline__ void cp_async16_zfill(u32 s, const void* gmem, bool valid) {
-    int sz = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(sz));
-}
-
 __device__ __forceinline__ void cp_async_wait_upto(int pending) {
     switch (pending) {
         case 0: cp_async_wait<0>(); break;
@@ -123,20 +117,6 @@ __device__ __forceinline__ void cp_async_wait_upto(int pending) {
         case 4: cp_async_wait<4>(); break;
         default: cp_async_wait<5>(); break;
     }
-}
-
-__device__ __forceinline__ u32 lds_u32(u32 addr) {
-    u32 v;
-    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
-    return v;
-}
-
-// PTX prmt (unlike __byte_perm it honours the sign-replicate bit of a selector nibble,
-// which the k = 5 key uses to zero its upper bytes).
-__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
-    u32 d;
-    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
 }
 
 // wgmma reads its register A operand asynchronously: the registers of a group in flight
@@ -349,11 +329,7 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
             }
         }
         wgmma_commit();
-#ifdef KBIT_WG_WAIT0  // experiment hook: no MMA / dequantize overlap
-        wgmma_wait<0>();
-#else
         wgmma_wait<1>();  // retires the group of tile it - 1, which read `prev`
-#endif
         reg_fence(acc);
 #endif
         frag_keep(prev);

@@ -88,7 +88,8 @@ class Family:
     group_of: Callable[[tuple], tuple]
     options: Tuple[str, ...] = ()
     arch: str | None = None
-    _modules: Dict[tuple, object] = field(default_factory=dict, repr=False)
+    _modules: Dict[tuple, tuple] = field(default_factory=dict, repr=False)  # (dev, group) -> (module, lowered names)
+    _fns: Dict[tuple, object] = field(default_factory=dict, repr=False)     # (dev, name) -> RawKernel
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def groups(self) -> Dict[tuple, List[tuple]]:
@@ -98,35 +99,33 @@ class Family:
         return out
 
     def function(self, key: tuple):
-        """The cupy.RawKernel for one instantiation (compiles its group on first use)."""
+        """The cupy.RawKernel for one instantiation (compiles its group on first use).
+
+        One RawKernel object per (device, kernel), reused by every call: launchers set
+        attributes on it (max dynamic shared memory) and key their bookkeeping by it, and
+        a per-call lookup costs a dict access instead of a new RawKernel."""
         try:
             name = self.instances[key]
         except KeyError:
             raise ValueError(f"{self.source}: no kernel instantiation for {key}") from None
         import cupy
 
-        gkey = (cupy.cuda.runtime.getDevice(), self.group_of(key))
-        mod = self._modules.get(gkey)
-        if mod is None:
-            with self._lock:
-                mod = self._modules.get(gkey)
-                if mod is None:
-                    names = [self.instances[k] for k in self.groups()[gkey[1]]]
-                    if self.arch:
-                        mod = load_arch_module(self.source, names, self.arch, self.options) + ({},)
-                    else:
-                        mod = cupy.RawModule(code=read_source(self.source), options=_options(self.options),
-                                             name_expressions=names, backend="nvrtc")
-                    self._modules[gkey] = mod
-        if self.arch:
-            # one RawKernel object per kernel: launchers set attributes (max dynamic
-            # shared memory) on it and key their bookkeeping by the object
-            fns = mod[2]
-            fn = fns.get(name)
-            if fn is None:
-                fn = fns.setdefault(name, mod[0].get_function(mod[1][name]))
+        dev = cupy.cuda.runtime.getDevice()
+        fn = self._fns.get((dev, name))
+        if fn is not None:
             return fn
-        return mod.get_function(name)
+        gkey = (dev, self.group_of(key))
+        with self._lock:
+            mod = self._modules.get(gkey)
+            if mod is None:
+                names = [self.instances[k] for k in self.groups()[gkey[1]]]
+                if self.arch:
+                    mod = load_arch_module(self.source, names, self.arch, self.options)
+                else:  # name expressions resolve inside the module
+                    mod = (cupy.RawModule(code=read_source(self.source), options=_options(self.options),
+                                          name_expressions=names, backend="nvrtc"), {})
+                self._modules[gkey] = mod
+            return self._fns.setdefault((dev, name), mod[0].get_function(mod[1].get(name, name)))
 
     def available(self, cc: Tuple[int, int]) -> bool:
         """Whether this family runs on a GPU of compute capability ``cc``."""

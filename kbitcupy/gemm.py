@@ -259,7 +259,7 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, til
     dev = cp.cuda.Device().id
     tname = "bfloat16" if np.dtype(dtype) == bfloat16 else "float16"
     p = plan(M, N, K, k, tname, dev, k_splits, tile_n)
-    _set_smem(p)
+    set_smem(p.fn, p.smem)
     stream = stream or cp.cuda.get_current_stream()
     if p.k_splits > 1:
         _workspace(dev, stream, p.ws_floats, p.tiles)
@@ -283,9 +283,6 @@ def set_smem(fn, smem: int) -> None:
                 _SMEM_SET[id(fn)] = smem
                 _SMEM_SET[("keep", id(fn))] = fn  # keep fn alive so its id stays unique
 
-
-def _set_smem(p: Plan):
-    set_smem(p.fn, p.smem)
 
 
 # ----------------------------------------------------------------------------- launch

@@ -7,6 +7,7 @@ import numpy as np
 
 from . import _launch as _fast
 from . import reference as R
+from . import wgmma as WG
 from ._arrays import cpu_result, from_backend, out_array, stream_ctx, to_backend
 from .dequant_matmul import dequant_matmul
 from .dispatch import choose
@@ -32,8 +33,6 @@ def _dispatch_gpu(A, qw, out):
             return "gemv"
         kind_ = "gemm" if tiled else "dq"  # staged A too large for shared memory
     if kind_ == "wgmma":
-        from . import wgmma as WG
-
         if WG.supported(A.data.device_id):
             try:
                 WG.wgmma_gemm(A, qw, out)

@@ -7,7 +7,7 @@ is capturable in a CUDA graph once a first call of the same shape has run (``res
 
 Configuration (see the .cu header for the design):
   * TOK tokens per CTA (the wgmma n side): the smallest of TOK_CHOICES covering M, at
-    most MAX_TOK; larger M runs ceil(M / TOK) token tiles.
+    most the largest; larger M runs ceil(M / TOK) token tiles.
   * one 128-column strip of the layout per CTA (2 warpgroups of 64 columns).
   * K tiles of 64 through a `stages`-deep cp.async pipeline (3..MAX_STAGES), the most
     CTAs per SM first (at most 2), then the deepest pipeline that fits.
@@ -28,7 +28,6 @@ from .reference import TILE_K, TILE_N, bfloat16
 
 THREADS = 256
 TOK_CHOICES = (16, 32, 64, 128, 192)
-MAX_TOK = 192
 MAX_STAGES = 8
 MIN_TILES_PER_SPLIT = 2   # K tiles of 64 per split-K slice (default heuristic)
 MAX_OCCUPANCY = int(os.environ.get("KBIT_WG_MAXOCC", "2"))  # CTAs per SM the stage choice aims for (env: experiment)
@@ -68,15 +67,12 @@ def smem_bytes(k: int, tok: int, stages: int) -> int:
 
 
 def choose_tok(M: int) -> int:
-    for tok in TOK_CHOICES:
-        if M <= tok:
-            return tok
-    return MAX_TOK
+    return next((tok for tok in TOK_CHOICES if M <= tok), TOK_CHOICES[-1])
 
 
-def choose_stages(info: dict, k: int, tok: int, regs: int, max_stages: int = MAX_STAGES):
+def choose_stages(info: dict, k: int, tok: int, regs: int):
     """(stages, CTAs per SM): the most resident CTAs (up to MAX_OCCUPANCY), then the deepest pipeline."""
-    return best_stages(info, range(max(3, max_stages), 2, -1), lambda st: smem_bytes(k, tok, st), regs,
+    return best_stages(info, range(MAX_STAGES, 2, -1), lambda st: smem_bytes(k, tok, st), regs,
                        MAX_OCCUPANCY, f"kbit_wgmma<k={k}, TOK={tok}>", THREADS)
 
 
@@ -132,10 +128,6 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     return p
 
 
-def _set_smem(p: Plan):
-    set_smem(p.fn, p.smem)
-
-
 def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok=None, stream=None):
     """Compile/load the kernel and size the stream's workspace for this call, so that a
     later capture of the same call allocates nothing."""
@@ -144,7 +136,7 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok
     dev = cp.cuda.Device().id
     tname = "bfloat16" if np.dtype(dtype) == bfloat16 else "float16"
     p = plan(M, N, K, k, tname, dev, k_splits, tok)
-    _set_smem(p)
+    set_smem(p.fn, p.smem)
     stream = stream or cp.cuda.get_current_stream()
     if p.k_splits > 1:
         _workspace(dev, stream, p.ws_floats, p.tiles)

@@ -35,3 +35,34 @@ def test_arch_specific_cubin_cache(tmp_path, monkeypatch):
     assert os.path.getmtime(path) == mtime
     other, _ = build_arch_cubin("kbit_wgmma.cu", names, "sm_90a", ("-DKBIT_SERIAL_FIXUP",))
     assert other != path and len(os.listdir(tmp_path)) == 4
+
+
+def test_family_function_one_kernel_object_per_device(monkeypatch):
+    """Family.function hands out one RawKernel object per (device, kernel): launchers set the
+    shared-memory attribute on it and key their bookkeeping by it.  (CuPy's get_function
+    makes a new object per call; two plans of one kernel holding two objects could lower
+    each other's shared-memory limit.)  Module and device calls are faked: no GPU needed."""
+    import cupy
+
+    from kbitcupy._compile import Family
+
+    made = []
+
+    class FakeModule:
+        def __init__(self, **kw):
+            self.names = kw["name_expressions"]
+
+        def get_function(self, name):
+            made.append(name)
+            return object()
+
+    dev = [0]
+    monkeypatch.setattr(cupy, "RawModule", FakeModule)
+    monkeypatch.setattr(cupy.cuda.runtime, "getDevice", lambda: dev[0])
+    fam = Family("kbit_gemm.cu", {(1,): "f<1>", (2,): "f<2>"}, group_of=lambda key: ())
+    a = fam.function((1,))
+    assert fam.function((1,)) is a and fam.function((2,)) is not a
+    dev[0] = 1
+    b = fam.function((1,))
+    assert b is not a and fam.function((1,)) is b
+    assert made == ["f<1>", "f<2>", "f<1>"] and len(fam.cached_groups()) == 2
