@@ -13,6 +13,11 @@ typedef unsigned char u8;
 #define KBIT_TILE_N 128
 #define KBIT_KB_PER_TILE 2
 
+// Error flag bits of the grouped (MoE) kernels (kbitcupy/grouped.py decodes them).
+#define KBIT_ERR_EXPERT_ID 1
+#define KBIT_ERR_OFFSETS 2
+#define KBIT_ERR_MAX_TOKENS 4
+
 // ---------------------------------------------------------------- dtype traits
 template <typename T> struct KbitType;
 template <> struct KbitType<__half> {

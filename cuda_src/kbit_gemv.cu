@@ -285,10 +285,10 @@ __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS)
     const int slot = blockIdx.y;
     const int e = expert_ids[slot], r0 = offsets[slot], r1 = offsets[slot + 1];
     if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {
-        if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(err, (e < 0 || e >= E) ? 1 : 2);
+        if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS);
         return;
     }
-    if (r1 - r0 > max_tokens && threadIdx.x == 0 && blockIdx.x == 0) atomicOr(err, 4);
+    if (r1 - r0 > max_tokens && threadIdx.x == 0 && blockIdx.x == 0) atomicOr(err, KBIT_ERR_MAX_TOKENS);
     for (int c0 = r0; c0 < r1; c0 += 8 * MT) {
         gemv_block<K, T, u8, true, 2, MT, true, false, false>(A + (long)c0 * Kdim, packed + e * wpe, absmax + e * ape, codebook,
                                           C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim, tscale[e], blockIdx.x,

@@ -39,11 +39,6 @@
 #define KBIT_GROUPED_MINB(K, MC) (((K) <= 4 && (MC) == 1) ? 3 : 2)
 #endif
 
-// Error flag bits (kbitcupy/grouped.py decodes them).
-#define KBIT_ERR_EXPERT_ID 1
-#define KBIT_ERR_OFFSETS 2
-#define KBIT_ERR_MAX_TOKENS 4
-
 // One quantization block (32 weights of one column, k bit planes) -> 16 B-fragment
 // registers: b[4r + q] = packed pair (8r + 2q, 8r + 2q + 1) times the block scale.
 // lut_lane = shared-window address of the pair table + 4 * (lane % COPIES).

@@ -142,15 +142,19 @@ __device__ __forceinline__ u32 key_word(const u32 (&p)[K], int sh) {
 
 }  // namespace kbit_wgmma_detail
 
-// Grid: 1-D, m_tiles * n_tiles * k_splits CTAs; CTA b -> token tile b % m_tiles,
-// split (b / m_tiles) % k_splits, column strip b / (m_tiles * k_splits).
+namespace kbit_wgmma_detail {
+
+// One CTA's work: token tile mt (TOK rows of A[M, Kdim]), column strip nt, K tiles of
+// split `split` of `k_splits`; C[M, N] += its part (split-K tile index `tile` of `tiles`
+// in ws / counters).  Returns false where a split-K contributor leaves the sum to the
+// last one.  A, packed, absmax and C are this GEMM's bases (the grouped kernel passes
+// one expert's).
 template <int K, typename T, int TOK>
-__global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, const u32* __restrict__ packed,
-                                                     const u8* __restrict__ absmax, const float* __restrict__ codebook,
-                                                     T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
-                                                     int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
-                                                     float tensor_scale, int vec8) {
-    using namespace kbit_wgmma_detail;
+__device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __restrict__ packed,
+                                          const u8* __restrict__ absmax, const float* __restrict__ codebook,
+                                          T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
+                                          int M, int N, int Kdim, int mt, int nt, int split, int k_splits, int stages,
+                                          float tensor_scale, int vec8, int tile, int tiles) {
     static_assert(TOK == 16 || TOK == 32 || TOK == 64 || TOK == 128 || TOK == 192 || TOK == 256, "TOK");
     constexpr int NACC = TOK / 2;                   // fp32 accumulators per thread (m64 x TOK / 128)
     constexpr int NSUB = TOK >= 64 ? TOK / 64 : 1;  // n64 sub-MMAs per k16 (TOK >= 64)
@@ -173,11 +177,6 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
     const int g = lane >> 2, t = lane & 3;
 
     // ---------------------------------------------------------------- work item
-    const int bid = blockIdx.x;
-    const int mt = bid % m_tiles;
-    const int rest = bid / m_tiles;
-    const int split = rest % k_splits;
-    const int nt = rest / k_splits;
     const int m0 = mt * TOK;
     const int n0 = nt * KBIT_TILE_N;
     const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
@@ -347,9 +346,8 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
         float4 v[NACC / 4];
 #pragma unroll
         for (int i = 0; i < NACC / 4; i++) v[i] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
-        if (!splitk_fixup<NACC / 4, 256>(v, NACC / 4, ws, counters, misc, nt * m_tiles + mt, gridDim.x / k_splits,
-                                         split, k_splits))
-            return;
+        if (!splitk_fixup<NACC / 4, 256>(v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits))
+            return false;
 #pragma unroll
         for (int i = 0; i < NACC / 4; i++) {
             acc[4 * i] = v[i].x; acc[4 * i + 1] = v[i].y; acc[4 * i + 2] = v[i].z; acc[4 * i + 3] = v[i].w;
@@ -381,5 +379,84 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
         } else {
             for (int e = 0; e < 8 && col + e < N; e++) dst[e] = src[e];
         }
+    }
+    return true;
+}
+
+}  // namespace kbit_wgmma_detail
+
+// Dense GEMM.  Grid: 1-D, m_tiles * n_tiles * k_splits CTAs; CTA b -> token tile
+// b % m_tiles, split (b / m_tiles) % k_splits, column strip b / (m_tiles * k_splits).
+template <int K, typename T, int TOK>
+__global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, const u32* __restrict__ packed,
+                                                     const u8* __restrict__ absmax, const float* __restrict__ codebook,
+                                                     T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
+                                                     int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
+                                                     float tensor_scale, int vec8) {
+    const int bid = blockIdx.x;
+    const int mt = bid % m_tiles;
+    const int rest = bid / m_tiles;
+    const int split = rest % k_splits;
+    const int nt = rest / k_splits;
+    kbit_wgmma_detail::wgmma_cta<K, T, TOK>(A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt, split,
+                                            k_splits, stages, tensor_scale, vec8, nt * m_tiles + mt,
+                                            gridDim.x / k_splits);
+}
+
+// Grouped (MoE) GEMM over an expert bank (kbitcupy/grouped.py has the contract): for
+// every slot s, C[r0:r1] = A[r0:r1] @ W_e^T, e = expert_ids[s], [r0, r1) = offsets[s..s+1].
+// Grid: 1-D, n_slots * n_tiles * k_splits * m_tiles CTAs, slot-major (the CTAs of one
+// expert are neighbours); m_tiles = ceil(max_tokens / TOK) from the host bound.  Guards
+// as kbit_grouped: a bad expert id or bad offsets write nothing and set an error bit.  A
+// slot with more tokens than m_tiles * TOK (max_tokens too small) is still computed:
+// split 0 of each token tile does the extra tiles m_tiles apart, whole K, no split-K.
+template <int K, typename T, int TOK>
+__global__ void __launch_bounds__(256, 1)
+    kbit_wgmma_grouped(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
+                       const float* __restrict__ codebook, const float* __restrict__ tscale,
+                       const int* __restrict__ expert_ids, const int* __restrict__ offsets, T* __restrict__ C,
+                       float* __restrict__ ws, int* __restrict__ counters, int N, int Kdim, int E, int rows,
+                       long long wpe, long long ape, int m_tiles, int k_splits, int stages, int max_tokens, int vec8,
+                       int* __restrict__ err) {
+    const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
+    const int per_slot = m_tiles * k_splits * n_tiles;
+    const int bid = blockIdx.x;
+    const int slot = bid / per_slot;
+    const int in_slot = bid - slot * per_slot;
+    const int mt = in_slot % m_tiles;
+    const int rest = in_slot / m_tiles;
+    const int split = rest % k_splits;
+    const int nt = rest / k_splits;
+    const bool reporter = in_slot == 0 && threadIdx.x == 0;  // one error report per slot
+    const int e = expert_ids[slot];
+    const int r0 = offsets[slot], r1 = offsets[slot + 1];
+    if (e < 0 || e >= E) {
+        if (reporter) atomicOr(err, KBIT_ERR_EXPERT_ID);
+        return;
+    }
+    if (r0 < 0 || r1 < r0 || r1 > rows) {
+        if (reporter) atomicOr(err, KBIT_ERR_OFFSETS);
+        return;
+    }
+    const int ntok = r1 - r0;
+    if (ntok > max_tokens && reporter) atomicOr(err, KBIT_ERR_MAX_TOKENS);
+    // the same decision in every split of a tile, so split-K counters stay consistent
+    if (mt * TOK >= ntok) return;
+    const int tiles = (int)(gridDim.x / per_slot) * n_tiles * m_tiles;
+    const int tile = (slot * n_tiles + nt) * m_tiles + mt;
+    const T* Ae = A + (long)r0 * Kdim;
+    T* Ce = C + (long)r0 * N;
+    const u32* pe = packed + (long)e * wpe;
+    const u8* ae = absmax + (long)e * ape;
+    const float ts = tscale[e];
+    for (int m = mt; m * TOK < ntok; m += m_tiles) {
+        const bool first = m == mt;
+        if (!first) {
+            if (split != 0) break;
+            __syncthreads();  // the previous tile's epilogue still reads the stage buffers
+        }
+        kbit_wgmma_detail::wgmma_cta<K, T, TOK>(Ae, pe, ae, codebook, Ce, ws, counters, ntok, N, Kdim, m, nt,
+                                                first ? split : 0, first ? k_splits : 1, stages, ts, vec8, tile,
+                                                tiles);
     }
 }

@@ -140,9 +140,8 @@ def _gemm_launch(c: Ctx):
     return G.gemm(c.A, c.qw, c.out)
 
 
-def _wgmma_applies(s, M) -> bool:
-    if s.experts is not None:
-        return False
+def _sm90() -> bool:
+    """Whether the current device runs the wgmma kernels (compute capability 9.0)."""
     try:
         import cupy as cp
 
@@ -151,6 +150,10 @@ def _wgmma_applies(s, M) -> bool:
         return supported(cp.cuda.Device().id)
     except Exception:  # no GPU
         return False
+
+
+def _wgmma_applies(s, M) -> bool:
+    return s.experts is None and _sm90()
 
 
 def _wgmma_launch(c: Ctx):
@@ -691,7 +694,9 @@ def _moe_section(moe: dict) -> List[str]:
         f"read again only after the whole bank ({span}) has been streamed; launches per graph as for dense "
         f"(>= {COLD_FACTOR} x L2 of weight reads, >= {MIN_LAUNCHES}); median of replays / launches.",
         "- Grouped = kbitcupy.grouped.grouped_matmul(A, bank, expert_ids, offsets, max_tokens=M, out, "
-        "method='kernel') with device int32 ids/offsets, one launch; matmul loop = E dispatched "
+        "method='kernel') with device int32 ids/offsets, one launch (its dispatch: grouped.choose_impl); "
+        "g-GEMV / g-MMA / g-WGMMA = the same call with impl= forcing one grouped kernel (GEMV design, "
+        "mma.sync kbit_grouped, Hopper wgmma); matmul loop = E dispatched "
         "kbitcupy.matmul calls on views of the bank.",
         f"- {dt} loop = E torch.mm on the views W[e] of the fp16 bank (same rotation), one cuBLAS call per "
         f"expert; {dt} bmm = one torch.bmm on the contiguous slice W[s:s+E] (no gather: the best case for "
@@ -1017,10 +1022,10 @@ class MoeColumn:
     applies: Callable[[Shape, int], bool] = lambda s, M: True
 
 
-def _grouped_launch(c: MoeCtx):
+def _grouped_launch(c: MoeCtx, impl=None):
     from .grouped import grouped_matmul
 
-    return grouped_matmul(c.A, c.bank, c.ids, c.offsets, c.M, out=c.out, method="kernel")
+    return grouped_matmul(c.A, c.bank, c.ids, c.offsets, c.M, out=c.out, method="kernel", impl=impl)
 
 
 def _matmul_loop_launch(c: MoeCtx):
@@ -1032,7 +1037,11 @@ def _matmul_loop_launch(c: MoeCtx):
 
 
 MOE_COLUMNS: List[MoeColumn] = [
-    MoeColumn("Grouped", _grouped_launch),
+    MoeColumn("Grouped", _grouped_launch),  # what grouped_matmul dispatches to
+    # each grouped kernel forced, where it is a candidate
+    MoeColumn("g-GEMV", lambda c: _grouped_launch(c, "gemv"), lambda s, M: M <= 16),
+    MoeColumn("g-MMA", lambda c: _grouped_launch(c, "mma"), lambda s, M: M >= 8),
+    MoeColumn("g-WGMMA", lambda c: _grouped_launch(c, "wgmma"), lambda s, M: M >= 8 and _sm90()),
     MoeColumn("matmul loop", _matmul_loop_launch),
 ]
 

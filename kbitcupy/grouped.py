@@ -478,7 +478,7 @@ def _check_max_tokens(max_tokens):
 
 # ----------------------------------------------------------------------------- public API
 def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_tokens: int, out=None, *,
-                   check: bool = False, method: str = "auto", plan_override=None):
+                   check: bool = False, method: str = "auto", impl=None, plan_override=None):
     """C_sorted[offsets[s]:offsets[s+1]] = A_sorted[offsets[s]:offsets[s+1]] @ W_{expert_ids[s]}^T.
 
     A_sorted: [rows, K] float16/bfloat16 (tokens sorted by expert slot); CuPy, CUDA torch
@@ -501,6 +501,8 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
         raise TypeError(f"bank must be a KbitExpertBank, got {type(bank).__name__}")
     if method not in ("auto", "kernel", "dequant"):
         raise ValueError(f"method must be 'auto', 'kernel' or 'dequant', got {method!r}")
+    if impl is not None and impl not in IMPLS:
+        raise ValueError(f"impl must be None or one of {IMPLS}, got {impl!r}")
     max_tokens = _check_max_tokens(max_tokens)
     A_, kd = to_backend(A_sorted, "A_sorted")
     N, K = bank.shape
@@ -553,7 +555,10 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
             if use == "kernel":
                 if check:
                     read_errors(reset=True)
-                _launch(A_, bank, ids, offs, out_, max_tokens, plan_override)
+                if impl == "wgmma" and not wgmma_ok(A_, bank):
+                    raise ValueError("impl='wgmma' needs a compute capability 9.0 GPU (H100/H200) and a "
+                                     "16-byte aligned bank")
+                _launch(A_, bank, ids, offs, out_, max_tokens, plan_override, impl)
                 if check:
                     flags = read_errors(reset=True)
                     if flags & (ERR_EXPERT_ID | ERR_OFFSETS):
@@ -580,7 +585,7 @@ def _smem_limit() -> int:
 
 
 def use_grouped_gemv(max_tokens: int, K: int) -> bool:
-    """Grouped GEMV (kbit_gemv_grouped) or grouped MMA kernel for this many tokens per expert.
+    """Grouped GEMV (kbit_gemv_grouped) or a grouped MMA kernel for this many tokens per expert.
 
     H200, 2026-11-22 (profiling/moe_ab.py, k = 4, 8 and 10 experts): the GEMV wins up to
     8 tokens everywhere; at 9..16 it still wins for gate/up (K = 2048: 15.7 vs 17.9 us)
@@ -588,14 +593,47 @@ def use_grouped_gemv(max_tokens: int, K: int) -> bool:
     return max_tokens <= 8 or (max_tokens <= GROUPED_MAX_TOKENS and K >= 1024)
 
 
-def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None):
+IMPLS = ("gemv", "mma", "wgmma")
+
+
+def wgmma_ok(A, bank) -> bool:
+    """Whether the grouped wgmma kernel can run these arrays (sm_90, 16-byte aligned bank)."""
+    from . import wgmma as WG
+
+    return (WG.supported(A.device.id) and bank.packed.data.ptr % 16 == 0 and bank.absmax.data.ptr % 16 == 0)
+
+
+def choose_impl(A, bank, max_tokens: int) -> str:
+    """Which grouped kernel runs for this many tokens per expert (host bound).
+
+    H200, 2026-11-22 (profiling/results/nvidia-h200_2026-11-22_moe-wg1.md, k = 4, 8 and 10
+    experts): up to 8 the grouped GEMV; 9..16 the wgmma kernel where K >= 1024 (gate/up:
+    9.6 vs 10.3 us GEMV, 10 experts fused 14.9 vs 21.3) and the mma.sync kernel for down
+    (K = 512: 8.3 vs 9.0 us wgmma, 10.3 GEMV); from 17 the wgmma kernel (down at 32:
+    10.4 vs 15.0 us mma, gate/up 11.7 vs 38.1).  Without sm_90 the old rule
+    (use_grouped_gemv, else the mma.sync kernel)."""
+    if use_grouped_gemv(max_tokens, bank.K) and not (max_tokens > 8 and wgmma_ok(A, bank)):
+        return "gemv"
+    if max_tokens <= GROUPED_MAX_TOKENS and bank.K < 1024:
+        return "mma"
+    return "wgmma" if wgmma_ok(A, bank) else "mma"
+
+
+def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None):
     """The grouped kernel on validated CuPy arrays (no allocation after the first call
-    per device, no sync)."""
+    per device, no sync).  impl: None (choose_impl) or one of IMPLS; plan_override
+    (kbit_grouped plan keywords) implies 'mma'."""
     N, K = bank.shape
-    if plan_override is None and use_grouped_gemv(max_tokens, K):
+    if impl is None:
+        impl = "mma" if plan_override is not None else choose_impl(A, bank, max_tokens)
+    if impl == "gemv":
         # decode-sized experts: the GEMV design (weights as the MMA A operand, one pair
         # table per block for several column groups)
         return grouped_gemv(A, bank, ids, offs, out, max_tokens, _err_buffer())
+    if impl == "wgmma":
+        from .wgmma import grouped_wgmma
+
+        return grouped_wgmma(A, bank, ids, offs, out, max_tokens, _err_buffer())
     E = bank.num_experts
     n_slots = int(ids.size)
     key = (N, K, bank.k, n_slots, max_tokens, tuple(sorted(plan_override.items())) if plan_override else None)

@@ -28,19 +28,37 @@ from .reference import TILE_K, TILE_N, bfloat16
 
 THREADS = 256
 TOK_CHOICES = (16, 32, 64, 128, 192)
+# The grouped kernel's loop over extra token tiles (max_tokens too small) costs 15-50
+# registers; at TOK = 192 it would spill, so the grouped kernel stops at 128.
+GROUPED_TOK_CHOICES = (16, 32, 64, 128)
 MAX_STAGES = 8
 MIN_TILES_PER_SPLIT = 2   # K tiles of 64 per split-K slice (default heuristic)
+# Grouped kernel: at most 4 stages.  H200 (profiling/results/nvidia-h200_2026-11-22_moe_ab.log):
+# 4 stages beat the deepest pipeline that fits in 16 of 18 MoE cells, by 1-6 %
+# (10 experts, 32 tokens, gate/up + down 30.2 -> 28.4 us); a split holds 2-8 K tiles.
+GROUPED_MAX_STAGES = 4
 MAX_OCCUPANCY = int(os.environ.get("KBIT_WG_MAXOCC", "2"))  # CTAs per SM the stage choice aims for (env: experiment)
 
 
 def _instances():
-    return {(k, t, tok): f"kbit_wgmma<{k}, {CTYPE[t]}, {tok}>"
-            for k in (2, 3, 4, 5) for t in ("float16", "bfloat16") for tok in TOK_CHOICES}
+    inst = {}
+    for k in (2, 3, 4, 5):
+        for t in ("float16", "bfloat16"):
+            for tok in TOK_CHOICES:
+                inst[(k, t, tok)] = f"kbit_wgmma<{k}, {CTYPE[t]}, {tok}>"
+            for tok in GROUPED_TOK_CHOICES:
+                inst[("grouped", k, t, tok)] = f"kbit_wgmma_grouped<{k}, {CTYPE[t]}, {tok}>"
+    return inst
 
 
-# wgmma exists on sm_90a only; one NVRTC call per (k, dtype) compiles its TOK variants.
+def _group_of(key):
+    return key[:3] if key[0] == "grouped" else key[:2]
+
+
+# wgmma exists on sm_90a only; one NVRTC call per (k, dtype) compiles its TOK variants
+# (the dense and the grouped kernel are separate groups: a run compiles what it uses).
 # KBIT_WGMMA_OPTS: extra NVRTC options, an experiment hook (e.g. -DKBIT_WG_NO_MMA, see the .cu).
-WGMMA = register("wgmma", Family("kbit_wgmma.cu", _instances(), group_of=lambda key: (key[0], key[1]),
+WGMMA = register("wgmma", Family("kbit_wgmma.cu", _instances(), group_of=_group_of,
                                  options=tuple(os.environ.get("KBIT_WGMMA_OPTS", "").split()), arch="sm_90a"))
 
 
@@ -66,8 +84,8 @@ def smem_bytes(k: int, tok: int, stages: int) -> int:
     return lut_bytes(k) + 1024 + 256 + stages * stage_bytes(k, tok)
 
 
-def choose_tok(M: int) -> int:
-    return next((tok for tok in TOK_CHOICES if M <= tok), TOK_CHOICES[-1])
+def choose_tok(M: int, choices=TOK_CHOICES) -> int:
+    return next((tok for tok in choices if M <= tok), choices[-1])
 
 
 def choose_stages(info: dict, k: int, tok: int, regs: int):
@@ -88,42 +106,72 @@ class Plan:
 _PLANS: dict = {}
 
 
+def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_splits, stages, label: str,
+                 max_stages: int = MAX_STAGES) -> Plan:
+    """Fill split-K count, pipeline depth, grid and workspace of a plan over `tiles`
+    (token tile x column strip) work tiles (dense and grouped kernels alike)."""
+    st, occ = choose_stages(info, k, tok, p.fn.num_regs)
+    st = min(st, max_stages)
+    k_tiles = -(-K // TILE_K)
+    if k_splits is None:
+        ks = max(1, min(k_tiles // MIN_TILES_PER_SPLIT, (info["sms"] * occ) // max(1, tiles)))
+    else:
+        ks = int(k_splits)
+        if not 1 <= ks <= k_tiles:
+            raise ValueError(f"k_splits must be in 1..{k_tiles} (K tiles of 64) for K = {K}, got {k_splits}")
+    st = max(3, min(st, -(-k_tiles // ks) + 2))
+    if stages is not None:
+        st = int(stages)
+        if not 3 <= st <= MAX_STAGES:
+            raise ValueError(f"stages must be in 3..{MAX_STAGES}, got {stages}")
+    p.tok, p.k_splits, p.stages, p.tiles, p.occ = tok, ks, st, tiles, occ
+    p.grid = tiles * ks
+    if p.grid >= 2**31:
+        raise DoesNotFit(f"{label}: {p.grid} CTAs exceed the grid limit")
+    p.smem = smem_bytes(k, tok, st)
+    if p.smem > info["smem_block"]:
+        raise DoesNotFit(f"{label} with {st} stages needs {p.smem} bytes of shared memory")
+    p.ws_floats = ks * tiles * 128 * tok if ks > 1 else 0
+    return p
+
+
+def _check_tok(tok, choices=TOK_CHOICES):
+    if tok not in choices:
+        raise ValueError(f"tok must be one of {choices}, got {tok}")
+    return tok
+
+
 def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tok=None,
          stages=None) -> Plan:
     key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages)
     p = _PLANS.get(key)
     if p is not None:
         return p
-    info = device_info(dev_id)
-    tok = choose_tok(M) if tok is None else int(tok)
-    if tok not in TOK_CHOICES:
-        raise ValueError(f"tok must be one of {TOK_CHOICES}, got {tok}")
-    fn = WGMMA.function((k, dtype_name, tok))
-    st, occ = choose_stages(info, k, tok, fn.num_regs)
-    m_tiles = -(-M // tok)
-    n_tiles = -(-N // TILE_N)
-    k_tiles = -(-K // TILE_K)
-    tiles = m_tiles * n_tiles
-    if k_splits is None:
-        capacity = info["sms"] * occ
-        ks = max(1, min(k_tiles // MIN_TILES_PER_SPLIT, capacity // tiles))
-    else:
-        ks = int(k_splits)
-        if not 1 <= ks <= k_tiles:
-            raise ValueError(f"k_splits must be in 1..{k_tiles} (K tiles of 64) for K = {K}, got {k_splits}")
-    per_split = -(-k_tiles // ks)
-    st = max(3, min(st, per_split + 2))
-    if stages is not None:
-        st = int(stages)
-        if not 3 <= st <= MAX_STAGES:
-            raise ValueError(f"stages must be in 3..{MAX_STAGES}, got {stages}")
+    tok = _check_tok(choose_tok(M) if tok is None else int(tok))
     p = Plan()
-    p.fn, p.tok, p.m_tiles, p.k_splits, p.stages, p.tiles, p.occ = fn, tok, m_tiles, ks, st, tiles, occ
-    p.grid = tiles * ks
-    p.smem = smem_bytes(k, tok, st)
-    if p.smem > info["smem_block"]:
-        raise DoesNotFit(f"kbit_wgmma<k={k}, TOK={tok}> with {st} stages needs {p.smem} bytes of shared memory")
-    p.ws_floats = ks * tiles * 128 * tok if ks > 1 else 0
+    p.fn = WGMMA.function((k, dtype_name, tok))
+    p.m_tiles = -(-M // tok)
+    p = _finish_plan(p, device_info(dev_id), k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
+                     f"kbit_wgmma<k={k}, TOK={tok}>")
+    _PLANS[key] = p
+    return p
+
+
+def grouped_plan(N: int, K: int, k: int, dtype_name: str, dev_id: int, n_slots: int, max_tokens: int,
+                 k_splits=None, tok=None, stages=None) -> Plan:
+    """Plan of the grouped kernel: every slot gets ceil(max_tokens / TOK) token tiles x
+    the column strips of one expert; split-K fills one wave as for the dense kernel."""
+    key = ("grouped", dev_id, N, K, k, dtype_name, n_slots, max_tokens, k_splits, tok, stages)
+    p = _PLANS.get(key)
+    if p is not None:
+        return p
+    mt = max(1, int(max_tokens))
+    tok = _check_tok(choose_tok(mt, GROUPED_TOK_CHOICES) if tok is None else int(tok), GROUPED_TOK_CHOICES)
+    p = Plan()
+    p.fn = WGMMA.function(("grouped", k, dtype_name, tok))
+    p.m_tiles = -(-mt // tok)
+    p = _finish_plan(p, device_info(dev_id), k, K, tok, n_slots * p.m_tiles * -(-N // TILE_N), k_splits, stages,
+                     f"kbit_wgmma_grouped<k={k}, TOK={tok}>", GROUPED_MAX_STAGES)
     _PLANS[key] = p
     return p
 
@@ -168,3 +216,35 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None):
     p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages)
     vec8 = 1 if (N % 8 == 0 and out.data.ptr % 16 == 0) else 0
     return launch_fused(p, THREADS, A, qw, out, vec8)
+
+
+def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, tok=None, stages=None):
+    """C_sorted = per-slot A_sorted @ W_e^T (kbitcupy.grouped contract) with the grouped
+    wgmma kernel, one launch.  Validated CuPy arrays (grouped.grouped_matmul checks them);
+    err: the grouped kernels' int32 error flag.  No allocation after the first call of a
+    shape on a stream (the split-K workspace is gemm's), no sync: capturable."""
+    import cupy as cp
+
+    N, K = bank.shape
+    dev = A.device.id
+    if not supported(dev):
+        raise RuntimeError("grouped_wgmma needs a compute capability 9.0 GPU (H100/H200)")
+    if bank.packed.data.ptr % 16 or bank.absmax.data.ptr % 16:
+        raise ValueError("the bank's packed and absmax arrays must be 16-byte aligned")
+    n_slots = int(ids.size)
+    if n_slots == 0 or A.shape[0] == 0:
+        return out
+    tname = "bfloat16" if A.dtype == bfloat16 else "float16"
+    p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages)
+    set_smem(p.fn, p.smem)
+    if p.k_splits > 1:
+        ws, cnt = _workspace(dev, cp.cuda.get_current_stream(), p.ws_floats, p.tiles)
+    else:
+        ws = cnt = out  # not dereferenced without split-K
+    vec8 = 1 if (N % 8 == 0 and out.data.ptr % 16 == 0) else 0
+    p.fn((p.grid,), (THREADS,), (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws, cnt,
+                                 np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]),
+                                 np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert),
+                                 np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
+                                 np.int32(max_tokens), np.int32(vec8), err), shared_mem=p.smem)
+    return out

@@ -3,7 +3,9 @@ current source built with extra -D flags and/or grouped_plan overrides, beside t
 contiguous bmm and the speed-of-light read, with the benchmark's cold-L2 expert rotation.
 
 Env: MOE_VARIANTS="name:-DFLAG=1 +per_block=2 +warps=4;..." (a column "new" = current
-plan and source is always there, and "mma" = the grouped MMA kernel unless MOE_MMA=0), KS (default 4), MS (tokens per expert, default 1,4,8,16),
+plan and source unless MOE_GEMV=0, and "mma" = the grouped MMA kernel unless MOE_MMA=0),
+MOE_WG="name:+tok=32 +ks_div=2 +stages=4;..." grouped wgmma kernel columns (plan overrides;
+ks_div divides the default split-K count), KS (default 4), MS (tokens per expert, default 1,4,8,16),
 ES (active experts, default 8,10), SHAPES (moe_gu_fused,moe_dn).
 usage (GPU machine): python3 profiling/moe_ab.py [--out DIR]
 """
@@ -43,13 +45,30 @@ def column(name, toks):
     return B.MoeColumn(name, launch)
 
 
+def wg_column(name, toks):
+    """The grouped wgmma kernel with plan overrides +tok=, +ks_div=, +stages=."""
+    from kbitcupy import wgmma as WG
+
+    ov = {t[1:].split("=")[0]: int(t.split("=")[1]) for t in toks if t.startswith("+")}
+
+    def launch(c):
+        kw = dict(tok=ov.get("tok"), stages=ov.get("stages"))
+        if "ks_div" in ov:
+            tname = "bfloat16" if c.A.dtype == WG.bfloat16 else "float16"
+            p = WG.grouped_plan(*c.bank.shape, c.bank.k, tname, c.A.device.id, int(c.ids.size), c.M, tok=kw["tok"])
+            kw["k_splits"] = max(1, p.k_splits // ov["ks_div"])
+        return WG.grouped_wgmma(c.A, c.bank, c.ids, c.offsets, c.out, c.M, _err_buffer(), **kw)
+    return B.MoeColumn(name, launch)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     variants = [(v.split(":")[0], tuple(v.split(":", 1)[1].split())) for v in os.environ.get("MOE_VARIANTS", "").split(";")
                 if v]
-    cols = [column("new", ())] + [column(n, t) for n, t in variants]
+    cols = ([column("new", ())] if os.environ.get("MOE_GEMV", "1") == "1" else []) + [column(n, t) for n, t in variants]
+    cols += [wg_column(v.split(":")[0], v.split(":", 1)[1].split()) for v in os.environ.get("MOE_WG", "").split(";") if v]
     if os.environ.get("MOE_MMA", "1") == "1":  # the grouped MMA kernel (kbit_grouped.cu) beside it
         cols.append(B.MoeColumn("mma", lambda c: _launch(c.A, c.bank, c.ids, c.offsets, c.out, c.M, plan_override={})))
     ks = [int(x) for x in os.environ.get("KS", "4").split(",")]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one command for the GPU machine: GPU tests + benchmarks, logs and JSON under $OUT.
-#   usage: OUT=/tmp/out bash profiling/run_gpu.sh [tests|foundation|host|bench|quick|ab|moe_ab|final|trace|all]...
+#   usage: OUT=/tmp/out bash profiling/run_gpu.sh [warm|tests|foundation|host|bench|quick|ab|moe_ab|final|trace|all]...
 set -u
 OUT=${OUT:-/tmp/kbit_out}
 mkdir -p "$OUT"
@@ -11,6 +11,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 python3 -c "import cupy, numpy; print('cupy', cupy.__version__, 'cuda', cupy.cuda.runtime.runtimeGetVersion(), 'numpy', numpy.__version__)" >> "$OUT/gpu.txt" 2>&1
 for s in $steps; do
   case $s in
+    warm)  # compile the families named in $WARM (default: all) in parallel into the caches
+      python3 profiling/warm_cache.py ${WARM:-} 2>&1 | tail -3 ;;&
     tests|all)
       python3 -m pytest -q -m gpu --maxfail=30 ${TESTS:-tests/} ${PYTEST_ARGS:-} > "$OUT/tests.log" 2>&1; tail -40 "$OUT/tests.log" ;;&
     foundation|all)
@@ -57,7 +59,7 @@ PY
 fi
 # compute-sanitizer over small shapes of every family: SANITIZE=1
 if [ "${SANITIZE:-0}" = "1" ]; then
-  for tool in memcheck racecheck synccheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
     compute-sanitizer --tool $tool --error-exitcode 3 python3 profiling/sanitize_driver.py > "$OUT/sanitize_$tool.txt" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -c 'rel err' "$OUT/sanitize_$tool.txt") checks; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|BAD:' "$OUT/sanitize_$tool.txt" | tr '\n' ' '))"
   done

@@ -75,11 +75,23 @@ try:
     for k in (4, 5):
         bank = quantize_experts(Wb, k)
         ref = cp.asarray(kb.grouped.reference_grouped_matmul(A, bank, ids.get(), offs.get()))
-        # 17: the grouped MMA kernel; 8: the grouped GEMV planned for 8 rows, 17 done in passes
-        for mt in (int(counts.max()), 8):
-            out = cp.full((A.shape[0], N), np.nan, cp.float16)
-            grouped_matmul(A, bank, ids, offs, mt, out=out)
-            check(f"grouped k={k} max_tokens={mt}", out, ref)
+        # every grouped kernel; max_tokens 8 < 17: the GEMV in passes of 8, the MMA kernels'
+        # extra token tiles (wgmma: split 0 loops over them); wgmma also with split-K
+        impls = ["gemv", "mma"] + (["wgmma"] if cp.cuda.Device().compute_capability == "90" else [])
+        for impl in impls:
+            for mt in (int(counts.max()), 8):
+                out = cp.full((A.shape[0], N), np.nan, cp.float16)
+                grouped_matmul(A, bank, ids, offs, mt, out=out, impl=impl)
+                grouped_matmul(A, bank, ids, offs, mt, out=out, impl=impl)  # counters reset
+                check(f"grouped {impl} k={k} max_tokens={mt}", out, ref)
+        if "wgmma" in impls:
+            from kbitcupy.grouped import _err_buffer
+            from kbitcupy.wgmma import GROUPED_TOK_CHOICES, grouped_wgmma
+
+            for tok in GROUPED_TOK_CHOICES:
+                out = cp.full((A.shape[0], N), np.nan, cp.float16)
+                grouped_wgmma(A, bank, ids, offs, out, int(counts.max()), _err_buffer(), k_splits=2, tok=tok)
+                check(f"grouped wgmma k={k} tok={tok} splits=2", out, ref)
 except ImportError as e:
     print("grouped skipped:", e)
 cp.cuda.runtime.deviceSynchronize()

@@ -470,7 +470,7 @@ def test_fp16_layer_step_on_cpu_torch():
 
 # ----------------------------------------------------------------------------- MoE tables
 def fake_moe(with_totals=True):
-    names = [c.name for c in B.MOE_COLUMNS]
+    names = ["Grouped", "matmul loop"]  # a subset of B.MOE_COLUMNS: columns a run did not time are left out
     shapes = ["moe_gu", "moe_gu_fused", "moe_dn"]
     cells = []
     for si, s in enumerate(shapes):
@@ -505,6 +505,15 @@ def test_finish_moe_cell_uses_best_fp16():
     c = B.finish_moe_cell(dict(columns={"Grouped": {"us": 4.0}}, fp16={"loop": {"us": None, "error": "boom"}},
                                sol={"us": 2.0}), ["Grouped"])
     assert c["cublas"] == {"us": None, "error": "boom"} and c["vs_cublas"] is None
+
+
+def test_moe_columns_force_each_grouped_kernel():
+    names = [c.name for c in B.MOE_COLUMNS]
+    assert names[:4] == ["Grouped", "g-GEMV", "g-MMA", "g-WGMMA"] and "matmul loop" in names
+    shape = B.moe_shapes()["moe_dn"]
+    applies = {c.name: (c.applies(shape, 4), c.applies(shape, 32)) for c in B.MOE_COLUMNS}
+    assert applies["g-GEMV"] == (True, False) and applies["g-MMA"] == (False, True)
+    assert applies["g-WGMMA"] == (False, B._sm90())
 
 
 def test_format_moe_tables_and_totals():
@@ -777,10 +786,11 @@ def test_bench_moe_smoke_gpu(tmp_path):
     moe, torch_ok = res["moe"], _torch_cuda()
     assert len(moe["cells"]) == 3 * 2 and len(moe["totals"]) == 2
     for c in moe["cells"]:
-        for name in ("Grouped", "matmul loop"):
+        for name in ("Grouped", "g-GEMV", "matmul loop"):  # M = 1, 4: the GEMV design; g-MMA/g-WGMMA from 8
             e = c["columns"][name]
             assert e["us"] > 0 and e["check_ok"], (c["shape"], c["M"], name, e)
-        assert c["sol"]["us"] > 0 and c["best"] in ("Grouped", "matmul loop")
+        assert "g-MMA" not in c["columns"] and "g-WGMMA" not in c["columns"]
+        assert c["sol"]["us"] > 0 and c["best"] in ("Grouped", "g-GEMV", "matmul loop")
         if torch_ok:
             for v in ("loop", "bmm"):
                 assert c["fp16"][v]["us"] > 0 and c["fp16"][v]["check_ok"], (c["shape"], v, c["fp16"][v])

@@ -155,6 +155,8 @@ def test_grouped_matmul_cpu_validation(rng):
         grouped_matmul(A, bank, ids, offs, 3)
     with pytest.raises(ValueError, match="method"):
         grouped_matmul(A, bank, ids, offs, 4, method="fast")
+    with pytest.raises(ValueError, match="impl must be"):
+        grouped_matmul(A, bank, ids, offs, 4, impl="fast")
     with pytest.raises(TypeError, match="KbitExpertBank"):
         grouped_matmul(A, quantize(W[0], 4), ids, offs, 4)
 
@@ -221,6 +223,53 @@ def test_plan(N, K, k, slots, mt):
     assert p["smem"] >= lut_bytes(k) + p["pass_rows"] * a_row_bytes(K)
     with pytest.raises(ValueError):
         plan(N, K, k, slots, mt, warps=6, cg=4)
+
+
+def test_choose_impl(monkeypatch):
+    """Grouped kernel choice by tokens per expert (measured: grouped.choose_impl's docstring)."""
+    import kbitcupy.grouped as G
+
+    class Bank:
+        def __init__(self, K):
+            self.K = K
+
+    for sm90 in (True, False):
+        monkeypatch.setattr(G, "wgmma_ok", lambda A, bank: sm90)
+        wg = "wgmma" if sm90 else "mma"
+        for K, expect in ((2048, ["gemv", "gemv", "gemv", "wgmma" if sm90 else "gemv", wg, wg]),
+                          (512, ["gemv", "gemv", "gemv", "mma", wg, wg])):
+            assert [G.choose_impl(None, Bank(K), m) for m in (1, 4, 8, 16, 17, 64)] == expect, (sm90, K)
+
+
+def test_grouped_wgmma_plan(monkeypatch):
+    """Plan of the grouped wgmma kernel (no GPU: a fake H100 and a fake compiled kernel):
+    token tiles from max_tokens (TOK at most 128), every slot x strip x token tile a work
+    tile, split-K filling one wave of 2 CTAs per SM with >= 2 K tiles per split."""
+    import kbitcupy.wgmma as WG
+
+    class FakeFn:
+        num_regs = 100
+
+    info = dict(sms=132, smem_sm=228 * 1024, smem_block=227 * 1024, smem_reserved=1024, regs_sm=65536,
+                threads_sm=2048, blocks_sm=32)
+    monkeypatch.setattr(WG, "device_info", lambda dev: info)
+    monkeypatch.setattr(WG.WGMMA, "function", lambda key: FakeFn())
+    WG._PLANS.clear()
+    # moe gate/up (N = 512: 4 strips, K = 2048: 32 K tiles), 8 slots, 32 tokens
+    p = WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32)
+    assert (p.tok, p.m_tiles, p.tiles, p.occ) == (32, 1, 32, 2)
+    assert p.k_splits == 264 // 32 and p.grid == 32 * p.k_splits
+    assert p.ws_floats == p.k_splits * p.tiles * 128 * 32
+    assert p.smem == WG.smem_bytes(4, 32, p.stages) and 3 <= p.stages <= WG.GROUPED_MAX_STAGES
+    # down (N = 2048: 16 strips, K = 512: 8 K tiles), 10 slots x 2 token tiles of 128
+    p = WG.grouped_plan(2048, 512, 4, "bfloat16", 0, 10, 200)
+    assert (p.tok, p.m_tiles, p.tiles, p.k_splits, p.ws_floats) == (128, 2, 320, 1, 0)
+    assert WG.grouped_plan(2048, 512, 4, "bfloat16", 0, 10, 0).tok == 16  # no tokens: one 16-token tile
+    with pytest.raises(ValueError, match="tok must be one of"):
+        WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32, tok=192)
+    with pytest.raises(ValueError, match="k_splits must be in 1..32"):
+        WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32, k_splits=33)
+    WG._PLANS.clear()
 
 
 def test_family_instances_compile_without_spills():

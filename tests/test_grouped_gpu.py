@@ -407,3 +407,171 @@ def test_silu_mul_and_combine_gpu(rng, dtype):
         o = _host(moe_combine(_dev(C), r, _dev(w))).astype(np.float64)
         exp = (C.astype(np.float64)[r.pos.get()].reshape(T, topk, H) * w.astype(np.float64)[:, :, None]).sum(1)
         np.testing.assert_allclose(o, exp, rtol=2 * TOL[np.dtype(dtype)], atol=2e-2)
+
+
+# ----------------------------------------------------------------------------- grouped wgmma / forced kernels
+def _need_sm90():
+    if _cp().cuda.Device().compute_capability != "90":
+        pytest.skip("the grouped wgmma kernel needs compute capability 9.0")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", ["mma", "wgmma"])
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_grouped_impls_uneven(rng, impl, k, dtype):
+    """Both MMA kernels forced: odd N, K % 64 == 32, empty slots, repeated ids in any
+    order, rows no slot covers; token counts spanning every TOK of the wgmma kernel."""
+    if impl == "wgmma":
+        _need_sm90()
+    E = 16
+    for N, K, counts in ((44, 224, [3, 0, 7, 1, 16, 0, 2, 5]), (136, 96, [33, 0, 64, 9]),
+                         (19, 64, [1, 100, 0]), (256, 320, [130, 17, 0, 31])):
+        bank = _bank(rng, E, N, K, k)
+        ids = rng.integers(0, E, size=len(counts)).astype(np.int32)
+        ids[-1] = ids[0]  # a repeated expert
+        offs = _offsets(counts)
+        A = rng.standard_normal((offs[-1] + 3, K)).astype(dtype)
+        out = _run(A, bank, ids, offs, max(counts), dtype, method="kernel", impl=impl)
+        _check(out, A, bank, ids, offs, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1024, 2048), (512, 2048), (2048, 512)])
+@pytest.mark.parametrize("ntok", [9, 16, 32, 64])
+def test_grouped_wgmma_moe_shapes(rng, shape, ntok):
+    """Qwen3-Coder-Next expert shapes at prefill-sized token counts, 10 active experts,
+    uneven counts around ntok, fp16 and bf16, every k."""
+    _need_sm90()
+    N, K = shape
+    for k in (2, 3, 4, 5):
+        bank = _bank(rng, 24, N, K, k, on_gpu_quant=True)
+        ids = rng.permutation(24)[:10].astype(np.int32)
+        counts = np.minimum(ntok, rng.integers(max(0, ntok - 8), ntok + 1, size=10))
+        counts[3] = ntok
+        offs = _offsets(counts)
+        dtype = DTYPES[k % 2]
+        A = rng.standard_normal((offs[-1], K)).astype(dtype)
+        _check(_run(A, bank, ids, offs, ntok, dtype, impl="wgmma"), A, bank, ids, offs, dtype)
+
+
+@pytest.mark.gpu
+def test_grouped_wgmma_forced_splits_toks_deterministic(rng):
+    """Forced split-K counts (1, 2, 3, max) and every TOK; repeated calls give bit-identical
+    results (the split-K sum order is fixed, the counters reset themselves)."""
+    _need_sm90()
+    from kbitcupy.grouped import _err_buffer
+    from kbitcupy.wgmma import GROUPED_TOK_CHOICES, grouped_wgmma
+
+    cp = _cp()
+    dtype, k = np.float16, 4
+    N, K = 320, 1056  # 3 strips (the last partial), 17 K tiles (the last a half tile)
+    bank = _bank(rng, 6, N, K, k)
+    counts = [20, 0, 45, 3, 45]
+    ids, offs = np.array([5, 2, 0, 4, 0], np.int32), _offsets(counts)
+    A_h = rng.standard_normal((offs[-1], K)).astype(dtype)
+    A, ids_d, offs_d = _dev(A_h), cp.asarray(ids), cp.asarray(offs)
+    for tok in GROUPED_TOK_CHOICES:
+        for ks in (1, 2, 3, 17):
+            outs = []
+            for _ in range(2):
+                out = _nan((offs[-1], N), dtype)
+                grouped_wgmma(A, bank, ids_d, offs_d, out, 45, _err_buffer(), k_splits=ks, tok=tok)
+                outs.append(out)
+            _check(outs[0], A_h, bank, ids, offs, dtype)
+            np.testing.assert_array_equal(_host(outs[0]).view(np.uint16), _host(outs[1]).view(np.uint16))
+
+
+@pytest.mark.gpu
+def test_grouped_wgmma_understated_max_tokens(rng):
+    """max_tokens below a slot's real count: extra token tiles done by split 0, flag set."""
+    _need_sm90()
+    dtype = bfloat16
+    bank = _bank(rng, 4, 256, 1024, 3)
+    counts = [3, 150, 40, 0]
+    ids, offs = np.array([2, 0, 3, 1], np.int32), _offsets(counts)
+    A = rng.standard_normal((offs[-1], 1024)).astype(dtype)
+    read_errors(reset=True)
+    _check(_run(A, bank, ids, offs, 32, dtype, impl="wgmma"), A, bank, ids, offs, dtype)
+    assert read_errors(reset=True) == ERR_MAX_TOKENS
+
+
+@pytest.mark.gpu
+def test_grouped_wgmma_device_guards(rng):
+    _need_sm90()
+    cp = _cp()
+    dtype = np.float16
+    bank = _bank(rng, 4, 128, 512, 4)
+    A_h = rng.standard_normal((40, 512)).astype(dtype)
+    A = _dev(A_h)
+    out = _nan((40, 128), dtype)
+    read_errors(reset=True)
+    grouped_matmul(A, bank, cp.array([0, 7, 2], dtype=cp.int32), cp.array([0, 14, 26, 40], dtype=cp.int32), 14,
+                   out=out, impl="wgmma")
+    assert read_errors(reset=True) == ERR_EXPERT_ID
+    o = _host(out).astype(np.float64)
+    assert np.all(np.isnan(o[14:26])) and np.all(np.isfinite(o[:14])) and np.all(np.isfinite(o[26:]))
+    out2 = _nan((40, 128), dtype)
+    grouped_matmul(A, bank, cp.array([0, 1], dtype=cp.int32), cp.array([30, 20, 400], dtype=cp.int32), 64,
+                   out=out2, impl="wgmma")
+    assert read_errors(reset=True) == ERR_OFFSETS
+    assert np.all(np.isnan(_host(out2).astype(np.float32)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_grouped_wgmma_capture_and_streams(rng, dtype):
+    """Captured in a CUDA graph (split-K workspace reserved by the warm call), replayed with
+    new activations; two streams at once each use their own workspace."""
+    _need_sm90()
+    cp = _cp()
+    bank = _bank(rng, 16, 512, 2048, 4)
+    counts = [20, 0, 33, 5, 40, 12]
+    ids = cp.asarray(np.array([3, 8, 15, 3, 0, 9], np.int32))
+    offs = cp.asarray(_offsets(counts))
+    rows = sum(counts)
+    A = _dev(rng.standard_normal((rows, 2048)).astype(dtype))
+    out1, out2 = _nan((rows, 512), dtype), _nan((rows, 512), dtype)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        grouped_matmul(A, bank, ids, offs, 40, out=out1, impl="wgmma")
+        s.begin_capture()
+        grouped_matmul(A, bank, ids, offs, 40, out=out2, impl="wgmma")
+        graph = s.end_capture()
+        graph.launch(stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(_host(out2).view(np.uint16), _host(out1).view(np.uint16))
+    A2 = _dev(rng.standard_normal((rows, 2048)).astype(dtype))
+    A.view(cp.uint16)[...] = A2.view(cp.uint16)
+    graph.launch(stream=s)
+    s.synchronize()
+    _check(out2, _host(A2), bank, _host(ids), _host(offs), dtype)
+    # two streams concurrently
+    s1, s2 = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    o1, o2 = _nan((rows, 512), dtype), _nan((rows, 512), dtype)
+    for _ in range(3):
+        with s1:
+            grouped_matmul(A, bank, ids, offs, 40, out=o1, impl="wgmma")
+        with s2:
+            grouped_matmul(A, bank, ids, offs, 40, out=o2, impl="wgmma")
+    s1.synchronize(), s2.synchronize()
+    np.testing.assert_array_equal(_host(o1).view(np.uint16), _host(o2).view(np.uint16))
+    _check(o1, _host(A2), bank, _host(ids), _host(offs), dtype)
+
+
+@pytest.mark.gpu
+def test_grouped_auto_routes_prefill_to_wgmma(rng, monkeypatch):
+    """Dispatch: decode-sized experts -> grouped GEMV, prefill-sized -> wgmma on sm_90."""
+    _need_sm90()
+    import kbitcupy.wgmma as WG
+
+    calls = []
+    real = WG.grouped_wgmma
+    monkeypatch.setattr(WG, "grouped_wgmma", lambda *a, **kw: calls.append(a[5]) or real(*a, **kw))
+    bank = _bank(rng, 8, 256, 1024, 4)
+    for ntok, expect in ((2, 0), (40, 1)):
+        counts = [ntok, ntok]
+        ids, offs = np.array([1, 6], np.int32), _offsets(counts)
+        A = rng.standard_normal((offs[-1], 1024)).astype(np.float16)
+        _check(_run(A, bank, ids, offs, ntok, np.float16), A, bank, ids, offs, np.float16)
+        assert len(calls) == expect
