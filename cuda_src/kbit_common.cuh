@@ -246,8 +246,8 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // 38 of its instantiations and made two spill, not done without a GPU measurement).
 // Every CTA of an output tile stores its fp32 partial (NV
 // float4 per thread, of which the first nv_live are real: rows past M are skipped) into
-// its own slot ws[split][tile][i][thread] (coalesced 16-byte stores), __threadfence(),
-// then one atomicAdd on the tile's counter.  The CTA that sees count == k_splits - 1
+// its own slot ws[split][tile][i][thread] (coalesced 16-byte stores), then thread 0
+// fences and does one atomicAdd on the tile's counter.  The CTA that sees count == k_splits - 1
 // sums the k_splits slots in split order (deterministic: the result does not depend on
 // which CTA arrives last), leaves the sum in v, resets the counter to 0 (so counters are
 // all zero again after every launch, no host memset) and returns true; the others
@@ -273,12 +273,30 @@ __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float
 #pragma unroll
     for (int i = 0; i < NV; i++)
         if (i < nv_live) __stcg(reinterpret_cast<float4*>(ws + (long)tile * TILE_FLOATS + tid * 4 + split * split_stride + i * 4 * NT), v[i]);
+    // Release: the barrier orders every thread's partial stores before thread 0's
+    // gpu-scope fence (cumulative) and atomic; acquire: thread 0 fences after the atomic,
+    // the barrier orders it before everyone's loads (the grid-barrier pattern): one fence
+    // per CTA instead of one per warp.  -DKBIT_FIXUP_FENCE_ALL: every thread fences (the
+    // previous scheme, an A/B hook).
+#ifdef KBIT_FIXUP_FENCE_ALL
     __threadfence();
+#endif
     __syncthreads();
-    if (tid == 0) *flag = atomicAdd(counters + tile, 1) == k_splits - 1;
+    if (tid == 0) {
+#ifndef KBIT_FIXUP_FENCE_ALL
+        __threadfence();
+#endif
+        const bool last = atomicAdd(counters + tile, 1) == k_splits - 1;
+#ifndef KBIT_FIXUP_FENCE_ALL
+        if (last) __threadfence();
+#endif
+        *flag = last;
+    }
     __syncthreads();
     if (!*flag) return false;
+#ifdef KBIT_FIXUP_FENCE_ALL
     __threadfence();
+#endif
     if (NV > 4 || KBIT_SERIAL_FIXUP_ON) {
 #pragma unroll
         for (int i = 0; i < NV; i++) {

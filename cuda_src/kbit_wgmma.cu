@@ -30,16 +30,17 @@
 // i.e. leading (K) byte offset 128 and stride (token) byte offset 1024.  Copy id i of a
 // stage lands at byte 16 i, so cp.async writes are contiguous.
 //
-// Pipeline: `stages` buffers (runtime, 3..8) of {tokens TOK x 64, weight tile, absmax},
-// prefetch distance stages - 2: a buffer is rewritten two iterations after its wgmma
-// group was issued, and wgmma.wait_group 1 at the end of each iteration has retired it.
-// Per iteration: wait for tile it, fence.proxy.async (cp.async wrote it through the
-// generic proxy, wgmma reads through the async proxy), barrier, request tile
-// it + stages - 2, dequantize tile it into one of two fragment sets (the other still
-// feeds the wgmma group in flight), wgmma.fence, 4 x wgmma (k16), commit, wait_group 1.
-// ptxas pipelines this for TOK >= 128; for TOK <= 64 it reuses one register quad for
-// the 4 fragments of a tile and waits after each wgmma (warning C7513).  Measured: the
-// MMA is not what those sizes spend their time on (profiling/NOTES.md, fourth session).
+// Pipeline: `stages` buffers (runtime, 4..8) of {tokens TOK x 64, weight tile, absmax},
+// tile t in buffer t % stages, prefetch distance dist = stages - 2.  Iteration it: wait
+// until tile it + 1 has landed, fence.proxy.async (cp.async wrote through the generic
+// proxy, wgmma reads through the async proxy), barrier; the wgmma group of tile it (4 x
+// k16, fragments dequantized in the previous iteration); request tile it + dist (into the
+// buffer of tile it - 2, whose group is retired and which every warp has dequantized);
+// wgmma.wait_group 1 (retires group it - 1); dequantize tile it + 1 into the fragment set
+// group it - 1 read, while group it runs.  The barrier between a tile's dequantize and its
+// wgmma makes the 16 fragment registers complete before the first wgmma: with the
+// dequantize right before its own wgmma, ptxas sank the arithmetic between the 4 wgmma,
+// reused one register quad and serialized them (warning C7513) for TOK <= 64.
 //
 // Shared memory (dynamic, bytes): pair LUT | scale table (256 half2) | codebook (128) |
 // misc (128) | stages x stage.  The epilogue stages C through the (then idle) stage
@@ -142,6 +143,32 @@ __device__ __forceinline__ u32 key_word(const u32 (&p)[K], int sh) {
 
 }  // namespace kbit_wgmma_detail
 
+// Timeline probe (profiling/wgmma_trace.py builds with -DKBIT_WG_TRACE): thread 0 of each
+// CTA stores clock64 at the phase boundaries (slots 0..5), globaltimer at entry / exit
+// (6, 7), its SM (8) and whether it summed the split-K partials (9).
+#ifdef KBIT_WG_TRACE
+#define KBIT_WG_TRACE_STRIDE 10
+__device__ unsigned long long kbit_wg_trace[65536 * KBIT_WG_TRACE_STRIDE];
+#define KBIT_WG_T(i, v)                                                                                   \
+    do {                                                                                                  \
+        if (threadIdx.x == 0 && blockIdx.x < 65536) kbit_wg_trace[blockIdx.x * KBIT_WG_TRACE_STRIDE + (i)] = (v); \
+    } while (0)
+__device__ __forceinline__ unsigned long long kbit_gtimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ unsigned long long kbit_smid() {
+    unsigned s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s;
+}
+#else
+#define KBIT_WG_T(i, v) \
+    do {                \
+    } while (0)
+#endif
+
 namespace kbit_wgmma_detail {
 
 // One CTA's work: token tile mt (TOK rows of A[M, Kdim]), column strip nt, K tiles of
@@ -175,6 +202,9 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
+    KBIT_WG_T(6, kbit_gtimer());
+    KBIT_WG_T(0, clock64());
+    KBIT_WG_T(8, kbit_smid());
 
     // ---------------------------------------------------------------- work item
     const int m0 = mt * TOK;
@@ -227,6 +257,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     __syncthreads();
     build_pair_lut<K, T>(lut, cb_s);
     for (int c = tid; c < 256; c += 256) s2tab[c] = scale_pair<T>(e4m4_decode((u32)c));
+    KBIT_WG_T(1, clock64());  // pair table and scale table built (this thread's part)
 
     float acc[NACC];
 #pragma unroll
@@ -244,19 +275,17 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int r = 0; r < 4; r++) frag_a[j][r] = frag_b[j][r] = 0u;
-    int rd = 0, wr = dist;
-    auto step = [&](int it, u32 (&fr)[4][4], u32 (&prev)[4][4]) {
-        cp_async_wait_upto(dist - 1);
-        // cp.async wrote the tile through the generic proxy; wgmma reads it through the
-        // async proxy: make this thread's writes visible to it before the barrier.
-        fence_proxy_async();
-        __syncthreads();
-        if (it + dist < n_my) load_stage(wr, kt_begin + it + dist);
-        cp_async_commit();
-        wr = wr + 1 == stages ? 0 : wr + 1;
-
-        const u32 st = stage0_s + rd * STAGE_BYTES;
-        rd = rd + 1 == stages ? 0 : rd + 1;
+    // Tile t lives in stage buffer t % stages.  Order per iteration it (see header):
+    //   barrier (tile it + 1 landed; every warp has dequantized tile it and retired group it - 2)
+    //   -> wgmma group of tile it -> request tile it + dist -> wait_group 1 (retires group
+    //   it - 1) -> dequantize tile it + 1 into the set group it - 1 read.
+    // The barrier between a tile's dequantize and its wgmma keeps ptxas from sinking the
+    // fragment arithmetic between the 4 wgmma of the tile (it then reused one register quad
+    // and serialized every wgmma: warning C7513).
+    int rd_d = 0, rd_m = 0, wr = dist;
+    auto dequant = [&](int it, u32 (&fr)[4][4]) {
+        const u32 st = stage0_s + rd_d * STAGE_BYTES;
+        rd_d = rd_d + 1 == stages ? 0 : rd_d + 1;
         const u32 ws_s = st + A_BYTES;
         const u32 abs_s = st + A_BYTES + W_BYTES;
 
@@ -304,6 +333,10 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         }
 
 #endif
+    };
+    auto mma = [&](int it, u32 (&fr)[4][4]) {
+        const u32 st = stage0_s + rd_m * STAGE_BYTES;
+        rd_m = rd_m + 1 == stages ? 0 : rd_m + 1;
 #ifdef KBIT_WG_NO_MMA  // experiment hook: loads + dequantize only
 #pragma unroll
         for (int j = 0; j < 4; j++)
@@ -328,10 +361,33 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
             }
         }
         wgmma_commit();
-        wgmma_wait<1>();  // retires the group of tile it - 1, which read `prev`
+#endif
+    };
+    // tile 0: landed (dist groups committed, tile j = group j), visible to the async proxy
+    cp_async_wait_upto(dist - 1);
+    fence_proxy_async();
+    __syncthreads();
+    KBIT_WG_T(2, clock64());  // tile 0 landed for every thread
+    if (n_my > 0) dequant(0, frag_a);
+    auto step = [&](int it, u32 (&cur)[4][4], u32 (&nxt)[4][4]) {
+        // groups committed: dist + it; tile it + 1 = group it + 1 complete
+        cp_async_wait_upto(dist - 2);
+        // cp.async wrote the tiles through the generic proxy; wgmma reads them through the
+        // async proxy: make this thread's writes visible to it before the barrier.
+        fence_proxy_async();
+        __syncthreads();
+        mma(it, cur);
+        // buffer of tile it + dist = that of tile it - 2: its group retired (wait below, last
+        // iteration) and dequantized by every warp before the barrier above
+        if (it + dist < n_my) load_stage(wr, kt_begin + it + dist);
+        cp_async_commit();
+        wr = wr + 1 == stages ? 0 : wr + 1;
+#ifndef KBIT_WG_NO_MMA
+        wgmma_wait<1>();  // retires the group of tile it - 1, which read `nxt`
         reg_fence(acc);
 #endif
-        frag_keep(prev);
+        frag_keep(nxt);
+        if (it + 1 < n_my) dequant(it + 1, nxt);
     };
     for (int it = 0; it < n_my; it += 2) {
         step(it, frag_a, frag_b);
@@ -340,14 +396,21 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     wgmma_wait<0>();
     reg_fence(acc);
     cp_async_wait<0>();
+    KBIT_WG_T(3, clock64());  // main loop done
 
     // ---------------------------------------------------------------- split-K fixup
     if (k_splits > 1) {
         float4 v[NACC / 4];
 #pragma unroll
         for (int i = 0; i < NACC / 4; i++) v[i] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
-        if (!splitk_fixup<NACC / 4, 256>(v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits))
+        const bool last = splitk_fixup<NACC / 4, 256>(v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits);
+        KBIT_WG_T(4, clock64());  // partials stored (and summed by the last CTA)
+        KBIT_WG_T(9, last ? 1ull : 0ull);
+        if (!last) {
+            KBIT_WG_T(5, clock64());
+            KBIT_WG_T(7, kbit_gtimer());
             return false;
+        }
 #pragma unroll
         for (int i = 0; i < NACC / 4; i++) {
             acc[4 * i] = v[i].x; acc[4 * i + 1] = v[i].y; acc[4 * i + 2] = v[i].z; acc[4 * i + 3] = v[i].w;
@@ -380,6 +443,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
             for (int e = 0; e < 8 && col + e < N; e++) dst[e] = src[e];
         }
     }
+    KBIT_WG_T(5, clock64());
+    KBIT_WG_T(7, kbit_gtimer());
     return true;
 }
 

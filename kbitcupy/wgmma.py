@@ -9,7 +9,7 @@ Configuration (see the .cu header for the design):
   * TOK tokens per CTA (the wgmma n side): the smallest of TOK_CHOICES covering M, at
     most the largest; larger M runs ceil(M / TOK) token tiles.
   * one 128-column strip of the layout per CTA (2 warpgroups of 64 columns).
-  * K tiles of 64 through a `stages`-deep cp.async pipeline (3..MAX_STAGES), the most
+  * K tiles of 64 through a `stages`-deep cp.async pipeline (MIN_STAGES..MAX_STAGES), the most
     CTAs per SM first (at most 2), then the deepest pipeline that fits.
   * split-K over K tiles to fill one wave of resident CTAs, >= MIN_TILES_PER_SPLIT
     tiles each; partial sums as in kbitcupy.gemm (per-split slots, last CTA sums).
@@ -32,6 +32,7 @@ TOK_CHOICES = (16, 32, 64, 128, 192)
 # registers; at TOK = 192 it would spill, so the grouped kernel stops at 128.
 GROUPED_TOK_CHOICES = (16, 32, 64, 128)
 MAX_STAGES = 8
+MIN_STAGES = 4  # the loop waits for tile it + 1 while tiles it - 1 and it are in use (kbit_wgmma.cu)
 MIN_TILES_PER_SPLIT = 2   # K tiles of 64 per split-K slice (default heuristic)
 # Grouped kernel: at most 4 stages.  H200 (profiling/results/nvidia-h200_2026-11-22_moe_ab.log):
 # 4 stages beat the deepest pipeline that fits in 16 of 18 MoE cells, by 1-6 %
@@ -90,7 +91,7 @@ def choose_tok(M: int, choices=TOK_CHOICES) -> int:
 
 def choose_stages(info: dict, k: int, tok: int, regs: int):
     """(stages, CTAs per SM): the most resident CTAs (up to MAX_OCCUPANCY), then the deepest pipeline."""
-    return best_stages(info, range(MAX_STAGES, 2, -1), lambda st: smem_bytes(k, tok, st), regs,
+    return best_stages(info, range(MAX_STAGES, MIN_STAGES - 1, -1), lambda st: smem_bytes(k, tok, st), regs,
                        MAX_OCCUPANCY, f"kbit_wgmma<k={k}, TOK={tok}>", THREADS)
 
 
@@ -119,11 +120,11 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
         ks = int(k_splits)
         if not 1 <= ks <= k_tiles:
             raise ValueError(f"k_splits must be in 1..{k_tiles} (K tiles of 64) for K = {K}, got {k_splits}")
-    st = max(3, min(st, -(-k_tiles // ks) + 2))
+    st = max(MIN_STAGES, min(st, -(-k_tiles // ks) + 2))
     if stages is not None:
         st = int(stages)
-        if not 3 <= st <= MAX_STAGES:
-            raise ValueError(f"stages must be in 3..{MAX_STAGES}, got {stages}")
+        if not MIN_STAGES <= st <= MAX_STAGES:
+            raise ValueError(f"stages must be in {MIN_STAGES}..{MAX_STAGES}, got {stages}")
     p.tok, p.k_splits, p.stages, p.tiles, p.occ = tok, ks, st, tiles, occ
     p.grid = tiles * ks
     if p.grid >= 2**31:

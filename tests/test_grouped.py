@@ -260,7 +260,7 @@ def test_grouped_wgmma_plan(monkeypatch):
     assert (p.tok, p.m_tiles, p.tiles, p.occ) == (32, 1, 32, 2)
     assert p.k_splits == 264 // 32 and p.grid == 32 * p.k_splits
     assert p.ws_floats == p.k_splits * p.tiles * 128 * 32
-    assert p.smem == WG.smem_bytes(4, 32, p.stages) and 3 <= p.stages <= WG.GROUPED_MAX_STAGES
+    assert p.smem == WG.smem_bytes(4, 32, p.stages) and WG.MIN_STAGES <= p.stages <= WG.GROUPED_MAX_STAGES
     # down (N = 2048: 16 strips, K = 512: 8 K tiles), 10 slots x 2 token tiles of 128
     p = WG.grouped_plan(2048, 512, 4, "bfloat16", 0, 10, 200)
     assert (p.tok, p.m_tiles, p.tiles, p.k_splits, p.ws_floats) == (128, 2, 320, 1, 0)

@@ -114,7 +114,7 @@ def test_wgmma_forced_splits_and_stages(rng):
                 A = _A(M, K, dt, rng)
                 ref = A.astype(cp.float64) @ Wd.T
                 for ks in sorted({1, 2, 3, KT} & set(range(1, KT + 1))):
-                    for st in (3, 5, 8):
+                    for st in (4, 5, 8):
                         if smem_bytes(4, choose_tok(M), st) > device_info(cp.cuda.Device().id)["smem_block"]:
                             continue
                         out = cp.full((M, N), np.nan, dtype=dt)
