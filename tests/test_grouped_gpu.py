@@ -317,7 +317,7 @@ def test_dequant_fallback(rng, dtype):
     counts = [100, 0, 3, 70]
     ids, offs = np.array([5, 1, 5, 2], np.int32), _offsets(counts)
     A = rng.standard_normal((offs[-1], 256)).astype(dtype)
-    _check(_run(A, bank, ids, offs, 100, dtype), A, bank, ids, offs, dtype)  # auto -> dequant
+    _check(_run(A, bank, ids, offs, 100, dtype), A, bank, ids, offs, dtype)  # auto: dequant (wgmma on sm_90)
     _check(_run(A, bank, ids, offs, 100, dtype, method="kernel"), A, bank, ids, offs, dtype)
     _check(_run(A, bank, ids, offs, 100, dtype, method="dequant", device_index=False), A, bank, ids, offs, dtype)
 
@@ -575,3 +575,27 @@ def test_grouped_auto_routes_prefill_to_wgmma(rng, monkeypatch):
         A = rng.standard_normal((offs[-1], 1024)).astype(np.float16)
         _check(_run(A, bank, ids, offs, ntok, np.float16), A, bank, ids, offs, np.float16)
         assert len(calls) == expect
+
+
+@pytest.mark.gpu
+def test_grouped_auto_many_tokens_is_capturable_on_sm90(rng):
+    """sm_90: method='auto' keeps the (wgmma) kernel above 64 tokens per expert, so a call
+    with device indices neither syncs nor leaves the graph (the dequant path would)."""
+    _need_sm90()
+    cp = _cp()
+    dtype = np.float16
+    bank = _bank(rng, 6, 256, 512, 4)
+    counts = [150, 0, 90, 300]
+    ids, offs = cp.asarray(np.array([4, 1, 0, 4], np.int32)), cp.asarray(_offsets(counts))
+    A_h = rng.standard_normal((sum(counts), 512)).astype(dtype)
+    A = _dev(A_h)
+    out = _nan((sum(counts), 256), dtype)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        grouped_matmul(A, bank, ids, offs, 300, out=_nan((sum(counts), 256), dtype))  # warm: plan, workspace
+        s.begin_capture()
+        grouped_matmul(A, bank, ids, offs, 300, out=out)
+        graph = s.end_capture()
+        graph.launch(stream=s)
+    s.synchronize()
+    _check(out, A_h, bank, _host(ids), _host(offs), dtype)
