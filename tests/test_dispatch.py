@@ -194,14 +194,14 @@ def test_k_steps():
 
 
 def test_h100_table_is_measured():
-    """H100 has its own crossovers (nvidia-h100-80gb-hbm3_2026-11-22_allm3.json + _m16-64.json), not the default's."""
+    """H100 has its own crossovers (nvidia-h100-80gb-hbm3_2026-11-22_allm3 + _m16-64 + _m8-128), not the default's."""
     assert D.TABLES["H100"] != D.TABLES["default"]
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
     assert [c(M, 5120, 2048, 4) for M in (1, 8, 16, 32, 64)] == ["gemv", "gemv", "wgmma", "wgmma", "dq"]
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 64)] == ["gemv", "gemv", "wgmma", "dq"]
-    # k = 5, N = 2048, K = 4096: the wgmma kernel at M = 32, kbit_gemm up to 64, dq above
+    # k = 5, N = 2048, K = 4096: the wgmma kernel at M = 32..64, dq above; O (4096 x 2048) from M = 16
     assert c(16, 2048, 4096, 5) == "gemv" and c(32, 2048, 4096, 5) == "wgmma" and c(128, 2048, 4096, 5) == "dq"
-    assert c(48, 4096, 2048, 5) == "gemm"
+    assert [c(M, 4096, 2048, 5) for M in (8, 16, 48, 128)] == ["gemv", "wgmma", "wgmma", "dq"]
     assert c(4, 3000, 3000, 4) == "gemv" and c(500, 3000, 3000, 4) == "dq"  # unmeasured shape: size bands
 
 
