@@ -255,12 +255,20 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // CTAs to wait for the first one's store; per-split slots avoid the wait and the atomics.)
 // The sums are latency-bound: for NV <= 4 the loads of SB slots x all NV float4s go out
 // together (8 in flight, one L2 round trip per SB slots; H200: 3-9 % of the whole GEMM at
-// M = 16 / 32); larger NV keeps the plain loop (the batch cost TOK = 64 of the wgmma
-// kernel 60 registers), which the compiler unrolls by 4 slots.
-#ifdef KBIT_SERIAL_FIXUP  // experiment hook: the plain loop for every NV (A/B)
+// M = 16 / 32).  Larger NV goes slot by slot with up to 8 float4 loads in flight, the
+// CTA's own slot re-read from L2 so that v itself holds the running sum (no extra
+// registers for it: the row-by-row loop it replaced cost one L2 round trip per float4
+// row, 16 round trips = 9.7 us of the last CTA at TOK = 128, profiling/wgmma_trace.py).
+// Both add in split order from 0, as the plain loop does: identical results.
+#ifdef KBIT_SERIAL_FIXUP  // experiment hook: the plain row-by-row loop for every NV (A/B)
 #define KBIT_SERIAL_FIXUP_ON true
 #else
 #define KBIT_SERIAL_FIXUP_ON false
+#endif
+#ifdef KBIT_FIXUP_ROWWISE  // experiment hook: the plain loop for NV > 4 (the previous code, A/B)
+#define KBIT_FIXUP_ROWWISE_ON true
+#else
+#define KBIT_FIXUP_ROWWISE_ON false
 #endif
 template <int NV, int NT>
 __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float* __restrict__ ws,
@@ -297,7 +305,25 @@ __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float
 #ifdef KBIT_FIXUP_FENCE_ALL
     __threadfence();
 #endif
-    if (NV > 4 || KBIT_SERIAL_FIXUP_ON) {
+    if (NV > 4 && !KBIT_SERIAL_FIXUP_ON && !KBIT_FIXUP_ROWWISE_ON) {
+        constexpr int CH = NV < 4 ? NV : 4;
+#pragma unroll
+        for (int i0 = 0; i0 < NV; i0 += CH) {
+#pragma unroll
+            for (int i = 0; i < CH; i++) v[i0 + i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int sp = 0; sp < k_splits; sp++) {
+                float4 x[CH];
+#pragma unroll
+                for (int i = 0; i < CH; i++)
+                    x[i] = i0 + i < nv_live ? __ldcg(reinterpret_cast<const float4*>(base + sp * split_stride + (i0 + i) * 4 * NT))
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                for (int i = 0; i < CH; i++) {
+                    v[i0 + i].x += x[i].x; v[i0 + i].y += x[i].y; v[i0 + i].z += x[i].z; v[i0 + i].w += x[i].w;
+                }
+            }
+        }
+    } else if (NV > 4 || KBIT_SERIAL_FIXUP_ON) {
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             if (i >= nv_live) continue;
