@@ -49,9 +49,11 @@ TABLES: Dict[str, dict] = {
     # Measured on NVIDIA H100 80GB HBM3, 2026-11-22 (profiling/results/
     # nvidia-h100-80gb-hbm3_2026-11-22_allm3.json, fp16, M = 1..512, with the wgmma kernel; M = 16..64
     # again after its batched split-K sums: ..._m16-64.json; M = 8..128 again after the fifth
-    # session's wgmma loop reorder: ..._m8-128.json; profiling/tune_dispatch.py on all three, later
-    # files first: every cell dispatched to its fastest kernel)
-    "H100": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 64)], '*': 16},
+    # session's wgmma loop reorder: ..._m8-128.json, M = 32..128 after its faster split-K sum:
+    # ..._m32-128.json; profiling/tune_dispatch.py on all four, later files first: every cell
+    # within 5 % of its fastest kernel but k = 4 down at M = 128, 6 %: the wgmma kernel wins at 32
+    # and 128 but not at 64, and a shape's wgmma band is one range)
+    "H100": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 64)], '*': 16},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M]; dq above)
                  (2, 512, 2048): (16, 16), (2, 2048, 2048): (16, 32), (2, 2048, 4096): (16, 32, 32, 32),
                  (2, 2048, 5120): (16, 32, 32, 32), (2, 4096, 2048): (8, 32, 32, 32), (2, 5120, 2048): (8, 32, 16, 32),
@@ -59,16 +61,17 @@ TABLES: Dict[str, dict] = {
                  (3, 2048, 5120): (16, 32, 32, 32), (3, 4096, 2048): (8, 32, 32, 32), (3, 5120, 2048): (8, 32, 16, 32),
                  (4, 512, 2048): (16, 16), (4, 2048, 2048): (16, 32), (4, 2048, 4096): (16, 32, 32, 32),
                  (4, 2048, 5120): (16, 32, 32, 32), (4, 4096, 2048): (16, 32, 32, 32), (4, 5120, 2048): (8, 32, 16, 32),
-                 (5, 512, 2048): (16, 16), (5, 2048, 2048): (16, 32), (5, 2048, 4096): (16, 64, 32, 64),
-                 (5, 2048, 5120): (8, 64, 16, 64), (5, 4096, 2048): (8, 64, 16, 64), (5, 5120, 2048): (4, 32, 8, 32),
+                 (5, 512, 2048): (16, 16), (5, 2048, 2048): (16, 64, 64, 64), (5, 2048, 4096): (16, 64, 32, 64),
+                 (5, 2048, 5120): (8, 128, 16, 128), (5, 4096, 2048): (8, 64, 16, 64), (5, 5120, 2048): (4, 64, 8, 64),
              }},
     # Measured on NVIDIA H200, 2026-11-22 (profiling/results/nvidia-h200_2026-11-22_allm4.json, fp16
     # activations, M = 1..512, all k, with the wgmma kernel; M = 16..64 again after its batched split-K
     # sums: nvidia-h200_2026-11-22_m16-64.json; M = 8..128 again after the wgmma loop reorder (fifth
-    # session): ..._m8-128-k4.json + ..._m8-128-k235.json; profiling/tune_dispatch.py on all four,
-    # later files first: every cell dispatched to its fastest kernel).  The wgmma kernel wins at
-    # M = 32 on most shapes (from M = 16 on k = 3..5 wide ones, from 8 on k = 5 gate/up); dq + cuBLAS
-    # from M = 64 on all but k = 5 down / O / Q.
+    # session): ..._m8-128-k4.json + ..._m8-128-k235.json; M = 32..128 after the faster split-K sum
+    # for TOK >= 64: ..._m32-128.json; profiling/tune_dispatch.py on all five, later files first:
+    # every cell dispatched to its fastest kernel).  The wgmma kernel wins at M = 32 on most shapes
+    # (from M = 16 on k = 3..5 wide ones, from 8 on k = 5 gate/up, up to 128 on k = 5 down / Q);
+    # dq + cuBLAS from M = 64 on all but k = 5.
     # Exact shapes first, size bands for other shapes (measured with fp16, used for bf16 too).
     "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 64), (None, 64)], '*': 16},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M]; dq above)
@@ -78,8 +81,8 @@ TABLES: Dict[str, dict] = {
                  (3, 2048, 5120): (8, 32, 16, 32), (3, 4096, 2048): (8, 32, 32, 32), (3, 5120, 2048): (8, 32, 32, 32),
                  (4, 512, 2048): (16, 16), (4, 2048, 2048): (16, 32), (4, 2048, 4096): (16, 32, 32, 32),
                  (4, 2048, 5120): (16, 32, 32, 32), (4, 4096, 2048): (8, 32, 16, 32), (4, 5120, 2048): (8, 32, 32, 32),
-                 (5, 512, 2048): (16, 16), (5, 2048, 2048): (16, 32), (5, 2048, 4096): (16, 64, 32, 64),
-                 (5, 2048, 5120): (8, 64, 16, 64), (5, 4096, 2048): (8, 64, 16, 64), (5, 5120, 2048): (4, 32, 8, 32),
+                 (5, 512, 2048): (16, 16), (5, 2048, 2048): (16, 64, 64, 64), (5, 2048, 4096): (16, 128, 32, 128),
+                 (5, 2048, 5120): (8, 128, 16, 128), (5, 4096, 2048): (8, 64, 16, 64), (5, 5120, 2048): (4, 64, 8, 64),
              }},
 }
 

@@ -206,13 +206,13 @@ def test_h100_table_is_measured():
 
 
 def test_h200_table_uses_wgmma_where_measured():
-    """H200 (allm4 + m16-64 + m8-128 runs): the wgmma kernel where it was the fastest fused
-    kernel (M = 32 on most shapes, 16..64 on k = 5 down, from 8 on k = 5 gate/up), kbit_gemm / dq
-    elsewhere."""
+    """H200 (allm4 + m16-64 + m8-128 + m32-128 runs): the wgmma kernel where it was the fastest
+    fused kernel (M = 32 on most shapes, 16..128 on k = 5 down, 8..64 on k = 5 gate/up), kbit_gemm
+    / dq elsewhere."""
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H200")  # noqa: E731
     assert [c(M, 5120, 2048, 2) for M in (8, 16, 32, 64)] == ["gemv", "gemm", "wgmma", "dq"]
-    assert [c(M, 2048, 5120, 5) for M in (8, 16, 32, 64, 128)] == ["gemv", "wgmma", "wgmma", "wgmma", "dq"]
-    assert [c(M, 5120, 2048, 5) for M in (4, 8, 32, 64)] == ["gemv", "wgmma", "wgmma", "dq"]
+    assert [c(M, 2048, 5120, 5) for M in (8, 16, 32, 64, 128, 256)] == ["gemv", "wgmma", "wgmma", "wgmma", "wgmma", "dq"]
+    assert [c(M, 5120, 2048, 5) for M in (4, 8, 32, 64, 128)] == ["gemv", "wgmma", "wgmma", "wgmma", "dq"]
     assert c(32, 512, 2048, 4) == "dq"
     assert c(32, 3000, 3000, 4) in ("gemm", "dq")  # unmeasured shape: size bands, never wgmma
     h100 = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
