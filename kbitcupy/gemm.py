@@ -318,18 +318,23 @@ def gemm(A, qw, out, k_splits=None, tile_n=None):
     return launch_fused(p, THREADS, A, qw, out, vec2)
 
 
+def plan_workspace(p, dev_id: int, out):
+    """(ws, counters) for launching fused plan p on the current stream: the stream's
+    split-K workspace, or without split-K `out` as a placeholder the kernel never reads."""
+    if p.k_splits <= 1:
+        return out, out
+    import cupy as cp
+
+    return _workspace(dev_id, cp.cuda.get_current_stream(), p.ws_floats, p.tiles)
+
+
 def launch_fused(p, threads: int, A, qw, out, vec: int):
     """Launch a fused-GEMM plan (kbit_gemm or kbit_wgmma: the same argument list) on the
     current stream, with this stream's split-K workspace."""
-    import cupy as cp
-
     M, K = A.shape
     N = out.shape[1]
     set_smem(p.fn, p.smem)
-    if p.k_splits > 1:
-        ws, cnt = _workspace(A.device.id, cp.cuda.get_current_stream(), p.ws_floats, p.tiles)
-    else:
-        ws = cnt = out  # not dereferenced without split-K
+    ws, cnt = plan_workspace(p, A.device.id, out)
     p.fn((p.grid,), (threads,), (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N),
                                  np.int32(K), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
                                  np.float32(qw.tensor_scale), np.int32(vec)), shared_mem=p.smem)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import reference as R
+from . import wgmma as WG
 from .gemv import GROUPED_MAX_TOKENS, grouped_gemv, lut_bytes
 from ._arrays import check_same_device, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
 from ._compile import Family, register
@@ -532,7 +533,9 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
     E = bank.num_experts
     host_idx = not (_on_device(expert_ids) and _on_device(offsets))
     # method='auto': the kernel path where it is the faster one (see MAX_TOKENS_KERNEL)
-    auto_kernel = max_tokens <= MAX_TOKENS_KERNEL or (impl in (None, "wgmma") and wgmma_ok(A_, bank))
+    wg = impl == "wgmma" or (impl is None and max_tokens > MAX_TOKENS_KERNEL)
+    wg = wg and wgmma_ok(A_, bank)
+    auto_kernel = max_tokens <= MAX_TOKENS_KERNEL or wg
     with stream_ctx(A_sorted):
         if host_idx:
             for nm, x in (("expert_ids", expert_ids), ("offsets", offsets)):
@@ -561,7 +564,7 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
             if use == "kernel":
                 if check:
                     read_errors(reset=True)
-                if impl == "wgmma" and not wgmma_ok(A_, bank):
+                if impl == "wgmma" and not wg:
                     raise ValueError("impl='wgmma' needs a compute capability 9.0 GPU (H100/H200) and a "
                                      "16-byte aligned bank")
                 _launch(A_, bank, ids, offs, out_, max_tokens, plan_override, impl)
@@ -604,9 +607,7 @@ IMPLS = ("gemv", "mma", "wgmma")
 
 def wgmma_ok(A, bank) -> bool:
     """Whether the grouped wgmma kernel can run these arrays (sm_90, 16-byte aligned bank)."""
-    from . import wgmma as WG
-
-    return (WG.supported(A.device.id) and bank.packed.data.ptr % 16 == 0 and bank.absmax.data.ptr % 16 == 0)
+    return WG.supported(A.device.id) and bank.packed.data.ptr % 16 == 0 and bank.absmax.data.ptr % 16 == 0
 
 
 def choose_impl(A, bank, max_tokens: int) -> str:
@@ -618,11 +619,14 @@ def choose_impl(A, bank, max_tokens: int) -> str:
     (K = 512: 8.3 vs 9.0 us wgmma, 10.3 GEMV); from 17 the wgmma kernel (down at 32:
     10.4 vs 15.0 us mma, gate/up 11.7 vs 38.1).  Without sm_90 the old rule
     (use_grouped_gemv, else the mma.sync kernel)."""
-    if use_grouped_gemv(max_tokens, bank.K) and not (max_tokens > 8 and wgmma_ok(A, bank)):
+    if max_tokens <= 8:
+        return "gemv"
+    wg = wgmma_ok(A, bank)
+    if use_grouped_gemv(max_tokens, bank.K) and not wg:
         return "gemv"
     if max_tokens <= GROUPED_MAX_TOKENS and bank.K < 1024:
         return "mma"
-    return "wgmma" if wgmma_ok(A, bank) else "mma"
+    return "wgmma" if wg else "mma"
 
 
 def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None):
@@ -637,9 +641,7 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None):
         # table per block for several column groups)
         return grouped_gemv(A, bank, ids, offs, out, max_tokens, _err_buffer())
     if impl == "wgmma":
-        from .wgmma import grouped_wgmma
-
-        return grouped_wgmma(A, bank, ids, offs, out, max_tokens, _err_buffer())
+        return WG.grouped_wgmma(A, bank, ids, offs, out, max_tokens, _err_buffer())
     E = bank.num_experts
     n_slots = int(ids.size)
     key = (N, K, bank.k, n_slots, max_tokens, tuple(sorted(plan_override.items())) if plan_override else None)

@@ -21,7 +21,7 @@ import os
 import numpy as np
 
 from ._compile import Family, register
-from .gemm import DoesNotFit, _workspace, best_stages, device_info, launch_fused, set_smem
+from .gemm import DoesNotFit, _workspace, best_stages, device_info, launch_fused, plan_workspace, set_smem
 from .gemv import lut_bytes
 from .quantize import CTYPE
 from .reference import TILE_K, TILE_N, bfloat16
@@ -215,8 +215,12 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None):
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages)
-    vec8 = 1 if (N % 8 == 0 and out.data.ptr % 16 == 0) else 0
-    return launch_fused(p, THREADS, A, qw, out, vec8)
+    return launch_fused(p, THREADS, A, qw, out, _vec8(out))
+
+
+def _vec8(out) -> int:
+    """1 if every output row may be stored in 16-byte pieces (N % 8 == 0, aligned base)."""
+    return 1 if (out.shape[1] % 8 == 0 and out.data.ptr % 16 == 0) else 0
 
 
 def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, tok=None, stages=None):
@@ -224,8 +228,6 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
     wgmma kernel, one launch.  Validated CuPy arrays (grouped.grouped_matmul checks them);
     err: the grouped kernels' int32 error flag.  No allocation after the first call of a
     shape on a stream (the split-K workspace is gemm's), no sync: capturable."""
-    import cupy as cp
-
     N, K = bank.shape
     dev = A.device.id
     if not supported(dev):
@@ -238,14 +240,10 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages)
     set_smem(p.fn, p.smem)
-    if p.k_splits > 1:
-        ws, cnt = _workspace(dev, cp.cuda.get_current_stream(), p.ws_floats, p.tiles)
-    else:
-        ws = cnt = out  # not dereferenced without split-K
-    vec8 = 1 if (N % 8 == 0 and out.data.ptr % 16 == 0) else 0
+    ws, cnt = plan_workspace(p, dev, out)
     p.fn((p.grid,), (THREADS,), (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws, cnt,
                                  np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]),
                                  np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert),
                                  np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
-                                 np.int32(max_tokens), np.int32(vec8), err), shared_mem=p.smem)
+                                 np.int32(max_tokens), np.int32(_vec8(out)), err), shared_mem=p.smem)
     return out
