@@ -281,7 +281,14 @@ __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS)
     kbit_gemv_grouped(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
                       const float* __restrict__ codebook, const float* __restrict__ tscale,
                       const int* __restrict__ expert_ids, const int* __restrict__ offsets, T* __restrict__ C, int N,
-                      int Kdim, int E, int rows, long long wpe, long long ape, int max_tokens, int* __restrict__ err) {
+                      int Kdim, int E, int rows, long long wpe, long long ape, int max_tokens, int* __restrict__ err,
+                      int pdl) {
+    // pdl: ids and offsets may come from the previous grid (device routing): a
+    // programmatic dependent waits for it before anything, only the launch overlaps.
+    if (pdl) {
+        griddep_wait();
+        griddep_launch_dependents();
+    }
     const int slot = blockIdx.y;
     const int e = expert_ids[slot], r0 = offsets[slot], r1 = offsets[slot + 1];
     if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {

@@ -181,7 +181,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
                                           const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                           T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
                                           int M, int N, int Kdim, int mt, int nt, int split, int k_splits, int stages,
-                                          float tensor_scale, int vec8, int tile, int tiles) {
+                                          float tensor_scale, int vec8, int tile, int tiles, bool pdl = false) {
     static_assert(TOK == 16 || TOK == 32 || TOK == 64 || TOK == 128 || TOK == 192 || TOK == 256, "TOK");
     constexpr int NACC = TOK / 2;                   // fp32 accumulators per thread (m64 x TOK / 128)
     constexpr int NSUB = TOK >= 64 ? TOK / 64 : 1;  // n64 sub-MMAs per k16 (TOK >= 64)
@@ -229,7 +229,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     const u8* abs_base = absmax + (long)nt * (KBIT_TILE_N * KBIT_KB_PER_TILE) + 16 * tid;
     const long abs_ktstride = (long)n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE);
 
-    auto load_stage = [&](int buf, int kt) {
+    auto load_tokens = [&](int buf, int kt) {
         const u32 st = stage0_s + buf * STAGE_BYTES + 16 * tid;
         const bool kok = kt * KBIT_TILE_K + a_c * 8 < Kdim;  // K % 64 == 32: the upper half is zero-filled
 #pragma unroll
@@ -239,24 +239,49 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
                 cp_async16_zfill(st + 4096 * u, ok ? a_base + u * a_ustride + kt * KBIT_TILE_K : A, ok);
             }
         }
-        // weights: the whole (kt, nt) layout tile, contiguous
+    };
+    auto load_weights = [&](int buf, int kt) {  // the whole (kt, nt) layout tile, contiguous
+        const u32 st = stage0_s + buf * STAGE_BYTES + 16 * tid;
 #pragma unroll
         for (int u = 0; u < W_COPIES; u++)
             if ((W_BYTES / 16) % 256 == 0 || tid + 256 * u < W_BYTES / 16)
                 cp_async16_zfill(st + A_BYTES + 4096 * u, w_base + kt * w_ktstride + 1024 * u, true);
         if (tid < 16) cp_async16_zfill(st + A_BYTES + W_BYTES, abs_base + kt * abs_ktstride, true);
     };
+    auto load_stage = [&](int buf, int kt) {
+        load_tokens(buf, kt);
+        load_weights(buf, kt);
+    };
 
     // ---------------------------------------------------------------- prologue
     const int dist = stages - 2;  // prefetch distance (see header)
+    // pdl (launched as a programmatic dependent of the previous grid, kbitcupy/_pdl.py):
+    // the first tiles' weights are requested and the tables built before
+    // griddepcontrol.wait; tokens (the previous grid may write A), the split-K workspace
+    // and C only after it.  cp.async group i is then {all prologue weights + tokens of
+    // tile 0} for i = 0, tokens of tile i after: tile i has landed once group i has.
     if (tid < 32) cb_s[tid] = tid < (1 << K) ? codebook[tid] : 0.0f;
     for (int i = 0; i < dist; i++) {
-        if (i < n_my) load_stage(i, kt_begin + i);
-        cp_async_commit();
+        if (pdl) {
+            if (i < n_my) load_weights(i, kt_begin + i);
+        } else {
+            if (i < n_my) load_stage(i, kt_begin + i);
+            cp_async_commit();
+        }
     }
     __syncthreads();
     build_pair_lut<K, T>(lut, cb_s);
     for (int c = tid; c < 256; c += 256) s2tab[c] = scale_pair<T>(e4m4_decode((u32)c));
+    if (pdl) {
+        griddep_wait();
+        for (int i = 0; i < dist; i++) {
+            if (i < n_my) load_tokens(i, kt_begin + i);
+            cp_async_commit();
+        }
+        // the next grid may start its prologue; it reads A / workspace only after its own
+        // wait (this grid complete), so no grid two back can still be running then
+        griddep_launch_dependents();
+    }
     KBIT_WG_T(1, clock64());  // pair table and scale table built (this thread's part)
 
     float acc[NACC];
@@ -457,7 +482,7 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
                                                      const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                                      T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
                                                      int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
-                                                     float tensor_scale, int vec8) {
+                                                     float tensor_scale, int vec8, int pdl) {
     const int bid = blockIdx.x;
     const int mt = bid % m_tiles;
     const int rest = bid / m_tiles;
@@ -465,7 +490,7 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
     const int nt = rest / k_splits;
     kbit_wgmma_detail::wgmma_cta<K, T, TOK>(A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt, split,
                                             k_splits, stages, tensor_scale, vec8, nt * m_tiles + mt,
-                                            gridDim.x / k_splits);
+                                            gridDim.x / k_splits, pdl != 0);
 }
 
 // Grouped (MoE) GEMM over an expert bank (kbitcupy/grouped.py has the contract): for
@@ -482,7 +507,13 @@ __global__ void __launch_bounds__(256, 1)
                        const int* __restrict__ expert_ids, const int* __restrict__ offsets, T* __restrict__ C,
                        float* __restrict__ ws, int* __restrict__ counters, int N, int Kdim, int E, int rows,
                        long long wpe, long long ape, int m_tiles, int k_splits, int stages, int max_tokens, int vec8,
-                       int* __restrict__ err) {
+                       int* __restrict__ err, int pdl) {
+    // pdl: the expert ids and offsets may come from the previous grid (device routing), so
+    // a programmatic dependent waits for it before anything: only the launch overlaps.
+    if (pdl) {
+        griddep_wait();
+        griddep_launch_dependents();
+    }
     const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
     const int per_slot = m_tiles * k_splits * n_tiles;
     const int bid = blockIdx.x;

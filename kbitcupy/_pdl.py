@@ -1,4 +1,5 @@
-"""Programmatic dependent launch (PDL, Hopper and later) for the decode GEMV.
+"""Programmatic dependent launch (PDL, Hopper and later) for the decode GEMV, the wgmma
+GEMM and the grouped (MoE) kernels.
 
 With PDL on, ``matmul`` launches the decode GEMV as a programmatic dependent of the
 previous kernel in the stream (``cuLaunchKernelEx`` with the programmatic-stream-
@@ -10,7 +11,14 @@ the prologue overlap the previous kernel's tail.  H200, 2026-11-22: back-to-back
 decode matmuls (M = 1, k = 4, the five dense shapes of a block) 24.8 -> 20.2 us in
 all (profiling/pdl_ab.py).
 
-Off by default, because the kernel reads its weights before that wait: turn it on only
+The Hopper wgmma GEMM (``kbitcupy.wgmma``, M >= 8 where dispatch picks it) does the same
+with its first K tiles: it requests their weight tiles and builds its tables before the
+wait, and its tokens, split-K workspace and output only after it.  The grouped MoE kernels
+(grouped GEMV and grouped wgmma) wait before anything, because their expert ids and
+offsets may come from the kernel right before them (device routing): only the launch
+latency overlaps there.
+
+Off by default, because the kernels read weights before that wait: turn it on only
 where no kernel writes a weight (packed words, absmax, codebook) right before a matmul
 that uses it -- true in inference, where weights are written once at load time.  A and
 ``out`` are safe: A is read and ``out`` written after the wait.
@@ -38,7 +46,7 @@ def enabled() -> bool:
 
 
 def set_pdl(flag: bool) -> bool:
-    """Turn PDL for the decode GEMV on or off; returns the previous setting."""
+    """Turn PDL on or off; returns the previous setting."""
     global ENABLED
     from . import _launch
 
@@ -117,3 +125,30 @@ class Launcher:
         r = self._call(ctypes.byref(self._cfg), self._fn, params_address, None)
         if r:
             raise RuntimeError(f"kbitcupy: cuLaunchKernelEx (programmatic dependent launch) failed: CUresult {r}")
+
+
+_LAUNCHERS: dict = {}
+
+
+def launch(fn, grid, block, args, smem: int, stream_ptr: int | None = None) -> None:
+    """Launch CuPy kernel ``fn`` (a RawKernel of the current device) with ``args`` as a
+    programmatic dependent on the current (or given) stream.  The Launcher of a
+    (kernel, grid, block, smem) is cached; the parameter block is built per call (the
+    driver copies it at launch)."""
+    from ._launch import ParamBlock
+
+    grid = (grid,) if isinstance(grid, int) else tuple(grid)
+    block = (block,) if isinstance(block, int) else tuple(block)
+    ptr = int(fn.kernel.ptr)
+    key = (ptr, grid, block, int(smem))
+    lau = _LAUNCHERS.get(key)
+    if lau is None:
+        if len(_LAUNCHERS) > 4096:
+            _LAUNCHERS.clear()
+        lau = _LAUNCHERS[key] = Launcher(ptr, grid, block, smem)
+    if stream_ptr is None:
+        import cupy as cp
+
+        stream_ptr = cp.cuda.get_current_stream().ptr
+    pb = ParamBlock(args)
+    lau(stream_ptr, pb.address)

@@ -183,7 +183,19 @@ def _matmul_pdl_launch(c: Ctx):
 # Not a kernel of its own: the dispatched matmul launched with PDL.  Kept out of Best
 # (fp16 cuBLAS is not PDL-launched here) and compared separately ("vs fp16 (PDL)").
 PDL_COLUMN = "matmul+PDL"
-NOT_IN_BEST = {PDL_COLUMN}
+MOE_PDL_COLUMN = "Grouped+PDL"  # the same for the dispatched grouped_matmul
+NOT_IN_BEST = {PDL_COLUMN, MOE_PDL_COLUMN}
+
+
+def _pdl_us(cols: dict):
+    """Time of the PDL column of a cell's or TOTAL's columns (us or {'us': ..})."""
+    for n in (PDL_COLUMN, MOE_PDL_COLUMN):
+        v = cols.get(n)
+        if isinstance(v, dict):
+            v = v.get("us")
+        if v is not None:
+            return v
+    return None
 
 COLUMNS: List[Column] = [
     Column("GEMV", applies=lambda s, M: s.experts is None and M <= GEMV_MAX_M, launch=lambda c: gemv(c.A, c.qw, c.out)),
@@ -505,7 +517,7 @@ def finish_cell(cell: dict, kbit_names: Sequence[str]) -> dict:
     best_us = times.get(best)
     cub = (cell.get("cublas") or {}).get("us")
     sol = (cell.get("sol") or {}).get("us")
-    pdl_us = (cell["columns"].get(PDL_COLUMN) or {}).get("us")
+    pdl_us = _pdl_us(cell["columns"])
     cell.update(best=best, best_us=best_us, vs_cublas=(cub / best_us) if cub and best_us else None,
                 pct_sol=(100.0 * sol / best_us) if sol and best_us else None,
                 vs_cublas_pdl=(cub / pdl_us) if cub and pdl_us else None)
@@ -529,7 +541,7 @@ def compute_totals(cells: Sequence[dict], total_shapes: Sequence[str], Ms, ks, k
             cub = _tsum([(c.get("cublas") or {}).get("us") for c in rows])
             sol = _tsum([(c.get("sol") or {}).get("us") for c in rows])
             cols = {n: _tsum([(c["columns"].get(n) or {}).get("us") for c in rows]) for n in kbit_names}
-            pdl_us = cols.get(PDL_COLUMN)
+            pdl_us = _pdl_us(cols)
             out.append(dict(M=M, k=k, shapes=[c["shape"] for c in rows], best_us=best, cublas_us=cub, sol_us=sol,
                             columns=cols, vs_cublas=(cub / best) if cub and best else None,
                             pct_sol=(100.0 * sol / best) if sol and best else None,
@@ -610,7 +622,9 @@ def format_moe_tables(moe: dict) -> str:
     m = moe["meta"]
     names, dt = m["columns"], m["dtype"]
     idx = {(c["shape"], c["experts"], c["k"], c["M"]): c for c in moe["cells"]}
-    header = ["shape", "E", "k", *names, f"{dt} loop", f"{dt} bmm", "SOL", "Best", f"vs {dt}", "% of SOL"]
+    pdl = MOE_PDL_COLUMN in names
+    header = (["shape", "E", "k", *names, f"{dt} loop", f"{dt} bmm", "SOL", "Best", f"vs {dt}", "% of SOL"]
+              + ([f"vs {dt} (PDL)"] if pdl else []))
     parts = []
     for M in m["M"]:
         rows = []
@@ -623,12 +637,14 @@ def format_moe_tables(moe: dict) -> str:
                     fp = c.get("fp16") or {}
                     rows.append([s, str(E), str(k), *[fmt_entry(c["columns"].get(n)) for n in names],
                                  fmt_entry(fp.get("loop")), fmt_entry(fp.get("bmm")), fmt_entry(c.get("sol")),
-                                 c.get("best") or "-", fmt_x(c.get("vs_cublas")), fmt_pct(c.get("pct_sol"))])
+                                 c.get("best") or "-", fmt_x(c.get("vs_cublas")), fmt_pct(c.get("pct_sol"))]
+                                + ([fmt_x(c.get("vs_cublas_pdl"))] if pdl else []))
         for t in moe.get("totals") or []:
             if t["M"] == M:
                 rows.append(["TOTAL", str(t["experts"]), str(t["k"]), *[fmt_us(t["columns"].get(n)) for n in names],
                              fmt_us(t["fp16"].get("loop")), fmt_us(t["fp16"].get("bmm")), fmt_us(t["sol_us"]),
-                             fmt_us(t["best_us"]), fmt_x(t["vs_cublas"]), fmt_pct(t["pct_sol"])])
+                             fmt_us(t["best_us"]), fmt_x(t["vs_cublas"]), fmt_pct(t["pct_sol"])]
+                            + ([fmt_x(t.get("vs_cublas_pdl"))] if pdl else []))
         parts.append(f"### MoE, M = {M} token{'s' if M != 1 else ''} per expert\n\n" + md_table(header, rows))
     return "\n\n".join(parts)
 
@@ -697,7 +713,9 @@ def _moe_section(moe: dict) -> List[str]:
         "method='kernel') with device int32 ids/offsets, one launch (its dispatch: grouped.choose_impl); "
         "g-GEMV / g-MMA / g-WGMMA = the same call with impl= forcing one grouped kernel (GEMV design, "
         "mma.sync kbit_grouped, Hopper wgmma); matmul loop = E dispatched "
-        "kbitcupy.matmul calls on views of the bank.",
+        "kbitcupy.matmul calls on views of the bank; Grouped+PDL = Grouped launched as a programmatic dependent "
+        "(kbitcupy.set_pdl: the launch overlaps the previous launch's tail in this graph of back-to-back "
+        f"launches; off by default), not in Best; vs {dt} (PDL) = best {dt} / Grouped+PDL.",
         f"- {dt} loop = E torch.mm on the views W[e] of the fp16 bank (same rotation), one cuBLAS call per "
         f"expert; {dt} bmm = one torch.bmm on the contiguous slice W[s:s+E] (no gather: the best case for "
         f"{dt}, real routing would need a gather copy or the loop). Both captured in a torch CUDA graph.",
@@ -766,7 +784,7 @@ def format_report(res: dict) -> str:
             "its configuration does not fit); WGMMA = kbitcupy.wgmma.wgmma_gemm (fused dequant + Hopper wgmma, "
             "sm_90 only); dq+cuBLAS = kbitcupy.dequant_matmul (dequantize into a reused "
             "buffer + cuBLAS GEMM); matmul = the dispatched kbitcupy.matmul; matmul+PDL = the same launched as a "
-            "programmatic dependent (kbitcupy.set_pdl: the GEMV's prologue overlaps the previous launch's tail in "
+            "programmatic dependent (kbitcupy.set_pdl: the GEMV's and the wgmma GEMM's prologue overlaps the previous launch's tail in "
             f"this graph of back-to-back launches; off by default), not in Best; vs {cub} (PDL) = {cub} / matmul+PDL "
             f"({cub} itself is not PDL-launched).",
             f"- {cub}: cuBLAS through torch (torch.mm), same method. "
@@ -1028,6 +1046,14 @@ def _grouped_launch(c: MoeCtx, impl=None):
     return grouped_matmul(c.A, c.bank, c.ids, c.offsets, c.M, out=c.out, method="kernel", impl=impl)
 
 
+def _grouped_pdl_launch(c: MoeCtx):
+    """grouped_matmul launched as a programmatic dependent (kbitcupy.set_pdl)."""
+    from ._pdl import pdl
+
+    with pdl():
+        return _grouped_launch(c)
+
+
 def _matmul_loop_launch(c: MoeCtx):
     """E dispatched kbitcupy.matmul calls on views of the bank (no copy)."""
     M = c.M
@@ -1043,6 +1069,8 @@ MOE_COLUMNS: List[MoeColumn] = [
     MoeColumn("g-MMA", lambda c: _grouped_launch(c, "mma"), lambda s, M: M >= 8),
     MoeColumn("g-WGMMA", lambda c: _grouped_launch(c, "wgmma"), lambda s, M: M >= 8 and _sm90()),
     MoeColumn("matmul loop", _matmul_loop_launch),
+    # not a kernel of its own: Grouped launched with PDL, kept out of Best (fp16 is not PDL-launched)
+    MoeColumn(MOE_PDL_COLUMN, _grouped_pdl_launch),
 ]
 
 
@@ -1259,9 +1287,11 @@ def compute_moe_totals(cells: Sequence[dict], total_shapes: Sequence[str], Ms, E
                 sol = _tsum([(c.get("sol") or {}).get("us") for c in rows])
                 fp = {v: _tsum([((c.get("fp16") or {}).get(v) or {}).get("us") for c in rows]) for v in ("loop", "bmm")}
                 cols = {n: _tsum([(c["columns"].get(n) or {}).get("us") for c in rows]) for n in kbit_names}
+                pdl_us = _pdl_us(cols)
                 out.append(dict(M=M, experts=E, k=k, shapes=[c["shape"] for c in rows], best_us=best, cublas_us=cub,
                                 sol_us=sol, fp16=fp, columns=cols, vs_cublas=(cub / best) if cub and best else None,
-                                pct_sol=(100.0 * sol / best) if sol and best else None))
+                                pct_sol=(100.0 * sol / best) if sol and best else None,
+                                vs_cublas_pdl=(cub / pdl_us) if cub and pdl_us else None))
     return out
 
 

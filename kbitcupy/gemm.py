@@ -328,14 +328,22 @@ def plan_workspace(p, dev_id: int, out):
     return _workspace(dev_id, cp.cuda.get_current_stream(), p.ws_floats, p.tiles)
 
 
-def launch_fused(p, threads: int, A, qw, out, vec: int):
-    """Launch a fused-GEMM plan (kbit_gemm or kbit_wgmma: the same argument list) on the
-    current stream, with this stream's split-K workspace."""
+def launch_fused(p, threads: int, A, qw, out, vec: int, pdl=None):
+    """Launch a fused-GEMM plan (kbit_gemm or kbit_wgmma: the same argument list; kbit_wgmma
+    takes one more, pdl) on the current stream, with this stream's split-K workspace.
+    pdl true: as a programmatic dependent (kbitcupy/_pdl.py)."""
     M, K = A.shape
     N = out.shape[1]
     set_smem(p.fn, p.smem)
     ws, cnt = plan_workspace(p, A.device.id, out)
-    p.fn((p.grid,), (threads,), (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N),
-                                 np.int32(K), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
-                                 np.float32(qw.tensor_scale), np.int32(vec)), shared_mem=p.smem)
+    args = (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N), np.int32(K),
+            np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages), np.float32(qw.tensor_scale), np.int32(vec))
+    if pdl is not None:
+        args += (np.int32(bool(pdl)),)
+    if pdl:
+        from . import _pdl
+
+        _pdl.launch(p.fn, (p.grid,), (threads,), args, p.smem)
+    else:
+        p.fn((p.grid,), (threads,), args, shared_mem=p.smem)
     return out

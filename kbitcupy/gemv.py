@@ -143,12 +143,7 @@ def gemv(A, qw, out, plan_override=None):
     kbitcupy._launch.)"""
     fn, grid, block, smem, args = launch_args(A, qw, out, plan_override)
     if args[-1]:  # programmatic dependent launch (kbitcupy.set_pdl)
-        import cupy as cp
-
-        from ._launch import ParamBlock
-
-        pb = ParamBlock(args)
-        _pdl.Launcher(fn.kernel.ptr, grid, block, smem)(cp.cuda.get_current_stream().ptr, pb.address)
+        _pdl.launch(fn, grid, block, args, smem)
     else:
         fn(grid, block, args, shared_mem=smem)
     return out
@@ -209,10 +204,16 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
         warps, gx, smem, tiles = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
         cfg = _GLAUNCH[key] = (fn, warps, gx, smem)
     fn, warps, gx, smem = cfg
+    pdl = _pdl.active(key[0])
     tail = (np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]),
-            np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert), np.int32(max_tokens), err)
+            np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert), np.int32(max_tokens), err,
+            np.int32(pdl))
     for s0 in range(0, n_slots, 65535):  # grid.y limit
         ns = min(65535, n_slots - s0)
-        fn((gx, ns), (warps * 32,), (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale,
-                                     ids[s0:s0 + ns], offs[s0:s0 + ns + 1], out) + tail, shared_mem=smem)
+        args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids[s0:s0 + ns],
+                offs[s0:s0 + ns + 1], out) + tail
+        if pdl:  # programmatic dependent launch (kbitcupy.set_pdl; the kernel waits first)
+            _pdl.launch(fn, (gx, ns), (warps * 32,), args, smem)
+        else:
+            fn((gx, ns), (warps * 32,), args, shared_mem=smem)
     return out

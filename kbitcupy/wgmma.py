@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from . import _pdl
 from ._compile import Family, register
 from .gemm import DoesNotFit, _workspace, best_stages, device_info, launch_fused, plan_workspace, set_smem
 from .gemv import lut_bytes
@@ -215,7 +216,7 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None):
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages)
-    return launch_fused(p, THREADS, A, qw, out, _vec8(out))
+    return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.active(dev))
 
 
 def _vec8(out) -> int:
@@ -241,9 +242,13 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
     p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages)
     set_smem(p.fn, p.smem)
     ws, cnt = plan_workspace(p, dev, out)
-    p.fn((p.grid,), (THREADS,), (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws, cnt,
-                                 np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]),
-                                 np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert),
-                                 np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
-                                 np.int32(max_tokens), np.int32(_vec8(out)), err), shared_mem=p.smem)
+    pdl = _pdl.active(dev)
+    args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws, cnt, np.int32(N),
+            np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]), np.int64(bank.words_per_expert),
+            np.int64(bank.absmax_per_expert), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
+            np.int32(max_tokens), np.int32(_vec8(out)), err, np.int32(pdl))
+    if pdl:  # programmatic dependent launch (kbitcupy.set_pdl; the kernel waits first)
+        _pdl.launch(p.fn, (p.grid,), (THREADS,), args, p.smem)
+    else:
+        p.fn((p.grid,), (THREADS,), args, shared_mem=p.smem)
     return out

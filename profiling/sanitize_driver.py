@@ -1,5 +1,5 @@
 """Small shapes through every kernel family, for compute-sanitizer (memcheck / racecheck /
-synccheck): split-K GEMM with forced split counts, the wgmma GEMM (sm_90), GEMV (also launched with PDL), dequant
+synccheck): split-K GEMM with forced split counts, the wgmma GEMM (sm_90), GEMV, wgmma and grouped kernels (also launched with PDL), dequant
 (pair table) + cuBLAS, grouped MoE, quantize/dequant.
 Exits non-zero if any result is wrong, so a sanitizer run checks values too."""
 import os
@@ -63,6 +63,18 @@ if int(cp.cuda.Device().compute_capability) >= 90:
         for _ in range(3):  # general path, then the fast path
             y = kb.matmul(kb.matmul(x, q1), q2)
             check("gemv chain, PDL", y, ref, tol=1e-6)
+    if cp.cuda.Device().compute_capability == "90":  # the wgmma GEMM as a dependent, split-K back to back
+        from kbitcupy.wgmma import wgmma_gemm
+
+        x = cp.asarray(rng.standard_normal((40, 416), dtype=np.float32)).astype(cp.float16)
+        y1, y2 = cp.empty((40, 224), cp.float16), cp.empty((40, 200), cp.float16)
+        wgmma_gemm(x, q1, y1, k_splits=3)
+        ref = wgmma_gemm(y1, q2, y2, k_splits=2).astype(cp.float64)
+        with kb.pdl():
+            for _ in range(2):
+                wgmma_gemm(x, q1, y1, k_splits=3)
+                wgmma_gemm(y1, q2, y2, k_splits=2)
+                check("wgmma chain, PDL", y2, ref, tol=1e-6)
 try:
     from kbitcupy.grouped import grouped_matmul, quantize_experts
 
@@ -84,6 +96,12 @@ try:
                 grouped_matmul(A, bank, ids, offs, mt, out=out, impl=impl)
                 grouped_matmul(A, bank, ids, offs, mt, out=out, impl=impl)  # counters reset
                 check(f"grouped {impl} k={k} max_tokens={mt}", out, ref)
+            if int(cp.cuda.Device().compute_capability) >= 90:  # as programmatic dependents
+                out = cp.full((A.shape[0], N), np.nan, cp.float16)
+                with kb.pdl():
+                    grouped_matmul(A, bank, ids, offs, int(counts.max()), out=out, impl=impl)
+                    grouped_matmul(A, bank, ids, offs, int(counts.max()), out=out, impl=impl)
+                check(f"grouped {impl} k={k}, PDL", out, ref)
         if "wgmma" in impls:
             from kbitcupy.grouped import _err_buffer
             from kbitcupy.wgmma import GROUPED_TOK_CHOICES, grouped_wgmma

@@ -107,3 +107,116 @@ def test_pdl_torch_tensors(rng):
             out = torch.full((2, 1024), float("nan"), device="cuda", dtype=torch.float16)
             kb.matmul(A, q, out=out)
             assert torch.equal(out.view(torch.int16), ref.view(torch.int16))
+
+
+def _sm90():
+    cp = _cp_hopper()
+    from kbitcupy import wgmma as WG
+
+    if not WG.supported(cp.cuda.Device().id):
+        pytest.skip("the wgmma kernels need compute capability 9.0")
+    return cp, WG
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_pdl_wgmma_chain(rng, k, dt):
+    """The wgmma GEMM as a programmatic dependent (weights and tables before the wait):
+    y1 = x W1^T -> y2 = y1 W2^T -> y3 = y2 W3^T back to back with forced split-K, so
+    each launch reads the previous one's output and reuses the stream's split-K
+    workspace and counters right after it.  Every TOK size, K % 64 == 32; eager and
+    graph-replayed, bit-exact against PDL off."""
+    cp, WG = _sm90()
+    H, I = 1056, 1536  # H % 64 == 32: a half K tile
+    q1, q2, q3 = _q(cp, rng, I, H, k), _q(cp, rng, H, I, k), _q(cp, rng, I, H, k)
+    for M, splits in ((16, 3), (40, 2), (100, 3), (130, 1)):
+        xs = [cp.asarray(rng.standard_normal((M, H), dtype=np.float32)).astype(dt) for _ in range(6)]
+        b1, b2, b3 = cp.empty((M, I), dt), cp.empty((M, H), dt), cp.empty((M, I), dt)
+
+        def step(x):
+            WG.wgmma_gemm(x, q1, b1, k_splits=splits)
+            WG.wgmma_gemm(b1, q2, b2, k_splits=splits)
+            WG.wgmma_gemm(b2, q3, b3, k_splits=min(splits, 2))
+
+        def run_all():
+            res = []
+            for x in xs:
+                step(x)
+                res.append(b3.copy())
+            return [_bits(r) for r in res]
+
+        ref = run_all()
+        assert all(np.any(r) for r in ref)
+        with kb.pdl():
+            for g, r in zip(run_all(), ref):
+                np.testing.assert_array_equal(g, r)
+            xin = cp.empty((M, H), dt)
+            s = cp.cuda.Stream(non_blocking=True)
+            with s:
+                step(xin)  # sizes this stream's workspace before the capture
+                s.synchronize()
+                s.begin_capture()
+                step(xin)
+                gr = s.end_capture()
+                for x, r in zip(xs, ref):
+                    xin[...] = x
+                    b3.fill(np.nan)
+                    gr.launch(s)
+                    np.testing.assert_array_equal(_bits(b3), r)
+
+
+@pytest.mark.parametrize("impl,ntok", [("gemv", 1), ("gemv", 4), ("gemv", 8), ("wgmma", 16), ("wgmma", 40)])
+def test_pdl_grouped_ids_written_right_before(rng, impl, ntok):
+    """Grouped kernels as programmatic dependents: their expert ids and offsets are
+    written by the kernel right before each call (as device routing does), so the kernel
+    must not read them before its wait.  8 different routings back to back without a
+    sync, bit-exact against PDL off."""
+    cp, _ = _sm90() if impl == "wgmma" else (_cp_hopper(), None)
+    from kbitcupy.grouped import grouped_matmul, quantize_experts
+
+    E, N, K, S = 32, 512, 1024, 6
+    bank = quantize_experts(cp.asarray(rng.standard_normal((E, N, K), dtype=np.float32) * 0.05), 4)
+    rows = S * ntok
+    A = cp.asarray(rng.standard_normal((rows, K), dtype=np.float32)).astype(cp.float16)
+    routes = []
+    for _ in range(8):
+        counts = rng.integers(0, ntok + 1, size=S)
+        counts[rng.integers(S)] = ntok
+        offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        routes.append((cp.asarray(rng.permutation(E)[:S].astype(np.int32)), cp.asarray(offs)))
+    ids_d, offs_d = cp.zeros(S, cp.int32), cp.zeros(S + 1, cp.int32)
+    outs = [cp.empty((rows, N), cp.float16) for _ in routes]
+
+    def run_all():
+        for (i, o), out in zip(routes, outs):
+            out.fill(0)
+            cp.add(i, 0, out=ids_d)  # kernels writing the routing right before the call
+            cp.add(o, 0, out=offs_d)
+            grouped_matmul(A, bank, ids_d, offs_d, ntok, out=out, method="kernel", impl=impl)
+        return [_bits(o) for o in outs]
+
+    ref = run_all()
+    assert any(np.any(r) for r in ref)
+    with kb.pdl():
+        for _ in range(2):
+            for g, r in zip(run_all(), ref):
+                np.testing.assert_array_equal(g, r)
+
+
+def test_pdl_moe_forward(rng):
+    """The whole MoE forward (device routing, gather, grouped gate/up, silu, grouped
+    down, combine) with PDL on: bit-exact with PDL off, for decode and prefill sizes."""
+    cp = _cp_hopper()
+    from kbitcupy.grouped import quantize_experts
+    from kbitcupy.moe import moe_forward
+
+    E, H, I, topk = 64, 1024, 256, 4
+    bgu = quantize_experts(cp.asarray(rng.standard_normal((E, 2 * I, H), dtype=np.float32) * 0.05), 4)
+    bd = quantize_experts(cp.asarray(rng.standard_normal((E, H, I), dtype=np.float32) * 0.05), 4)
+    for T in (1, 8, 96):
+        x = cp.asarray(rng.standard_normal((T, H), dtype=np.float32)).astype(cp.float16)
+        ids = cp.asarray(np.array([rng.choice(E, topk, replace=False) for _ in range(T)], np.int32))
+        w = cp.asarray(rng.random((T, topk)).astype(np.float32))
+        ref = _bits(moe_forward(x, bgu, bd, ids, w))
+        with kb.pdl():
+            np.testing.assert_array_equal(_bits(moe_forward(x, bgu, bd, ids, w)), ref)
