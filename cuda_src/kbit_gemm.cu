@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(128) kbit_gemm(const T* __restrict__ A, const 
                                                  const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                                  T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
                                                  int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
-                                                 float tensor_scale, int vec2) {
+                                                 float tensor_scale, int vec2, int pdl) {
     using namespace kbit_gemm_detail;
     static_assert(TILE_N == 64 || TILE_N == 128, "TILE_N must be 64 or 128");
     static_assert(M_BLOCKS >= 1 && M_BLOCKS <= 4, "M_BLOCKS must be 1..4");
@@ -188,6 +188,13 @@ __global__ void __launch_bounds__(128) kbit_gemm(const T* __restrict__ A, const 
     };
 
     // ---------------------------------------------------------------- prologue
+    // pdl (a programmatic dependent, kbitcupy/_pdl.py): wait for the previous grid before
+    // any load, so only the launch overlaps its tail.  (Requesting the weights before the
+    // wait, as kbit_wgmma does, took ptxas 30 more registers here and spilled on sm_80.)
+    if (pdl) {
+        griddep_wait();
+        griddep_launch_dependents();
+    }
     if (tid < 32) cb_s[tid] = tid < (1 << K) ? codebook[tid] : 0.0f;
     for (int i = 0; i < stages - 1; i++) {
         if (i < n_my) load_stage(i, ks_begin + i);

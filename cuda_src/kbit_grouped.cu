@@ -110,8 +110,14 @@ __global__ void __launch_bounds__(KBIT_GROUPED_MAX_THREADS, KBIT_GROUPED_MINB(K,
                  const float* __restrict__ codebook, const float* __restrict__ tscale,
                  const int* __restrict__ expert_ids, const int* __restrict__ offsets, T* __restrict__ C, int N,
                  int Kdim, int E, int rows, long long wpe, long long ape, int cg, int pass_rows, int max_tokens,
-                 int* __restrict__ err) {
+                 int* __restrict__ err, int pdl) {
     constexpr int D = 4;  // weight steps in flight per lane (register ring)
+    // pdl: ids and offsets may come from the previous grid (device routing): a
+    // programmatic dependent waits for it before anything, only the launch overlaps.
+    if (pdl) {
+        griddep_wait();
+        griddep_launch_dependents();
+    }
     const int slot = blockIdx.y;
     const int e = expert_ids[slot];
     const int r0 = offsets[slot], r1 = offsets[slot + 1];

@@ -38,6 +38,7 @@ import threading
 
 import numpy as np
 
+from . import _pdl
 from ._compile import Family, register
 from .gemv import lut_bytes
 from .quantize import CTYPE
@@ -315,7 +316,7 @@ def gemm(A, qw, out, k_splits=None, tile_n=None):
 
         return dequant_matmul(A, qw, out)
     vec2 = 1 if (N % 2 == 0 and out.data.ptr % 4 == 0) else 0
-    return launch_fused(p, THREADS, A, qw, out, vec2)
+    return launch_fused(p, THREADS, A, qw, out, vec2, _pdl.active(dev))
 
 
 def plan_workspace(p, dev_id: int, out):
@@ -328,21 +329,18 @@ def plan_workspace(p, dev_id: int, out):
     return _workspace(dev_id, cp.cuda.get_current_stream(), p.ws_floats, p.tiles)
 
 
-def launch_fused(p, threads: int, A, qw, out, vec: int, pdl=None):
-    """Launch a fused-GEMM plan (kbit_gemm or kbit_wgmma: the same argument list; kbit_wgmma
-    takes one more, pdl) on the current stream, with this stream's split-K workspace.
-    pdl true: as a programmatic dependent (kbitcupy/_pdl.py)."""
+def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: bool = False):
+    """Launch a fused-GEMM plan (kbit_gemm or kbit_wgmma: the same argument list) on the
+    current stream, with this stream's split-K workspace; pdl: as a programmatic
+    dependent (kbitcupy/_pdl.py)."""
     M, K = A.shape
     N = out.shape[1]
     set_smem(p.fn, p.smem)
     ws, cnt = plan_workspace(p, A.device.id, out)
     args = (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N), np.int32(K),
-            np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages), np.float32(qw.tensor_scale), np.int32(vec))
-    if pdl is not None:
-        args += (np.int32(bool(pdl)),)
+            np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages), np.float32(qw.tensor_scale), np.int32(vec),
+            np.int32(bool(pdl)))
     if pdl:
-        from . import _pdl
-
         _pdl.launch(p.fn, (p.grid,), (threads,), args, p.smem)
     else:
         p.fn((p.grid,), (threads,), args, shared_mem=p.smem)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from . import _pdl
 from . import reference as R
 from . import wgmma as WG
 from .gemv import GROUPED_MAX_TOKENS, grouped_gemv, lut_bytes
@@ -657,15 +658,19 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None):
         _SMEM_SET[id(fn)] = smem
         _SMEM_SET[("keep", id(fn))] = fn  # keep fn alive so its id stays unique
     err = _err_buffer()
+    pdl = _pdl.active(A.device.id)
     rows = int(A.shape[0])
     args_tail = (np.int32(N), np.int32(K), np.int32(E), np.int32(rows), np.int64(bank.words_per_expert),
                  np.int64(bank.absmax_per_expert), np.int32(p["cg"]), np.int32(p["pass_rows"]),
-                 np.int32(max_tokens), err)
+                 np.int32(max_tokens), err, np.int32(pdl))
     for s0 in range(0, n_slots, 65535):  # grid.y limit
         ns = min(65535, n_slots - s0)
-        fn((p["grid_x"], ns), (p["warps"] * 32,),
-           (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids[s0:s0 + ns], offs[s0:s0 + ns + 1],
-            out) + args_tail, shared_mem=smem)
+        args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids[s0:s0 + ns],
+                offs[s0:s0 + ns + 1], out) + args_tail
+        if pdl:  # programmatic dependent launch (kbitcupy.set_pdl; the kernel waits first)
+            _pdl.launch(fn, (p["grid_x"], ns), (p["warps"] * 32,), args, smem)
+        else:
+            fn((p["grid_x"], ns), (p["warps"] * 32,), args, shared_mem=smem)
     return out
 
 

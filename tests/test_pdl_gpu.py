@@ -118,15 +118,24 @@ def _sm90():
     return cp, WG
 
 
+@pytest.mark.parametrize("kernel", ["gemm", "wgmma"])
 @pytest.mark.parametrize("k", [2, 3, 4, 5])
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
-def test_pdl_wgmma_chain(rng, k, dt):
-    """The wgmma GEMM as a programmatic dependent (weights and tables before the wait):
-    y1 = x W1^T -> y2 = y1 W2^T -> y3 = y2 W3^T back to back with forced split-K, so
-    each launch reads the previous one's output and reuses the stream's split-K
-    workspace and counters right after it.  Every TOK size, K % 64 == 32; eager and
-    graph-replayed, bit-exact against PDL off."""
-    cp, WG = _sm90()
+def test_pdl_fused_gemm_chain(rng, kernel, k, dt):
+    """The fused GEMMs (mma.sync kbit_gemm, Hopper wgmma) as programmatic dependents
+    (weights and tables before the wait): y1 = x W1^T -> y2 = y1 W2^T -> y3 = y2 W3^T back
+    to back with forced split-K, so each launch reads the previous one's output and
+    reuses the stream's split-K workspace and counters right after it.  Several token
+    tiles, K % 64 == 32; eager and graph-replayed, bit-exact against PDL off."""
+    if kernel == "wgmma":
+        cp, mod = _sm90()
+        gemm_fn = mod.wgmma_gemm
+    else:
+        cp = _cp_hopper()
+        from kbitcupy.gemm import gemm as gemm_fn
+
+    class WG:  # the chain below calls WG.wgmma_gemm
+        wgmma_gemm = staticmethod(gemm_fn)
     H, I = 1056, 1536  # H % 64 == 32: a half K tile
     q1, q2, q3 = _q(cp, rng, I, H, k), _q(cp, rng, H, I, k), _q(cp, rng, I, H, k)
     for M, splits in ((16, 3), (40, 2), (100, 3), (130, 1)):
@@ -165,7 +174,8 @@ def test_pdl_wgmma_chain(rng, k, dt):
                     np.testing.assert_array_equal(_bits(b3), r)
 
 
-@pytest.mark.parametrize("impl,ntok", [("gemv", 1), ("gemv", 4), ("gemv", 8), ("wgmma", 16), ("wgmma", 40)])
+@pytest.mark.parametrize("impl,ntok", [("gemv", 1), ("gemv", 4), ("gemv", 8), ("mma", 12), ("wgmma", 16),
+                                       ("wgmma", 40)])
 def test_pdl_grouped_ids_written_right_before(rng, impl, ntok):
     """Grouped kernels as programmatic dependents: their expert ids and offsets are
     written by the kernel right before each call (as device routing does), so the kernel
