@@ -223,6 +223,14 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 #endif
 }
 
+// Set an error bit of a grouped kernel's flag.  A programmatic dependent that has not
+// waited yet (wait_first) waits first: the previous kernel may be the one that resets
+// the flag (kbitcupy.grouped.read_errors), and a bit set before that reset would be lost.
+__device__ __forceinline__ void report_err(int* err, int bit, bool wait_first) {
+    if (wait_first) griddep_wait();
+    atomicOr(err, bit);
+}
+
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     u32 s = (u32)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));

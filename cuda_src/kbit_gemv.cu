@@ -140,7 +140,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // A): weights, codebook and pair table first, A only after griddepcontrol.wait.
     // Otherwise A is requested first, so it lands while the table is built (pdl's
     // order costs ~6 % without the overlap; H200, 2026-11-22, profiling/pdl_ab.py).
-    pdl = pdl && !MULTI;
     if (!pdl) stage_A();
     // Codebook to shared memory, then the pair table; A lands meanwhile.
     {
@@ -161,7 +160,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         // A next grid launched as our programmatic dependent may start its prologue now.
         // Only after our own wait: so no grid two back can still be running when it reads
         // its weights (it reads A only after its own wait, i.e. after we completed).
-        if (!MULTI) griddep_launch_dependents();
+        if (!MULTI || pdl) griddep_launch_dependents();
     }
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) KTR(3, trace_clock());
@@ -283,23 +282,26 @@ __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS)
                       const int* __restrict__ expert_ids, const int* __restrict__ offsets, T* __restrict__ C, int N,
                       int Kdim, int E, int rows, long long wpe, long long ape, int max_tokens, int* __restrict__ err,
                       int pdl) {
-    // pdl: ids and offsets may come from the previous grid (device routing): a
-    // programmatic dependent waits for it before anything, only the launch overlaps.
-    if (pdl) {
+    // pdl (launched as a programmatic dependent): 1 = ids and offsets may come from the
+    // previous grid (device routing), so wait for it before anything (only the launch
+    // overlaps); 2 = the caller guarantees they do not (kbitcupy.grouped ids_stable): the
+    // first pass requests its weights and builds the pair table before the wait.
+    if (pdl == 1) {
         griddep_wait();
         griddep_launch_dependents();
     }
     const int slot = blockIdx.y;
     const int e = expert_ids[slot], r0 = offsets[slot], r1 = offsets[slot + 1];
     if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {
-        if (threadIdx.x == 0 && blockIdx.x == 0) atomicOr(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS);
+        if (threadIdx.x == 0 && blockIdx.x == 0)
+            report_err(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS, pdl == 2);
         return;
     }
-    if (r1 - r0 > max_tokens && threadIdx.x == 0 && blockIdx.x == 0) atomicOr(err, KBIT_ERR_MAX_TOKENS);
+    if (r1 - r0 > max_tokens && threadIdx.x == 0 && blockIdx.x == 0) report_err(err, KBIT_ERR_MAX_TOKENS, pdl == 2);
     for (int c0 = r0; c0 < r1; c0 += 8 * MT) {
         gemv_block<K, T, u8, true, 2, MT, true, false, false>(A + (long)c0 * Kdim, packed + e * wpe, absmax + e * ape, codebook,
                                           C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim, tscale[e], blockIdx.x,
-                                          gridDim.x, (N + 15) / 16);
+                                          gridDim.x, (N + 15) / 16, pdl == 2 && c0 == r0);
         __syncthreads();
     }
 }

@@ -508,9 +508,12 @@ __global__ void __launch_bounds__(256, 1)
                        float* __restrict__ ws, int* __restrict__ counters, int N, int Kdim, int E, int rows,
                        long long wpe, long long ape, int m_tiles, int k_splits, int stages, int max_tokens, int vec8,
                        int* __restrict__ err, int pdl) {
-    // pdl: the expert ids and offsets may come from the previous grid (device routing), so
-    // a programmatic dependent waits for it before anything: only the launch overlaps.
-    if (pdl) {
+    // pdl (launched as a programmatic dependent): 1 = the expert ids and offsets may come
+    // from the previous grid (device routing), so wait for it before anything (only the
+    // launch overlaps); 2 = the caller guarantees they do not (kbitcupy.grouped
+    // ids_stable): the first token tile requests its weights and builds its tables
+    // before the wait, as the dense kernel.
+    if (pdl == 1) {
         griddep_wait();
         griddep_launch_dependents();
     }
@@ -527,15 +530,15 @@ __global__ void __launch_bounds__(256, 1)
     const int e = expert_ids[slot];
     const int r0 = offsets[slot], r1 = offsets[slot + 1];
     if (e < 0 || e >= E) {
-        if (reporter) atomicOr(err, KBIT_ERR_EXPERT_ID);
+        if (reporter) report_err(err, KBIT_ERR_EXPERT_ID, pdl == 2);
         return;
     }
     if (r0 < 0 || r1 < r0 || r1 > rows) {
-        if (reporter) atomicOr(err, KBIT_ERR_OFFSETS);
+        if (reporter) report_err(err, KBIT_ERR_OFFSETS, pdl == 2);
         return;
     }
     const int ntok = r1 - r0;
-    if (ntok > max_tokens && reporter) atomicOr(err, KBIT_ERR_MAX_TOKENS);
+    if (ntok > max_tokens && reporter) report_err(err, KBIT_ERR_MAX_TOKENS, pdl == 2);
     // the same decision in every split of a tile, so split-K counters stay consistent
     if (mt * TOK >= ntok) return;
     const int tiles = (int)(gridDim.x / per_slot) * n_tiles * m_tiles;
@@ -553,6 +556,6 @@ __global__ void __launch_bounds__(256, 1)
         }
         kbit_wgmma_detail::wgmma_cta<K, T, TOK>(Ae, pe, ae, codebook, Ce, ws, counters, ntok, N, Kdim, m, nt,
                                                 first ? split : 0, first ? k_splits : 1, stages, ts, vec8, tile,
-                                                tiles);
+                                                tiles, pdl == 2 && first);
     }
 }

@@ -714,8 +714,9 @@ def _moe_section(moe: dict) -> List[str]:
         "g-GEMV / g-MMA / g-WGMMA = the same call with impl= forcing one grouped kernel (GEMV design, "
         "mma.sync kbit_grouped, Hopper wgmma); matmul loop = E dispatched "
         "kbitcupy.matmul calls on views of the bank; Grouped+PDL = Grouped launched as a programmatic dependent "
-        "(kbitcupy.set_pdl: the launch overlaps the previous launch's tail in this graph of back-to-back "
-        f"launches; off by default), not in Best; vs {dt} (PDL) = best {dt} / Grouped+PDL.",
+        "(kbitcupy.set_pdl, ids_stable=True as in moe_forward: the weight requests and table build overlap the "
+        f"previous launch's tail in this graph of back-to-back launches; off by default), not in Best; vs {dt} "
+        f"(PDL) = best {dt} / Grouped+PDL.",
         f"- {dt} loop = E torch.mm on the views W[e] of the fp16 bank (same rotation), one cuBLAS call per "
         f"expert; {dt} bmm = one torch.bmm on the contiguous slice W[s:s+E] (no gather: the best case for "
         f"{dt}, real routing would need a gather copy or the loop). Both captured in a torch CUDA graph.",
@@ -1047,11 +1048,13 @@ def _grouped_launch(c: MoeCtx, impl=None):
 
 
 def _grouped_pdl_launch(c: MoeCtx):
-    """grouped_matmul launched as a programmatic dependent (kbitcupy.set_pdl)."""
+    """grouped_matmul launched as a programmatic dependent (kbitcupy.set_pdl); the ids and
+    offsets are fixed setup data here (ids_stable, as in moe_forward)."""
     from ._pdl import pdl
+    from .grouped import grouped_matmul
 
     with pdl():
-        return _grouped_launch(c)
+        return grouped_matmul(c.A, c.bank, c.ids, c.offsets, c.M, out=c.out, method="kernel", ids_stable=True)
 
 
 def _matmul_loop_launch(c: MoeCtx):

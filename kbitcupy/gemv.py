@@ -184,11 +184,13 @@ def resident_blocks(fn, threads: int, smem: int, device_id: int) -> int:
     return max(1, int(per_sm)) * int(sms)
 
 
-def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=None, kernel=None):
+def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=None, kernel=None,
+                 ids_stable: bool = False):
     """C_sorted = per-slot A_sorted @ W_e^T with the GEMV machinery (tokens per expert <=
     16 planned; more are computed in chunks and flag err bit 4).  Validated CuPy arrays;
     no allocation, no sync.  plan_override: grouped_plan keywords (tuple of pairs);
-    kernel: f(key) -> RawKernel replacing GEMV.function (profiling/moe_ab.py)."""
+    kernel: f(key) -> RawKernel replacing GEMV.function (profiling/moe_ab.py).  ids_stable:
+    see kbitcupy.grouped.grouped_matmul (PDL only)."""
     N, K = bank.shape
     n_slots = int(ids.size)
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
@@ -204,7 +206,7 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
         warps, gx, smem, tiles = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
         cfg = _GLAUNCH[key] = (fn, warps, gx, smem)
     fn, warps, gx, smem = cfg
-    pdl = _pdl.active(key[0])
+    pdl = (2 if ids_stable else 1) if _pdl.active(key[0]) else 0
     tail = (np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]),
             np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert), np.int32(max_tokens), err,
             np.int32(pdl))
@@ -212,7 +214,7 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
         ns = min(65535, n_slots - s0)
         args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids[s0:s0 + ns],
                 offs[s0:s0 + ns + 1], out) + tail
-        if pdl:  # programmatic dependent launch (kbitcupy.set_pdl; the kernel waits first)
+        if pdl:  # programmatic dependent launch (kbitcupy.set_pdl)
             _pdl.launch(fn, (gx, ns), (warps * 32,), args, smem)
         else:
             fn((gx, ns), (warps * 32,), args, shared_mem=smem)

@@ -483,7 +483,8 @@ def _check_max_tokens(max_tokens):
 
 # ----------------------------------------------------------------------------- public API
 def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_tokens: int, out=None, *,
-                   check: bool = False, method: str = "auto", impl=None, plan_override=None):
+                   check: bool = False, method: str = "auto", impl=None, plan_override=None,
+                   ids_stable: bool = False):
     """C_sorted[offsets[s]:offsets[s+1]] = A_sorted[offsets[s]:offsets[s+1]] @ W_{expert_ids[s]}^T.
 
     A_sorted: [rows, K] float16/bfloat16 (tokens sorted by expert slot); CuPy, CUDA torch
@@ -502,6 +503,13 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
       the device error flag after it (two syncs), raising ValueError.
     The 'kernel' path with device index arrays and ``out`` given allocates nothing and
     never syncs: it can be captured in a CUDA graph.
+    ids_stable: only with PDL on (kbitcupy.set_pdl).  By default a grouped kernel launched
+      as a programmatic dependent waits for the previous kernel before it reads
+      expert_ids / offsets (device routing may have just written them), so only its launch
+      overlaps that kernel.  True promises that the kernel launched right before this call
+      does not write them (moe_forward: the row gather or silu_mul runs in between); the
+      GEMV and wgmma kernels then request the experts' weights and build their tables
+      before waiting, as the dense kernels do.
     """
     if not isinstance(bank, KbitExpertBank):
         raise TypeError(f"bank must be a KbitExpertBank, got {type(bank).__name__}")
@@ -568,7 +576,7 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
                 if impl == "wgmma" and not wg:
                     raise ValueError("impl='wgmma' needs a compute capability 9.0 GPU (H100/H200) and a "
                                      "16-byte aligned bank")
-                _launch(A_, bank, ids, offs, out_, max_tokens, plan_override, impl)
+                _launch(A_, bank, ids, offs, out_, max_tokens, plan_override, impl, ids_stable)
                 if check:
                     flags = read_errors(reset=True)
                     if flags & (ERR_EXPERT_ID | ERR_OFFSETS):
@@ -630,7 +638,7 @@ def choose_impl(A, bank, max_tokens: int) -> str:
     return "wgmma" if wg else "mma"
 
 
-def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None):
+def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, ids_stable=False):
     """The grouped kernel on validated CuPy arrays (no allocation after the first call
     per device, no sync).  impl: None (choose_impl) or one of IMPLS; plan_override
     (kbit_grouped plan keywords) implies 'mma'."""
@@ -640,9 +648,9 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None):
     if impl == "gemv":
         # decode-sized experts: the GEMV design (weights as the MMA A operand, one pair
         # table per block for several column groups)
-        return grouped_gemv(A, bank, ids, offs, out, max_tokens, _err_buffer())
+        return grouped_gemv(A, bank, ids, offs, out, max_tokens, _err_buffer(), ids_stable=ids_stable)
     if impl == "wgmma":
-        return WG.grouped_wgmma(A, bank, ids, offs, out, max_tokens, _err_buffer())
+        return WG.grouped_wgmma(A, bank, ids, offs, out, max_tokens, _err_buffer(), ids_stable=ids_stable)
     E = bank.num_experts
     n_slots = int(ids.size)
     key = (N, K, bank.k, n_slots, max_tokens, tuple(sorted(plan_override.items())) if plan_override else None)

@@ -337,7 +337,9 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
         raise ValueError("x is on the CPU but the routing / topk_weights are on the GPU")
     with stream_ctx(x):
         A = gather_rows(x_, routing)
-        gm = dict(method=method, check=check)
+        # ids_stable: the routing is written before the gather / silu_mul kernels that run
+        # right before each grouped call (with PDL on, their weights load before the wait)
+        gm = dict(method=method, check=check, ids_stable=True)
         if len(gate_banks) == 1:
             h = grouped_matmul(A, gate_banks[0], routing.expert_ids, routing.offsets, mt, **gm)
             act = silu_mul(h[:, :I], h[:, I:])

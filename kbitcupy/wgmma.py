@@ -224,11 +224,13 @@ def _vec8(out) -> int:
     return 1 if (out.shape[1] % 8 == 0 and out.data.ptr % 16 == 0) else 0
 
 
-def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, tok=None, stages=None):
+def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, tok=None, stages=None,
+                  ids_stable: bool = False):
     """C_sorted = per-slot A_sorted @ W_e^T (kbitcupy.grouped contract) with the grouped
     wgmma kernel, one launch.  Validated CuPy arrays (grouped.grouped_matmul checks them);
     err: the grouped kernels' int32 error flag.  No allocation after the first call of a
-    shape on a stream (the split-K workspace is gemm's), no sync: capturable."""
+    shape on a stream (the split-K workspace is gemm's), no sync: capturable.  ids_stable:
+    see kbitcupy.grouped.grouped_matmul (PDL only)."""
     N, K = bank.shape
     dev = A.device.id
     if not supported(dev):
@@ -242,12 +244,12 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
     p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages)
     set_smem(p.fn, p.smem)
     ws, cnt = plan_workspace(p, dev, out)
-    pdl = _pdl.active(dev)
+    pdl = (2 if ids_stable else 1) if _pdl.active(dev) else 0
     args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws, cnt, np.int32(N),
             np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]), np.int64(bank.words_per_expert),
             np.int64(bank.absmax_per_expert), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
             np.int32(max_tokens), np.int32(_vec8(out)), err, np.int32(pdl))
-    if pdl:  # programmatic dependent launch (kbitcupy.set_pdl; the kernel waits first)
+    if pdl:  # programmatic dependent launch (kbitcupy.set_pdl)
         _pdl.launch(p.fn, (p.grid,), (THREADS,), args, p.smem)
     else:
         p.fn((p.grid,), (THREADS,), args, shared_mem=p.smem)

@@ -230,3 +230,50 @@ def test_pdl_moe_forward(rng):
         ref = _bits(moe_forward(x, bgu, bd, ids, w))
         with kb.pdl():
             np.testing.assert_array_equal(_bits(moe_forward(x, bgu, bd, ids, w)), ref)
+
+
+@pytest.mark.parametrize("impl,ntok", [("gemv", 1), ("gemv", 8), ("gemv", 20), ("mma", 12), ("wgmma", 16),
+                                       ("wgmma", 40)])
+def test_pdl_grouped_ids_stable(rng, impl, ntok):
+    """ids_stable=True (the routing is written two kernels back, as in moe_forward): the
+    GEMV and wgmma kernels request the experts' weights before their wait.  8 routings
+    back to back, each read by a call right after another kernel, bit-exact against PDL
+    off; ntok 20 runs the grouped GEMV in three passes; error bits set in that mode
+    survive a reset by the kernel right before."""
+    cp, _ = _sm90() if impl == "wgmma" else (_cp_hopper(), None)
+    from kbitcupy.grouped import ERR_EXPERT_ID, _err_buffer, grouped_matmul, quantize_experts, read_errors
+
+    E, N, K, S = 32, 384, 1056, 6
+    bank = quantize_experts(cp.asarray(rng.standard_normal((E, N, K), dtype=np.float32) * 0.05), 5)
+    rows = S * ntok
+    A = cp.asarray(rng.standard_normal((rows, K), dtype=np.float32)).astype(cp.float16)
+    routes = []
+    for _ in range(8):
+        counts = rng.integers(0, ntok + 1, size=S)
+        counts[rng.integers(S)] = ntok
+        offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        routes.append((cp.asarray(rng.permutation(E)[:S].astype(np.int32)), cp.asarray(offs)))
+    ids_d, offs_d, spacer = cp.zeros(S, cp.int32), cp.zeros(S + 1, cp.int32), cp.zeros(1 << 16, cp.float32)
+    outs = [cp.empty((rows, N), cp.float16) for _ in routes]
+
+    def run_all():
+        for (i, o), out in zip(routes, outs):
+            out.fill(0)
+            cp.add(i, 0, out=ids_d)
+            cp.add(o, 0, out=offs_d)
+            cp.add(spacer, 1, out=spacer)  # the kernel right before the call writes no routing
+            grouped_matmul(A, bank, ids_d, offs_d, ntok, out=out, method="kernel", impl=impl, ids_stable=True)
+        return [_bits(o) for o in outs]
+
+    ref = run_all()
+    assert any(np.any(r) for r in ref)
+    with kb.pdl():
+        for _ in range(2):
+            for g, r in zip(run_all(), ref):
+                np.testing.assert_array_equal(g, r)
+        bad = routes[0][0].copy()
+        bad[2] = E + 3
+        cp.cuda.get_current_stream().synchronize()
+        _err_buffer().fill(0)  # the reset kernel right before the dependent call
+        grouped_matmul(A, bank, bad, routes[0][1], ntok, out=outs[0], method="kernel", impl=impl, ids_stable=True)
+        assert read_errors(reset=True) & ERR_EXPERT_ID
