@@ -184,7 +184,9 @@ def _matmul_pdl_launch(c: Ctx):
 # (fp16 cuBLAS is not PDL-launched here) and compared separately ("vs fp16 (PDL)").
 PDL_COLUMN = "matmul+PDL"
 MOE_PDL_COLUMN = "Grouped+PDL"  # the same for the dispatched grouped_matmul
-NOT_IN_BEST = {PDL_COLUMN, MOE_PDL_COLUMN}
+# forced grouped kernels launched with PDL (for tuning the choice under PDL)
+MOE_PDL_FORCED = ("g-MMA+PDL", "g-WGMMA+PDL")
+NOT_IN_BEST = {PDL_COLUMN, MOE_PDL_COLUMN, *MOE_PDL_FORCED}
 
 
 def _pdl_us(cols: dict):
@@ -660,10 +662,11 @@ def format_layer_table(layer: dict) -> str:
     dt = m["dtype"]
     rows_in = layer["rows"]
     any_eager = any((r.get("fp16") or {}).get("eager") for r in rows_in)
-    header = ["T", "k", "experts/step", "moe_forward", "method", "kbit steps", "moe_route", f"{dt} loop"]
+    header = ["T", "k", "experts/step", "moe_forward", "method", "kbit steps", "kbit steps+PDL", "moe_route",
+              f"{dt} loop"]
     if any_eager:
         header.append(f"{dt} loop (eager)")
-    header += ["SOL", f"vs {dt} (moe_forward)", f"vs {dt} (steps)", "% of SOL (steps)"]
+    header += ["SOL", f"vs {dt} (moe_forward)", f"vs {dt} (steps)", f"vs {dt} (steps+PDL)", "% of SOL (steps)"]
     rows = []
     for T in m["T"]:
         for k in m["k"]:
@@ -679,13 +682,15 @@ def format_layer_table(layer: dict) -> str:
                 route += " (eager)"
             ept = r.get("experts_per_step")
             row = [str(T), str(k), "-" if ept is None else f"{ept:.1f}", fmt_entry(r.get("moe_forward")),
-                   _method_mark(r.get("moe_forward")), steps, route, fmt_entry(fp.get("graph"))]
+                   _method_mark(r.get("moe_forward")), steps, fmt_entry(r.get("steps_pdl")), route,
+                   fmt_entry(fp.get("graph"))]
             if any_eager:
                 row.append(fmt_entry(fp.get("eager")))
             fwd_vs = fmt_x(r.get("vs_fp16_forward"))
             if r.get("vs_fp16_forward") is not None and r.get("vs_fp16_forward_method") == "eager":
                 fwd_vs += " (eager)"
-            row += [fmt_entry(r.get("sol")), fwd_vs, fmt_x(r.get("vs_fp16_steps")), fmt_pct(r.get("pct_sol_steps"))]
+            row += [fmt_entry(r.get("sol")), fwd_vs, fmt_x(r.get("vs_fp16_steps")), fmt_x(r.get("vs_fp16_steps_pdl")),
+                    fmt_pct(r.get("pct_sol_steps"))]
             rows.append(row)
     return md_table(header, rows)
 
@@ -716,7 +721,7 @@ def _moe_section(moe: dict) -> List[str]:
         "kbitcupy.matmul calls on views of the bank; Grouped+PDL = Grouped launched as a programmatic dependent "
         "(kbitcupy.set_pdl, ids_stable=True as in moe_forward: the weight requests and table build overlap the "
         f"previous launch's tail in this graph of back-to-back launches; off by default), not in Best; vs {dt} "
-        f"(PDL) = best {dt} / Grouped+PDL.",
+        f"(PDL) = best {dt} / Grouped+PDL; g-MMA+PDL / g-WGMMA+PDL = those kernels forced, with PDL (not in Best).",
         f"- {dt} loop = E torch.mm on the views W[e] of the fp16 bank (same rotation), one cuBLAS call per "
         f"expert; {dt} bmm = one torch.bmm on the contiguous slice W[s:s+E] (no gather: the best case for "
         f"{dt}, real routing would need a gather copy or the loop). Both captured in a torch CUDA graph.",
@@ -744,7 +749,8 @@ def _layer_section(layer: dict) -> List[str]:
         "with device routing (moe_route: argsort, cumsum, scatter) and CuPy-pool allocations. kbit steps = "
         "the same steps with the routing precomputed (moe_route at setup, not timed) into preallocated "
         "buffers: gather_rows, grouped_matmul gate/up, silu_mul, grouped_matmul down, moe_combine. "
-        "moe_route = the routing alone.",
+        "kbit steps+PDL = the same with the grouped matmuls launched as programmatic dependents "
+        "(kbitcupy.set_pdl; ids_stable as in moe_forward). moe_route = the routing alone.",
         f"- {dt} loop = torch with the routing given (sorted on the host when the graph is built, not timed): "
         "index_select of the rows, one torch.mm per active expert for gate/up on the view W_gu[e] (no copy, no "
         "weight gather) into slices of one buffer, SiLU(gate) * up over all rows, one torch.mm per active "
@@ -1047,14 +1053,15 @@ def _grouped_launch(c: MoeCtx, impl=None):
     return grouped_matmul(c.A, c.bank, c.ids, c.offsets, c.M, out=c.out, method="kernel", impl=impl)
 
 
-def _grouped_pdl_launch(c: MoeCtx):
+def _grouped_pdl_launch(c: MoeCtx, impl=None):
     """grouped_matmul launched as a programmatic dependent (kbitcupy.set_pdl); the ids and
     offsets are fixed setup data here (ids_stable, as in moe_forward)."""
     from ._pdl import pdl
     from .grouped import grouped_matmul
 
     with pdl():
-        return grouped_matmul(c.A, c.bank, c.ids, c.offsets, c.M, out=c.out, method="kernel", ids_stable=True)
+        return grouped_matmul(c.A, c.bank, c.ids, c.offsets, c.M, out=c.out, method="kernel", impl=impl,
+                              ids_stable=True)
 
 
 def _matmul_loop_launch(c: MoeCtx):
@@ -1074,6 +1081,8 @@ MOE_COLUMNS: List[MoeColumn] = [
     MoeColumn("matmul loop", _matmul_loop_launch),
     # not a kernel of its own: Grouped launched with PDL, kept out of Best (fp16 is not PDL-launched)
     MoeColumn(MOE_PDL_COLUMN, _grouped_pdl_launch),
+    MoeColumn(MOE_PDL_FORCED[0], lambda c: _grouped_pdl_launch(c, "mma"), lambda s, M: M >= 8),
+    MoeColumn(MOE_PDL_FORCED[1], lambda c: _grouped_pdl_launch(c, "wgmma"), lambda s, M: M >= 8 and _sm90()),
 ]
 
 
@@ -1456,18 +1465,22 @@ def _fp16_layer_step(x, Wgu, Wdn, plan, bufs, I: int, T: int, topk: int):
     o.copy_((y.index_select(0, pos).view(T, topk, -1).float() * w[:, :, None]).sum(1))
 
 
-def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, I: int):
+def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, I: int, pdl: bool = False):
     """kbitcupy layer step, routing given (moe_route run at setup): the steps of moe_forward
-    with preallocated outputs (gather, grouped gate/up, SiLU*up, grouped down, combine)."""
+    with preallocated outputs (gather, grouped gate/up, SiLU*up, grouped down, combine).
+    pdl: the grouped matmuls launched as programmatic dependents, ids_stable as moe_forward."""
+    from ._pdl import pdl as pdl_ctx
     from .grouped import grouped_matmul
     from .moe import gather_rows, moe_combine, plan_tokens, silu_mul
 
     A, h, act, y, o = bufs
-    gather_rows(x, rt, out=A)
-    grouped_matmul(A, bgu, rt.expert_ids, rt.offsets, plan_tokens(rt), out=h, method="kernel")
-    silu_mul(h[:, :I], h[:, I:], out=act)
-    grouped_matmul(act, bdn, rt.expert_ids, rt.offsets, plan_tokens(rt), out=y, method="kernel")
-    moe_combine(y, rt, w, out=o)
+    with pdl_ctx(pdl):
+        gather_rows(x, rt, out=A)
+        grouped_matmul(A, bgu, rt.expert_ids, rt.offsets, plan_tokens(rt), out=h, method="kernel", ids_stable=True)
+        silu_mul(h[:, :I], h[:, I:], out=act)
+        grouped_matmul(act, bdn, rt.expert_ids, rt.offsets, plan_tokens(rt), out=y, method="kernel",
+                       ids_stable=True)
+        moe_combine(y, rt, w, out=o)
 
 
 def layer_reference(x32, ids: np.ndarray, wts: np.ndarray, Wgu_of, Wdn_of, I: int):
@@ -1633,6 +1646,16 @@ def layer_kbit(bgu, bdn, st: dict, I: int, dtype: str, reps: int, state: dict) -
         res["steps"] = e
     except Exception as ex:  # noqa: BLE001
         res["steps"] = _err(ex)
+    try:  # the same steps, grouped matmuls as programmatic dependents (kbitcupy.set_pdl)
+        fns = [functools.partial(_kbit_layer_step, x, bgu, bdn, routes[r % R], ws[r % R], bufs, I, True)
+               for r in range(n)]
+        e = time_graph_or_eager(fns, reps, skip_graph=state.get("steps_eager"), **info)
+        bufs[4].view(cp.uint16).fill(0x7E00 if dtype == "fp16" else 0x7FC0)
+        fns[0]()
+        check(e, bufs[4])
+        res["steps_pdl"] = e
+    except Exception as ex:  # noqa: BLE001
+        res["steps_pdl"] = _err(ex)
     try:
         fns = [functools.partial(moe_route, ids[r % R], B) for r in range(n)]
         e = time_graph_or_eager(fns, reps, skip_graph=state.get("route_eager"), **info)
@@ -1663,10 +1686,14 @@ def finish_layer_row(row: dict) -> dict:
         return e.get("us") if e and e.get("us") is not None and e.get("check_ok", True) else None
 
     st, mf, sol = ok(row.get("steps")), ok(row.get("moe_forward")), (row.get("sol") or {}).get("us")
+    sp = ok(row.get("steps_pdl"))
+    sp_m = (row.get("steps_pdl") or {}).get("method", "graph")
+    f_sp = ok(fp.get(sp_m))
     st_m = (row.get("steps") or {}).get("method", "graph")
     mf_m = (row.get("moe_forward") or {}).get("method", "graph")
     f_st, f_mf = ok(fp.get(st_m)), ok(fp.get(mf_m))
     row.update(vs_fp16_steps=(f_st / st) if f_st and st else None, vs_fp16_steps_method=st_m,
+               vs_fp16_steps_pdl=(f_sp / sp) if f_sp and sp else None,
                vs_fp16_forward=(f_mf / mf) if f_mf and mf else None, vs_fp16_forward_method=mf_m,
                pct_sol_steps=(100.0 * sol / st) if sol and st and st_m == "graph" else None)
     return row

@@ -581,13 +581,13 @@ def test_finish_layer_row_never_mixes_methods():
 
 def test_format_layer_table():
     md = B.format_layer_table(fake_layer())
-    header = ("| T | k | experts/step | moe_forward | method | kbit steps | moe_route | fp16 loop | SOL | "
-              "vs fp16 (moe_forward) | vs fp16 (steps) | % of SOL (steps) |")
+    header = ("| T | k | experts/step | moe_forward | method | kbit steps | kbit steps+PDL | moe_route | fp16 loop | "
+              "SOL | vs fp16 (moe_forward) | vs fp16 (steps) | vs fp16 (steps+PDL) | % of SOL (steps) |")
     assert md.splitlines()[0] == header
-    assert "| 1 | 2 | 10.0 | 33.00 | graph | 13.00 | 5.00 | 42.00 | 4.00 | 1.27x | 3.23x | 31% |" in md
+    assert "| 1 | 2 | 10.0 | 33.00 | graph | 13.00 | - | 5.00 | 42.00 | 4.00 | 1.27x | 3.23x | - | 31% |" in md
     md = B.format_layer_table(fake_layer(eager=True))
     assert "| fp16 loop (eager) |" in md.splitlines()[0]
-    assert "| 1 | 2 | 10.0 | 33.00 | eager | 13.00 | 5.00 (eager) | 42.00 | 401.00 | 4.00 | 12.15x (eager) | 3.23x |" in md
+    assert "| 1 | 2 | 10.0 | 33.00 | eager | 13.00 | - | 5.00 (eager) | 42.00 | 401.00 | 4.00 | 12.15x (eager) | 3.23x |" in md
     for ln in md.splitlines():
         assert ln.count("|") == md.splitlines()[0].count("|")
     setups = B.format_layer_setups(fake_layer())
