@@ -286,12 +286,38 @@ __global__ void __launch_bounds__(KBIT_GROUPED_MAX_THREADS, KBIT_GROUPED_MINB(K,
 }
 
 // ---------------------------------------------------------------- MoE helpers
+// The helpers of a MoE step (gather -> grouped gate/up -> silu_mul -> grouped down ->
+// combine) take part in a PDL chain (kbitcupy/_pdl.py): launched as programmatic
+// dependents (pdl) they wait for the previous kernel first; all of them then let the
+// next kernel launch at once (it reads their output only after its own wait, i.e. after
+// they completed), so its weight requests overlap them.
+__device__ __forceinline__ void moe_helper_prologue(int pdl) {
+    if (pdl) griddep_wait();
+    griddep_launch_dependents();
+}
+
+// out[i] = x[idx[i]] for rows of `row_units` units of U (uint4 where the row bytes and
+// pointers allow, else unsigned short): the tokens gathered into expert order.
+template <typename U>
+__global__ void __launch_bounds__(256) kbit_gather_rows(const U* __restrict__ x, const int* __restrict__ idx,
+                                                        U* __restrict__ out, int rows, int row_units, int pdl) {
+    moe_helper_prologue(pdl);
+    const long total = (long)rows * row_units;
+    const long stride = (long)gridDim.x * blockDim.x;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const long r = i / row_units;
+        const int c = (int)(i - r * row_units);
+        out[i] = x[(long)idx[r] * row_units + c];
+    }
+}
+
 // out[r, i] = silu(gate[r, i]) * up[r, i] in fp32, rounded once.  Row strides in
 // elements (the fused gate/up output is [rows, 2I]: gate = columns 0..I-1, up = I..2I-1).
 template <typename T>
 __global__ void __launch_bounds__(256) kbit_silu_mul(const T* __restrict__ gate, const T* __restrict__ up,
                                                      T* __restrict__ out, int rows, int I, long long ld_gate,
-                                                     long long ld_up) {
+                                                     long long ld_up, int pdl) {
+    moe_helper_prologue(pdl);
     const long total = (long)rows * I;
     const long stride = (long)gridDim.x * blockDim.x;
     for (long idx = (long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
@@ -308,7 +334,8 @@ __global__ void __launch_bounds__(256) kbit_silu_mul(const T* __restrict__ gate,
 template <typename T, typename WT>
 __global__ void __launch_bounds__(256) kbit_moe_combine(const T* __restrict__ Cs, const int* __restrict__ pos,
                                                         const WT* __restrict__ weights, T* __restrict__ out,
-                                                        int ntok, int topk, int H) {
+                                                        int ntok, int topk, int H, int pdl) {
+    moe_helper_prologue(pdl);
     const long total = (long)ntok * H;
     const long stride = (long)gridDim.x * blockDim.x;
     for (long idx = (long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _pdl
 from ._arrays import cpu_result, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
 from .grouped import ERR_EXPERT_ID, GROUPED, KbitExpertBank, _err_buffer, dequantize_experts, grouped_matmul
 from .reference import bfloat16
@@ -177,6 +178,19 @@ def gather_rows(x, routing: MoeRouting, out=None):
         return from_backend(np.ascontiguousarray(x_[np.asarray(routing.sorted_token)]), kd)
     import cupy as cp
 
+    st = routing.sorted_token
+    if (x_.ndim == 2 and x_.dtype.itemsize == 2 and x_.flags.c_contiguous and kind(st) == "cupy"
+            and st.dtype == np.int32 and st.ndim == 1):
+        # our kernel: it lets the grouped gate/up launch right away under PDL (cp.take would not)
+        with stream_ctx(x):
+            P, H = int(st.size), int(x_.shape[1])
+            o = out_array(out, (P, H), x_.dtype)
+            if P and H:
+                vec = H % 8 == 0 and x_.data.ptr % 16 == 0 and o.data.ptr % 16 == 0
+                units = H // 8 if vec else H
+                fn = GROUPED.function(("gather", "u128" if vec else "u16"))
+                _launch_helper(fn, P * units, (x_, st, o, np.int32(P), np.int32(units)))
+        return out if out is not None else from_backend(o, kd)
     with stream_ctx(x):
         xv = x_.view(cp.uint16) if x_.dtype.itemsize == 2 else x_
         if out is None:
@@ -211,9 +225,8 @@ def silu_mul(gate, up, out=None):
         o = out_array(out, (rows, I), g_.dtype)
         if rows and I:
             fn = GROUPED.function(("silu", dtype_name(g_.dtype)))
-            blocks = int(min(-(-rows * I // 256), 132 * 16))
-            fn((blocks,), (256,), (g_, u_, o, np.int32(rows), np.int32(I), np.int64(g_.strides[0] // g_.itemsize),
-                                   np.int64(u_.strides[0] // u_.itemsize)))
+            _launch_helper(fn, rows * I, (g_, u_, o, np.int32(rows), np.int32(I),
+                                          np.int64(g_.strides[0] // g_.itemsize), np.int64(u_.strides[0] // u_.itemsize)))
     return out if out is not None else from_backend(o, kd)
 
 
@@ -245,9 +258,22 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None):
         o = out_array(out, (T, H), c_.dtype)
         if T and H:
             fn = GROUPED.function(("combine", dtype_name(c_.dtype), wdt))
-            blocks = int(min(-(-T * H // 256), 132 * 16))
-            fn((blocks,), (256,), (c_, routing.pos, w_, o, np.int32(T), np.int32(topk), np.int32(H)))
+            _launch_helper(fn, T * H, (c_, routing.pos, w_, o, np.int32(T), np.int32(topk), np.int32(H)))
     return out if out is not None else from_backend(o, kd)
+
+
+def _launch_helper(fn, work: int, args):
+    """Launch a MoE helper kernel (gather / silu_mul / combine: 256 threads, grid-stride
+    over `work` items) on the current stream; with PDL on as a programmatic dependent
+    (the kernel's last argument), kbitcupy/_pdl.py."""
+    import cupy as cp
+
+    blocks = int(min(-(-work // 256), 132 * 16))
+    pdl = _pdl.active(cp.cuda.Device().id)
+    if pdl:
+        _pdl.launch(fn, (blocks,), (256,), args + (np.int32(1),), 0)
+    else:
+        fn((blocks,), (256,), args + (np.int32(0),))
 
 
 def _banks(bank_gate_up, bank_down, H):

@@ -409,6 +409,30 @@ def test_silu_mul_and_combine_gpu(rng, dtype):
         np.testing.assert_allclose(o, exp, rtol=2 * TOL[np.dtype(dtype)], atol=2e-2)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("H", [2048, 40, 37])
+def test_gather_rows_gpu(rng, dtype, H):
+    """The gather kernel (16-byte rows where H % 8 == 0, else 2-byte units), bit-exact
+    with x[sorted_token]; out= poisoned; an offset (unaligned) x view takes the 2-byte path."""
+    from kbitcupy.moe import gather_rows
+
+    cp = _cp()
+    T, topk, E = 9, 4, 16
+    ids = np.array([rng.choice(E, topk, replace=False) for _ in range(T)], np.int32)
+    r = moe_route(cp.asarray(ids), E)
+    x = rng.standard_normal((T, H)).astype(dtype)
+    exp = x[r.sorted_token.get()]
+    out = _nan((T * topk, H), dtype)
+    assert gather_rows(_dev(x), r, out=out) is out
+    np.testing.assert_array_equal(_host(out).view(np.uint16), exp.view(np.uint16))
+    np.testing.assert_array_equal(_host(gather_rows(_dev(x), r)).view(np.uint16), exp.view(np.uint16))
+    big = _dev(np.concatenate([x.reshape(-1), x.reshape(-1)[:1]]))  # x at an odd element offset
+    xv = big[1:].reshape(T, H)
+    exp2 = np.concatenate([x.reshape(-1), x.reshape(-1)[:1]])[1:].reshape(T, H)[r.sorted_token.get()]
+    np.testing.assert_array_equal(_host(gather_rows(xv, r)).view(np.uint16), exp2.view(np.uint16))
+
+
 # ----------------------------------------------------------------------------- grouped wgmma / forced kernels
 def _need_sm90():
     if _cp().cuda.Device().compute_capability != "90":
