@@ -621,7 +621,7 @@ def wgmma_ok(A, bank) -> bool:
     return WG.supported(A.device.id) and bank.packed.data.ptr % 16 == 0 and bank.absmax.data.ptr % 16 == 0
 
 
-def choose_impl(A, bank, max_tokens: int) -> str:
+def choose_impl(A, bank, max_tokens: int, pdl_stable: bool = False) -> str:
     """Which grouped kernel runs for this many tokens per expert (host bound).
 
     H200, 2026-11-22 (profiling/results/nvidia-h200_2026-11-22_moe-wg1.md, k = 4, 8 and 10
@@ -629,13 +629,17 @@ def choose_impl(A, bank, max_tokens: int) -> str:
     9.6 vs 10.3 us GEMV, 10 experts fused 14.9 vs 21.3) and the mma.sync kernel for down
     (K = 512: 8.3 vs 9.0 us wgmma, 10.3 GEMV); from 17 the wgmma kernel (down at 32:
     10.4 vs 15.0 us mma, gate/up 11.7 vs 38.1).  Without sm_90 the old rule
-    (use_grouped_gemv, else the mma.sync kernel)."""
+    (use_grouped_gemv, else the mma.sync kernel).
+    pdl_stable (PDL on and ids_stable): the wgmma kernel requests its weights before its
+    wait and the mma.sync kernel does not, so down takes wgmma at 9..16 too (H200,
+    2026-11-24, profiling/results/nvidia-h200_2026-11-24_pdl9.md: 6.98 vs 7.61 us at 8
+    experts, 7.84 vs 8.73 at 10)."""
     if max_tokens <= 8:
         return "gemv"
     wg = wgmma_ok(A, bank)
     if use_grouped_gemv(max_tokens, bank.K) and not wg:
         return "gemv"
-    if max_tokens <= GROUPED_MAX_TOKENS and bank.K < 1024:
+    if max_tokens <= GROUPED_MAX_TOKENS and bank.K < 1024 and not (wg and pdl_stable):
         return "mma"
     return "wgmma" if wg else "mma"
 
@@ -646,7 +650,8 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, 
     (kbit_grouped plan keywords) implies 'mma'."""
     N, K = bank.shape
     if impl is None:
-        impl = "mma" if plan_override is not None else choose_impl(A, bank, max_tokens)
+        impl = "mma" if plan_override is not None else choose_impl(
+            A, bank, max_tokens, ids_stable and _pdl.active(A.device.id))
     if impl == "gemv":
         # decode-sized experts: the GEMV design (weights as the MMA A operand, one pair
         # table per block for several column groups)

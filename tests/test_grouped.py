@@ -239,6 +239,9 @@ def test_choose_impl(monkeypatch):
         for K, expect in ((2048, ["gemv", "gemv", "gemv", "wgmma" if sm90 else "gemv", wg, wg]),
                           (512, ["gemv", "gemv", "gemv", "mma", wg, wg])):
             assert [G.choose_impl(None, Bank(K), m) for m in (1, 4, 8, 16, 17, 64)] == expect, (sm90, K)
+        # with PDL and stable ids, down (K = 512) takes wgmma at 9..16 where it exists
+        assert G.choose_impl(None, Bank(512), 16, pdl_stable=True) == wg
+        assert G.choose_impl(None, Bank(512), 8, pdl_stable=True) == "gemv"
 
 
 def test_grouped_wgmma_plan(monkeypatch):
