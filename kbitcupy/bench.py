@@ -180,13 +180,24 @@ def _matmul_pdl_launch(c: Ctx):
         return matmul(c.A, c.qw, out=c.out)
 
 
+def _forced_pdl(launch):
+    """A forced-kernel column launched with PDL (for the "+PDL" dispatch tables)."""
+    def run(c: Ctx):
+        from ._pdl import pdl
+
+        with pdl():
+            return launch(c)
+    return run
+
+
 # Not a kernel of its own: the dispatched matmul launched with PDL.  Kept out of Best
 # (fp16 cuBLAS is not PDL-launched here) and compared separately ("vs fp16 (PDL)").
 PDL_COLUMN = "matmul+PDL"
 MOE_PDL_COLUMN = "Grouped+PDL"  # the same for the dispatched grouped_matmul
 # forced grouped kernels launched with PDL (for tuning the choice under PDL)
 MOE_PDL_FORCED = ("g-MMA+PDL", "g-WGMMA+PDL")
-NOT_IN_BEST = {PDL_COLUMN, MOE_PDL_COLUMN, *MOE_PDL_FORCED}
+DENSE_PDL_FORCED = ("GEMV+PDL", "GEMM+PDL", "WGMMA+PDL")
+NOT_IN_BEST = {PDL_COLUMN, MOE_PDL_COLUMN, *MOE_PDL_FORCED, *DENSE_PDL_FORCED}
 
 
 def _pdl_us(cols: dict):
@@ -206,6 +217,11 @@ COLUMNS: List[Column] = [
     Column("dq+cuBLAS", applies=lambda s, M: s.experts is None, launch=_dq_launch),
     Column("matmul", applies=lambda s, M: s.experts is None, launch=lambda c: matmul(c.A, c.qw, out=c.out)),
     Column(PDL_COLUMN, applies=lambda s, M: s.experts is None, launch=_matmul_pdl_launch),
+    # forced kernels with PDL, not in Best: what profiling/tune_dispatch.py --pdl reads
+    Column("GEMV+PDL", applies=lambda s, M: s.experts is None and M <= GEMV_MAX_M,
+           launch=_forced_pdl(lambda c: gemv(c.A, c.qw, c.out))),
+    Column("GEMM+PDL", applies=lambda s, M: s.experts is None and M >= 1, launch=_forced_pdl(_gemm_launch)),
+    Column("WGMMA+PDL", applies=_wgmma_applies, launch=_forced_pdl(_wgmma_launch)),
 ]
 COLUMN_ALIASES = {"mma": "GEMM", "dq": "dq+cuBLAS", "dequant": "dq+cuBLAS", "wg": "WGMMA"}
 
@@ -791,9 +807,10 @@ def format_report(res: dict) -> str:
             "its configuration does not fit); WGMMA = kbitcupy.wgmma.wgmma_gemm (fused dequant + Hopper wgmma, "
             "sm_90 only); dq+cuBLAS = kbitcupy.dequant_matmul (dequantize into a reused "
             "buffer + cuBLAS GEMM); matmul = the dispatched kbitcupy.matmul; matmul+PDL = the same launched as a "
-            "programmatic dependent (kbitcupy.set_pdl: the GEMV's and the wgmma GEMM's prologue overlaps the previous launch's tail in "
-            f"this graph of back-to-back launches; off by default), not in Best; vs {cub} (PDL) = {cub} / matmul+PDL "
-            f"({cub} itself is not PDL-launched).",
+            "programmatic dependent (kbitcupy.set_pdl: the GEMV's and the fused GEMMs' prologue overlaps the previous "
+            "launch's tail in this graph of back-to-back launches; off by default; dispatch from the family's +PDL "
+            f"table where there is one), not in Best; vs {cub} (PDL) = {cub} / matmul+PDL ({cub} itself is not "
+            "PDL-launched); GEMV+PDL / GEMM+PDL / WGMMA+PDL = those kernels forced, with PDL (not in Best).",
             f"- {cub}: cuBLAS through torch (torch.mm), same method. "
             "SOL: streaming 16-byte read of exactly packed + absmax + A bytes, same method.",
             f"- Best = fastest kbit column; vs {cub} = {cub} / Best (> 1 means kbit wins); % of SOL = SOL / Best.",

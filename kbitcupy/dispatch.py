@@ -249,14 +249,29 @@ def entry(family: Optional[str] = None) -> dict:
     return TABLES.get(fam, TABLES["default"])
 
 
-def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str] = None) -> str:
+PDL_SUFFIX = "+PDL"  # TABLES[family + PDL_SUFFIX]: crossovers measured with PDL on (kbitcupy.set_pdl)
+
+
+def _pdl_on() -> bool:
+    from . import _pdl
+
+    return _pdl.enabled()
+
+
+def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str] = None,
+           pdl: Optional[bool] = None) -> str:
     """'gemv' | 'gemm' | 'wgmma' | 'dq' for C[M, N] = A[M, K] @ W^T with a k-bit weight.
 
     family: table key (default: the current GPU's family, 'default' if unknown).
+    pdl (default: kbitcupy.set_pdl's setting): with PDL on, the family's "+PDL" table
+    where there is one (the kernels gain differently from PDL: the wgmma GEMM requests
+    its weights before its wait, dq + cuBLAS not at all).
     'gemm' and 'gemv' are only meaningful for tiled weights (gemm needs them; for a
     flat weight use 'gemv' for M <= 16 and 'dq' above)."""
     _maybe_load_env()
     fam = gpu_family() if family is None else family
+    if (_pdl_on() if pdl is None else pdl) and fam + PDL_SUFFIX in TABLES:
+        fam = fam + PDL_SUFFIX
     dn = _dtype_name(dtype)
     key = (fam, M, N, K, k, dn)
     kind = _CHOICES.get(key)

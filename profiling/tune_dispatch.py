@@ -1,7 +1,9 @@
 """Dispatch table entry for kbitcupy.dispatch.TABLES from benchmark JSON (profiling/bench.py
 output with the GEMV, GEMM and dq+cuBLAS columns over M = 1..512).
 
-usage: python profiling/tune_dispatch.py profiling/results/<gpu>_<date>_<tag>.json [more.json]
+usage: python profiling/tune_dispatch.py [--pdl] profiling/results/<gpu>_<date>_<tag>.json [more.json]
+--pdl: from the GEMV+PDL / GEMM+PDL / WGMMA+PDL columns (and dq+cuBLAS, which PDL does not
+change), for the family's "+PDL" table (kbitcupy.dispatch.PDL_SUFFIX).
 Prints the entry (size bands for unmeasured shapes, exact crossovers per measured
 (k, N, K)) and, per cell, whether the entry's choice is within 5 % of the fastest kernel.
 """
@@ -13,9 +15,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kbitcupy import dispatch as D  # noqa: E402
 
 COLS = {"GEMV": "gemv", "GEMM": "gemm", "WGMMA": "wgmma", "dq+cuBLAS": "dq"}
+PDL_COLS = {"GEMV+PDL": "gemv", "GEMM+PDL": "gemm", "WGMMA+PDL": "wgmma", "dq+cuBLAS": "dq"}
 
 
-def timings(paths):
+def timings(paths, cols=COLS):
     t = {}
     for p in paths:
         res = json.load(open(p))
@@ -24,22 +27,24 @@ def timings(paths):
         for c in res["cells"]:
             if c.get("experts"):
                 continue
-            us = {COLS[n]: e["us"] for n, e in c["columns"].items()
-                  if n in COLS and isinstance(e, dict) and e.get("us") and e.get("check_ok", True)}
+            us = {cols[n]: e["us"] for n, e in c["columns"].items()
+                  if n in cols and isinstance(e, dict) and e.get("us") and e.get("check_ok", True)}
             if us:
                 t[(c["k"], dn, c["N"], c["K"], c["M"])] = us
     return t
 
 
 def main():
-    t = timings(sys.argv[1:])
+    args = sys.argv[1:]
+    pdl = "--pdl" in args
+    t = timings([a for a in args if a != "--pdl"], PDL_COLS if pdl else COLS)
     entry = D.entry_from_timings(t, gemv_max_m=8)
     entry["shapes"] = D.shapes_from_timings(t)
     print(repr(entry))
     D.set_table("_tuned", entry)
     worst = 0.0
     for (k, dn, N, K, M), us in sorted(t.items()):
-        kind = D.choose(M, N, K, k, dn, family="_tuned")
+        kind = D.choose(M, N, K, k, dn, family="_tuned", pdl=False)
         over = us.get(kind, float("inf")) / min(us.values()) - 1
         worst = max(worst, over)
         if over > 0.05:
