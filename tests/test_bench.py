@@ -281,8 +281,8 @@ def test_main_orchestration_with_fake_gpu(tmp_path, monkeypatch, capsys):
         k, M, K, N = c["k"], c["M"], c["K"], c["N"]
         assert c["weight_bytes"] == N * K * k // 8 + N * K // 32  # packed words + E4M4 absmax
         assert c["sol"]["bytes"] == c["weight_bytes"] + M * K * 2  # + A
-        assert set(c["columns"]) == ({"GEMV", "GEMM", "dq+cuBLAS", "matmul", "matmul+PDL"} if M == 1 else
-                                     {"GEMM", "dq+cuBLAS", "matmul", "matmul+PDL"})
+        assert set(c["columns"]) == ({"GEMV", "GEMM", "dq+cuBLAS", "matmul", "matmul+PDL", "GEMV+PDL", "GEMM+PDL"}
+                                     if M == 1 else {"GEMM", "dq+cuBLAS", "matmul", "matmul+PDL", "GEMM+PDL"})
         assert c["best"] != B.PDL_COLUMN and c["vs_cublas_pdl"] == pytest.approx(4.0 / 0.25)
         if k == 4:
             assert c["columns"]["GEMM"] == {"us": None, "skipped": "does not fit: shared memory"}
@@ -315,7 +315,8 @@ def _sm90() -> bool:
 
 
 def test_dense_columns_registry():
-    assert [c.name for c in B.COLUMNS] == ["GEMV", "GEMM", "WGMMA", "dq+cuBLAS", "matmul", "matmul+PDL"]
+    assert [c.name for c in B.COLUMNS] == ["GEMV", "GEMM", "WGMMA", "dq+cuBLAS", "matmul", "matmul+PDL", "GEMV+PDL",
+                                           "GEMM+PDL", "WGMMA+PDL"]
     by = {c.name: c for c in B.COLUMNS}
     g = B.SHAPES["gateup"]
     for M in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):

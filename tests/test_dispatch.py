@@ -217,3 +217,19 @@ def test_h200_table_uses_wgmma_where_measured():
     assert c(32, 3000, 3000, 4) in ("gemm", "dq")  # unmeasured shape: size bands, never wgmma
     h100 = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
     assert [h100(M, 5120, 2048, 4) for M in (8, 16, 32, 64)] == ["gemv", "wgmma", "wgmma", "dq"]  # H100 m16-64
+
+
+def test_pdl_table_used_only_with_pdl(tables):
+    """With PDL on (argument or kbitcupy.set_pdl) a family's "+PDL" table decides; off, or
+    without such a table, the family's own."""
+    D.set_table("T", {"gemv_max_m": 4, "gemm_max_m": 16})
+    assert D.choose(8, 1024, 1024, 4, family="T", pdl=True) == "gemm"  # no T+PDL table yet
+    D.set_table("T" + D.PDL_SUFFIX, {"gemv_max_m": 8, "gemm_max_m": 64, "shapes": {(4, 1024, 1024): (8, 64, 16, 64)}})
+    assert D.choose(8, 1024, 1024, 4, family="T", pdl=True) == "gemv"
+    assert D.choose(32, 1024, 1024, 4, family="T", pdl=True) == "wgmma"
+    assert D.choose(8, 1024, 1024, 4, family="T", pdl=False) == "gemm"
+    assert D.choose(32, 1024, 1024, 4, family="T", pdl=False) == "dq"
+    with kb.pdl():
+        assert D.choose(32, 1024, 1024, 4, family="T") == "wgmma"
+    with kb.pdl(False):
+        assert D.choose(32, 1024, 1024, 4, family="T") == "dq"
