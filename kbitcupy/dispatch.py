@@ -84,6 +84,23 @@ TABLES: Dict[str, dict] = {
                  (5, 512, 2048): (16, 16), (5, 2048, 2048): (16, 64, 64, 64), (5, 2048, 4096): (16, 128, 32, 128),
                  (5, 2048, 5120): (8, 128, 16, 128), (5, 4096, 2048): (8, 64, 16, 64), (5, 5120, 2048): (4, 64, 8, 64),
              }},
+    # The same GPU with PDL on (kbitcupy.set_pdl): the fused GEMMs request their first weight tiles before
+    # griddepcontrol.wait, dq + cuBLAS gains nothing, so the wgmma kernel wins more cells (M = 16..64 on most
+    # shapes, from M = 4 on k = 5 gate/up).  Measured 2026-11-24 with the forced GEMV+PDL / GEMM+PDL /
+    # WGMMA+PDL columns and dq+cuBLAS, M = 4..128, all k, fp16 (profiling/results/
+    # nvidia-h200_2026-11-24_pdl-tune-k45.json + ..._pdl-tune-k23.json; profiling/tune_dispatch.py --pdl:
+    # every cell dispatched to its fastest kernel; M < 4 stays on the GEMV).
+    "H200+PDL": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 64), (None, 64)], '*': 16},
+                 "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M]; dq above)
+                 (2, 512, 2048): (16, 32, 32, 32), (2, 2048, 2048): (16, 32), (2, 2048, 4096): (8, 32, 32, 32),
+                 (2, 2048, 5120): (8, 32, 16, 32), (2, 4096, 2048): (8, 32, 32, 32), (2, 5120, 2048): (8, 32, 32, 32),
+                 (3, 512, 2048): (16, 16), (3, 2048, 2048): (16, 32), (3, 2048, 4096): (8, 32, 16, 32),
+                 (3, 2048, 5120): (8, 32, 16, 32), (3, 4096, 2048): (8, 32, 16, 32), (3, 5120, 2048): (8, 32, 16, 32),
+                 (4, 512, 2048): (16, 32, 32, 32), (4, 2048, 2048): (16, 32), (4, 2048, 4096): (16, 32, 32, 32),
+                 (4, 2048, 5120): (8, 64, 16, 64), (4, 4096, 2048): (16, 64, 32, 64), (4, 5120, 2048): (8, 64, 16, 64),
+                 (5, 512, 2048): (16, 32, 32, 32), (5, 2048, 2048): (16, 64, 64, 64), (5, 2048, 4096): (8, 128, 16, 128),
+                 (5, 2048, 5120): (8, 128, 16, 128), (5, 4096, 2048): (8, 64, 16, 64), (5, 5120, 2048): (3, 64, 4, 64),
+                 }},
 }
 
 # (substring of the device name, family), checked in order: more specific first.

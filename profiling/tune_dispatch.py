@@ -40,6 +40,15 @@ def main():
     t = timings([a for a in args if a != "--pdl"], PDL_COLS if pdl else COLS)
     entry = D.entry_from_timings(t, gemv_max_m=8)
     entry["shapes"] = D.shapes_from_timings(t)
+    # M below the smallest measured one (e.g. a sweep from M = 4) stays on the GEMV
+    lo = {}
+    for (k, _dn, N, K, M) in t:
+        lo[(k, N, K)] = min(M, lo.get((k, N, K), M))
+    entry["shapes"] = {s: (max(v[0], lo[s] - 1),) + tuple(v[1:]) for s, v in entry["shapes"].items()}
+    # measured with fp16, used for bf16 too: plain k keys
+    gm = entry["gemm_max_m"]
+    if isinstance(gm, dict):
+        entry["gemm_max_m"] = {(key[0] if isinstance(key, tuple) else key): v for key, v in gm.items()}
     print(repr(entry))
     D.set_table("_tuned", entry)
     worst = 0.0
