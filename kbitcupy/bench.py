@@ -1652,27 +1652,20 @@ def layer_kbit(bgu, bdn, st: dict, I: int, dtype: str, reps: int, state: dict) -
             print(f"  ! layer T={T} k={bgu.k}: output check failed, max rel err {err}", file=sys.stderr)
 
     res = {}
-    try:
-        fns = [functools.partial(_kbit_layer_step, x, bgu, bdn, routes[r % R], ws[r % R], bufs, I) for r in range(n)]
-        e = time_graph_or_eager(fns, reps, skip_graph=state.get("steps_eager"), **info)
-        if e["method"] == "eager":
-            state["steps_eager"] = "an earlier capture of the kbit steps failed"
-        bufs[4].view(cp.uint16).fill(0x7E00 if dtype == "fp16" else 0x7FC0)
-        fns[0]()
-        check(e, bufs[4])
-        res["steps"] = e
-    except Exception as ex:  # noqa: BLE001
-        res["steps"] = _err(ex)
-    try:  # the same steps, grouped matmuls as programmatic dependents (kbitcupy.set_pdl)
-        fns = [functools.partial(_kbit_layer_step, x, bgu, bdn, routes[r % R], ws[r % R], bufs, I, True)
-               for r in range(n)]
-        e = time_graph_or_eager(fns, reps, skip_graph=state.get("steps_eager"), **info)
-        bufs[4].view(cp.uint16).fill(0x7E00 if dtype == "fp16" else 0x7FC0)
-        fns[0]()
-        check(e, bufs[4])
-        res["steps_pdl"] = e
-    except Exception as ex:  # noqa: BLE001
-        res["steps_pdl"] = _err(ex)
+    # the steps, then the same with the kernels as programmatic dependents (kbitcupy.set_pdl)
+    for name, pdl in (("steps", False), ("steps_pdl", True)):
+        try:
+            fns = [functools.partial(_kbit_layer_step, x, bgu, bdn, routes[r % R], ws[r % R], bufs, I, pdl)
+                   for r in range(n)]
+            e = time_graph_or_eager(fns, reps, skip_graph=state.get("steps_eager"), **info)
+            if e["method"] == "eager" and not pdl:
+                state["steps_eager"] = "an earlier capture of the kbit steps failed"
+            bufs[4].view(cp.uint16).fill(0x7E00 if dtype == "fp16" else 0x7FC0)
+            fns[0]()
+            check(e, bufs[4])
+            res[name] = e
+        except Exception as ex:  # noqa: BLE001
+            res[name] = _err(ex)
     try:
         fns = [functools.partial(moe_route, ids[r % R], B) for r in range(n)]
         e = time_graph_or_eager(fns, reps, skip_graph=state.get("route_eager"), **info)

@@ -174,6 +174,22 @@ def test_pdl_fused_gemm_chain(rng, kernel, k, dt):
                     np.testing.assert_array_equal(_bits(b3), r)
 
 
+def _grouped_setup(cp, rng, E, N, K, S, ntok, k):
+    """A bank of E experts, A for S slots of up to ntok rows, 8 routings (device ids, device
+    offsets; one slot of each full) and an output per routing."""
+    from kbitcupy.grouped import quantize_experts
+
+    bank = quantize_experts(cp.asarray(rng.standard_normal((E, N, K), dtype=np.float32) * 0.05), k)
+    A = cp.asarray(rng.standard_normal((S * ntok, K), dtype=np.float32)).astype(cp.float16)
+    routes = []
+    for _ in range(8):
+        counts = rng.integers(0, ntok + 1, size=S)
+        counts[rng.integers(S)] = ntok
+        offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        routes.append((cp.asarray(rng.permutation(E)[:S].astype(np.int32)), cp.asarray(offs)))
+    return bank, A, routes, [cp.empty((S * ntok, N), cp.float16) for _ in routes]
+
+
 @pytest.mark.parametrize("impl,ntok", [("gemv", 1), ("gemv", 4), ("gemv", 8), ("mma", 12), ("wgmma", 16),
                                        ("wgmma", 40)])
 def test_pdl_grouped_ids_written_right_before(rng, impl, ntok):
@@ -182,20 +198,11 @@ def test_pdl_grouped_ids_written_right_before(rng, impl, ntok):
     must not read them before its wait.  8 different routings back to back without a
     sync, bit-exact against PDL off."""
     cp, _ = _sm90() if impl == "wgmma" else (_cp_hopper(), None)
-    from kbitcupy.grouped import grouped_matmul, quantize_experts
+    from kbitcupy.grouped import grouped_matmul
 
-    E, N, K, S = 32, 512, 1024, 6
-    bank = quantize_experts(cp.asarray(rng.standard_normal((E, N, K), dtype=np.float32) * 0.05), 4)
-    rows = S * ntok
-    A = cp.asarray(rng.standard_normal((rows, K), dtype=np.float32)).astype(cp.float16)
-    routes = []
-    for _ in range(8):
-        counts = rng.integers(0, ntok + 1, size=S)
-        counts[rng.integers(S)] = ntok
-        offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-        routes.append((cp.asarray(rng.permutation(E)[:S].astype(np.int32)), cp.asarray(offs)))
+    E, S = 32, 6
+    bank, A, routes, outs = _grouped_setup(cp, rng, E, 512, 1024, S, ntok, 4)
     ids_d, offs_d = cp.zeros(S, cp.int32), cp.zeros(S + 1, cp.int32)
-    outs = [cp.empty((rows, N), cp.float16) for _ in routes]
 
     def run_all():
         for (i, o), out in zip(routes, outs):
@@ -241,20 +248,11 @@ def test_pdl_grouped_ids_stable(rng, impl, ntok):
     off; ntok 20 runs the grouped GEMV in three passes; error bits set in that mode
     survive a reset by the kernel right before."""
     cp, _ = _sm90() if impl == "wgmma" else (_cp_hopper(), None)
-    from kbitcupy.grouped import ERR_EXPERT_ID, _err_buffer, grouped_matmul, quantize_experts, read_errors
+    from kbitcupy.grouped import ERR_EXPERT_ID, _err_buffer, grouped_matmul, read_errors
 
-    E, N, K, S = 32, 384, 1056, 6
-    bank = quantize_experts(cp.asarray(rng.standard_normal((E, N, K), dtype=np.float32) * 0.05), 5)
-    rows = S * ntok
-    A = cp.asarray(rng.standard_normal((rows, K), dtype=np.float32)).astype(cp.float16)
-    routes = []
-    for _ in range(8):
-        counts = rng.integers(0, ntok + 1, size=S)
-        counts[rng.integers(S)] = ntok
-        offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-        routes.append((cp.asarray(rng.permutation(E)[:S].astype(np.int32)), cp.asarray(offs)))
+    E, S = 32, 6
+    bank, A, routes, outs = _grouped_setup(cp, rng, E, 384, 1056, S, ntok, 5)
     ids_d, offs_d, spacer = cp.zeros(S, cp.int32), cp.zeros(S + 1, cp.int32), cp.zeros(1 << 16, cp.float32)
-    outs = [cp.empty((rows, N), cp.float16) for _ in routes]
 
     def run_all():
         for (i, o), out in zip(routes, outs):
