@@ -54,7 +54,7 @@ def main():
     cases = {"matmul M=32 (wgmma)": lambda: kb.matmul(A, q, out=out),
              "grouped_matmul 8 experts x 1 token": lambda: grouped_matmul(Ag, bank, ids, offs, 1, out=og,
                                                                          ids_stable=True)}
-    print(f"| call | PDL | enqueue us | wall us |\n|---|---|---:|---:|")
+    print("| call | PDL | enqueue us | wall us |\n|---|---|---:|---:|")
     for name, fn in cases.items():
         for pdl in (False, True):
             with kb.pdl(pdl):
