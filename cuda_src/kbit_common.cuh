@@ -37,6 +37,10 @@ template <> struct KbitType<float> {
     static __device__ __forceinline__ float from_float(float x) { return x; }
 };
 
+// SwiGLU's silu(g) * u in fp32 (the MoE activation).  One definition for the silu_mul
+// kernel and the grouped GEMV's fused A staging, so both round the same value.
+__device__ __forceinline__ float silu_mul_f(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+
 // ---------------------------------------------------------------- E4M4 absmax
 // Branch-free decode: treat e = 0 as e = 1 (2^-10 * (1 + m/16)) and subtract the
 // implicit one (2^-10) for subnormals, which leaves exactly m * 2^-14.

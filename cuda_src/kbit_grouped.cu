@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(256) kbit_silu_mul(const T* __restrict__ gate,
         const int i = (int)(idx - r * I);
         const float gv = KbitType<T>::to_float(gate[r * ld_gate + i]);
         const float uv = KbitType<T>::to_float(up[r * ld_up + i]);
-        out[idx] = KbitType<T>::from_float(gv / (1.0f + __expf(-gv)) * uv);
+        out[idx] = KbitType<T>::from_float(silu_mul_f(gv, uv));
     }
 }
 

@@ -764,9 +764,10 @@ def _layer_section(layer: dict) -> List[str]:
         "- moe_forward = kbitcupy.moe.moe_forward(x, bank_gu, bank_dn, topk_ids, topk_weights): the full call "
         "with device routing (moe_route: argsort, cumsum, scatter) and CuPy-pool allocations. kbit steps = "
         "the same steps with the routing precomputed (moe_route at setup, not timed) into preallocated "
-        "buffers: gather_rows, grouped_matmul gate/up, silu_mul, grouped_matmul down, moe_combine. "
-        "kbit steps+PDL = the same with the grouped matmuls launched as programmatic dependents "
-        "(kbitcupy.set_pdl; ids_stable as in moe_forward). moe_route = the routing alone.",
+        "buffers: gather_rows, grouped_matmul gate/up, silu_mul, grouped_matmul down, moe_combine; where "
+        "moe_forward runs the grouped GEMV (decode sizes) the gather and silu_mul are fused into it, as in "
+        "moe_forward (grouped_gemv_fused). kbit steps+PDL = the same with the kernels launched as programmatic "
+        "dependents (kbitcupy.set_pdl; ids_stable as in moe_forward). moe_route = the routing alone.",
         f"- {dt} loop = torch with the routing given (sorted on the host when the graph is built, not timed): "
         "index_select of the rows, one torch.mm per active expert for gate/up on the view W_gu[e] (no copy, no "
         "weight gather) into slices of one buffer, SiLU(gate) * up over all rows, one torch.mm per active "
@@ -1487,11 +1488,18 @@ def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, I: int, pdl: bool = False):
     with preallocated outputs (gather, grouped gate/up, SiLU*up, grouped down, combine).
     pdl: the grouped matmuls launched as programmatic dependents, ids_stable as moe_forward."""
     from ._pdl import pdl as pdl_ctx
-    from .grouped import grouped_matmul
-    from .moe import gather_rows, moe_combine, plan_tokens, silu_mul
+    from .grouped import grouped_gemv_fused, grouped_matmul
+    from .moe import _gemv_runs, gather_rows, moe_combine, plan_tokens, silu_mul
 
     A, h, act, y, o = bufs
     with pdl_ctx(pdl):
+        mt = plan_tokens(rt)
+        if _gemv_runs(x, bgu, bdn, mt):  # moe_forward's decode path: gather and SwiGLU fused in
+            P = int(rt.sorted_token.size)
+            grouped_gemv_fused(x, bgu, rt.expert_ids, rt.offsets, P, mt, a_rows=rt.sorted_token, out=h)
+            grouped_gemv_fused(h, bdn, rt.expert_ids, rt.offsets, P, mt, a_silu=True, out=y)
+            moe_combine(y, rt, w, out=o)
+            return
         gather_rows(x, rt, out=A)
         grouped_matmul(A, bgu, rt.expert_ids, rt.offsets, plan_tokens(rt), out=h, method="kernel", ids_stable=True)
         silu_mul(h[:, :I], h[:, I:], out=act)

@@ -185,12 +185,14 @@ def resident_blocks(fn, threads: int, smem: int, device_id: int) -> int:
 
 
 def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=None, kernel=None,
-                 ids_stable: bool = False):
+                 ids_stable: bool = False, a_rows=None, a_silu: bool = False):
     """C_sorted = per-slot A_sorted @ W_e^T with the GEMV machinery (tokens per expert <=
     16 planned; more are computed in chunks and flag err bit 4).  Validated CuPy arrays;
     no allocation, no sync.  plan_override: grouped_plan keywords (tuple of pairs);
     kernel: f(key) -> RawKernel replacing GEMV.function (profiling/moe_ab.py).  ids_stable:
-    see kbitcupy.grouped.grouped_matmul (PDL only)."""
+    see kbitcupy.grouped.grouped_matmul (PDL only).  Fused MoE steps (kbitcupy.moe):
+    a_rows (int32 [out rows]): sorted row r is A[a_rows[r]] (the row gather); a_silu: A is
+    [rows, 2K] = [gate | up] and the rows multiplied are silu(gate) * up."""
     N, K = bank.shape
     n_slots = int(ids.size)
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
@@ -211,9 +213,10 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
     # 2026-11-24 (MoE layer step, k = 4): T = 1 (10 experts, one wave) 25.2 -> 22.8 us,
     # T = 32 (242 experts, several waves) 319 -> 326 us.
     pdl = ((2 if ids_stable else 1) if _pdl.active(key[0]) else 0) if one_wave else 0
-    tail = (np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]),
+    rows = int(out.shape[0])  # = A's rows unless the gather is fused in
+    tail = (np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(rows),
             np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert), np.int32(max_tokens), err,
-            np.int32(pdl))
+            np.int32(pdl), np.uint64(0) if a_rows is None else a_rows, np.int32(bool(a_silu)), np.int32(A.shape[0]))
     for s0 in range(0, n_slots, 65535):  # grid.y limit
         ns = min(65535, n_slots - s0)
         args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids[s0:s0 + ns],

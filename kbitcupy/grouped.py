@@ -689,6 +689,34 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, 
     return out
 
 
+def grouped_gemv_fused(A, bank, ids, offs, rows: int, max_tokens: int, *, a_rows=None, a_silu: bool = False,
+                       out=None):
+    """The grouped GEMV with a MoE step fused into its A staging (kbitcupy.moe.moe_forward):
+    a_rows (device int32 [rows]): output row r multiplies A[a_rows[r]] (the row gather; A
+    is the unsorted [T, K] input, a row index outside [0, T) reads as zeros); a_silu: A is
+    [rows, 2K] = [gate | up] and the row multiplied is silu(gate) * up, rounded to A's
+    dtype once (as silu_mul).  Device ids / offsets as for grouped_matmul (guarded on the
+    device); PDL as grouped_matmul with ids_stable (moe_forward's order).  Returns out (a new
+    [rows, N] array if None); no sync."""
+    import cupy as cp
+
+    N, K = bank.shape
+    if A.shape[1] != (2 * K if a_silu else K):
+        raise ValueError(f"A must have {2 * K if a_silu else K} columns, got {A.shape[1]}")
+    if a_rows is None and A.shape[0] != rows:
+        raise ValueError(f"A must have {rows} rows, got {A.shape[0]}")
+    if A.data.ptr % 16 or not A.flags.c_contiguous:
+        raise ValueError("A must be C-contiguous and 16-byte aligned")
+    if out is None:
+        out = cp.empty((rows, N), dtype=A.dtype)
+    elif out.shape != (rows, N) or out.dtype != A.dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a contiguous [{rows}, {N}] array of A's dtype")
+    if rows and ids.size:
+        grouped_gemv(A, bank, ids, offs, out, max_tokens, _err_buffer(), ids_stable=True, a_rows=a_rows,
+                     a_silu=a_silu)
+    return out
+
+
 def _dequant_path(A, bank, ids_h, offs_h, out):
     """Per slot: dequantize the expert into the reused buffer of kbitcupy.dequant_matmul,
     then one cuBLAS GEMM.  A host loop over the slots (their offsets must be on the host:

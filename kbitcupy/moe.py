@@ -23,7 +23,8 @@ import numpy as np
 
 from . import _pdl
 from ._arrays import cpu_result, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
-from .grouped import ERR_EXPERT_ID, GROUPED, KbitExpertBank, _err_buffer, dequantize_experts, grouped_matmul
+from .grouped import (ERR_EXPERT_ID, GROUPED, KbitExpertBank, _err_buffer, choose_impl, dequantize_experts,
+                      grouped_gemv_fused, grouped_matmul)
 from .reference import bfloat16
 
 _ACT_DTYPES = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None else ())
@@ -262,6 +263,21 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None):
     return out if out is not None else from_backend(o, kd)
 
 
+def _device_routing(routing) -> bool:
+    """The routing's arrays are device int32 (moe_route's or uploaded), as the fused
+    grouped GEMV reads them."""
+    return all(kind(a) == "cupy" and a.dtype == np.int32
+               for a in (routing.sorted_token, routing.expert_ids, routing.offsets))
+
+
+def _gemv_runs(x_, bank_gu, bank_dn, mt: int) -> bool:
+    """Whether grouped_matmul would run the grouped GEMV for both MoE matmuls (the kernel
+    with the gather and SwiGLU fused in) and x is 16-byte aligned for its copies."""
+    pdl_stable = _pdl.active(x_.device.id)
+    return (x_.data.ptr % 16 == 0 and choose_impl(x_, bank_gu, mt, pdl_stable) == "gemv"
+            and choose_impl(x_, bank_dn, mt, pdl_stable) == "gemv")
+
+
 def _launch_helper(fn, work: int, args):
     """Launch a MoE helper kernel (gather / silu_mul / combine: 256 threads, grid-stride
     over `work` items) on the current stream; with PDL on as a programmatic dependent
@@ -362,10 +378,18 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
     elif kind(routing.sorted_token) == "cupy" or kind(w_) == "cupy":
         raise ValueError("x is on the CPU but the routing / topk_weights are on the GPU")
     with stream_ctx(x):
-        A = gather_rows(x_, routing)
         # ids_stable: the routing is written before the gather / silu_mul kernels that run
         # right before each grouped call (with PDL on, their weights load before the wait)
         gm = dict(method=method, check=check, ids_stable=True)
+        fuse = on_gpu and not check and method in ("auto", "kernel") and _device_routing(routing)
+        if len(gate_banks) == 1 and fuse and _gemv_runs(x_, gate_banks[0], bank_down, mt):
+            # decode sizes: the grouped GEMV gathers the rows itself and applies SwiGLU
+            # while staging down's input: gather and silu_mul kernels fall away
+            ids, offs, P = routing.expert_ids, routing.offsets, int(routing.sorted_token.size)
+            h = grouped_gemv_fused(x_, gate_banks[0], ids, offs, P, mt, a_rows=routing.sorted_token)
+            y = grouped_gemv_fused(h, bank_down, ids, offs, P, mt, a_silu=True)
+            return from_backend(moe_combine(y, routing, w_), kd)
+        A = gather_rows(x_, routing)
         if len(gate_banks) == 1:
             h = grouped_matmul(A, gate_banks[0], routing.expert_ids, routing.offsets, mt, **gm)
             act = silu_mul(h[:, :I], h[:, I:])
