@@ -129,8 +129,16 @@ class Launcher:
 
 _LAUNCHERS: dict = {}
 _PACKERS: dict = {}  # struct format -> (Struct, ctypes buffer, kernelParams array, lock)
-_CODE = {"int32": "i", "uint32": "I", "int64": "q", "uint64": "Q", "float32": "f", "float64": "d", "bool": "?",
-         "int16": "h", "uint16": "H", "int8": "b", "uint8": "B"}
+_CODE: dict = {}  # argument type -> struct code (NumPy scalar types; filled on first use)
+
+
+def _codes():
+    import numpy as np
+
+    _CODE.update({np.int32: "i", np.uint32: "I", np.int64: "q", np.uint64: "Q", np.float32: "f", np.float64: "d",
+                  np.bool_: "?", np.int16: "h", np.uint16: "H", np.int8: "b", np.uint8: "B",
+                  bool: "?", int: "q", float: "d"})
+    return _CODE
 
 
 def _packed_params(args):
@@ -140,22 +148,13 @@ def _packed_params(args):
     argument at its own alignment, as cuLaunchKernel expects (tests/test_pdl.py checks the
     layout against ParamBlock).  The caller holds the lock until the launch has copied the
     parameters."""
-    import numpy as np
-
+    table = _CODE or _codes()
     codes, vals = [], []
     for a in args:
-        if isinstance(a, np.generic):
-            codes.append(_CODE[a.dtype.name])
-            vals.append(a.item())
-        elif isinstance(a, bool):
-            codes.append("?")
-            vals.append(a)
-        elif isinstance(a, int):
-            codes.append("q")
-            vals.append(a)
-        elif isinstance(a, float):
-            codes.append("d")
-            vals.append(a)
+        c = table.get(type(a))  # by exact type: dtype.name costs ~5 us per argument
+        if c is not None:
+            codes.append(c)
+            vals.append(a.item() if hasattr(a, "item") else a)  # NumPy scalar, or a Python bool / int / float
         else:  # CuPy array or kbitcupy._launch.DevPtr: an 8-byte pointer
             codes.append("Q")
             vals.append(int(a) if not hasattr(a, "data") else int(a.data.ptr))

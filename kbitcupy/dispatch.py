@@ -263,7 +263,13 @@ def _resolve(value, k: int, dtype_name: str, weight_elems: int, what: str = "") 
     return value
 
 
+_DTYPE_NAMES: dict = {}  # dtype -> name (NumPy's dtype.name costs microseconds per call)
+
+
 def _dtype_name(dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is not None:
+        return name
     import numpy as np
 
     from .reference import bfloat16
@@ -271,7 +277,10 @@ def _dtype_name(dtype) -> str:
     if isinstance(dtype, str):
         return {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}.get(dtype, dtype)
     dt = np.dtype(dtype)
-    return "bfloat16" if bfloat16 is not None and dt == bfloat16 else dt.name
+    name = "bfloat16" if bfloat16 is not None and dt == bfloat16 else dt.name
+    if len(_DTYPE_NAMES) < 64:
+        _DTYPE_NAMES[dtype] = name
+    return name
 
 
 def entry(family: Optional[str] = None) -> dict:
