@@ -267,7 +267,10 @@ _DTYPE_NAMES: dict = {}  # dtype -> name (NumPy's dtype.name costs microseconds 
 
 
 def _dtype_name(dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
+    try:
+        name = _DTYPE_NAMES.get(dtype)
+    except TypeError:  # unhashable: no caching
+        name = None
     if name is not None:
         return name
     import numpy as np
@@ -278,8 +281,11 @@ def _dtype_name(dtype) -> str:
         return {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}.get(dtype, dtype)
     dt = np.dtype(dtype)
     name = "bfloat16" if bfloat16 is not None and dt == bfloat16 else dt.name
-    if len(_DTYPE_NAMES) < 64:
-        _DTYPE_NAMES[dtype] = name
+    try:
+        if len(_DTYPE_NAMES) < 64:
+            _DTYPE_NAMES[dtype] = name
+    except TypeError:
+        pass
     return name
 
 
