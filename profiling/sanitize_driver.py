@@ -110,6 +110,29 @@ try:
                 out = cp.full((A.shape[0], N), np.nan, cp.float16)
                 grouped_wgmma(A, bank, ids, offs, out, int(counts.max()), _err_buffer(), k_splits=2, tok=tok)
                 check(f"grouped wgmma k={k} tok={tok} splits=2", out, ref)
+    # the MoE decode path: gather and SwiGLU fused into the grouped GEMV (row index 9 lies
+    # outside x and must read as zeros, not out of bounds)
+    from kbitcupy.grouped import grouped_gemv_fused
+    from kbitcupy.moe import moe_forward, silu_mul
+
+    bank = quantize_experts(Wb, 4)
+    x = cp.asarray(rng.standard_normal((5, K), dtype=np.float32)).astype(cp.float16)
+    rix = cp.asarray(np.array([3, 0, 4, 4, 9, 1, 2, 0, 3, 1, 4, 2, 0, 1, 3, 2, 4, 0, 1, 2, 3], np.int32))
+    A = cp.where((rix < 5)[:, None], x[cp.minimum(rix, 4)], 0).astype(cp.float16)
+    ref = cp.asarray(kb.grouped.reference_grouped_matmul(A, bank, ids.get(), offs.get()))
+    check("grouped gemv fused row gather", grouped_gemv_fused(x, bank, ids, offs, 21, 17, a_rows=rix), ref)
+    h = cp.asarray(rng.standard_normal((21, 2 * K), dtype=np.float32)).astype(cp.float16)
+    act = silu_mul(h[:, :K], h[:, K:])
+    ref = cp.asarray(kb.grouped.reference_grouped_matmul(act, bank, ids.get(), offs.get()))
+    check("grouped gemv fused swiglu", grouped_gemv_fused(h, bank, ids, offs, 21, 17, a_silu=True), ref)
+    bgu = quantize_experts(cp.asarray(rng.standard_normal((8, 256, 128), dtype=np.float32) * 0.05), 4)
+    bdn = quantize_experts(cp.asarray(rng.standard_normal((8, 128, 128), dtype=np.float32) * 0.05), 4)
+    xt = cp.asarray(rng.standard_normal((3, 128), dtype=np.float32)).astype(cp.float16)
+    tid = cp.asarray(np.array([[0, 5], [2, 5], [7, 1]], np.int32))
+    tw = cp.asarray(np.full((3, 2), 0.5, np.float32))
+    ref = moe_forward(xt, bgu, bdn, tid, tw).astype(cp.float64)
+    with kb.pdl():
+        check("moe_forward decode (fused), PDL", moe_forward(xt, bgu, bdn, tid, tw), ref, tol=1e-6)
 except ImportError as e:
     print("grouped skipped:", e)
 cp.cuda.runtime.deviceSynchronize()
