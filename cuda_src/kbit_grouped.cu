@@ -404,6 +404,7 @@ __global__ void __launch_bounds__(1024) kbit_moe_route(const int* __restrict__ i
         }
         run += cnt[j];
     }
+    __syncthreads();  // start[E] (read below) is written by the thread whose chunk holds E
     const int nact = part[2 * bd - 1];
     for (int s = nact + tid; s <= S; s += bd) {  // unused slots: expert 0, no rows
         if (s < S) expert_ids[s] = 0;
