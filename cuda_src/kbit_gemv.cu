@@ -50,13 +50,16 @@ __device__ __forceinline__ unsigned long long trace_gtime() {
 // the pair table built once per block.
 // ABS: unsigned char (E4M4) or float.  TILED: repacked layout, else flat.
 // MT: token tiles of 8 (M <= 8 * MT); the weights are dequantized once for all of them.
-template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE>
+// AMODE (the grouped kernel's fused MoE steps, see kbit_gemv_grouped): 0 = A rows as they
+// are, 1 = row gather through a_rows, 2 = SwiGLU of [gate | up] rows.  A template
+// parameter: the runtime form cost the plain grouped GEMV 4-9 % at 4-8 tokens (H200,
+// 2026-11-24, moe-final10 vs moe-final11).
+template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
                                            int grp_stride, int ngroups, bool pdl = false,
-                                           const int* __restrict__ a_rows = nullptr, bool a_silu = false,
-                                           long lda = 0, int a_nrows = 0) {
+                                           const int* __restrict__ a_rows = nullptr, int a_nrows = 0) {
     extern __shared__ __align__(16) unsigned char smem[];
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) {
@@ -127,36 +130,39 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     int grp = grp0;  // the launchers keep grid.x <= ngroups
     start_group(MULTI ? grp : (int)blockIdx.x);
     const float cb_v = threadIdx.x < (1u << K) ? __ldg(codebook + threadIdx.x) : 0.0f;
-    // A row m: A + m * lda, or (a_rows: the MoE row gather fused in) A + a_rows[m] * lda,
-    // a row outside [0, a_nrows) reading as zeros; a_silu (SwiGLU fused in): the row holds
-    // [gate | up] of Kdim each and the staged value is silu(gate) * up, rounded once.
-    if (lda == 0) lda = Kdim;
+    // A row m: A + m * Kdim; AMODE 1 (the MoE row gather fused in): A + a_rows[m] * Kdim, a
+    // row outside [0, a_nrows) reading as zeros; AMODE 2 (SwiGLU fused in): the row holds
+    // [gate | up] of Kdim each (stride 2 Kdim) and the staged value is silu(gate) * up,
+    // rounded once (as kbit_silu_mul).
     auto stage_A = [&]() {
         const int kpad = KS * 128;
         const int chunks = M * (kpad / 8);
         for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
             const int m = c / (kpad / 8), kk = (c % (kpad / 8)) * 8;
             uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + kk);
-            long row = m;
-            if (a_rows != nullptr) {
-                row = a_rows[m];
-                if (row < 0 || row >= a_nrows) row = -1;
-            }
-            if (kk >= Kdim || row < 0) {
-                *dst = make_uint4(0u, 0u, 0u, 0u);
-            } else if (a_silu) {
-                const uint4 gw = *reinterpret_cast<const uint4*>(A + row * lda + kk);
-                const uint4 uw = *reinterpret_cast<const uint4*>(A + row * lda + Kdim + kk);
-                const T* g8 = reinterpret_cast<const T*>(&gw);
-                const T* u8v = reinterpret_cast<const T*>(&uw);
-                uint4 r;
-                T* r8 = reinterpret_cast<T*>(&r);
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    r8[e] = KbitType<T>::from_float(silu_mul_f(KbitType<T>::to_float(g8[e]), KbitType<T>::to_float(u8v[e])));
-                *dst = r;
+            if constexpr (AMODE == 0) {
+                if (kk < Kdim) cp_async16(dst, A + (long)m * Kdim + kk);
+                else *dst = make_uint4(0u, 0u, 0u, 0u);
+            } else if constexpr (AMODE == 1) {
+                const int row = a_rows[m];
+                if (kk < Kdim && row >= 0 && row < a_nrows) cp_async16(dst, A + (long)row * Kdim + kk);
+                else *dst = make_uint4(0u, 0u, 0u, 0u);
             } else {
-                cp_async16(dst, A + row * lda + kk);
+                if (kk < Kdim) {
+                    const T* src = A + (long)m * (2 * Kdim) + kk;
+                    const uint4 gw = *reinterpret_cast<const uint4*>(src);
+                    const uint4 uw = *reinterpret_cast<const uint4*>(src + Kdim);
+                    const T* g8 = reinterpret_cast<const T*>(&gw);
+                    const T* u8v = reinterpret_cast<const T*>(&uw);
+                    uint4 r;
+                    T* r8 = reinterpret_cast<T*>(&r);
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        r8[e] = KbitType<T>::from_float(silu_mul_f(KbitType<T>::to_float(g8[e]), KbitType<T>::to_float(u8v[e])));
+                    *dst = r;
+                } else {
+                    *dst = make_uint4(0u, 0u, 0u, 0u);
+                }
             }
         }
         cp_async_commit();
@@ -300,13 +306,13 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 // ape absmax bytes apart, per-expert tensor scale), in chunks of 8 * MT rows.  A bad id
 // or offset writes nothing and sets err (bit 1: id, bit 2: offsets, bit 4: more rows
 // than max_tokens, which is still computed correctly).
-template <int K, typename T, int MT>
+template <int K, typename T, int MT, int AMODE>
 __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS)
     kbit_gemv_grouped(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
                       const float* __restrict__ codebook, const float* __restrict__ tscale,
                       const int* __restrict__ expert_ids, const int* __restrict__ offsets, T* __restrict__ C, int N,
                       int Kdim, int E, int rows, long long wpe, long long ape, int max_tokens, int* __restrict__ err,
-                      int pdl, const int* __restrict__ a_rows, int a_silu, int a_nrows) {
+                      int pdl, const int* __restrict__ a_rows, int a_nrows) {
     // pdl (launched as a programmatic dependent): 1 = ids and offsets may come from the
     // previous grid (device routing), so wait for it before anything (only the launch
     // overlaps); 2 = the caller guarantees they do not (kbitcupy.grouped ids_stable): the
@@ -323,14 +329,13 @@ __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS)
         return;
     }
     if (r1 - r0 > max_tokens && threadIdx.x == 0 && blockIdx.x == 0) report_err(err, KBIT_ERR_MAX_TOKENS, pdl == 2);
-    // a_rows (the row gather fused in): sorted row r is A's row a_rows[r]; a_silu: A's rows
+    // AMODE 1 (the row gather fused in): sorted row r is A's row a_rows[r]; AMODE 2: A's rows
     // are [gate | up] (2 Kdim) and the kernel multiplies silu(gate) * up (kbitcupy/moe.py)
-    const long lda = a_silu ? 2L * Kdim : (long)Kdim;
     for (int c0 = r0; c0 < r1; c0 += 8 * MT) {
-        gemv_block<K, T, u8, true, 2, MT, true, false, false>(
-            a_rows ? A : A + c0 * lda, packed + e * wpe, absmax + e * ape, codebook, C + (long)c0 * N,
-            min(8 * MT, r1 - c0), N, Kdim, tscale[e], blockIdx.x, gridDim.x, (N + 15) / 16, pdl == 2 && c0 == r0,
-            a_rows ? a_rows + c0 : nullptr, a_silu != 0, lda, a_nrows);
+        gemv_block<K, T, u8, true, 2, MT, true, false, false, AMODE>(
+            AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
+            codebook, C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim, tscale[e], blockIdx.x, gridDim.x,
+            (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows);
         __syncthreads();
     }
 }

@@ -32,12 +32,15 @@ def _instances():
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for mt in (1, 2):
-                inst[("grouped", k, t, mt)] = f"kbit_gemv_grouped<{k}, {CTYPE[t]}, {mt}>"
+                inst[("grouped", k, t, mt)] = f"kbit_gemv_grouped<{k}, {CTYPE[t]}, {mt}, 0>"
+                # the MoE steps fused into the A staging (1: row gather, 2: SwiGLU), kbitcupy.moe
+                for am in (1, 2):
+                    inst[("grouped_fused", k, t, mt, am)] = f"kbit_gemv_grouped<{k}, {CTYPE[t]}, {mt}, {am}>"
     return inst
 
 
 GEMV = register("gemv", Family("kbit_gemv.cu", _instances(),
-                               group_of=lambda key: key[:3] if key[0] == "grouped" else key[:2]))
+                               group_of=lambda key: key[:3] if key[0] in ("grouped", "grouped_fused") else key[:2]))
 
 # Hopper has 132 SMs; the plan aims for enough warps to keep ~all weight bytes in flight.
 TARGET_WARPS = 132 * 24
@@ -196,12 +199,14 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
     N, K = bank.shape
     n_slots = int(ids.size)
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    key = (A.data.device_id, N, K, bank.k, tname, n_slots, min(max_tokens, 16) > 8, plan_override, kernel)
+    amode = 1 if a_rows is not None else 2 if a_silu else 0
+    key = (A.data.device_id, N, K, bank.k, tname, n_slots, min(max_tokens, 16) > 8, plan_override, kernel, amode)
     cfg = _GLAUNCH.get(key)
     if cfg is None:
         ov = dict(plan_override or ())
         warps, _, smem, tiles = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
-        fn = (kernel or GEMV.function)(("grouped", bank.k, tname, tiles))
+        fn = (kernel or GEMV.function)(("grouped", bank.k, tname, tiles) if amode == 0 else
+                                       ("grouped_fused", bank.k, tname, tiles, amode))
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         ov.setdefault("resident", resident_blocks(fn, warps * 32, smem, key[0]))
@@ -216,7 +221,7 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
     rows = int(out.shape[0])  # = A's rows unless the gather is fused in
     tail = (np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(rows),
             np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert), np.int32(max_tokens), err,
-            np.int32(pdl), np.uint64(0) if a_rows is None else a_rows, np.int32(bool(a_silu)), np.int32(A.shape[0]))
+            np.int32(pdl), np.uint64(0) if a_rows is None else a_rows, np.int32(A.shape[0]))
     for s0 in range(0, n_slots, 65535):  # grid.y limit
         ns = min(65535, n_slots - s0)
         args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids[s0:s0 + ns],
