@@ -224,8 +224,9 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
             np.int32(pdl), np.uint64(0) if a_rows is None else a_rows, np.int32(A.shape[0]))
     for s0 in range(0, n_slots, 65535):  # grid.y limit
         ns = min(65535, n_slots - s0)
-        args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids[s0:s0 + ns],
-                offs[s0:s0 + ns + 1], out) + tail
+        # (a CuPy slice costs microseconds of host time: only where the grid needs it)
+        i_, o_ = (ids, offs) if ns == n_slots else (ids[s0:s0 + ns], offs[s0:s0 + ns + 1])
+        args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, i_, o_, out) + tail
         if pdl:  # programmatic dependent launch (kbitcupy.set_pdl)
             _pdl.launch(fn, (gx, ns), (warps * 32,), args, smem)
         else:

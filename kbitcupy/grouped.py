@@ -680,8 +680,8 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, 
                  np.int32(max_tokens), err, np.int32(pdl))
     for s0 in range(0, n_slots, 65535):  # grid.y limit
         ns = min(65535, n_slots - s0)
-        args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids[s0:s0 + ns],
-                offs[s0:s0 + ns + 1], out) + args_tail
+        i_, o_ = (ids, offs) if ns == n_slots else (ids[s0:s0 + ns], offs[s0:s0 + ns + 1])
+        args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, i_, o_, out) + args_tail
         if pdl:  # programmatic dependent launch (kbitcupy.set_pdl; the kernel waits first)
             _pdl.launch(fn, (p["grid_x"], ns), (p["warps"] * 32,), args, smem)
         else:
