@@ -1496,8 +1496,9 @@ def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, I: int, pdl: bool = False):
         mt = plan_tokens(rt)
         if _gemv_runs(x, bgu, bdn, mt):  # moe_forward's decode path: gather and SwiGLU fused in
             P = int(rt.sorted_token.size)
+            # the flags moe_forward uses (its routing runs right before gate/up)
             grouped_gemv_fused(x, bgu, rt.expert_ids, rt.offsets, P, mt, a_rows=rt.sorted_token, out=h)
-            grouped_gemv_fused(h, bdn, rt.expert_ids, rt.offsets, P, mt, a_silu=True, out=y)
+            grouped_gemv_fused(h, bdn, rt.expert_ids, rt.offsets, P, mt, a_silu=True, out=y, ids_stable=True)
             moe_combine(y, rt, w, out=o)
             return
         gather_rows(x, rt, out=A)

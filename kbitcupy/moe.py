@@ -384,10 +384,13 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
         fuse = on_gpu and not check and method in ("auto", "kernel") and _device_routing(routing)
         if len(gate_banks) == 1 and fuse and _gemv_runs(x_, gate_banks[0], bank_down, mt):
             # decode sizes: the grouped GEMV gathers the rows itself and applies SwiGLU
-            # while staging down's input: gather and silu_mul kernels fall away
+            # while staging down's input: gather and silu_mul kernels fall away.  No kernel
+            # runs between the routing and gate/up now, so gate/up must not read the ids
+            # before its PDL wait (ids_stable=False); down follows gate/up, which does not
+            # write them.
             ids, offs, P = routing.expert_ids, routing.offsets, int(routing.sorted_token.size)
             h = grouped_gemv_fused(x_, gate_banks[0], ids, offs, P, mt, a_rows=routing.sorted_token)
-            y = grouped_gemv_fused(h, bank_down, ids, offs, P, mt, a_silu=True)
+            y = grouped_gemv_fused(h, bank_down, ids, offs, P, mt, a_silu=True, ids_stable=True)
             return from_backend(moe_combine(y, routing, w_), kd)
         A = gather_rows(x_, routing)
         if len(gate_banks) == 1:
