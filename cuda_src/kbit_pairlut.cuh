@@ -5,9 +5,14 @@
 #pragma once
 #include "kbit_common.cuh"
 
+// k = 5 table copies (log2): an experiment hook, set for every family through the
+// environment KBIT_K5_LOG2_COPIES (kbitcupy/_compile.py; kbitcupy.gemv.lut_bytes agrees).
+#ifndef KBIT_K5_LOG2_COPIES
+#define KBIT_K5_LOG2_COPIES 4
+#endif
 template <int K> struct PairLut {
     static constexpr int ENTRIES = 1 << (2 * K);
-    static constexpr int LOG2_COPIES = K <= 4 ? 5 : 4;  // k = 5: 16 copies (64 KB), ~1.5-way conflicts
+    static constexpr int LOG2_COPIES = K <= 4 ? 5 : KBIT_K5_LOG2_COPIES;  // k = 5: 16 copies (64 KB), ~1.5-way conflicts
     static constexpr int COPIES = 1 << LOG2_COPIES;
     static constexpr int WORDS = ENTRIES * COPIES;
 };

@@ -70,8 +70,14 @@ def cuda_include_dirs() -> Tuple[str, ...]:
     return tuple(d for d in dict.fromkeys(dirs) if os.path.isfile(os.path.join(d, "cuda_fp16.h")))
 
 
+# Experiment hook: KBIT_K5_LOG2_COPIES=3 builds every kernel with 8 copies of the k = 5 pair
+# table instead of 16 (kbitcupy.gemv.lut_bytes plans with the same number).
+K5_LOG2_COPIES = int(os.environ.get("KBIT_K5_LOG2_COPIES", "4"))
+
+
 def _options(extra: Sequence[str] = ()) -> Tuple[str, ...]:
-    return BASE_OPTIONS + tuple("-I" + d for d in cuda_include_dirs()) + tuple(extra)
+    hook = ("-DKBIT_K5_LOG2_COPIES=%d" % K5_LOG2_COPIES,) if K5_LOG2_COPIES != 4 else ()
+    return BASE_OPTIONS + tuple("-I" + d for d in cuda_include_dirs()) + hook + tuple(extra)
 
 
 @dataclass

@@ -49,7 +49,9 @@ TARGET_WARPS = 132 * 24
 def lut_bytes(k: int) -> int:
     """Bytes of the replicated pair table (PairLut<K> in cuda_src/kbit_pairlut.cuh): 4**k
     entries x 32 copies (k = 5: 16) x 4 bytes.  Every kernel that builds it plans with this."""
-    copies = 32 if k <= 4 else 16
+    from ._compile import K5_LOG2_COPIES
+
+    copies = 32 if k <= 4 else 1 << K5_LOG2_COPIES
     return (1 << (2 * k)) * copies * 4
 
 
