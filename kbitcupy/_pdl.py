@@ -13,10 +13,11 @@ all (profiling/pdl_ab.py).
 
 The Hopper wgmma GEMM (``kbitcupy.wgmma``, M >= 8 where dispatch picks it) does the same
 with its first K tiles: it requests their weight tiles and builds its tables before the
-wait, and its tokens, split-K workspace and output only after it.  The grouped MoE kernels
-(grouped GEMV and grouped wgmma) wait before anything, because their expert ids and
-offsets may come from the kernel right before them (device routing): only the launch
-latency overlaps there.
+wait, and its tokens, split-K workspace and output only after it (kbit_gemm waits at
+entry).  The grouped MoE kernels wait before anything (``grouped_mode``: GROUPED_WAIT),
+because their expert ids and offsets may come from the kernel right before them (device
+routing), unless the caller says they do not (``ids_stable``: GROUPED_EARLY, the grouped
+GEMV and wgmma kernels then request the experts' weights before the wait).
 
 Off by default, because the kernels read weights before that wait: turn it on only
 where no kernel writes a weight (packed words, absmax, codebook) right before a matmul
@@ -142,12 +143,12 @@ def _codes():
 
 
 def _packed_params(args):
-    """(kernelParams address, lock) for one argument tuple, packed with struct into a buffer
-    cached per argument signature: about 6 us instead of 26 for a fresh
+    """(Struct, buffer, kernelParams array, lock, values) for one argument tuple: a struct
+    packing into a buffer cached per argument signature, about 6 us instead of 26 for a fresh
     kbitcupy._launch.ParamBlock (16 arguments).  Native struct alignment places every
     argument at its own alignment, as cuLaunchKernel expects (tests/test_pdl.py checks the
-    layout against ParamBlock).  The caller holds the lock until the launch has copied the
-    parameters."""
+    layout against ParamBlock).  The caller packs the values and launches holding the lock
+    (the driver copies the parameters at launch)."""
     table = _CODE or _codes()
     codes, vals = [], []
     for a in args:
@@ -177,11 +178,29 @@ def _packed_params(args):
     return st, buf, argv, lock, vals
 
 
-def launch(fn, grid, block, args, smem: int, stream_ptr: int | None = None) -> None:
-    """Launch CuPy kernel ``fn`` (a RawKernel of the current device) with ``args`` as a
-    programmatic dependent on the current (or given) stream.  The Launcher of a
-    (kernel, grid, block, smem) and the parameter buffer of an argument signature are
-    cached (the driver copies the parameters at launch)."""
+# The grouped kernels' pdl argument (cuda_src: kbit_gemv_grouped, kbit_wgmma_grouped,
+# kbit_grouped): 0 plain launch, 1 wait before reading expert ids / offsets, 2 the ids
+# are not written by the kernel right before (read them, request weights, then wait).
+GROUPED_OFF, GROUPED_WAIT, GROUPED_EARLY = 0, 1, 2
+
+
+def grouped_mode(device_id: int, ids_stable: bool) -> int:
+    """The pdl argument of a grouped kernel launched now on this device."""
+    if not active(device_id):
+        return GROUPED_OFF
+    return GROUPED_EARLY if ids_stable else GROUPED_WAIT
+
+
+def launch(fn, grid, block, args, smem: int, pdl=True) -> None:
+    """Launch CuPy kernel ``fn`` (a RawKernel of the current device) with ``args`` on the
+    current stream: as a programmatic dependent where ``pdl`` is true, else the plain CuPy
+    launch.  The Launcher of a (kernel, grid, block, smem) and the parameter buffer of an
+    argument signature are cached (the driver copies the parameters at launch)."""
+    if not pdl:
+        fn(grid, block, args, shared_mem=smem)
+        return
+    import cupy as cp
+
     grid = (grid,) if isinstance(grid, int) else tuple(grid)
     block = (block,) if isinstance(block, int) else tuple(block)
     ptr = int(fn.kernel.ptr)
@@ -191,11 +210,7 @@ def launch(fn, grid, block, args, smem: int, stream_ptr: int | None = None) -> N
         if len(_LAUNCHERS) > 4096:
             _LAUNCHERS.clear()
         lau = _LAUNCHERS[key] = Launcher(ptr, grid, block, smem)
-    if stream_ptr is None:
-        import cupy as cp
-
-        stream_ptr = cp.cuda.get_current_stream().ptr
     st, buf, argv, lock, vals = _packed_params(args)
     with lock:
         st.pack_into(buf, 0, *vals)
-        lau(stream_ptr, ctypes.addressof(argv))
+        lau(cp.cuda.get_current_stream().ptr, ctypes.addressof(argv))

@@ -171,23 +171,18 @@ def _dq_launch(c: Ctx):
     return dequant_matmul(c.A, c.qw, c.out)
 
 
-def _matmul_pdl_launch(c: Ctx):
-    """matmul with programmatic dependent launch (kbitcupy.set_pdl): in a graph of
-    back-to-back launches each one's prologue overlaps the previous one's tail."""
-    from ._pdl import pdl
-
-    with pdl():
-        return matmul(c.A, c.qw, out=c.out)
-
-
-def _forced_pdl(launch):
-    """A forced-kernel column launched with PDL (for the "+PDL" dispatch tables)."""
-    def run(c: Ctx):
+def _with_pdl(launch):
+    """A column's launch with programmatic dependent launch on (kbitcupy.set_pdl): in a
+    graph of back-to-back launches each one's prologue overlaps the previous one's tail."""
+    def run(c):
         from ._pdl import pdl
 
         with pdl():
             return launch(c)
     return run
+
+
+_matmul_pdl_launch = _with_pdl(lambda c: matmul(c.A, c.qw, out=c.out))
 
 
 # Not a kernel of its own: the dispatched matmul launched with PDL.  Kept out of Best
@@ -219,9 +214,9 @@ COLUMNS: List[Column] = [
     Column(PDL_COLUMN, applies=lambda s, M: s.experts is None, launch=_matmul_pdl_launch),
     # forced kernels with PDL, not in Best: what profiling/tune_dispatch.py --pdl reads
     Column("GEMV+PDL", applies=lambda s, M: s.experts is None and M <= GEMV_MAX_M,
-           launch=_forced_pdl(lambda c: gemv(c.A, c.qw, c.out))),
-    Column("GEMM+PDL", applies=lambda s, M: s.experts is None and M >= 1, launch=_forced_pdl(_gemm_launch)),
-    Column("WGMMA+PDL", applies=_wgmma_applies, launch=_forced_pdl(_wgmma_launch)),
+           launch=_with_pdl(lambda c: gemv(c.A, c.qw, c.out))),
+    Column("GEMM+PDL", applies=lambda s, M: s.experts is None and M >= 1, launch=_with_pdl(_gemm_launch)),
+    Column("WGMMA+PDL", applies=_wgmma_applies, launch=_with_pdl(_wgmma_launch)),
 ]
 COLUMN_ALIASES = {"mma": "GEMM", "dq": "dq+cuBLAS", "dequant": "dq+cuBLAS", "wg": "WGMMA"}
 
@@ -735,7 +730,7 @@ def _moe_section(moe: dict) -> List[str]:
         "g-GEMV / g-MMA / g-WGMMA = the same call with impl= forcing one grouped kernel (GEMV design, "
         "mma.sync kbit_grouped, Hopper wgmma); matmul loop = E dispatched "
         "kbitcupy.matmul calls on views of the bank; Grouped+PDL = Grouped launched as a programmatic dependent "
-        "(kbitcupy.set_pdl, ids_stable=True as in moe_forward: the weight requests and table build overlap the "
+        "(kbitcupy.set_pdl, ids_stable=True: the ids are fixed setup data; the weight requests and table build overlap the "
         f"previous launch's tail in this graph of back-to-back launches; off by default), not in Best; vs {dt} "
         f"(PDL) = best {dt} / Grouped+PDL; g-MMA+PDL / g-WGMMA+PDL = those kernels forced, with PDL (not in Best).",
         f"- {dt} loop = E torch.mm on the views W[e] of the fp16 bank (same rotation), one cuBLAS call per "
@@ -1065,21 +1060,17 @@ class MoeColumn:
     applies: Callable[[Shape, int], bool] = lambda s, M: True
 
 
-def _grouped_launch(c: MoeCtx, impl=None):
+def _grouped_launch(c: MoeCtx, impl=None, ids_stable=False):
     from .grouped import grouped_matmul
 
-    return grouped_matmul(c.A, c.bank, c.ids, c.offsets, c.M, out=c.out, method="kernel", impl=impl)
+    return grouped_matmul(c.A, c.bank, c.ids, c.offsets, c.M, out=c.out, method="kernel", impl=impl,
+                          ids_stable=ids_stable)
 
 
-def _grouped_pdl_launch(c: MoeCtx, impl=None):
+def _grouped_pdl_launch(impl=None):
     """grouped_matmul launched as a programmatic dependent (kbitcupy.set_pdl); the ids and
-    offsets are fixed setup data here (ids_stable, as in moe_forward)."""
-    from ._pdl import pdl
-    from .grouped import grouped_matmul
-
-    with pdl():
-        return grouped_matmul(c.A, c.bank, c.ids, c.offsets, c.M, out=c.out, method="kernel", impl=impl,
-                              ids_stable=True)
+    offsets are fixed setup data here, so ids_stable."""
+    return _with_pdl(lambda c: _grouped_launch(c, impl, ids_stable=True))
 
 
 def _matmul_loop_launch(c: MoeCtx):
@@ -1098,9 +1089,9 @@ MOE_COLUMNS: List[MoeColumn] = [
     MoeColumn("g-WGMMA", lambda c: _grouped_launch(c, "wgmma"), lambda s, M: M >= 8 and _sm90()),
     MoeColumn("matmul loop", _matmul_loop_launch),
     # not a kernel of its own: Grouped launched with PDL, kept out of Best (fp16 is not PDL-launched)
-    MoeColumn(MOE_PDL_COLUMN, _grouped_pdl_launch),
-    MoeColumn(MOE_PDL_FORCED[0], lambda c: _grouped_pdl_launch(c, "mma"), lambda s, M: M >= 8),
-    MoeColumn(MOE_PDL_FORCED[1], lambda c: _grouped_pdl_launch(c, "wgmma"), lambda s, M: M >= 8 and _sm90()),
+    MoeColumn(MOE_PDL_COLUMN, _grouped_pdl_launch()),
+    MoeColumn(MOE_PDL_FORCED[0], _grouped_pdl_launch("mma"), lambda s, M: M >= 8),
+    MoeColumn(MOE_PDL_FORCED[1], _grouped_pdl_launch("wgmma"), lambda s, M: M >= 8 and _sm90()),
 ]
 
 

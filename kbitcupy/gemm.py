@@ -340,8 +340,5 @@ def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: bool = False):
     args = (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N), np.int32(K),
             np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages), np.float32(qw.tensor_scale), np.int32(vec),
             np.int32(bool(pdl)))
-    if pdl:
-        _pdl.launch(p.fn, (p.grid,), (threads,), args, p.smem)
-    else:
-        p.fn((p.grid,), (threads,), args, shared_mem=p.smem)
+    _pdl.launch(p.fn, (p.grid,), (threads,), args, p.smem, pdl=pdl)
     return out

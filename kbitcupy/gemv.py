@@ -147,10 +147,7 @@ def gemv(A, qw, out, plan_override=None):
     lookup and the kernel launch.  (kbitcupy.matmul's repeated calls skip even this:
     kbitcupy._launch.)"""
     fn, grid, block, smem, args = launch_args(A, qw, out, plan_override)
-    if args[-1]:  # programmatic dependent launch (kbitcupy.set_pdl)
-        _pdl.launch(fn, grid, block, args, smem)
-    else:
-        fn(grid, block, args, shared_mem=smem)
+    _pdl.launch(fn, grid, block, args, smem, pdl=args[-1])  # the kernel's pdl argument
     return out
 
 
@@ -219,7 +216,7 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
     # would pay the PDL order (A staged after the table build instead of during it).  H200,
     # 2026-11-24 (MoE layer step, k = 4): T = 1 (10 experts, one wave) 25.2 -> 22.8 us,
     # T = 32 (242 experts, several waves) 319 -> 326 us.
-    pdl = ((2 if ids_stable else 1) if _pdl.active(key[0]) else 0) if one_wave else 0
+    pdl = _pdl.grouped_mode(key[0], ids_stable) if one_wave else _pdl.GROUPED_OFF
     rows = int(out.shape[0])  # = A's rows unless the gather is fused in
     tail = (np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(rows),
             np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert), np.int32(max_tokens), err,
@@ -229,8 +226,5 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
         # (a CuPy slice costs microseconds of host time: only where the grid needs it)
         i_, o_ = (ids, offs) if ns == n_slots else (ids[s0:s0 + ns], offs[s0:s0 + ns + 1])
         args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, i_, o_, out) + tail
-        if pdl:  # programmatic dependent launch (kbitcupy.set_pdl)
-            _pdl.launch(fn, (gx, ns), (warps * 32,), args, smem)
-        else:
-            fn((gx, ns), (warps * 32,), args, shared_mem=smem)
+        _pdl.launch(fn, (gx, ns), (warps * 32,), args, smem, pdl=pdl)
     return out

@@ -673,7 +673,7 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, 
         _SMEM_SET[id(fn)] = smem
         _SMEM_SET[("keep", id(fn))] = fn  # keep fn alive so its id stays unique
     err = _err_buffer()
-    pdl = _pdl.active(A.device.id)
+    pdl = _pdl.grouped_mode(A.device.id, False)  # kbit_grouped always waits at entry
     rows = int(A.shape[0])
     args_tail = (np.int32(N), np.int32(K), np.int32(E), np.int32(rows), np.int64(bank.words_per_expert),
                  np.int64(bank.absmax_per_expert), np.int32(p["cg"]), np.int32(p["pass_rows"]),
@@ -682,10 +682,7 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, 
         ns = min(65535, n_slots - s0)
         i_, o_ = (ids, offs) if ns == n_slots else (ids[s0:s0 + ns], offs[s0:s0 + ns + 1])
         args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, i_, o_, out) + args_tail
-        if pdl:  # programmatic dependent launch (kbitcupy.set_pdl; the kernel waits first)
-            _pdl.launch(fn, (p["grid_x"], ns), (p["warps"] * 32,), args, smem)
-        else:
-            fn((p["grid_x"], ns), (p["warps"] * 32,), args, shared_mem=smem)
+        _pdl.launch(fn, (p["grid_x"], ns), (p["warps"] * 32,), args, smem, pdl=pdl)
     return out
 
 

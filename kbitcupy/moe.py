@@ -272,10 +272,10 @@ def _device_routing(routing) -> bool:
 
 def _gemv_runs(x_, bank_gu, bank_dn, mt: int) -> bool:
     """Whether grouped_matmul would run the grouped GEMV for both MoE matmuls (the kernel
-    with the gather and SwiGLU fused in) and x is 16-byte aligned for its copies."""
-    pdl_stable = _pdl.active(x_.device.id)
-    return (x_.data.ptr % 16 == 0 and choose_impl(x_, bank_gu, mt, pdl_stable) == "gemv"
-            and choose_impl(x_, bank_dn, mt, pdl_stable) == "gemv")
+    with the gather and SwiGLU fused in: gate/up without, down with ids_stable) and x is
+    16-byte aligned for its copies."""
+    return (x_.data.ptr % 16 == 0 and choose_impl(x_, bank_gu, mt, False) == "gemv"
+            and choose_impl(x_, bank_dn, mt, _pdl.active(x_.device.id)) == "gemv")
 
 
 def _launch_helper(fn, work: int, args):
@@ -286,10 +286,7 @@ def _launch_helper(fn, work: int, args):
 
     blocks = int(min(-(-work // 256), 132 * 16))
     pdl = _pdl.active(cp.cuda.Device().id)
-    if pdl:
-        _pdl.launch(fn, (blocks,), (256,), args + (np.int32(1),), 0)
-    else:
-        fn((blocks,), (256,), args + (np.int32(0),))
+    _pdl.launch(fn, (blocks,), (256,), args + (np.int32(pdl),), 0, pdl=pdl)
 
 
 def _banks(bank_gate_up, bank_down, H):
@@ -378,9 +375,6 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
     elif kind(routing.sorted_token) == "cupy" or kind(w_) == "cupy":
         raise ValueError("x is on the CPU but the routing / topk_weights are on the GPU")
     with stream_ctx(x):
-        # ids_stable: the routing is written before the gather / silu_mul kernels that run
-        # right before each grouped call (with PDL on, their weights load before the wait)
-        gm = dict(method=method, check=check, ids_stable=True)
         fuse = on_gpu and not check and method in ("auto", "kernel") and _device_routing(routing)
         if len(gate_banks) == 1 and fuse and _gemv_runs(x_, gate_banks[0], bank_down, mt):
             # decode sizes: the grouped GEMV gathers the rows itself and applies SwiGLU
@@ -392,6 +386,9 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
             h = grouped_gemv_fused(x_, gate_banks[0], ids, offs, P, mt, a_rows=routing.sorted_token)
             y = grouped_gemv_fused(h, bank_down, ids, offs, P, mt, a_silu=True, ids_stable=True)
             return from_backend(moe_combine(y, routing, w_), kd)
+        # ids_stable: the routing is written before the gather / silu_mul kernels that run
+        # right before each grouped call (with PDL on, their weights load before the wait)
+        gm = dict(method=method, check=check, ids_stable=True)
         A = gather_rows(x_, routing)
         if len(gate_banks) == 1:
             h = grouped_matmul(A, gate_banks[0], routing.expert_ids, routing.offsets, mt, **gm)

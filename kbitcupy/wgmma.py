@@ -244,13 +244,10 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
     p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages)
     set_smem(p.fn, p.smem)
     ws, cnt = plan_workspace(p, dev, out)
-    pdl = (2 if ids_stable else 1) if _pdl.active(dev) else 0
+    pdl = _pdl.grouped_mode(dev, ids_stable)
     args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws, cnt, np.int32(N),
             np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]), np.int64(bank.words_per_expert),
             np.int64(bank.absmax_per_expert), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
             np.int32(max_tokens), np.int32(_vec8(out)), err, np.int32(pdl))
-    if pdl:  # programmatic dependent launch (kbitcupy.set_pdl)
-        _pdl.launch(p.fn, (p.grid,), (THREADS,), args, p.smem)
-    else:
-        p.fn((p.grid,), (THREADS,), args, shared_mem=p.smem)
+    _pdl.launch(p.fn, (p.grid,), (THREADS,), args, p.smem, pdl=pdl)
     return out

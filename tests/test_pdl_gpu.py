@@ -184,6 +184,31 @@ def _grouped_setup(cp, rng, E, N, K, S, ntok, k):
     return bank, A, routes, [cp.empty((S * ntok, N), cp.float16) for _ in routes]
 
 
+def _check_routings_pdl(cp, grouped_matmul, bank, A, routes, outs, ntok, impl, ids_stable):
+    """Each routing copied into the index arrays by kernels right before its call (with
+    ids_stable, one more kernel that writes no routing sits between), all calls back to
+    back without a sync; twice with PDL on, bit-exact against PDL off."""
+    S = int(routes[0][0].size)
+    ids_d, offs_d, spacer = cp.zeros(S, cp.int32), cp.zeros(S + 1, cp.int32), cp.zeros(1 << 16, cp.float32)
+
+    def run_all():
+        for (i, o), out in zip(routes, outs):
+            out.fill(0)
+            cp.add(i, 0, out=ids_d)  # kernels writing the routing right before the call
+            cp.add(o, 0, out=offs_d)
+            if ids_stable:
+                cp.add(spacer, 1, out=spacer)  # the kernel right before the call writes no routing
+            grouped_matmul(A, bank, ids_d, offs_d, ntok, out=out, method="kernel", impl=impl, ids_stable=ids_stable)
+        return [_bits(o) for o in outs]
+
+    ref = run_all()
+    assert any(np.any(r) for r in ref)
+    with kb.pdl():
+        for _ in range(2):
+            for g, r in zip(run_all(), ref):
+                np.testing.assert_array_equal(g, r)
+
+
 @pytest.mark.parametrize("impl,ntok", [("gemv", 1), ("gemv", 4), ("gemv", 8), ("mma", 12), ("wgmma", 16),
                                        ("wgmma", 40)])
 def test_pdl_grouped_ids_written_right_before(rng, impl, ntok):
@@ -196,22 +221,7 @@ def test_pdl_grouped_ids_written_right_before(rng, impl, ntok):
 
     E, S = 32, 6
     bank, A, routes, outs = _grouped_setup(cp, rng, E, 512, 1024, S, ntok, 4)
-    ids_d, offs_d = cp.zeros(S, cp.int32), cp.zeros(S + 1, cp.int32)
-
-    def run_all():
-        for (i, o), out in zip(routes, outs):
-            out.fill(0)
-            cp.add(i, 0, out=ids_d)  # kernels writing the routing right before the call
-            cp.add(o, 0, out=offs_d)
-            grouped_matmul(A, bank, ids_d, offs_d, ntok, out=out, method="kernel", impl=impl)
-        return [_bits(o) for o in outs]
-
-    ref = run_all()
-    assert any(np.any(r) for r in ref)
-    with kb.pdl():
-        for _ in range(2):
-            for g, r in zip(run_all(), ref):
-                np.testing.assert_array_equal(g, r)
+    _check_routings_pdl(cp, grouped_matmul, bank, A, routes, outs, ntok, impl, ids_stable=False)
 
 
 def test_pdl_moe_forward(rng):
@@ -246,23 +256,8 @@ def test_pdl_grouped_ids_stable(rng, impl, ntok):
 
     E, S = 32, 6
     bank, A, routes, outs = _grouped_setup(cp, rng, E, 384, 1056, S, ntok, 5)
-    ids_d, offs_d, spacer = cp.zeros(S, cp.int32), cp.zeros(S + 1, cp.int32), cp.zeros(1 << 16, cp.float32)
-
-    def run_all():
-        for (i, o), out in zip(routes, outs):
-            out.fill(0)
-            cp.add(i, 0, out=ids_d)
-            cp.add(o, 0, out=offs_d)
-            cp.add(spacer, 1, out=spacer)  # the kernel right before the call writes no routing
-            grouped_matmul(A, bank, ids_d, offs_d, ntok, out=out, method="kernel", impl=impl, ids_stable=True)
-        return [_bits(o) for o in outs]
-
-    ref = run_all()
-    assert any(np.any(r) for r in ref)
+    _check_routings_pdl(cp, grouped_matmul, bank, A, routes, outs, ntok, impl, ids_stable=True)
     with kb.pdl():
-        for _ in range(2):
-            for g, r in zip(run_all(), ref):
-                np.testing.assert_array_equal(g, r)
         bad = routes[0][0].copy()
         bad[2] = E + 3
         cp.cuda.get_current_stream().synchronize()
