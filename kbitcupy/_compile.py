@@ -293,7 +293,7 @@ def applicable_families(arch: str) -> Dict[str, Family]:
 
 
 # Launcher modules that register kernel families (imported by compile_all).
-FAMILY_MODULES = ("quantize", "gemv", "gemm", "grouped", "wgmma")
+FAMILY_MODULES = ("quantize", "gemv", "gemv_stream", "gemm", "grouped", "wgmma")
 
 
 def _load_families():
@@ -316,4 +316,7 @@ def format_report(records: List[dict]) -> str:
 if __name__ == "__main__":  # python -m kbitcupy._compile sm_90
     import sys
 
-    print(format_report(compile_all(sys.argv[1] if len(sys.argv) > 1 else "sm_90")))
+    # through the package module: the launcher modules register their families there, not in __main__
+    from kbitcupy import _compile as _c
+
+    print(_c.format_report(_c.compile_all(sys.argv[1] if len(sys.argv) > 1 else "sm_90")))

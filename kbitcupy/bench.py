@@ -165,6 +165,18 @@ def _wgmma_launch(c: Ctx):
         raise NotApplicable(f"does not fit: {e}") from None
 
 
+def _stream_applies(s, M) -> bool:
+    from .gemv_stream import MAX_M
+
+    return s.experts is None and M <= MAX_M and _sm90()
+
+
+def _stream_launch(c: Ctx):
+    from .gemv_stream import gemv_stream
+
+    return gemv_stream(c.A, c.qw, c.out)
+
+
 def _dq_launch(c: Ctx):
     from .dequant_matmul import dequant_matmul
 
@@ -191,7 +203,7 @@ PDL_COLUMN = "matmul+PDL"
 MOE_PDL_COLUMN = "Grouped+PDL"  # the same for the dispatched grouped_matmul
 # forced grouped kernels launched with PDL (for tuning the choice under PDL)
 MOE_PDL_FORCED = ("g-MMA+PDL", "g-WGMMA+PDL")
-DENSE_PDL_FORCED = ("GEMV+PDL", "GEMM+PDL", "WGMMA+PDL")
+DENSE_PDL_FORCED = ("GEMV+PDL", "GEMM+PDL", "WGMMA+PDL", "STREAM+PDL")
 NOT_IN_BEST = {PDL_COLUMN, MOE_PDL_COLUMN, *MOE_PDL_FORCED, *DENSE_PDL_FORCED}
 
 
@@ -207,6 +219,7 @@ def _pdl_us(cols: dict):
 
 COLUMNS: List[Column] = [
     Column("GEMV", applies=lambda s, M: s.experts is None and M <= GEMV_MAX_M, launch=lambda c: gemv(c.A, c.qw, c.out)),
+    Column("STREAM", applies=_stream_applies, launch=_stream_launch),
     Column("GEMM", applies=lambda s, M: s.experts is None and M >= 1, launch=_gemm_launch),
     Column("WGMMA", applies=_wgmma_applies, launch=_wgmma_launch),
     Column("dq+cuBLAS", applies=lambda s, M: s.experts is None, launch=_dq_launch),
@@ -217,6 +230,7 @@ COLUMNS: List[Column] = [
            launch=_with_pdl(lambda c: gemv(c.A, c.qw, c.out))),
     Column("GEMM+PDL", applies=lambda s, M: s.experts is None and M >= 1, launch=_with_pdl(_gemm_launch)),
     Column("WGMMA+PDL", applies=_wgmma_applies, launch=_with_pdl(_wgmma_launch)),
+    Column("STREAM+PDL", applies=_stream_applies, launch=_with_pdl(_stream_launch)),
 ]
 COLUMN_ALIASES = {"mma": "GEMM", "dq": "dq+cuBLAS", "dequant": "dq+cuBLAS", "wg": "WGMMA"}
 

@@ -3,6 +3,7 @@
 * ``'gemv'``: the decode GEMV (kbitcupy.gemv, M <= 16),
 * ``'gemm'``: the fused dequant + MMA kernel (kbitcupy.gemm, tiled weights),
 * ``'wgmma'``: the Hopper fused dequant + wgmma kernel (kbitcupy.wgmma, sm_90 only),
+* ``'stream'``: the Hopper streaming decode GEMV (kbitcupy.gemv_stream, sm_90, M <= 32),
 * ``'dq'``:   dequantize into a reused buffer + cuBLAS (kbitcupy.dequant_matmul).
 
 ``choose(M, N, K, k, dtype)`` reads a table of measured crossovers for the current
@@ -20,7 +21,9 @@ form is accepted for ``gemv_max_m``.  An entry may also hold ``"shapes"``: exact
 crossovers per measured (k, N, K): ``(gemv_max_m, gemm_max_m)`` or
 ``(gemv_max_m, gemm_max_m, wgmma_lo, wgmma_hi)``: inside the fused band, M in
 [wgmma_lo, wgmma_hi] runs the wgmma kernel instead of kbit_gemm (only measured shapes
-get it).
+get it); ``(gemv_max_m, gemm_max_m, wgmma_lo, wgmma_hi, stream_lo, stream_hi)``: M in
+[stream_lo, stream_hi] (<= 32) runs the streaming GEMV, whatever the other bands say
+(``(1, 0)`` = no wgmma band).
 
 Re-tuning (on the GPU to tune, e.g. after a kernel change):
   1. time gemv / gemm / dq per (k, dtype, shape, M) -- profiling/bench.py does this
@@ -41,6 +44,7 @@ import os
 from typing import Dict, Optional
 
 GEMV_MAX_M = 16  # kbitcupy.gemv.MAX_M (not imported: this module stays importable without CuPy)
+STREAM_MAX_M = 32  # kbitcupy.gemv_stream.MAX_M
 
 # Measured crossovers per GPU family (profiling/tune_dispatch.py turns a bench.py JSON
 # with M = 1..512 into an entry).
@@ -52,17 +56,21 @@ TABLES: Dict[str, dict] = {
     # session's wgmma loop reorder: ..._m8-128.json, M = 32..128 after its faster split-K sum:
     # ..._m32-128.json; profiling/tune_dispatch.py on all four, later files first: every cell
     # within 5 % of its fastest kernel but k = 4 down at M = 128, 6 %: the wgmma kernel wins at 32
-    # and 128 but not at 64, and a shape's wgmma band is one range)
-    "H100": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 64)], '*': 16},
-             "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M]; dq above)
-                 (2, 512, 2048): (16, 16), (2, 2048, 2048): (16, 32), (2, 2048, 4096): (16, 32, 32, 32),
-                 (2, 2048, 5120): (16, 32, 32, 32), (2, 4096, 2048): (8, 32, 32, 32), (2, 5120, 2048): (8, 32, 16, 32),
-                 (3, 512, 2048): (16, 16), (3, 2048, 2048): (16, 32), (3, 2048, 4096): (16, 32, 32, 32),
-                 (3, 2048, 5120): (16, 32, 32, 32), (3, 4096, 2048): (8, 32, 32, 32), (3, 5120, 2048): (8, 32, 16, 32),
-                 (4, 512, 2048): (16, 16), (4, 2048, 2048): (16, 32), (4, 2048, 4096): (16, 32, 32, 32),
-                 (4, 2048, 5120): (16, 32, 32, 32), (4, 4096, 2048): (16, 32, 32, 32), (4, 5120, 2048): (8, 32, 16, 32),
-                 (5, 512, 2048): (16, 16), (5, 2048, 2048): (16, 64, 64, 64), (5, 2048, 4096): (16, 64, 32, 64),
-                 (5, 2048, 5120): (8, 128, 16, 128), (5, 4096, 2048): (8, 64, 16, 64), (5, 5120, 2048): (4, 64, 8, 64),
+    # and 128 but not at 64, and a shape's wgmma band is one range).  2026-11-25: M = 8..48 again with the
+    # streaming GEMV (..._2026-11-25_stream-tune.json, the latest file; the same check: only that cell over 5 %).
+    "H100": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 24), (None, 32)], '*': 16},
+             "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
+                (2, 512, 2048): (16, 16), (2, 2048, 2048): (16, 32, 1, 0, 24, 32),
+                (2, 2048, 4096): (16, 32, 24, 32, 24, 32), (2, 2048, 5120): (16, 32, 24, 32, 16, 32),
+                (2, 4096, 2048): (8, 32, 24, 32, 24, 32), (2, 5120, 2048): (8, 48, 16, 48), (3, 512, 2048): (16, 16),
+                (3, 2048, 2048): (16, 32, 1, 0, 24, 32), (3, 2048, 4096): (16, 32, 24, 32, 16, 32),
+                (3, 2048, 5120): (16, 32, 24, 32, 16, 32), (3, 4096, 2048): (8, 32, 24, 32, 24, 32),
+                (3, 5120, 2048): (8, 48, 16, 48), (4, 512, 2048): (16, 16), (4, 2048, 2048): (16, 32, 1, 0, 24, 32),
+                (4, 2048, 4096): (16, 32, 24, 32, 24, 32), (4, 2048, 5120): (16, 32, 24, 32, 16, 32),
+                (4, 4096, 2048): (16, 32, 24, 32, 24, 32), (4, 5120, 2048): (8, 48, 16, 48, 32, 32),
+                (5, 512, 2048): (16, 32, 1, 0, 24, 32), (5, 2048, 2048): (16, 64, 48, 64, 24, 32),
+                (5, 2048, 4096): (16, 64, 24, 64, 16, 32), (5, 2048, 5120): (8, 128, 16, 128, 16, 32),
+                (5, 4096, 2048): (8, 64, 16, 64, 16, 32), (5, 5120, 2048): (4, 64, 8, 64, 8, 16),
              }},
     # Measured on NVIDIA H200, 2026-11-22 (profiling/results/nvidia-h200_2026-11-22_allm4.json, fp16
     # activations, M = 1..512, all k, with the wgmma kernel; M = 16..64 again after its batched split-K
@@ -71,49 +79,66 @@ TABLES: Dict[str, dict] = {
     # for TOK >= 64: ..._m32-128.json; profiling/tune_dispatch.py on all five, later files first:
     # every cell dispatched to its fastest kernel).  The wgmma kernel wins at M = 32 on most shapes
     # (from M = 16 on k = 3..5 wide ones, from 8 on k = 5 gate/up, up to 128 on k = 5 down / Q);
-    # dq + cuBLAS from M = 64 on all but k = 5.
+    # dq + cuBLAS from M = 64 on all but k = 5.  2026-11-25 (seventh session): M = 8..48 again with the
+    # streaming GEMV (kbitcupy.gemv_stream; ..._2026-11-25_stream-tune.json, the latest file): it is the
+    # fastest kernel at M = 16..32 on most shapes (k = 5 gate/up from M = 8), so those get a stream band;
+    # tune_dispatch.py on all six files: every measured cell dispatched to its fastest kernel.
     # Exact shapes first, size bands for other shapes (measured with fp16, used for bf16 too).
-    "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 64), (None, 64)], '*': 16},
-             "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M]; dq above)
-                 (2, 512, 2048): (16, 16), (2, 2048, 2048): (16, 32), (2, 2048, 4096): (8, 32, 32, 32),
-                 (2, 2048, 5120): (16, 32, 32, 32), (2, 4096, 2048): (8, 32), (2, 5120, 2048): (8, 32, 32, 32),
-                 (3, 512, 2048): (16, 16), (3, 2048, 2048): (16, 32), (3, 2048, 4096): (16, 32, 32, 32),
-                 (3, 2048, 5120): (8, 32, 16, 32), (3, 4096, 2048): (8, 32, 32, 32), (3, 5120, 2048): (8, 32, 32, 32),
-                 (4, 512, 2048): (16, 16), (4, 2048, 2048): (16, 32), (4, 2048, 4096): (16, 32, 32, 32),
-                 (4, 2048, 5120): (16, 32, 32, 32), (4, 4096, 2048): (8, 32, 16, 32), (4, 5120, 2048): (8, 32, 32, 32),
-                 (5, 512, 2048): (16, 16), (5, 2048, 2048): (16, 64, 64, 64), (5, 2048, 4096): (16, 128, 32, 128),
-                 (5, 2048, 5120): (8, 128, 16, 128), (5, 4096, 2048): (8, 64, 16, 64), (5, 5120, 2048): (4, 64, 8, 64),
+    "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 48), (8388608, 32), (None, 32)], '*': 16},
+             "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
+                (2, 512, 2048): (16, 16), (2, 2048, 2048): (16, 32, 1, 0, 24, 32),
+                (2, 2048, 4096): (16, 32, 24, 32, 16, 32), (2, 2048, 5120): (8, 32, 16, 32, 16, 32),
+                (2, 4096, 2048): (8, 32, 24, 32), (2, 5120, 2048): (8, 32, 16, 32), (3, 512, 2048): (16, 16),
+                (3, 2048, 2048): (16, 32, 1, 0, 24, 32), (3, 2048, 4096): (16, 32, 24, 32, 16, 32),
+                (3, 2048, 5120): (16, 32, 24, 32, 16, 32), (3, 4096, 2048): (8, 32, 24, 32, 24, 32),
+                (3, 5120, 2048): (8, 32, 24, 32), (4, 512, 2048): (16, 16), (4, 2048, 2048): (16, 32, 1, 0, 24, 32),
+                (4, 2048, 4096): (16, 32, 24, 32, 24, 32), (4, 2048, 5120): (16, 32, 24, 32, 16, 32),
+                (4, 4096, 2048): (8, 32, 16, 32, 24, 32), (4, 5120, 2048): (8, 48, 24, 48),
+                (5, 512, 2048): (16, 32, 1, 0, 24, 32), (5, 2048, 2048): (16, 64, 48, 64, 24, 32),
+                (5, 2048, 4096): (16, 128, 24, 128, 16, 32), (5, 2048, 5120): (8, 128, 16, 128, 16, 32),
+                (5, 4096, 2048): (8, 64, 16, 64, 16, 32), (5, 5120, 2048): (4, 64, 8, 64, 8, 16),
              }},
     # The same GPU with PDL on (kbitcupy.set_pdl): the fused GEMMs request their first weight tiles before
     # griddepcontrol.wait, dq + cuBLAS gains nothing, so the wgmma kernel wins more cells (M = 16..64 on most
     # shapes, from M = 4 on k = 5 gate/up).  Measured 2026-11-24 with the forced GEMV+PDL / GEMM+PDL /
     # WGMMA+PDL columns and dq+cuBLAS, M = 4..128, all k, fp16 (profiling/results/
     # nvidia-h200_2026-11-24_pdl-tune-k45.json + ..._pdl-tune-k23.json; profiling/tune_dispatch.py --pdl:
-    # every cell dispatched to its fastest kernel; M < 4 stays on the GEMV).
-    "H200+PDL": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 64), (None, 64)], '*': 16},
-                 "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M]; dq above)
-                 (2, 512, 2048): (16, 32, 32, 32), (2, 2048, 2048): (16, 32), (2, 2048, 4096): (8, 32, 32, 32),
-                 (2, 2048, 5120): (8, 32, 16, 32), (2, 4096, 2048): (8, 32, 32, 32), (2, 5120, 2048): (8, 32, 32, 32),
-                 (3, 512, 2048): (16, 16), (3, 2048, 2048): (16, 32), (3, 2048, 4096): (8, 32, 16, 32),
-                 (3, 2048, 5120): (8, 32, 16, 32), (3, 4096, 2048): (8, 32, 16, 32), (3, 5120, 2048): (8, 32, 16, 32),
-                 (4, 512, 2048): (16, 32, 32, 32), (4, 2048, 2048): (16, 32), (4, 2048, 4096): (16, 32, 32, 32),
-                 (4, 2048, 5120): (8, 64, 16, 64), (4, 4096, 2048): (16, 64, 32, 64), (4, 5120, 2048): (8, 64, 16, 64),
-                 (5, 512, 2048): (16, 32, 32, 32), (5, 2048, 2048): (16, 64, 64, 64), (5, 2048, 4096): (8, 128, 16, 128),
-                 (5, 2048, 5120): (8, 128, 16, 128), (5, 4096, 2048): (8, 64, 16, 64), (5, 5120, 2048): (3, 64, 4, 64),
+    # every cell dispatched to its fastest kernel; M < 4 stays on the GEMV).  2026-11-25: with the streaming GEMV's
+    # STREAM+PDL column at M = 8..48 (..._2026-11-25_stream-tune.json, latest; tune_dispatch.py --pdl on the three
+    # files: every measured cell dispatched to its fastest kernel).
+    "H200+PDL": {"gemv_max_m": 8, "gemm_max_m": {4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 48), (8388608, 32), (None, 32)], 2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], '*': 16},
+                 "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
+                    (2, 512, 2048): (16, 32, 24, 32, 24, 32), (2, 2048, 2048): (16, 32, 1, 0, 16, 32),
+                    (2, 2048, 4096): (8, 32, 24, 32, 16, 32), (2, 2048, 5120): (8, 48, 16, 48, 16, 32),
+                    (2, 4096, 2048): (8, 32, 24, 32), (2, 5120, 2048): (8, 48, 24, 48),
+                    (3, 512, 2048): (16, 32, 24, 32, 24, 32), (3, 2048, 2048): (16, 32, 1, 0, 16, 32),
+                    (3, 2048, 4096): (8, 48, 16, 48, 16, 32), (3, 2048, 5120): (8, 48, 16, 48, 16, 32),
+                    (3, 4096, 2048): (8, 48, 16, 48, 16, 16), (3, 5120, 2048): (8, 48, 16, 48),
+                    (4, 512, 2048): (16, 32, 24, 32, 24, 32), (4, 2048, 2048): (16, 32, 1, 0, 24, 32),
+                    (4, 2048, 4096): (16, 32, 24, 32, 16, 32), (4, 2048, 5120): (8, 64, 16, 64, 16, 32),
+                    (4, 4096, 2048): (16, 64, 24, 64, 16, 16), (4, 5120, 2048): (8, 64, 16, 64),
+                    (5, 512, 2048): (16, 32, 24, 32, 24, 32), (5, 2048, 2048): (16, 64, 48, 64, 16, 32),
+                    (5, 2048, 4096): (8, 128, 16, 128, 16, 32), (5, 2048, 5120): (8, 128, 16, 128, 16, 32),
+                    (5, 4096, 2048): (8, 64, 16, 64, 16, 16), (5, 5120, 2048): (3, 64, 4, 64),
                  }},
     # NVIDIA H100 80GB HBM3 with PDL on, measured 2026-11-24 as the H200+PDL table
     # (nvidia-h100-80gb-hbm3_2026-11-24_pdl-tune-k45.json + ..._pdl-tune-k23.json; tune_dispatch.py --pdl:
-    # every cell within 1.6 % of its fastest kernel).
-    "H100+PDL": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 64), (None, 128)], '*': 16},
-                 "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M]; dq above)
-                 (2, 512, 2048): (16, 32, 32, 32), (2, 2048, 2048): (16, 32), (2, 2048, 4096): (8, 32, 32, 32),
-                 (2, 2048, 5120): (16, 32, 32, 32), (2, 4096, 2048): (8, 64, 32, 64), (2, 5120, 2048): (8, 64, 32, 64),
-                 (3, 512, 2048): (16, 32, 32, 32), (3, 2048, 2048): (16, 32), (3, 2048, 4096): (8, 32, 16, 32),
-                 (3, 2048, 5120): (8, 32, 16, 32), (3, 4096, 2048): (8, 64, 16, 64), (3, 5120, 2048): (8, 64, 16, 64),
-                 (4, 512, 2048): (16, 32, 32, 32), (4, 2048, 2048): (16, 32), (4, 2048, 4096): (16, 32, 32, 32),
-                 (4, 2048, 5120): (8, 128, 16, 128), (4, 4096, 2048): (16, 64, 32, 64), (4, 5120, 2048): (8, 64, 16, 64),
-                 (5, 512, 2048): (16, 32, 32, 32), (5, 2048, 2048): (16, 64, 64, 64), (5, 2048, 4096): (8, 128, 16, 128),
-                 (5, 2048, 5120): (8, 128, 16, 128), (5, 4096, 2048): (8, 64, 16, 64), (5, 5120, 2048): (3, 64, 4, 64),
+    # every cell within 1.6 % of its fastest kernel).  2026-11-25: with the STREAM+PDL column at M = 8..48
+    # (..._2026-11-25_stream-tune.json, latest; every measured cell within 1.6 %).
+    "H100+PDL": {"gemv_max_m": 8, "gemm_max_m": {4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 48), (8388608, 32), (None, 32)], 2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], '*': 16},
+                 "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
+                    (2, 512, 2048): (16, 32, 24, 32, 24, 32), (2, 2048, 2048): (16, 32, 1, 0, 24, 32),
+                    (2, 2048, 4096): (8, 32, 24, 32, 16, 32), (2, 2048, 5120): (8, 48, 16, 48, 16, 32),
+                    (2, 4096, 2048): (8, 64, 24, 64, 16, 24), (2, 5120, 2048): (8, 64, 24, 64, 16, 16),
+                    (3, 512, 2048): (16, 32, 24, 32, 24, 32), (3, 2048, 2048): (16, 32, 1, 0, 16, 32),
+                    (3, 2048, 4096): (8, 32, 16, 32, 16, 32), (3, 2048, 5120): (8, 48, 16, 48, 16, 32),
+                    (3, 4096, 2048): (8, 64, 16, 64, 16, 24), (3, 5120, 2048): (8, 64, 16, 64),
+                    (4, 512, 2048): (16, 32, 24, 32, 24, 32), (4, 2048, 2048): (16, 32, 1, 0, 24, 32),
+                    (4, 2048, 4096): (16, 32, 24, 32, 16, 32), (4, 2048, 5120): (8, 128, 16, 128, 16, 32),
+                    (4, 4096, 2048): (16, 64, 24, 64, 16, 24), (4, 5120, 2048): (8, 64, 16, 64),
+                    (5, 512, 2048): (16, 32, 24, 32, 24, 32), (5, 2048, 2048): (16, 64, 48, 64, 16, 32),
+                    (5, 2048, 4096): (8, 128, 16, 128, 16, 32), (5, 2048, 5120): (8, 128, 16, 128, 16, 32),
+                    (5, 4096, 2048): (8, 64, 16, 64, 16, 16), (5, 5120, 2048): (3, 64, 4, 64),
                  }},
 }
 
@@ -176,11 +201,12 @@ def _parse_key(key: str):
 
 
 def shapes_from_timings(timings: dict) -> dict:
-    """{(k, N, K): (gemv_max_m, gemm_max_m[, wgmma_lo, wgmma_hi])} from {(k, dtype, N, K, M):
-    {'gemv'|'gemm'|'wgmma'|'dq': us}}: the largest measured M up to which each kind is the
-    fastest (tried in the order gemv, fused, dq as M grows; an M between two measured ones
-    takes the lower one's choice); inside the fused band, the measured M range where the
-    wgmma kernel beats kbit_gemm."""
+    """{(k, N, K): (gemv_max_m, gemm_max_m[, wgmma_lo, wgmma_hi[, stream_lo, stream_hi]])} from
+    {(k, dtype, N, K, M): {'gemv'|'gemm'|'wgmma'|'stream'|'dq': us}}: the largest measured M up
+    to which each kind is the fastest (tried in the order gemv, fused, dq as M grows; an M
+    between two measured ones takes the lower one's choice); inside the fused band, the
+    measured M range where the wgmma kernel beats kbit_gemm; then the measured M range where
+    the streaming GEMV beats all of them (its band overrides the others)."""
     by_shape: dict = {}
     for (k, _dt, N, K, M), us in timings.items():
         by_shape.setdefault((k, N, K), {})[M] = us
@@ -188,8 +214,10 @@ def shapes_from_timings(timings: dict) -> dict:
     for shape, rows in by_shape.items():
         gemv_max = gemm_max = 0
         wg = []
+        st = [M for M in rows if M <= STREAM_MAX_M and rows[M].get("stream") is not None
+              and rows[M]["stream"] <= min(x for x in rows[M].values() if x is not None)]
         for M in sorted(rows):
-            us = {n: x for n, x in rows[M].items() if x is not None}
+            us = {n: x for n, x in rows[M].items() if x is not None and n != "stream"}
             best = min(us, key=us.get)
             if best == "gemv" and gemm_max == 0 and M <= GEMV_MAX_M:
                 gemv_max = M
@@ -201,6 +229,8 @@ def shapes_from_timings(timings: dict) -> dict:
                 break
         gm = max(gemm_max, gemv_max)
         out[shape] = (gemv_max, gm, min(wg), max(wg)) if wg else (gemv_max, gm)
+        if st:  # the fused band reaches at least to the stream band's end (an M below it takes the lower choice)
+            out[shape] = (gemv_max, max(gm, max(st))) + out[shape][2:4] + (1, 0)[len(out[shape]) - 2:] + (min(st), max(st))
     return out
 
 
@@ -306,7 +336,7 @@ def _pdl_on() -> bool:
 
 def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str] = None,
            pdl: Optional[bool] = None) -> str:
-    """'gemv' | 'gemm' | 'wgmma' | 'dq' for C[M, N] = A[M, K] @ W^T with a k-bit weight.
+    """'gemv' | 'stream' | 'gemm' | 'wgmma' | 'dq' for C[M, N] = A[M, K] @ W^T with a k-bit weight.
 
     family: table key (default: the current GPU's family, 'default' if unknown).
     pdl (default: kbitcupy.set_pdl's setting): with PDL on, the family's "+PDL" table
@@ -325,15 +355,19 @@ def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str
         e = TABLES.get(fam, TABLES["default"])
         elems = int(N) * int(K)
         exact = e.get("shapes", {}).get((int(k), int(N), int(K)))  # measured on this very shape
-        wg_lo, wg_hi = 1, 0
+        wg_lo, wg_hi = st_lo, st_hi = 1, 0
         if exact is not None:
             gemv_max, gemm_max = min(exact[0], GEMV_MAX_M), exact[1]
             if len(exact) >= 4:
                 wg_lo, wg_hi = exact[2], exact[3]
+            if len(exact) >= 6:
+                st_lo, st_hi = exact[4], min(exact[5], STREAM_MAX_M)
         else:
             gemv_max = min(_resolve(e["gemv_max_m"], k, dn, elems, "gemv_max_m"), GEMV_MAX_M)
             gemm_max = _resolve(e["gemm_max_m"], k, dn, elems, "gemm_max_m")
-        if M <= gemv_max:
+        if st_lo <= M <= st_hi:
+            kind = "stream"
+        elif M <= gemv_max:
             kind = "gemv"
         elif M <= gemm_max:
             kind = "wgmma" if wg_lo <= M <= wg_hi else "gemm"

@@ -21,7 +21,7 @@ _ACT_DTYPES = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None els
 
 def _dispatch_gpu(A, qw, out):
     """Run the kernel picked for this call from the measured crossovers (kbitcupy.dispatch);
-    returns which one ran: 'gemv', 'gemm', 'wgmma' or 'dq'."""
+    returns which one ran: 'gemv', 'stream', 'gemm', 'wgmma' or 'dq'."""
     M, K = A.shape
     N = qw.shape[0]
     tiled = qw.layout == "tiled"
@@ -32,6 +32,13 @@ def _dispatch_gpu(A, qw, out):
             gemv(A, qw, out)
             return "gemv"
         kind_ = "gemm" if tiled else "dq"  # staged A too large for shared memory
+    if kind_ == "stream":
+        from . import gemv_stream as ST
+
+        if M <= ST.MAX_M and ST.supported(A.data.device_id):
+            ST.gemv_stream(A, qw, out)
+            return "stream"
+        kind_ = "wgmma"
     if kind_ == "wgmma":
         if WG.supported(A.data.device_id):
             try:

@@ -1,5 +1,5 @@
 """Dispatch table entry for kbitcupy.dispatch.TABLES from benchmark JSON (profiling/bench.py
-output with the GEMV, GEMM and dq+cuBLAS columns over M = 1..512).
+output with the GEMV, STREAM, GEMM, WGMMA and dq+cuBLAS columns over M = 1..512).
 
 usage: python profiling/tune_dispatch.py [--pdl] profiling/results/<gpu>_<date>_<tag>.json [more.json]
 --pdl: from the GEMV+PDL / GEMM+PDL / WGMMA+PDL columns (and dq+cuBLAS, which PDL does not
@@ -14,8 +14,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kbitcupy import dispatch as D  # noqa: E402
 
-COLS = {"GEMV": "gemv", "GEMM": "gemm", "WGMMA": "wgmma", "dq+cuBLAS": "dq"}
-PDL_COLS = {"GEMV+PDL": "gemv", "GEMM+PDL": "gemm", "WGMMA+PDL": "wgmma", "dq+cuBLAS": "dq"}
+COLS = {"GEMV": "gemv", "STREAM": "stream", "GEMM": "gemm", "WGMMA": "wgmma", "dq+cuBLAS": "dq"}
+PDL_COLS = {"GEMV+PDL": "gemv", "STREAM+PDL": "stream", "GEMM+PDL": "gemm", "WGMMA+PDL": "wgmma", "dq+cuBLAS": "dq"}
 
 
 def timings(paths, cols=COLS):

@@ -315,13 +315,14 @@ def _sm90() -> bool:
 
 
 def test_dense_columns_registry():
-    assert [c.name for c in B.COLUMNS] == ["GEMV", "GEMM", "WGMMA", "dq+cuBLAS", "matmul", "matmul+PDL", "GEMV+PDL",
-                                           "GEMM+PDL", "WGMMA+PDL"]
+    assert [c.name for c in B.COLUMNS] == ["GEMV", "STREAM", "GEMM", "WGMMA", "dq+cuBLAS", "matmul", "matmul+PDL",
+                                           "GEMV+PDL", "GEMM+PDL", "WGMMA+PDL", "STREAM+PDL"]
     by = {c.name: c for c in B.COLUMNS}
     g = B.SHAPES["gateup"]
     for M in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
         assert by["GEMV"].applies(g, M) == (M <= B.GEMV_MAX_M)
         assert by["WGMMA"].applies(g, M) == _sm90()  # the Hopper kernel: compute capability 9.0 only
+        assert by["STREAM"].applies(g, M) == (_sm90() and M <= 32)  # streaming GEMV: sm_90, M <= 32
         assert by["GEMM"].applies(g, M) and by["dq+cuBLAS"].applies(g, M) and by["matmul"].applies(g, M)
     for sname in ("moe_gu", "moe_gu_fused", "moe_dn"):  # expert shapes go through MOE_COLUMNS
         assert not any(c.applies(B.SHAPES[sname], 1) for c in B.COLUMNS)

@@ -40,9 +40,9 @@ def test_every_family_entry_is_valid():
             for dt in (np.float16, kb.bfloat16):
                 for N, K in ((512, 2048), (5120, 2048), (2048, 5120)):
                     kinds = [D.choose(M, N, K, k, dt, family=fam) for M in range(1, 513)]
-                    assert set(kinds) <= {"gemv", "gemm", "wgmma", "dq"}
-                    # monotone in M: gemv, then a fused kernel (gemm / wgmma), then dq
-                    order = {"gemv": 0, "gemm": 1, "wgmma": 1, "dq": 2}
+                    assert set(kinds) <= {"gemv", "stream", "gemm", "wgmma", "dq"}
+                    # monotone in M: gemv, then a fused kernel (streaming GEMV / gemm / wgmma), then dq
+                    order = {"gemv": 0, "stream": 1, "gemm": 1, "wgmma": 1, "dq": 2}
                     assert [order[x] for x in kinds] == sorted(order[x] for x in kinds), (fam, k, N, K)
                     assert kinds[0] == "gemv" or e["gemv_max_m"] == 0
 
@@ -142,6 +142,32 @@ def test_shapes_from_timings_wgmma_band(tables):
     assert c(40, 3000, 3000) in ("gemm", "dq")  # size bands: never wgmma
 
 
+def test_shapes_from_timings_stream_band(tables):
+    """The measured M range (<= 32) where the streaming GEMV beats every other kernel runs it,
+    over whatever the gemv / fused / wgmma bands say; a shape it never wins keeps its tuple."""
+    t = {}
+    for M, us in ((1, dict(gemv=3.0, stream=5.0, gemm=9.0, wgmma=9.5, dq=20.0)),
+                  (8, dict(gemv=6.0, stream=7.0, gemm=9.0, wgmma=9.5, dq=20.0)),
+                  (16, dict(gemv=11.0, stream=8.5, gemm=10.0, wgmma=9.0, dq=20.0)),
+                  (32, dict(stream=12.0, gemm=15.0, wgmma=14.0, dq=16.0)),
+                  (64, dict(gemm=25.0, wgmma=20.0, dq=21.0))):
+        t[(4, "float16", 2048, 5120, M)] = us
+        t[(4, "float16", 512, 2048, M)] = {n: (x if n != "stream" else x + 100) for n, x in us.items()}
+        t[(3, "float16", 512, 2048, M)] = {n: x for n, x in us.items() if n != "wgmma"}
+    sh = D.shapes_from_timings(t)
+    assert sh[(4, 2048, 5120)] == (8, 64, 16, 64, 16, 32)
+    assert sh[(4, 512, 2048)] == (8, 64, 16, 64)
+    assert sh[(3, 512, 2048)] == (8, 32, 1, 0, 16, 32)  # no wgmma band: (1, 0)
+    e = D.entry_from_timings(t, gemv_max_m=8)
+    e["shapes"] = sh
+    D.set_table("T", e)
+    c = lambda M, N, K, k=4: D.choose(M, N, K, k, family="T")  # noqa: E731
+    assert [c(M, 2048, 5120) for M in (1, 8, 9, 16, 24, 32, 33, 64, 65)] == \
+        ["gemv", "gemv", "gemm", "stream", "stream", "stream", "wgmma", "wgmma", "dq"]
+    assert [c(M, 512, 2048, 3) for M in (8, 12, 16, 32, 33)] == ["gemv", "gemm", "stream", "stream", "dq"]
+    assert c(16, 3000, 3000) != "stream"  # size bands: never the streaming GEMV
+
+
 def test_gpu_family_without_gpu_is_a_string():
     assert isinstance(D.gpu_family(), str)
 
@@ -194,29 +220,31 @@ def test_k_steps():
 
 
 def test_h100_table_is_measured():
-    """H100 has its own crossovers (nvidia-h100-80gb-hbm3_2026-11-22_allm3 + _m16-64 + _m8-128), not the default's."""
+    """H100 has its own crossovers (nvidia-h100-80gb-hbm3_2026-11-22_allm3 + _m16-64 + _m8-128 + _m32-128, and
+    the 2026-11-25 stream-tune run at M = 8..48), not the default's."""
     assert D.TABLES["H100"] != D.TABLES["default"]
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
-    assert [c(M, 5120, 2048, 4) for M in (1, 8, 16, 32, 64)] == ["gemv", "gemv", "wgmma", "wgmma", "dq"]
-    assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 64)] == ["gemv", "gemv", "wgmma", "dq"]
-    # k = 5, N = 2048, K = 4096: the wgmma kernel at M = 32..64, dq above; O (4096 x 2048) from M = 16
-    assert c(16, 2048, 4096, 5) == "gemv" and c(32, 2048, 4096, 5) == "wgmma" and c(128, 2048, 4096, 5) == "dq"
-    assert [c(M, 4096, 2048, 5) for M in (8, 16, 48, 128)] == ["gemv", "wgmma", "wgmma", "dq"]
+    assert [c(M, 5120, 2048, 4) for M in (1, 8, 16, 32, 64)] == ["gemv", "gemv", "wgmma", "stream", "dq"]
+    assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 64)] == ["gemv", "stream", "stream", "dq"]
+    # k = 5, N = 2048, K = 4096: the streaming GEMV at M = 16..32, dq from 65; O (4096 x 2048) stream at 16..32
+    assert c(16, 2048, 4096, 5) == "stream" and c(32, 2048, 4096, 5) == "stream" and c(128, 2048, 4096, 5) == "dq"
+    assert [c(M, 4096, 2048, 5) for M in (8, 16, 48, 128)] == ["gemv", "stream", "wgmma", "dq"]
     assert c(4, 3000, 3000, 4) == "gemv" and c(500, 3000, 3000, 4) == "dq"  # unmeasured shape: size bands
 
 
 def test_h200_table_uses_wgmma_where_measured():
-    """H200 (allm4 + m16-64 + m8-128 + m32-128 runs): the wgmma kernel where it was the fastest
-    fused kernel (M = 32 on most shapes, 16..128 on k = 5 down, 8..64 on k = 5 gate/up), kbit_gemm
-    / dq elsewhere."""
+    """H200 (allm4 + m16-64 + m8-128 + m32-128 runs, and the 2026-11-25 stream-tune run at M = 8..48):
+    the streaming GEMV where it was the fastest kernel (M = 16..32 on most shapes, 8..16 on k = 5
+    gate/up), the wgmma kernel where it was the fastest fused kernel, kbit_gemm / dq elsewhere."""
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H200")  # noqa: E731
-    assert [c(M, 5120, 2048, 2) for M in (8, 16, 32, 64)] == ["gemv", "gemm", "wgmma", "dq"]
-    assert [c(M, 2048, 5120, 5) for M in (8, 16, 32, 64, 128, 256)] == ["gemv", "wgmma", "wgmma", "wgmma", "wgmma", "dq"]
-    assert [c(M, 5120, 2048, 5) for M in (4, 8, 32, 64, 128)] == ["gemv", "wgmma", "wgmma", "wgmma", "dq"]
+    assert [c(M, 5120, 2048, 2) for M in (8, 16, 32, 64)] == ["gemv", "wgmma", "wgmma", "dq"]
+    assert [c(M, 2048, 5120, 5) for M in (8, 16, 32, 64, 128, 256)] == ["gemv", "stream", "stream", "wgmma", "wgmma", "dq"]
+    assert [c(M, 5120, 2048, 5) for M in (4, 8, 16, 32, 64, 128)] == ["gemv", "stream", "stream", "wgmma", "wgmma", "dq"]
+    assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 33)] == ["gemv", "stream", "stream", "dq"]
     assert c(32, 512, 2048, 4) == "dq"
-    assert c(32, 3000, 3000, 4) in ("gemm", "dq")  # unmeasured shape: size bands, never wgmma
+    assert c(32, 3000, 3000, 4) in ("gemm", "dq")  # unmeasured shape: size bands, never wgmma or stream
     h100 = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
-    assert [h100(M, 5120, 2048, 4) for M in (8, 16, 32, 64)] == ["gemv", "wgmma", "wgmma", "dq"]  # H100 m16-64
+    assert [h100(M, 5120, 2048, 4) for M in (8, 16, 32, 64)] == ["gemv", "wgmma", "stream", "dq"]  # H100
 
 
 def test_pdl_table_used_only_with_pdl(tables):

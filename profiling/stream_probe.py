@@ -1,0 +1,125 @@
+"""Where the streaming GEMV's time goes (GPU machine): the kernel built with extra -D flags
+(stage removal: -DKBIT_STREAM_NO_COMPUTE, -DKBIT_STREAM_NO_FIXUP), plan overrides, and a
+per-CTA timeline (-DKBIT_STREAM_TRACE: clock64 at entry, after the prologue, as each unit
+lands, at the split-K step, at exit), beside the current GEMV and the speed of light, cold L2
+and graph replay (bench_foundation.time_rotated).
+
+    SHAPES=gateup,KV KS=4 MS=1,32 VARIANTS="nocomp:-DKBIT_STREAM_NO_COMPUTE;nofix:-DKBIT_STREAM_NO_FIXUP" \\
+        PLANS="st2:stages=2" python3 profiling/stream_probe.py
+"""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import cupy as cp  # noqa: E402
+
+from bench_foundation import SHAPES, quantized_case, rand_f16, sol_time, time_rotated  # noqa: E402
+from kbitcupy import gemv as G  # noqa: E402
+from kbitcupy import gemv_stream as S  # noqa: E402
+from kbitcupy._compile import load_arch_module  # noqa: E402
+
+_MODS = {}
+
+
+def variant_fn(opts, key):
+    expr = S.STREAM.instances[key]
+    mk = (opts, expr)
+    if mk not in _MODS:
+        mod, low = load_arch_module(S.STREAM.source, [expr], S.STREAM.arch, opts)
+        _MODS[mk] = (mod, mod.get_function(low[expr]))
+    return _MODS[mk]
+
+
+def _block(opts, block):
+    """Block size of a variant built with -DKBIT_STREAM_PRODUCERS=n (256 consumers + 32 n)."""
+    for o in opts:
+        if o.startswith("-DKBIT_STREAM_PRODUCERS="):
+            return (256 + 32 * int(o.split("=")[1]),)
+    return block
+
+
+def trace(A, q, out, key, opts=()):
+    """Per-CTA phase times (us from the earliest CTA entry, globaltimer-aligned, clock64 inside a CTA)."""
+    mod, fn = variant_fn(("-DKBIT_STREAM_TRACE",) + tuple(opts), key)
+    _, grid, block, smem, args = S.launch_args(A, q, out)
+    block = _block(opts, block)
+    fn.max_dynamic_shared_size_bytes = smem
+    buf = mod.get_global("kbit_stream_trace")
+    tr = cp.ndarray((1024, 16), cp.uint64, buf)
+    for _ in range(3):  # L2 is warm for the weights of this copy after the first: use the last
+        tr.fill(0)
+        fn(grid, block, args, shared_mem=smem)
+    cp.cuda.runtime.deviceSynchronize()
+    t = tr.get()[: grid[0]].astype(np.int64)
+    ghz = cp.cuda.runtime.getDeviceProperties(0)["clockRate"] / 1e6
+    g0 = t[:, 0] - t[:, 0].min()  # ns
+    rel = lambda i: (t[:, i] - t[:, 1]) / ghz / 1e3 + g0 / 1e3  # noqa: E731  (us from first entry)
+    cols = {"entry": g0 / 1e3, "prologue": rel(2)}
+    for i in range(8):
+        if (t[:, 3 + i] > 0).any():
+            cols[f"u{i}"] = np.where(t[:, 3 + i] > 0, rel(3 + i), np.nan)
+    for f, nm in ((11, "fixup"), (12, "counted")):  # split-K: slots stored / counters bumped
+        if (t[:, f] > 0).any():
+            cols[nm] = np.where(t[:, f] > 0, rel(f), np.nan)
+    cols["exit"] = rel(15)
+    return " ".join(f"{n}={np.nanpercentile(v, 50):.2f}[{np.nanpercentile(v, 10):.2f}-{np.nanmax(v):.2f}]"
+                    for n, v in cols.items())
+
+
+def main():
+    rng = np.random.default_rng()
+    ks = [int(x) for x in os.environ.get("KS", "4").split(",")]
+    Ms = [int(x) for x in os.environ.get("MS", "1").split(",")]
+    names = os.environ.get("SHAPES", "gateup,KV").split(",")
+    variants = [(v.split(":")[0], tuple(v.split(":", 1)[1].split())) for v in os.environ.get("VARIANTS", "").split(";")
+                if v]
+    plans = [(v.split(":")[0], tuple((a.split("=")[0], int(a.split("=")[1])) for a in v.split(":")[1].split(",")))
+             for v in os.environ.get("PLANS", "").split(";") if v]
+    do_trace = os.environ.get("TRACE", "1") == "1"
+    print(f"# {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
+    for name in names:
+        N, K = SHAPES[name]
+        W = rand_f16(rng, (N, K), 0.02)
+        for k in ks:
+            q, Wd, nb0, cps = quantized_case(W, k)
+            for M in Ms:
+                A = rand_f16(rng, (M, K))
+                ref = A.astype(cp.float64) @ Wd.T
+                out = cp.empty((M, N), cp.float16)
+                row = {}
+                if M <= G.MAX_M and G.fits(N, K, M, k, 0):
+                    row["gemv"] = time_rotated([lambda c=c: G.gemv(A, c, out) for c in cps])
+                for col, ov in [("stream", None)] + plans:
+                    out.fill(np.nan)
+                    S.gemv_stream(A, cps[0], out, ov)
+                    err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+                    row[col] = time_rotated([lambda c=c: S.gemv_stream(A, c, out, ov) for c in cps])
+                    row[col + " err"] = err
+                key = (k, "float16", S.tiles_for(M))
+                for vname, opts in variants:
+                    _, fn = variant_fn(opts, key)
+                    _, grid, block, smem, a0 = S.launch_args(A, cps[0], out)
+                    block = _block(opts, block)
+                    fn.max_dynamic_shared_size_bytes = smem
+                    out.fill(np.nan)
+                    fn(grid, block, (A, cps[0].packed, cps[0].absmax, cps[0].codebook) + a0[4:], shared_mem=smem)
+                    row[vname + " err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+                    row[vname] = time_rotated([lambda c=c: fn(grid, block, (A, c.packed, c.absmax, c.codebook) + a0[4:],
+                                                              shared_mem=smem) for c in cps])
+                row["sol"] = sol_time(nb0 + A.nbytes)
+                plan = S.plan(N, K, M, k, 0)
+                print(f"{name:9} k={k} M={M:2} plan(mt,grid,stages,smem,maxc)={plan[:5]} "
+                      + " ".join(f"{c}={v:.2f}" if "err" not in c else f"{c}={v:.0e}" for c, v in row.items()),
+                      flush=True)
+                if do_trace:
+                    print("   trace:", trace(A, cps[0], out, key), flush=True)
+                    for vname, opts in variants:
+                        print(f"   trace {vname}:", trace(A, cps[0], out, key, opts), flush=True)
+            del cps
+
+
+if __name__ == "__main__":
+    main()
