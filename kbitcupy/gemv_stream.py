@@ -26,6 +26,7 @@ from . import _pdl
 from ._compile import Family, register
 from .gemm import _workspace, device_info
 from .gemv import lut_bytes
+from .wgmma import supported as WG_SUPPORTED
 from .quantize import CTYPE
 from .reference import TILE_K, TILE_N, bfloat16
 
@@ -45,17 +46,8 @@ def _instances():
 # (profiling/sanitize_stream.py runs once with -DKBIT_STREAM_SYNC_ARRIVE).
 STREAM = register("gemv_stream", Family("kbit_gemv_stream.cu", _instances(), group_of=lambda key: key[:2],
                                         options=tuple(os.environ.get("KBIT_STREAM_OPTS", "").split()), arch="sm_90"))
-_SUPPORTED: dict = {}
-
-
-def supported(dev_id: int) -> bool:
-    """Whether the streaming GEMV runs on this device (compute capability 9.0)."""
-    ok = _SUPPORTED.get(dev_id)
-    if ok is None:
-        import cupy as cp
-
-        ok = _SUPPORTED[dev_id] = cp.cuda.Device(dev_id).compute_capability == "90"
-    return ok
+# Runs where the wgmma kernel runs (compute capability 9.0: both are built for sm_90 only).
+supported = WG_SUPPORTED
 
 
 def tiles_for(M: int) -> int:

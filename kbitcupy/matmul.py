@@ -7,6 +7,7 @@ import numpy as np
 
 from . import _launch as _fast
 from . import reference as R
+from . import gemv_stream as ST
 from . import wgmma as WG
 from ._arrays import cpu_result, from_backend, out_array, stream_ctx, to_backend
 from .dequant_matmul import dequant_matmul
@@ -33,8 +34,6 @@ def _dispatch_gpu(A, qw, out):
             return "gemv"
         kind_ = "gemm" if tiled else "dq"  # staged A too large for shared memory
     if kind_ == "stream":
-        from . import gemv_stream as ST
-
         if M <= ST.MAX_M and ST.supported(A.data.device_id):
             ST.gemv_stream(A, qw, out)
             return "stream"
