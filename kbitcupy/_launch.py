@@ -20,6 +20,10 @@ CUDA graph.  Anything else -- a first call, NumPy arrays, GEMM / dequantize path
 failed re-check -- returns ``MISS`` and matmul runs its general path, which raises the
 usual errors.
 
+The streaming GEMV (kbitcupy.gemv_stream, where dispatch picks it) gets plans the same way;
+its arguments hold the split-K workspace of the stream the plan was built on, so such a plan
+serves calls on that stream only (others take the general path).
+
 Plans are built on the second sighting of a key, not the first, because
 ``torch_ops.kbit_matmul`` wraps its weight in a new KbitWeight on every call: such
 keys never repeat and building a plan for each would only add cost.  A plan holds a
@@ -137,7 +141,8 @@ class ParamBlock:
 # ----------------------------------------------------------------------------- plans
 class _Plan:
     __slots__ = ("ref", "dev", "kernel", "func", "gx", "gy", "gz", "bx", "by", "bz", "smem", "block", "params",
-                 "a_slot", "o_slot", "a_strides", "out_shape", "out_strides", "dtype", "tdevice", "lock", "pdl")
+                 "a_slot", "o_slot", "a_strides", "out_shape", "out_strides", "dtype", "tdevice", "lock", "pdl",
+                 "ws_stream", "keep")
 
 
 _PLANS: dict = {}   # CuPy arrays: (A.shape, A.dtype, id(qw)) -> _Plan
@@ -241,6 +246,8 @@ def matmul_fast(A, qw, out=None):
         stream = _t_stream(dev)
     else:
         return MISS
+    if p.ws_stream is not None and stream != p.ws_stream:
+        return MISS  # the plan's split-K workspace belongs to the stream it was built on
     with p.lock:  # the parameter block is shared: rewrite + launch must not interleave
         p.a_slot.value = a_ptr
         p.o_slot.value = o_ptr
@@ -257,9 +264,10 @@ def matmul_fast(A, qw, out=None):
 
 
 # ----------------------------------------------------------------------------- building
-def remember(A, qw, out, A2, o2) -> None:
-    """Called by matmul's general path right after it launched the GEMV for (A, qw, out)
-    with the validated 2-D CuPy views A2 / o2: builds the plan on the second sighting."""
+def remember(A, qw, out, A2, o2, kind: str = "gemv") -> None:
+    """Called by matmul's general path right after it launched the GEMV ('gemv') or the
+    streaming GEMV ('stream') for (A, qw, out) with the validated 2-D CuPy views A2 / o2:
+    builds the plan on the second sighting."""
     tA = type(A)
     cp = sys.modules.get("cupy")
     torch = sys.modules.get("torch")
@@ -290,7 +298,7 @@ def remember(A, qw, out, A2, o2) -> None:
         _SEEN[skey] = _weak(qw, _SEEN, skey)
         return
     try:
-        p = _build(A, qw, A2, o2, tag)
+        p = _build(A, qw, A2, o2, tag, kind)
     except Exception as e:  # noqa: BLE001 - the optimisation must never break a call that worked
         warnings.warn(f"kbitcupy: no fast launch plan for A {tuple(A.shape)} {A.dtype}: {e!r}", RuntimeWarning,
                       stacklevel=3)
@@ -335,10 +343,13 @@ def _bind_torch(torch):
     _TT = torch.Tensor
 
 
-def _build(A, qw, A2, o2, tag):
+def _build(A, qw, A2, o2, tag, kind="gemv"):
     import cupy as cp
 
-    from .gemv import launch_args
+    if kind == "stream":  # the streaming GEMV: its arguments hold the current stream's split-K workspace
+        from .gemv_stream import launch_args
+    else:
+        from .gemv import launch_args
 
     dev = A2.data.device_id
     fn, grid, block, smem, args = launch_args(A2, qw, o2)
@@ -364,6 +375,9 @@ def _build(A, qw, A2, o2, tag):
     p.a_slot, p.o_slot = pb.slot(ia[0]), pb.slot(io[0])
     p.lock = threading.Lock()
     p.pdl = None
+    # the streaming GEMV's plan is used on its own stream only, and keeps its workspace alive
+    p.ws_stream = cp.cuda.get_current_stream().ptr if kind == "stream" else None
+    p.keep = args if kind == "stream" else None
     if args[-1]:  # the kernel's pdl argument: launched as a programmatic dependent
         from ._pdl import Launcher
 

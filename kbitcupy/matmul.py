@@ -110,8 +110,9 @@ def matmul(A, qw: KbitWeight, out=None):
             A2, o2 = A_, out_
         else:
             A2, o2 = A_.reshape(M, K), out_.reshape(M, N)
-        if _dispatch_gpu(A2, qw, o2) == "gemv" and _fast.ENABLED:
-            _fast.remember(A, qw, out, A2, o2)  # fully validated: plan for the next calls
+        kind = _dispatch_gpu(A2, qw, o2)
+        if kind in ("gemv", "stream") and _fast.ENABLED:
+            _fast.remember(A, qw, out, A2, o2, kind)  # fully validated: plan for the next calls
     if out is not None:
         return out
     return from_backend(out_, kd)

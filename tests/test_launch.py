@@ -183,6 +183,7 @@ def test_hot_path_with_fakes(monkeypatch):
     p.block, p.params, p.a_slot, p.o_slot = pb, pb.address, pb.slot(0), pb.slot(2)
     p.a_strides, p.out_shape, p.out_strides = (4096, 2), (1, 512), (1024, 2)
     p.dtype, p.tdevice, p.lock, p.pdl = np.dtype(np.float16), None, threading.Lock(), None
+    p.ws_stream = p.keep = None
     p.ref = weakref.ref(q)
     monkeypatch.setitem(L._PLANS, ((1, 2048), np.dtype(np.float16), id(q)), p)
 
@@ -218,6 +219,14 @@ def test_hot_path_with_fakes(monkeypatch):
     monkeypatch.setattr(L, "_get_device", lambda: 0)
     assert len(calls) == n
 
+    # a streaming-GEMV plan (its workspace is one stream's) serves that stream only
+    p.ws_stream = 0xABC1
+    assert L.matmul_fast(A, q, out) is L.MISS
+    p.ws_stream = 0xABC0
+    assert L.matmul_fast(A, q, out) is out and calls[-1][8] == 0xABC0
+    p.ws_stream = None
+    n = len(calls)
+
     # a plan made with PDL on launches through its cuLaunchKernelEx launcher instead
     p.pdl = lambda stream, params: calls.append(("pdl", stream, params))
     assert L.matmul_fast(_FakeArray((1, 2048), 0x4000), q, out) is out
@@ -243,7 +252,7 @@ def test_remember_lifecycle(monkeypatch):
     torch = pytest.importorskip("torch")
     built = []
 
-    def fake_build(A, qw, A2, o2, tag):
+    def fake_build(A, qw, A2, o2, tag, kind="gemv"):
         built.append(tag)
         if getattr(qw, "fail", False):
             raise RuntimeError("cannot")
