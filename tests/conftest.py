@@ -32,3 +32,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+
+
+@pytest.fixture
+def dispatch_table():
+    """install(entry): use a dispatch table entry for the current GPU's family during one test
+    (the family's own entry comes back afterwards)."""
+    from kbitcupy import dispatch as D
+
+    fam = D.gpu_family()
+    old = D.TABLES.get(fam)
+    yield lambda entry: D.set_table(fam, entry)
+    if old is None:
+        D.TABLES.pop(fam, None)
+        D.set_table("default", D.TABLES["default"])  # clears the cached choices and plans
+    else:
+        D.set_table(fam, old)

@@ -181,29 +181,19 @@ def test_stream_bad_inputs(rng):
         gemv_stream(cp.zeros((1, 2048), cp.float16), q, cp.zeros((1, 512), cp.float16), (("stages", 0),))
 
 
-def test_matmul_dispatches_to_stream(rng):
+def test_matmul_dispatches_to_stream(rng, dispatch_table):
     """kbitcupy.matmul runs the streaming GEMV inside a shape's measured stream band (a table with
     one installed for this GPU's family here), the usual kernels outside it; results agree."""
     import cupy as cp
 
-    from kbitcupy import dispatch as D
     from kbitcupy.matmul import _dispatch_gpu
 
-    fam = D.gpu_family()
-    old = D.TABLES.get(fam)
     q, Wd = _weight(cp, (2048, 5120), 4, rng)
-    try:
-        D.set_table(fam, {"gemv_max_m": 8, "gemm_max_m": 64, "shapes": {(4, 2048, 5120): (8, 64, 1, 0, 12, 32)}})
-        for M, kind in ((8, "gemv"), (12, "stream"), (32, "stream"), (33, "gemm")):
-            A = cp.asarray(rng.standard_normal((M, 5120), dtype=np.float32)).astype(cp.float16)
-            out = cp.full((M, 2048), np.nan, cp.float16)
-            assert _dispatch_gpu(A, q, out) == kind
-            ref = A.astype(cp.float64) @ Wd.T
-            assert _rel_err(out, ref) < TOL["float16"]
-            cp.testing.assert_array_equal(kb.matmul(A, q), out)
-    finally:
-        if old is None:
-            D.TABLES.pop(fam, None)
-            D.set_table("default", D.TABLES["default"])  # clears the cached choices
-        else:
-            D.set_table(fam, old)
+    dispatch_table({"gemv_max_m": 8, "gemm_max_m": 64, "shapes": {(4, 2048, 5120): (8, 64, 1, 0, 12, 32)}})
+    for M, kind in ((8, "gemv"), (12, "stream"), (32, "stream"), (33, "gemm")):
+        A = cp.asarray(rng.standard_normal((M, 5120), dtype=np.float32)).astype(cp.float16)
+        out = cp.full((M, 2048), np.nan, cp.float16)
+        assert _dispatch_gpu(A, q, out) == kind
+        ref = A.astype(cp.float64) @ Wd.T
+        assert _rel_err(out, ref) < TOL["float16"]
+        cp.testing.assert_array_equal(kb.matmul(A, q), out)

@@ -339,56 +339,42 @@ def test_torch_cuda_graph(rng):
     assert torch.equal(out, expect)
 
 
-def test_stream_kernel_plans_are_per_stream(rng):
+def test_stream_kernel_plans_are_per_stream(rng, dispatch_table):
     """Where dispatch picks the streaming GEMV (a table with a stream band for this GPU's family
     here), repeated calls launch through a plan bound to the stream it was built on: bit-exact
     with the general path on that stream, and calls on another stream (another split-K
     workspace) take the general path and stay right, also graph-captured."""
     import cupy as cp
 
-    from kbitcupy import dispatch as D
     from kbitcupy.gemv_stream import supported
 
     if not supported(cp.cuda.Device().id):
         pytest.skip("the streaming GEMV needs compute capability 9.0")
-    fam = D.gpu_family()
-    old = D.TABLES.get(fam)
     q = _quant(cp, (2048, 5120), 4, "tiled", rng)
-    try:
-        D.set_table(fam, {"gemv_max_m": 8, "gemm_max_m": 64, "shapes": {(4, 2048, 5120): (8, 64, 1, 0, 9, 32)}})
-        A = _act(cp, (24, 5120), np.float16, rng)
-        ref = _slow(A, q, cp.empty((24, 2048), cp.float16))
-        s1, s2 = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
-        with s1:
-            out = cp.full((24, 2048), np.nan, cp.float16)
-            _warm(A, q, out)
-            p = L.lookup(A, q)
-            assert p.ws_stream == s1.ptr
-            out.fill(np.nan)
-            assert kb.matmul(A, q, out=out) is out
-            s1.synchronize()
-            cp.testing.assert_array_equal(out, ref)
-        with s2:  # another stream: the plan misses, the general path uses s2's workspace
-            out2 = cp.full((24, 2048), np.nan, cp.float16)
-            kb.matmul(A, q, out=out2)
-            out2.fill(np.nan)
-            s2.begin_capture()
-            kb.matmul(A, q, out=out2)
-            g = s2.end_capture()
-            g.launch(s2)
-            s2.synchronize()
-            cp.testing.assert_array_equal(out2, ref)
-        with s1:  # the plan itself under capture
-            out.fill(np.nan)
-            s1.begin_capture()
-            kb.matmul(A, q, out=out)
-            g = s1.end_capture()
-            g.launch(s1)
-            s1.synchronize()
-            cp.testing.assert_array_equal(out, ref)
-    finally:
-        if old is None:
-            D.TABLES.pop(fam, None)
-            D.set_table("default", D.TABLES["default"])
-        else:
-            D.set_table(fam, old)
+    dispatch_table({"gemv_max_m": 8, "gemm_max_m": 64, "shapes": {(4, 2048, 5120): (8, 64, 1, 0, 9, 32)}})
+    A = _act(cp, (24, 5120), np.float16, rng)
+    ref = _slow(A, q, cp.empty((24, 2048), cp.float16))
+
+    def captured(stream, out):  # one matmul captured on stream and replayed
+        out.fill(np.nan)
+        stream.begin_capture()
+        kb.matmul(A, q, out=out)
+        stream.end_capture().launch(stream)
+        stream.synchronize()
+        cp.testing.assert_array_equal(out, ref)
+
+    s1, s2 = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    with s1:
+        out = cp.full((24, 2048), np.nan, cp.float16)
+        _warm(A, q, out)
+        assert L.lookup(A, q).ws_stream == s1.ptr
+        out.fill(np.nan)
+        assert kb.matmul(A, q, out=out) is out
+        s1.synchronize()
+        cp.testing.assert_array_equal(out, ref)
+    with s2:  # another stream: the plan misses, the general path uses s2's workspace
+        out2 = cp.full((24, 2048), np.nan, cp.float16)
+        kb.matmul(A, q, out=out2)
+        captured(s2, out2)
+    with s1:  # the plan itself under capture
+        captured(s1, out)
