@@ -22,6 +22,17 @@ SHAPES = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "O": 
           "KV": (512, 2048), "lin_key": (2048, 2048), "lin_value": (4096, 2048)}
 
 
+def env_variants(var):
+    """$var = "name:-DFLAG=1 -DOTHER;name2:..." -> [(name, (tokens...))] (A/B columns built with extra options)."""
+    return [(v.split(":")[0], tuple(v.split(":", 1)[1].split())) for v in os.environ.get(var, "").split(";") if v]
+
+
+def env_plans(var):
+    """$var = "name:key=1,other=2;..." -> [(name, ((key, 1), (other, 2)))] (A/B columns with a plan override)."""
+    return [(v.split(":")[0], tuple((a.split("=")[0], int(a.split("=")[1])) for a in v.split(":")[1].split(",")))
+            for v in os.environ.get(var, "").split(";") if v]
+
+
 def rand_f16(rng, shape, scale=1.0):
     """fp16 CuPy array of standard-normal values times scale (weights: 0.02, activations: 1)."""
     return cp.asarray(rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(cp.float16)

@@ -19,7 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
-from bench_foundation import SHAPES, quantized_case, rand_f16, sol_time, time_rotated  # noqa: E402
+from bench_foundation import (SHAPES, env_plans, env_variants, quantized_case, rand_f16, sol_time,  # noqa: E402
+                              time_rotated)
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy._compile import _options, inline_source, read_source  # noqa: E402
 from kbitcupy.quantize import CTYPE  # noqa: E402
@@ -77,11 +78,9 @@ def main():
     rows = []
     # AB_VARIANTS="name:-DFLAG=1 -DOTHER +late=0;name2:..." -> extra columns ("+key=int"
     # tokens override the plan, the rest are compiler options)
-    variants = [(v.split(":")[0], tuple(v.split(":", 1)[1].split())) for v in os.environ.get("AB_VARIANTS", "").split(";")
-                if v]
+    variants = env_variants("AB_VARIANTS")
     # AB_PLANS="name:warps=16,dual=1;..." -> columns of the current kernels with a plan override
-    plans = tuple((v.split(":")[0], tuple((a.split("=")[0], int(a.split("=")[1])) for a in v.split(":")[1].split(",")))
-                  for v in os.environ.get("AB_PLANS", "").split(";") if v)
+    plans = tuple(env_plans("AB_PLANS"))
     for name in names:
         N, K = SHAPES[name]
         W = rand_f16(rng, (N, K), 0.02)

@@ -4,7 +4,6 @@ calls, one synchronise; us per call), beside the kernel's own time per call (wal
     python3 profiling/host_stream.py"""
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -14,19 +13,13 @@ import cupy as cp  # noqa: E402
 import kbitcupy as kb  # noqa: E402
 from kbitcupy import _launch as L  # noqa: E402
 from kbitcupy import dispatch as D  # noqa: E402
+from kbitcupy.bench import time_calls  # noqa: E402
 
 
 def per_call(f, calls=300):
-    for _ in range(20):
-        f()
-    cp.cuda.Device().synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        f()
-    t1 = time.perf_counter()
-    cp.cuda.Device().synchronize()
-    t2 = time.perf_counter()
-    return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
+    """(enqueue, wall) us per call: kbitcupy.bench.time_calls, the harness's host timer."""
+    t = time_calls(f, calls, warmup=20)
+    return t["enqueue_us"], t["wall_us"]
 
 
 rng = np.random.default_rng(0)

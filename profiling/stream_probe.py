@@ -16,7 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
-from bench_foundation import SHAPES, quantized_case, rand_f16, sol_time, time_rotated  # noqa: E402
+from bench_foundation import (SHAPES, env_plans, env_variants, quantized_case, rand_f16, sol_time,  # noqa: E402
+                              time_rotated)
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy import gemv_stream as S  # noqa: E402
 from kbitcupy._compile import load_arch_module  # noqa: E402
@@ -74,10 +75,8 @@ def main():
     ks = [int(x) for x in os.environ.get("KS", "4").split(",")]
     Ms = [int(x) for x in os.environ.get("MS", "1").split(",")]
     names = os.environ.get("SHAPES", "gateup,KV").split(",")
-    variants = [(v.split(":")[0], tuple(v.split(":", 1)[1].split())) for v in os.environ.get("VARIANTS", "").split(";")
-                if v]
-    plans = [(v.split(":")[0], tuple((a.split("=")[0], int(a.split("=")[1])) for a in v.split(":")[1].split(",")))
-             for v in os.environ.get("PLANS", "").split(";") if v]
+    variants = env_variants("VARIANTS")
+    plans = env_plans("PLANS")
     do_trace = os.environ.get("TRACE", "1") == "1"
     print(f"# {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
     for name in names:
