@@ -156,6 +156,74 @@ __global__ void __launch_bounds__(256) kbit_dequant_lut(const u32* __restrict__ 
     }
 }
 
+// The same dequantization, one 128-column x 64-K layout tile at a time (the weight's own
+// memory order): thread t of 256 owns block slot t of the tile (column t / 2, K block
+// t % 2), whose k plane words are contiguous (a warp reads 32 x 4k contiguous bytes, the
+// absmax one byte per thread), computes its 32 elements (16 pair lookups + HMUL2) into a
+// shared-memory copy of the tile's 128 output rows, and after one barrier the CTA writes
+// those rows as whole 128-byte lines (8 lanes per row).  Persistent CTAs stride over the
+// tiles, the next tile's words requested before this tile's arithmetic; two row buffers,
+// so one barrier per tile.  Why: kbit_dequant_lut (above) gives each of 4 threads the
+// whole block's keys and reads blocks across 4 tiles per warp; on gate/up it took ~10 us
+// (~19 instructions per element), which made dq + cuBLAS ~2x fp16 at M >= 64.
+template <int K, typename T>
+__global__ void __launch_bounds__(256) kbit_dequant_tile(const u32* __restrict__ packed, const u8* __restrict__ absmax,
+                                                         const float* __restrict__ codebook, T* __restrict__ out, int N,
+                                                         int Kdim) {
+    constexpr int ROW = 144;  // 128 bytes of a row's 64 elements + 16 B pad: conflict-free stores and loads
+    extern __shared__ __align__(16) unsigned char smem[];
+    u32* lut = reinterpret_cast<u32*>(smem);
+    float* cb_s = reinterpret_cast<float*>(smem + PairLut<K>::WORDS * 4);
+    unsigned char* rows = smem + PairLut<K>::WORDS * 4 + 128;  // 2 x 128 rows x ROW bytes
+    const int tid = threadIdx.x;
+    const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
+    const int k_tiles = (Kdim + KBIT_TILE_K - 1) / KBIT_TILE_K;
+    const int tiles = n_tiles * k_tiles;
+    constexpr int TW = KBIT_TILE_N * KBIT_KB_PER_TILE * K;  // words per tile
+    int t = blockIdx.x;
+    u32 w[K];
+    u32 code = 0;
+    if (t < tiles) {  // first tile's words before the table build
+        load_planes<K>(w, packed + (long)t * TW + tid * K);
+        code = absmax[(long)t * 256 + tid];
+    }
+    if (tid < 32) cb_s[tid] = tid < (1 << K) ? codebook[tid] : 0.0f;
+    __syncthreads();
+    build_pair_lut<K, T>(lut, cb_s);
+    __syncthreads();
+    const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4u * (tid & (PairLut<K>::COPIES - 1));
+    for (int it = 0; t < tiles; t += gridDim.x, it++) {
+        u32 keys[4], f[4];
+        block_keys<K>(w, keys, f);
+        const u32 s2 = scale_pair<T>(e4m4_decode(code));
+        const int tn = t + gridDim.x;
+        if (tn < tiles) {  // next tile's words in flight during this tile's arithmetic and stores
+            load_planes<K>(w, packed + (long)tn * TW + tid * K);
+            code = absmax[(long)tn * 256 + tid];
+        }
+        unsigned char* buf = rows + (it & 1) * (128 * ROW);
+        uint4* dst = reinterpret_cast<uint4*>(buf + (tid >> 1) * ROW + (tid & 1) * 64);
+#pragma unroll
+        for (int r = 0; r < 4; r++) {  // elements 8r..8r+7 of the block
+            uint4 v;
+            v.x = hmul2_u32(lut_lookup<K>(lut_lane, keys[0], f[0], r), s2, T());
+            v.y = hmul2_u32(lut_lookup<K>(lut_lane, keys[1], f[1], r), s2, T());
+            v.z = hmul2_u32(lut_lookup<K>(lut_lane, keys[2], f[2], r), s2, T());
+            v.w = hmul2_u32(lut_lookup<K>(lut_lane, keys[3], f[3], r), s2, T());
+            dst[r] = v;
+        }
+        __syncthreads();
+        const int kt = t / n_tiles, n0 = (t - kt * n_tiles) * KBIT_TILE_N, k0 = kt * KBIT_TILE_K;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {  // 128 rows x 8 chunks of 16 bytes
+            const int c = tid + 256 * i, row = c >> 3, j = c & 7;
+            if (n0 + row < N && k0 + 8 * j < Kdim)
+                *reinterpret_cast<uint4*>(out + (long)(n0 + row) * Kdim + k0 + 8 * j) =
+                    *reinterpret_cast<const uint4*>(buf + row * ROW + 16 * j);
+        }
+    }
+}
+
 // Repack flat -> tiled.  One thread per tiled block slot, padding included (zeros),
 // so the whole tiled buffer is written.  float absmax is E4M4-encoded on the way
 // (divided by the power-of-two tensor scale the host chose).

@@ -25,6 +25,7 @@ inside a capture; ``reserve`` prepares a stream ahead of a capture.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -202,7 +203,11 @@ def cublas_gemm_nt(A, W, out, alpha: float = 1.0):
 
 
 # ----------------------------------------------------------------------------- dequantize
-_LUT_LAUNCH: dict = {}  # (device, k, dtype name) -> (kernel, max grid, dynamic shared memory)
+_LUT_LAUNCH: dict = {}  # (device, k, dtype name, kernel) -> (kernel, max grid, dynamic shared memory)
+# Which tiled dequantize kernel runs: "tile" (kbit_dequant_tile, the default) or "lut"
+# (kbit_dequant_lut, the earlier one; kept for the A/B in profiling/dq_ab.py).
+DEQUANT_KERNEL = os.environ.get("KBIT_DQ_KERNEL", "tile")
+_ROW_BYTES = 2 * 128 * 144  # kbit_dequant_tile's two row buffers
 
 
 def _lut_needs(qw) -> bool:
@@ -210,30 +215,34 @@ def _lut_needs(qw) -> bool:
 
 
 def _dequant_lut(qw, dtype_name: str, out, dev: int):
-    """Launch kbit_dequant_lut on the current stream (arguments already checked)."""
-    key = (dev, qw.k, dtype_name)
+    """Launch the tiled dequantize kernel on the current stream (arguments already checked)."""
+    kind = DEQUANT_KERNEL
+    key = (dev, qw.k, dtype_name, kind)
     launch = _LUT_LAUNCH.get(key)
     if launch is None:
         from .gemm import device_info
         from .gemv import lut_bytes
         from .quantize import QUANT
 
-        fn = QUANT.function(("dql", qw.k, dtype_name))
-        smem = lut_bytes(qw.k) + 128  # pair table + codebook
+        if kind not in ("tile", "lut"):
+            raise ValueError(f"KBIT_DQ_KERNEL must be 'tile' or 'lut', got {kind!r}")
+        fn = QUANT.function(("dqt" if kind == "tile" else "dql", qw.k, dtype_name))
+        smem = lut_bytes(qw.k) + 128 + (_ROW_BYTES if kind == "tile" else 0)  # pair table + codebook (+ rows)
         if smem > 48 * 1024:
             fn.max_dynamic_shared_size_bytes = smem
         info = device_info(dev)
         per_sm = max(1, min(8, info["smem_sm"] // (smem + info["smem_reserved"])))  # 256-thread CTAs
-        launch = _LUT_LAUNCH[key] = (fn, info["sms"] * per_sm, smem)
-    fn, grid, smem = launch
+        launch = _LUT_LAUNCH[key] = (fn, info["sms"] * per_sm, smem, kind)
+    fn, grid, smem, kind = launch
     N, K = qw.shape
-    fn((min(N, grid),), (256,), (qw.packed, qw.absmax, qw.codebook, out, np.int32(N), np.int32(K)), shared_mem=smem)
+    work = ((N + 127) // 128) * ((K + 63) // 64) if kind == "tile" else N  # tiles / rows
+    fn((min(work, grid),), (256,), (qw.packed, qw.absmax, qw.codebook, out, np.int32(N), np.int32(K)), shared_mem=smem)
     return out
 
 
 def dequant_lut(qw, dtype_name: str, out):
     """out[N, K] = W / tensor_scale (tiled weight, E4M4 absmax) with the pair-table kernel
-    (cuda_src/kbit_quant.cu, kbit_dequant_lut): the fused kernels' operand arithmetic, within
+    (cuda_src/kbit_quant.cu, kbit_dequant_tile): the fused kernels' operand arithmetic, within
     fp16/bf16 rounding of kbitcupy.dequantize (which is bit-exact with the reference)."""
     N, K = qw.shape
     if not _lut_needs(qw):
