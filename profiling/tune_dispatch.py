@@ -2,6 +2,8 @@
 output with the GEMV, STREAM, GEMM, WGMMA and dq+cuBLAS columns over M = 1..512).
 
 usage: python profiling/tune_dispatch.py [--pdl] profiling/results/<gpu>_<date>_<tag>.json [more.json]
+A later file replaces an earlier one's cells; a file named as +path.json only replaces the columns it
+measured (e.g. a sweep of the dq+cuBLAS column alone after a change to the dequantize kernel).
 --pdl: from the GEMV+PDL / GEMM+PDL / WGMMA+PDL columns (and dq+cuBLAS, which PDL does not
 change), for the family's "+PDL" table (kbitcupy.dispatch.PDL_SUFFIX).
 Prints the entry (size bands for unmeasured shapes, exact crossovers per measured
@@ -21,7 +23,8 @@ PDL_COLS = {"GEMV+PDL": "gemv", "STREAM+PDL": "stream", "GEMM+PDL": "gemm", "WGM
 def timings(paths, cols=COLS):
     t = {}
     for p in paths:
-        res = json.load(open(p))
+        update = p.startswith("+")
+        res = json.load(open(p[1:] if update else p))
         dt = res["meta"].get("dtype", "fp16")
         dn = "bfloat16" if dt in ("bf16", "bfloat16") else "float16"
         for c in res["cells"]:
@@ -30,7 +33,11 @@ def timings(paths, cols=COLS):
             us = {cols[n]: e["us"] for n, e in c["columns"].items()
                   if n in cols and isinstance(e, dict) and e.get("us") and e.get("check_ok", True)}
             if us:
-                t[(c["k"], dn, c["N"], c["K"], c["M"])] = us
+                key = (c["k"], dn, c["N"], c["K"], c["M"])
+                if update:
+                    t.setdefault(key, {}).update(us)
+                else:
+                    t[key] = us
     return t
 
 
