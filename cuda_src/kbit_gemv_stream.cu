@@ -102,6 +102,17 @@ __device__ unsigned long long kbit_stream_trace[1024 * 16];
 #define KBIT_STREAM_PRODUCERS 4
 #endif
 constexpr int KBIT_STREAM_NP = 32 * KBIT_STREAM_PRODUCERS;
+// KBIT_STREAM_WARP_UNITS: each producer warp copies whole units (unit i by warp i % producers)
+// instead of all producer threads sharing every unit.  Why: cp.async.mbarrier.arrive.noinc
+// seems to hold a thread's later copies until its earlier ones have landed (units landed one
+// DRAM latency apart, ~0.66 us, with everything requested up front), so a thread that copies
+// into every unit serializes the units; with a unit per warp, `producers` units are in flight.
+#ifdef KBIT_STREAM_WARP_UNITS
+constexpr int KBIT_STREAM_CP = 32;  // threads copying one unit
+#else
+constexpr int KBIT_STREAM_CP = KBIT_STREAM_NP;
+#endif
+constexpr int KBIT_STREAM_FULL_ARRIVALS = KBIT_STREAM_CP;
 
 // A barrier among the consumer warps only (id 1; the producer warp never joins it).
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
@@ -145,7 +156,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
 
     if (tid == 0) {
         for (int s = 0; s < stages; s++) {
-            mbar_init(full0 + 8 * s, KBIT_STREAM_NP);  // one arrive per producer thread
+            mbar_init(full0 + 8 * s, KBIT_STREAM_FULL_ARRIVALS);  // one arrive per copying thread
             mbar_init(empty0 + 8 * s, 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -156,7 +167,13 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
         // unit i -> stage i % stages in 16-byte cp.async copies spread over the 128 producer
         // threads, each thread's arrive (noinc) on the stage's full barrier firing once its
         // copies have landed
+#ifdef KBIT_STREAM_WARP_UNITS
+        const int pt = lane, pw = warp - 8;
+        auto mine = [&](int i) { return i % KBIT_STREAM_PRODUCERS == pw; };
+#else
         const int pt = tid - 256;
+        auto mine = [&](int) { return true; };
+#endif
         auto request = [&](int i, bool w, bool a) {
             const int u = u0 + i, j = u / U, p = u % U, s = i % stages;
             const bool two = 2 * p + 1 < KT;
@@ -165,7 +182,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
                 const long tile0 = (long)(2 * p) * n_tiles + j;
                 constexpr int TCH = SL::TILE_BYTES / 16;  // 16-byte chunks per K tile
                 const int nch = (two ? 2 : 1) * (TCH + 16);
-                for (int c = pt; c < nch; c += KBIT_STREAM_NP) {
+                for (int c = pt; c < nch; c += KBIT_STREAM_CP) {
                     const int h = c >= TCH + 16, cc = c - h * (TCH + 16);
                     const long tile = tile0 + h * n_tiles;
                     if (cc < TCH)
@@ -177,7 +194,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
             if (a) {
                 const int kvalid = min(4, (Kdim - 128 * p) >> 5);  // 32-element blocks of A before K ends
                 const int rch = kvalid * 4;                         // chunks per row
-                for (int c = pt; c < M * rch; c += KBIT_STREAM_NP) {
+                for (int c = pt; c < M * rch; c += KBIT_STREAM_CP) {
                     const int m = c / rch, cc = c % rch;
                     cp_async16_zfill(dst + SL::A + m * SL::A_ROW + a_chunk(cc) * 16, A + (long)m * Kdim + 128 * p + cc * 8,
                                      true);
@@ -192,13 +209,16 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
             }
         };
         const int first = min(nu, stages);
-        for (int i = 0; i < first; i++) request(i, true, !pdl);
+        for (int i = 0; i < first; i++)
+            if (mine(i)) request(i, true, !pdl);
         if (pdl) {  // A may come from the previous grid
             griddep_wait();
-            for (int i = 0; i < first; i++) request(i, false, true);
+            for (int i = 0; i < first; i++)
+                if (mine(i)) request(i, false, true);
         }
         griddep_launch_dependents();
         for (int i = first; i < nu; i++) {  // refill a stage once the 8 consumer warps have read it
+            if (!mine(i)) continue;
             mbar_wait(empty0 + 8 * (i % stages), (i / stages - 1) & 1);
             request(i, true, true);
         }

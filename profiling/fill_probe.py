@@ -54,6 +54,45 @@ extern "C" __global__ void cpasync(const uint4* __restrict__ p, long n16, int pe
     if (sm[threadIdx.x].x == 0x9e3779b9u) *sink = 1;
 }
 
+// The share in units of ub bytes; mode 0: each thread arrives (cp.async.mbarrier.arrive.noinc)
+// on unit u's mbarrier after its copies of unit u (the streaming GEMV's producers); mode 1: one
+// commit group per unit and a wait_all at the end (no mbarrier); mode 2: like 0, but warp w
+// copies only units u = w (mod warps) (a unit per warp).
+extern "C" __global__ void cpasync_units(const uint4* __restrict__ p, long n16, int per_cta16, int ub, int mode,
+                                         unsigned* sink) {
+    extern __shared__ __align__(128) uint4 sm[];
+    __shared__ __align__(8) unsigned long long bars[64];
+    const long base = (long)blockIdx.x * per_cta16;
+    const int cnt = (int)min((long)per_cta16, n16 - base), u16 = ub / 16;
+    const int units = (cnt + u16 - 1) / u16, warps = blockDim.x / 32, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const unsigned s0 = (unsigned)__cvta_generic_to_shared(sm), b0 = (unsigned)__cvta_generic_to_shared(bars);
+    if (threadIdx.x < units)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(b0 + 8 * threadIdx.x),
+                     "r"(mode == 2 ? 32 : (int)blockDim.x) : "memory");
+    __syncthreads();
+    for (int u = 0; u < units; u++) {
+        if (mode == 2 && u % warps != w) continue;
+        const int lo = u * u16, hi = min(cnt, lo + u16);
+        const int t0 = mode == 2 ? lane : threadIdx.x, st = mode == 2 ? 32 : blockDim.x;
+        for (int i = lo + t0; i < hi; i += st)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s0 + 16 * i), "l"(p + base + i));
+        if (mode == 1) asm volatile("cp.async.commit_group;\n" ::: "memory");
+        else asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(b0 + 8 * u) : "memory");
+    }
+    if (mode == 1) {
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+    } else {
+        for (int u = 0; u < units; u++) {
+            unsigned done = 0;
+            while (!done)
+                asm volatile("{\n.reg .pred q;\nmbarrier.try_wait.parity.shared::cta.b64 q, [%1], 0;\nselp.u32 %0, 1, 0, q;\n}\n"
+                             : "=r"(done) : "r"(b0 + 8 * u) : "memory");
+        }
+    }
+    __syncthreads();
+    if (sm[threadIdx.x].x == 0x9e3779b9u) *sink = 1;
+}
+
 extern "C" __global__ void bulk(const uint4* __restrict__ p, long n16, int per_cta16, int sz, unsigned* sink) {
     extern __shared__ __align__(128) uint4 sm[];
     __shared__ __align__(8) unsigned long long bar;
@@ -115,6 +154,18 @@ def main():
             fn.max_dynamic_shared_size_bytes = smem
             row("cpasync", f"{B} CTA/SM x {T}", time_rotated(
                 [lambda b=b: fn((G,), (T,), (b, np.int64(n16), np.int32(per), sink), shared_mem=smem) for b in bufs]))
+        G = sms
+        per = -(-n16 // G)
+        smem = per * 16
+        if smem <= 200 * 1024:
+            fn = mod.get_function("cpasync_units")
+            fn.max_dynamic_shared_size_bytes = smem
+            for mode, T, what in ((0, 128, "arrive.noinc per unit, all threads"), (1, 128, "commit group per unit"),
+                                  (2, 128, "arrive.noinc, a unit per warp (4 warps)"),
+                                  (2, 256, "arrive.noinc, a unit per warp (8 warps)")):
+                row("cpasync_units", f"1 CTA/SM x {T}, 8 KB units, {what}", time_rotated(
+                    [lambda b=b: fn((G,), (T,), (b, np.int64(n16), np.int32(per), np.int32(8192), np.int32(mode), sink),
+                                    shared_mem=smem) for b in bufs]))
         for B in (1, 2):
             G = sms * B
             per = -(-n16 // G)
