@@ -35,11 +35,13 @@ def variant_fn(opts, key):
 
 
 def _block(opts, block):
-    """Block size of a variant built with -DKBIT_STREAM_PRODUCERS=n (256 consumers + 32 n)."""
+    """Block size of a variant built with -DKBIT_STREAM_PRODUCERS=n / -DKBIT_STREAM_CONSUMERS=n (warps)."""
+    warps = {"-DKBIT_STREAM_PRODUCERS": S.PRODUCERS, "-DKBIT_STREAM_CONSUMERS": S.CONSUMERS}
     for o in opts:
-        if o.startswith("-DKBIT_STREAM_PRODUCERS="):
-            return (256 + 32 * int(o.split("=")[1]),)
-    return block
+        name, _, val = o.partition("=")
+        if name in warps:
+            warps[name] = int(val)
+    return (32 * sum(warps.values()),)
 
 
 def trace(A, q, out, key, opts=()):
