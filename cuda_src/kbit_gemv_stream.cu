@@ -102,63 +102,18 @@ __device__ unsigned long long kbit_stream_trace[1024 * 16];
 #define KBIT_STREAM_PRODUCERS 4
 #endif
 constexpr int KBIT_STREAM_NP = 32 * KBIT_STREAM_PRODUCERS;
-// Consumer warps: 8 (one 16-column group each) or 16 (the two halves of every block, elements
-// 0..15 and 16..31, on two warps: half the lookups, MMAs and A loads per warp and unit).  Why
-// 16: traces (profiling/NOTES.md, eighth session) show 8 consumer warps taking 0.7 us per unit
-// at M = 1 (1.0-1.25 us at M = 16..32) while the producers land a unit every ~0.35 us.
-#ifndef KBIT_STREAM_CONSUMERS
-#define KBIT_STREAM_CONSUMERS 16
-#endif
-constexpr int KBIT_STREAM_NC = 32 * KBIT_STREAM_CONSUMERS;
-// KBIT_STREAM_WARP_UNITS: each producer warp copies whole units (unit i by warp i % producers)
-// instead of all producer threads sharing every unit.  Why: cp.async.mbarrier.arrive.noinc
-// seems to hold a thread's later copies until its earlier ones have landed (units landed one
-// DRAM latency apart, ~0.66 us, with everything requested up front), so a thread that copies
-// into every unit serializes the units; with a unit per warp, `producers` units are in flight.
-#ifdef KBIT_STREAM_WARP_UNITS
-constexpr int KBIT_STREAM_CP = 32;  // threads copying one unit
-#else
-constexpr int KBIT_STREAM_CP = KBIT_STREAM_NP;
-#endif
-constexpr int KBIT_STREAM_FULL_ARRIVALS = KBIT_STREAM_CP;
 
 // A barrier among the consumer warps only (id 1; the producer warp never joins it).
-__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(KBIT_STREAM_NC) : "memory"); }
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
 // 256 + 32 x KBIT_STREAM_PRODUCERS threads: warps 0..7 consume (8 warps x 16 columns = one
 // 128-column strip), the others produce (request units, refill freed stages), so that the
 // request issue, which the memory system paces to the DRAM stream, never holds the
 // consumers (with one issuing thread inside a consumer warp the prologue took 3 us).  One
 // CTA per SM (gridDim.x <= number of units).  Dynamic shared memory:
-// pair table | stages x StageLayout | 2 x stages mbarriers | codebook (32 floats) | 2 flags.
-// Elements 8r..8r+7 (r = r0, r0 + 1) of two blocks against up to 8 token rows: the half of
-// block_pair_mma (kbit_pairlut.cuh) that one of two consumer warp groups does; a[mt][rr] holds
-// chunk r0 + rr of the lane's A row.  acc0 takes r0, acc1 r0 + 1 (two short mma chains).
+// pair table | stages x StageLayout | 2 x stages + 2 mbarriers | codebook (32 floats) | 2 flags.
 template <int K, typename T, int MT>
-__device__ __forceinline__ void half_pair_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], u32 sA,
-                                              const u32 (&wB)[K], u32 sB, const uint4 (&a)[MT][2], u32 lut_lane, int r0) {
-    u32 kA[4], kB[4], fA[4], fB[4];
-    block_keys<K>(wA, kA, fA);
-    block_keys<K>(wB, kB, fB);
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-        u32 va[4], vb[4];
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            va[q] = hmul2_u32(lut_lookup<K>(lut_lane, kA[q], fA[q], r0 + rr), sA, T());
-            vb[q] = hmul2_u32(lut_lookup<K>(lut_lane, kB[q], fB[q], r0 + rr), sB, T());
-        }
-        float (&acc)[MT][4] = rr == 0 ? acc0 : acc1;
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            mma_16816(acc[mt], va[0], vb[0], va[1], vb[1], a[mt][rr].x, a[mt][rr].y, T());
-            mma_16816(acc[mt], va[2], vb[2], va[3], vb[3], a[mt][rr].z, a[mt][rr].w, T());
-        }
-    }
-}
-
-template <int K, typename T, int MT>
-__global__ void __launch_bounds__(KBIT_STREAM_NC + KBIT_STREAM_NP, 1)
+__global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
     kbit_gemv_stream(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
                      const float* __restrict__ codebook, T* __restrict__ C, float* __restrict__ ws,
                      int* __restrict__ counters, int M, int N, int Kdim, int stages, float tensor_scale, int pdl) {
@@ -168,10 +123,10 @@ __global__ void __launch_bounds__(KBIT_STREAM_NC + KBIT_STREAM_NP, 1)
     u32* lut = reinterpret_cast<u32*>(smem);
     unsigned char* stage0 = smem + PairLut<K>::WORDS * 4;
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(stage0 + (long)stages * SL::BYTES);
-    float* cb_s = reinterpret_cast<float*>(bars + 2 * stages);
+    float* cb_s = reinterpret_cast<float*>(bars + 2 * stages + 2);
     int* flags = reinterpret_cast<int*>(cb_s + 32);
-    float4* halves = reinterpret_cast<float4*>(flags + 4);  // 16 consumer warps: [MT][256] partial sums of group 1
     const u32 stage0_s = smem_addr(stage0), full0 = smem_addr(bars), empty0 = full0 + 8 * stages;
+    const u32 first_done = empty0 + 8 * stages, published = first_done + 8;  // the early publish (below)
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 #ifdef KBIT_STREAM_TRACE
@@ -188,27 +143,33 @@ __global__ void __launch_bounds__(KBIT_STREAM_NC + KBIT_STREAM_NP, 1)
     const int total = n_tiles * U, q = total / gridDim.x, r = total % gridDim.x;
     const int u0 = blockIdx.x * q + min((int)blockIdx.x, r);
     const int nu = q + ((int)blockIdx.x < r);
+    // The CTA's first strip is shared with earlier CTAs and ends before the CTA's last unit: its
+    // partial sum goes to a split-K slot mid-stream, and a producer thread publishes it (fence +
+    // counter atomic) while the consumers go on; an earlier CTA, which reaches that strip at the end
+    // of its own stream, then finds it ready.  (Published at the CTA's end, beside the last strip,
+    // these were two serial atomic round trips on every CTA's exit path.)
+#ifndef KBIT_STREAM_NO_FIXUP
+    const int jfirst = (u0 % U != 0 && u0 / U != (u0 + nu - 1) / U) ? u0 / U : -1;
+#else
+    const int jfirst = -1;
+#endif
 
     if (tid == 0) {
         for (int s = 0; s < stages; s++) {
-            mbar_init(full0 + 8 * s, KBIT_STREAM_FULL_ARRIVALS);  // one arrive per copying thread
-            mbar_init(empty0 + 8 * s, KBIT_STREAM_CONSUMERS);
+            mbar_init(full0 + 8 * s, KBIT_STREAM_NP);  // one arrive per producer thread
+            mbar_init(empty0 + 8 * s, 8);
         }
+        mbar_init(first_done, 8);
+        mbar_init(published, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
-    if (warp >= KBIT_STREAM_CONSUMERS) {  // ------------------------------- producers
+    if (warp >= 8) {  // ------------------------------------------------ producers
         // unit i -> stage i % stages in 16-byte cp.async copies spread over the 128 producer
         // threads, each thread's arrive (noinc) on the stage's full barrier firing once its
         // copies have landed
-#ifdef KBIT_STREAM_WARP_UNITS
-        const int pt = lane, pw = warp - KBIT_STREAM_CONSUMERS;
-        auto mine = [&](int i) { return i % KBIT_STREAM_PRODUCERS == pw; };
-#else
-        const int pt = tid - KBIT_STREAM_NC;
-        auto mine = [&](int) { return true; };
-#endif
+        const int pt = tid - 256;
         auto request = [&](int i, bool w, bool a) {
             const int u = u0 + i, j = u / U, p = u % U, s = i % stages;
             const bool two = 2 * p + 1 < KT;
@@ -217,7 +178,7 @@ __global__ void __launch_bounds__(KBIT_STREAM_NC + KBIT_STREAM_NP, 1)
                 const long tile0 = (long)(2 * p) * n_tiles + j;
                 constexpr int TCH = SL::TILE_BYTES / 16;  // 16-byte chunks per K tile
                 const int nch = (two ? 2 : 1) * (TCH + 16);
-                for (int c = pt; c < nch; c += KBIT_STREAM_CP) {
+                for (int c = pt; c < nch; c += KBIT_STREAM_NP) {
                     const int h = c >= TCH + 16, cc = c - h * (TCH + 16);
                     const long tile = tile0 + h * n_tiles;
                     if (cc < TCH)
@@ -229,7 +190,7 @@ __global__ void __launch_bounds__(KBIT_STREAM_NC + KBIT_STREAM_NP, 1)
             if (a) {
                 const int kvalid = min(4, (Kdim - 128 * p) >> 5);  // 32-element blocks of A before K ends
                 const int rch = kvalid * 4;                         // chunks per row
-                for (int c = pt; c < M * rch; c += KBIT_STREAM_CP) {
+                for (int c = pt; c < M * rch; c += KBIT_STREAM_NP) {
                     const int m = c / rch, cc = c % rch;
                     cp_async16_zfill(dst + SL::A + m * SL::A_ROW + a_chunk(cc) * 16, A + (long)m * Kdim + 128 * p + cc * 8,
                                      true);
@@ -244,18 +205,26 @@ __global__ void __launch_bounds__(KBIT_STREAM_NC + KBIT_STREAM_NP, 1)
             }
         };
         const int first = min(nu, stages);
-        for (int i = 0; i < first; i++)
-            if (mine(i)) request(i, true, !pdl);
+        for (int i = 0; i < first; i++) request(i, true, !pdl);
         if (pdl) {  // A may come from the previous grid
             griddep_wait();
-            for (int i = 0; i < first; i++)
-                if (mine(i)) request(i, false, true);
+            for (int i = 0; i < first; i++) request(i, false, true);
         }
         griddep_launch_dependents();
         for (int i = first; i < nu; i++) {  // refill a stage once the 8 consumer warps have read it
-            if (!mine(i)) continue;
             mbar_wait(empty0 + 8 * (i % stages), (i / stages - 1) & 1);
             request(i, true, true);
+        }
+        if (jfirst >= 0 && pt == 0) {  // publish the first strip's slot once the consumers stored it
+            mbar_wait(first_done, 0);  // acquire (CTA): the 8 warps' slot stores
+#ifdef KBIT_STREAM_PUBLISH_DELAY_US  // test hook: publish late, so that this CTA sums its first strip
+            for (int d = 0; d < 1000 * KBIT_STREAM_PUBLISH_DELAY_US; d += 500) __nanosleep(500);
+#endif
+            const int cf = cta_of(jfirst * U, q, r), nc1 = cta_of(jfirst * U + U - 1, q, r) - cf + 1;
+            int old;
+            asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;\n" : "=r"(old) : "l"(counters + jfirst) : "memory");
+            flags[1] = old == nc1 - 1;  // the last contributor: the consumers sum it at the end
+            mbar_arrive(published);     // release (CTA): flags[1] and the acquired slots
         }
         return;
     }
@@ -263,7 +232,7 @@ __global__ void __launch_bounds__(KBIT_STREAM_NC + KBIT_STREAM_NP, 1)
     // ------------------------------------------------------------------ consumers
     if (tid < 32) cb_s[tid] = tid < (1 << K) ? __ldg(codebook + tid) : 0.0f;
     consumer_sync();
-    build_pair_lut<K, T>(lut, cb_s, KBIT_STREAM_NC);
+    build_pair_lut<K, T>(lut, cb_s, 256);
     griddep_wait();  // (pdl) ws, counters and C may belong to the previous grid
     consumer_sync();  // pair table complete
     griddep_launch_dependents();  // after our own wait: no grid two back can still run
@@ -271,9 +240,7 @@ __global__ void __launch_bounds__(KBIT_STREAM_NC + KBIT_STREAM_NP, 1)
 
     const u32 lut_lane = smem_addr(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
     const int g = lane >> 2, t = lane & 3, half = t >> 1, kb = t & 1;
-    const int grp = warp >> 3;     // 16 consumer warps: group 1 does elements 16..31 of every block
-    const int c0 = 16 * (warp & 7) + g;  // strip columns c0 and c0 + 8
-    const int ct = tid & 255;            // the thread's slot index (group 0's threads write the results)
+    const int c0 = 16 * warp + g;  // strip columns c0 and c0 + 8
     float acc0[MT][4], acc1[MT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -326,25 +293,19 @@ __global__ void __launch_bounds__(KBIT_STREAM_NC + KBIT_STREAM_NP, 1)
         }
         const unsigned char* ab = st + SL::ABS + half * 256;
         const u32 sA = scale_pair<T>(e4m4_decode(ab[c0 * 2 + kb])), sB = scale_pair<T>(e4m4_decode(ab[(c0 + 8) * 2 + kb]));
-        constexpr int NA = KBIT_STREAM_CONSUMERS == 16 ? 2 : 4;  // A chunks of the lane's block this warp uses
-        const int e0 = KBIT_STREAM_CONSUMERS == 16 ? 2 * grp : 0;
-        uint4 a[MT][NA];
+        uint4 a[MT][4];
         const bool k_ok = t < kvalid;  // block t lies before K's end
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             const bool ok = k_ok && 8 * mt + g < M;
             const uint4* ap = reinterpret_cast<const uint4*>(st + SL::A + (8 * mt + g) * SL::A_ROW);
 #pragma unroll
-            for (int e = 0; e < NA; e++) a[mt][e] = ok ? ap[a_chunk(4 * t + e0 + e)] : make_uint4(0u, 0u, 0u, 0u);
+            for (int e = 0; e < 4; e++) a[mt][e] = ok ? ap[a_chunk(4 * t + e)] : make_uint4(0u, 0u, 0u, 0u);
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(empty0 + 8 * s);  // this warp is done with the stage
 #ifndef KBIT_STREAM_NO_COMPUTE  // profiling/stream_probe.py: time without the dequantize + MMA
-#if KBIT_STREAM_CONSUMERS == 16
-        half_pair_mma<K, T, MT>(acc0, acc1, wA, sA, wB, sB, a, lut_lane, e0);
-#else
         block_pair_mma<K, T, MT>(acc0, acc1, wA, sA, wB, sB, a, lut_lane);
-#endif
 #else
         acc0[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif
@@ -358,21 +319,6 @@ __global__ void __launch_bounds__(KBIT_STREAM_NC + KBIT_STREAM_NP, 1)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc0[mt][e] = acc1[mt][e] = 0.f;
         }
-#if KBIT_STREAM_CONSUMERS == 16
-        // group 1's half of the strip's sums to group 0 (two barriers: the buffer is reused at the next strip end)
-        if (grp == 1)
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) halves[mt * 256 + ct] = v[mt];
-        consumer_sync();
-        if (grp == 0)
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                const float4 h = halves[mt * 256 + ct];
-                v[mt].x += h.x; v[mt].y += h.y; v[mt].z += h.z; v[mt].w += h.w;
-            }
-        consumer_sync();
-#endif
-        const bool g0 = grp == 0;  // group 0 writes C, the slots and the sums
 #ifndef KBIT_STREAM_NO_FIXUP  // profiling/stream_probe.py: time without the split-K sums (wrong results)
         const bool whole = cta_of(j * U, q, r) == cta_of(j * U + U - 1, q, r);
 #else
@@ -380,19 +326,20 @@ __global__ void __launch_bounds__(KBIT_STREAM_NC + KBIT_STREAM_NP, 1)
 #endif
         if (i < nu - 1) {
             if (whole) {
-                if (g0) write_c(j, v);
-            } else {  // the first strip, begun by earlier CTAs: its slot now, its counter at the end
+                write_c(j, v);
+            } else {  // the first strip (jfirst), begun by earlier CTAs: its slot now, published by a producer
                 jf = j;
-                float* dst = ws + ((int)blockIdx.x - cta_of(j * U, q, r)) * split_stride + (long)j * TILE_FLOATS + ct * 4;
-                if (g0)
+                float* dst = ws + ((int)blockIdx.x - cta_of(j * U, q, r)) * split_stride + (long)j * TILE_FLOATS + tid * 4;
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++) __stcg(reinterpret_cast<float4*>(dst + mt * 4 * 256), v[mt]);
+                for (int mt = 0; mt < MT; mt++) __stcg(reinterpret_cast<float4*>(dst + mt * 4 * 256), v[mt]);
+                __syncwarp();
+                if (lane == 0) mbar_arrive(first_done);  // release (CTA) to the publishing producer thread
             }
             continue;
         }
         // the last unit: the last strip (if partial) and the kept first one go through the
         // split-K slots; the CTA that completes a strip sums its slots
-        if (whole && g0) write_c(j, v);
+        if (whole) write_c(j, v);
         const bool has[2] = {!whole, jf >= 0};  // [0]: the last strip (v), [1]: the first (stored)
         if (!has[0] && !has[1]) break;
         KST(11);
@@ -407,31 +354,29 @@ __global__ void __launch_bounds__(KBIT_STREAM_NC + KBIT_STREAM_NP, 1)
                 nc[d] = cta_of(js[d] * U + U - 1, q, r) - cf + 1;
             }
         }
-        if (has[0] && g0) {
-            float* dst = ws + slot[0] * split_stride + (long)j * TILE_FLOATS + ct * 4;
+        if (has[0]) {
+            float* dst = ws + slot[0] * split_stride + (long)j * TILE_FLOATS + tid * 4;
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) __stcg(reinterpret_cast<float4*>(dst + mt * 4 * 256), v[mt]);
         }
-        // release: every consumer's stores before thread 0's fence and counter atomics
+        // release: every consumer's stores before thread 0's fence and counter atomic
         consumer_sync();
         if (tid == 0) {  // acq_rel: releases the slots stored before the barrier, acquires the others'
-#pragma unroll
-            for (int d = 0; d < 2; d++) {
-                int old = 0;
-                if (has[d])
-                    asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;\n" : "=r"(old) : "l"(counters + js[d]) : "memory");
-                flags[d] = has[d] && old == nc[d] - 1;
-            }
+            int old = 0;
+            if (has[0])
+                asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;\n" : "=r"(old) : "l"(counters + js[0]) : "memory");
+            flags[0] = has[0] && old == nc[0] - 1;
+            if (has[1]) mbar_wait(published, 0);  // the producer's publish of the first strip (flags[1])
         }
         consumer_sync();
         KST(12);
 #pragma unroll
         for (int d = 0; d < 2; d++) {
-            if (flags[d] && g0) {  // sum the slots in CTA order (deterministic), the own slot from registers
+            if (flags[d]) {  // sum the slots in CTA order (deterministic), the own slot from registers
                 float4 sum[MT];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) sum[mt] = make_float4(0.f, 0.f, 0.f, 0.f);
-                const float* src = ws + (long)js[d] * TILE_FLOATS + ct * 4;
+                const float* src = ws + (long)js[d] * TILE_FLOATS + tid * 4;
                 constexpr int SB = MT == 1 ? 8 : MT == 2 ? 4 : 2;  // slots loaded together: 8 float4 in flight
                 for (int sp0 = 0; sp0 < nc[d]; sp0 += SB) {
                     float4 x[SB][MT];

@@ -30,7 +30,7 @@ from .wgmma import supported as WG_SUPPORTED
 from .quantize import CTYPE
 from .reference import TILE_K, TILE_N, bfloat16
 
-CONSUMERS, PRODUCERS = 16, 4  # warps (KBIT_STREAM_CONSUMERS / KBIT_STREAM_PRODUCERS in the .cu file)
+CONSUMERS, PRODUCERS = 8, 4  # warps (KBIT_STREAM_PRODUCERS in the .cu file)
 THREADS = 32 * (CONSUMERS + PRODUCERS)
 MAX_M = 32
 TILES = (1, 2, 4)  # token tiles of 8 (M <= 8, 16, 32)
@@ -62,8 +62,7 @@ def stage_bytes(k: int, mt: int) -> int:
 
 
 def smem_bytes(k: int, mt: int, stages: int) -> int:
-    # + mbarriers, codebook, flags, the consumer groups' half sums (MT x 256 float4)
-    return lut_bytes(k) + stages * stage_bytes(k, mt) + 16 * stages + 32 * 4 + 16 + mt * 256 * 16
+    return lut_bytes(k) + stages * stage_bytes(k, mt) + 16 * stages + 16 + 32 * 4 + 16  # + mbarriers, codebook, flags
 
 
 def _cta_of(u: int, q: int, r: int) -> int:
@@ -84,7 +83,7 @@ def plan(N: int, K: int, M: int, k: int, dev_id: int, stages: int | None = None,
     G = max(1, min(total, int(ctas) if ctas else info["sms"]))
     q, r = divmod(total, G)
     per_cta = q + (r > 0)
-    fit = (info["smem_block"] - lut_bytes(k) - 160 - mt * 256 * 16) // (stage_bytes(k, mt) + 16)
+    fit = (info["smem_block"] - lut_bytes(k) - 176) // (stage_bytes(k, mt) + 16)
     if fit < 1:
         raise ValueError(f"gemv_stream: k={k}, M={M} does not fit in shared memory")
     st = min(per_cta, fit, MAX_STAGES) if stages is None else int(stages)

@@ -26,10 +26,14 @@ _MODS = {}
 
 
 def variant_fn(opts, key):
+    """A variant's kernel: opts are compiler options, except 'src=<file in cuda_src/>' (another
+    version of the source, e.g. the previous commit's, for a same-run A/B)."""
     expr = S.STREAM.instances[key]
     mk = (opts, expr)
     if mk not in _MODS:
-        mod, low = load_arch_module(S.STREAM.source, [expr], S.STREAM.arch, opts)
+        src = next((o[4:] for o in opts if o.startswith("src=")), S.STREAM.source)
+        flags = tuple(o for o in opts if not o.startswith("src="))
+        mod, low = load_arch_module(src, [expr], S.STREAM.arch, flags)
         _MODS[mk] = (mod, mod.get_function(low[expr]))
     return _MODS[mk]
 

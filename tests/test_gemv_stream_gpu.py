@@ -97,6 +97,35 @@ def test_stream_plans_agree(k, rng):
                 cp.testing.assert_array_equal(out, again)
 
 
+@pytest.mark.parametrize("k", [2, 4, 5])
+def test_stream_first_strip_summed_by_its_publisher(k, rng):
+    """A CTA's first strip is published mid-stream by a producer thread; normally an earlier CTA
+    finishes that strip and sums it.  Built with a late publish (-DKBIT_STREAM_PUBLISH_DELAY_US),
+    the publishing CTA is the last contributor and its consumers sum the strip at the end: the
+    result must be bit-identical to the default kernel's (the sum runs in slot order)."""
+    import cupy as cp
+
+    from kbitcupy import gemv_stream as S
+    from kbitcupy._compile import load_arch_module
+
+    for (N, K), M in (((2048, 5120), 3), ((1040, 2080), 16), ((512, 2048), 32)):
+        q, Wd = _weight(cp, (N, K), k, rng)
+        A, out = _check(cp, q, Wd, M, np.float16, rng)
+        key = (k, "float16", S.tiles_for(M))
+        expr = S.STREAM.instances[key]
+        mod, low = load_arch_module(S.STREAM.source, [expr], S.STREAM.arch,
+                                    tuple(S.STREAM.options) + ("-DKBIT_STREAM_PUBLISH_DELAY_US=20",))
+        fn = mod.get_function(low[expr])
+        _, grid, block, smem, args = S.launch_args(A, q, out)
+        fn.max_dynamic_shared_size_bytes = smem
+        late = cp.full_like(out, np.nan)
+        fn(grid, block, args[:4] + (late,) + args[5:], shared_mem=smem)
+        cp.testing.assert_array_equal(out, late)
+        again = cp.full_like(out, np.nan)  # counters back at zero after the late-publish launch
+        S.gemv_stream(A, q, again)
+        cp.testing.assert_array_equal(out, again)
+
+
 def test_stream_tensor_scale_and_codebook(rng):
     import cupy as cp
 
