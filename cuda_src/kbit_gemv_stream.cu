@@ -367,6 +367,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
                 asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;\n" : "=r"(old) : "l"(counters + js[0]) : "memory");
             flags[0] = has[0] && old == nc[0] - 1;
             if (has[1]) mbar_wait(published, 0);  // the producer's publish of the first strip (flags[1])
+            else flags[1] = 0;
         }
         consumer_sync();
         KST(12);
