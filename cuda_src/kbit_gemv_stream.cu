@@ -103,10 +103,12 @@ __device__ unsigned long long kbit_stream_trace[1024 * 16];
 #endif
 constexpr int KBIT_STREAM_NP = 32 * KBIT_STREAM_PRODUCERS;
 
-// float4 loads in flight per thread in the split-K sum (slots x MT per batch; one L2 round trip per
-// batch on the summing CTA's exit path, which ends the kernel).  8 before 2026-11-25 (eighth session).
+// Slots loaded together in the split-K sum (one L2 round trip per batch on the summing CTA's exit
+// path, which ends the kernel): 8 / 4 / 4 for MT = 1 / 2 / 4.  H200, eighth session
+// (..._stream_sum.log): 4 instead of 2 at MT = 4 is 1-7 % faster; 16 float4 in flight at MT = 1, 2
+// too costs the main loop registers (80 -> 112, 119 -> 144) and was 2-5 % slower.
 #ifndef KBIT_STREAM_SUM_SLOTS
-#define KBIT_STREAM_SUM_SLOTS 16
+#define KBIT_STREAM_SUM_SLOTS (MT == 1 ? 8 : 4)
 #endif
 
 // A barrier among the consumer warps only (id 1; the producer warp never joins it).
@@ -384,7 +386,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) sum[mt] = make_float4(0.f, 0.f, 0.f, 0.f);
                 const float* src = ws + (long)js[d] * TILE_FLOATS + tid * 4;
-                constexpr int SB = KBIT_STREAM_SUM_SLOTS / MT;  // slots loaded together: 16 float4 in flight
+                constexpr int SB = KBIT_STREAM_SUM_SLOTS;
                 for (int sp0 = 0; sp0 < nc[d]; sp0 += SB) {
                     float4 x[SB][MT];
 #pragma unroll
