@@ -82,21 +82,25 @@ TABLES: Dict[str, dict] = {
     # dq + cuBLAS from M = 64 on all but k = 5.  2026-11-25 (seventh session): M = 8..48 again with the
     # streaming GEMV (kbitcupy.gemv_stream; ..._2026-11-25_stream-tune.json, the latest file): it is the
     # fastest kernel at M = 16..32 on most shapes (k = 5 gate/up from M = 8), so those get a stream band;
-    # tune_dispatch.py on all six files: every measured cell dispatched to its fastest kernel.
+    # tune_dispatch.py on all six files: every measured cell dispatched to its fastest kernel.  2026-11-25,
+    # eighth session: the dq+cuBLAS column at M = 16..512 with the new tiled dequantize kernel
+    # (..._2026-11-25_dq-tune.json) and the STREAM column after the streaming GEMV's split-K changes
+    # (..._2026-11-25_stream-tune2.json), both overlaid on the six (tune_dispatch.py +file): every measured
+    # cell dispatched to its fastest kernel.
     # Exact shapes first, size bands for other shapes (measured with fp16, used for bf16 too).
-    "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 48), (8388608, 32), (None, 32)], '*': 16},
+    "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 24), (8388608, 24), (None, 24)], '*': 16},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
-                (2, 512, 2048): (16, 16), (2, 2048, 2048): (16, 32, 1, 0, 24, 32),
-                (2, 2048, 4096): (16, 32, 24, 32, 16, 32), (2, 2048, 5120): (8, 32, 16, 32, 16, 32),
-                (2, 4096, 2048): (8, 32, 24, 32), (2, 5120, 2048): (8, 32, 16, 32), (3, 512, 2048): (16, 16),
+                (2, 512, 2048): (16, 16), (2, 2048, 2048): (16, 32, 1, 0, 24, 32), (2, 2048, 4096): (16, 32, 24, 32, 16, 32),
+                (2, 2048, 5120): (8, 32, 16, 32, 16, 32), (2, 4096, 2048): (8, 32, 24, 32, 24, 32),
+                (2, 5120, 2048): (8, 32, 16, 32, 16, 32), (3, 512, 2048): (16, 24, 1, 0, 24, 24),
                 (3, 2048, 2048): (16, 32, 1, 0, 24, 32), (3, 2048, 4096): (16, 32, 24, 32, 16, 32),
                 (3, 2048, 5120): (16, 32, 24, 32, 16, 32), (3, 4096, 2048): (8, 32, 24, 32, 24, 32),
-                (3, 5120, 2048): (8, 32, 24, 32), (4, 512, 2048): (16, 16), (4, 2048, 2048): (16, 32, 1, 0, 24, 32),
+                (3, 5120, 2048): (8, 32, 24, 32, 16, 32), (4, 512, 2048): (16, 16), (4, 2048, 2048): (16, 32, 1, 0, 24, 32),
                 (4, 2048, 4096): (16, 32, 24, 32, 24, 32), (4, 2048, 5120): (16, 32, 24, 32, 16, 32),
-                (4, 4096, 2048): (8, 32, 16, 32, 24, 32), (4, 5120, 2048): (8, 48, 24, 48),
-                (5, 512, 2048): (16, 32, 1, 0, 24, 32), (5, 2048, 2048): (16, 64, 48, 64, 24, 32),
-                (5, 2048, 4096): (16, 128, 24, 128, 16, 32), (5, 2048, 5120): (8, 128, 16, 128, 16, 32),
-                (5, 4096, 2048): (8, 64, 16, 64, 16, 32), (5, 5120, 2048): (4, 64, 8, 64, 8, 16),
+                (4, 4096, 2048): (8, 32, 16, 32, 16, 32), (4, 5120, 2048): (8, 48, 24, 48, 16, 32),
+                (5, 512, 2048): (16, 24, 1, 0, 24, 24), (5, 2048, 2048): (16, 48, 48, 48, 24, 32),
+                (5, 2048, 4096): (16, 64, 24, 64, 16, 32), (5, 2048, 5120): (8, 64, 16, 64, 16, 32),
+                (5, 4096, 2048): (8, 48, 16, 48, 16, 32), (5, 5120, 2048): (4, 48, 8, 48, 8, 32),
              }},
     # The same GPU with PDL on (kbitcupy.set_pdl): the fused GEMMs request their first weight tiles before
     # griddepcontrol.wait, dq + cuBLAS gains nothing, so the wgmma kernel wins more cells (M = 16..64 on most
@@ -105,22 +109,23 @@ TABLES: Dict[str, dict] = {
     # nvidia-h200_2026-11-24_pdl-tune-k45.json + ..._pdl-tune-k23.json; profiling/tune_dispatch.py --pdl:
     # every cell dispatched to its fastest kernel; M < 4 stays on the GEMV).  2026-11-25: with the streaming GEMV's
     # STREAM+PDL column at M = 8..48 (..._2026-11-25_stream-tune.json, latest; tune_dispatch.py --pdl on the three
-    # files: every measured cell dispatched to its fastest kernel).
-    "H200+PDL": {"gemv_max_m": 8, "gemm_max_m": {4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 48), (8388608, 32), (None, 32)], 2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], '*': 16},
-                 "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
-                    (2, 512, 2048): (16, 32, 24, 32, 24, 32), (2, 2048, 2048): (16, 32, 1, 0, 16, 32),
-                    (2, 2048, 4096): (8, 32, 24, 32, 16, 32), (2, 2048, 5120): (8, 48, 16, 48, 16, 32),
-                    (2, 4096, 2048): (8, 32, 24, 32), (2, 5120, 2048): (8, 48, 24, 48),
-                    (3, 512, 2048): (16, 32, 24, 32, 24, 32), (3, 2048, 2048): (16, 32, 1, 0, 16, 32),
-                    (3, 2048, 4096): (8, 48, 16, 48, 16, 32), (3, 2048, 5120): (8, 48, 16, 48, 16, 32),
-                    (3, 4096, 2048): (8, 48, 16, 48, 16, 16), (3, 5120, 2048): (8, 48, 16, 48),
-                    (4, 512, 2048): (16, 32, 24, 32, 24, 32), (4, 2048, 2048): (16, 32, 1, 0, 24, 32),
-                    (4, 2048, 4096): (16, 32, 24, 32, 16, 32), (4, 2048, 5120): (8, 64, 16, 64, 16, 32),
-                    (4, 4096, 2048): (16, 64, 24, 64, 16, 16), (4, 5120, 2048): (8, 64, 16, 64),
-                    (5, 512, 2048): (16, 32, 24, 32, 24, 32), (5, 2048, 2048): (16, 64, 48, 64, 16, 32),
-                    (5, 2048, 4096): (8, 128, 16, 128, 16, 32), (5, 2048, 5120): (8, 128, 16, 128, 16, 32),
-                    (5, 4096, 2048): (8, 64, 16, 64, 16, 16), (5, 5120, 2048): (3, 64, 4, 64),
-                 }},
+    # files: every measured cell dispatched to its fastest kernel).  Eighth session: dq-tune and stream-tune2 overlaid
+    # (STREAM+PDL column), every measured cell dispatched to its fastest kernel.
+    "H200+PDL": {"gemv_max_m": 8, "gemm_max_m": {4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 48), (8388608, 24), (None, 24)], 2: [(1048576, 16), (4194304, 32), (8388608, 24), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 24), (None, 16)], '*': 16},
+             "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
+                (2, 512, 2048): (16, 32, 24, 32, 24, 32), (2, 2048, 2048): (16, 32, 1, 0, 16, 32),
+                (2, 2048, 4096): (8, 32, 24, 32, 16, 32), (2, 2048, 5120): (8, 48, 16, 48, 16, 32),
+                (2, 4096, 2048): (8, 32, 24, 32, 24, 32), (2, 5120, 2048): (8, 48, 24, 48, 16, 32),
+                (3, 512, 2048): (16, 32, 24, 24, 24, 32), (3, 2048, 2048): (16, 32, 1, 0, 24, 32),
+                (3, 2048, 4096): (8, 48, 16, 48, 16, 32), (3, 2048, 5120): (8, 48, 16, 48, 16, 32),
+                (3, 4096, 2048): (8, 48, 16, 48, 16, 32), (3, 5120, 2048): (8, 48, 16, 48, 24, 32),
+                (4, 512, 2048): (16, 32, 24, 24, 24, 32), (4, 2048, 2048): (16, 32, 1, 0, 24, 32),
+                (4, 2048, 4096): (16, 32, 24, 32, 16, 32), (4, 2048, 5120): (8, 48, 16, 48, 16, 32),
+                (4, 4096, 2048): (16, 48, 24, 48, 16, 32), (4, 5120, 2048): (8, 48, 16, 48, 24, 32),
+                (5, 512, 2048): (16, 32, 24, 32, 24, 32), (5, 2048, 2048): (16, 64, 48, 64, 24, 32),
+                (5, 2048, 4096): (8, 64, 16, 64, 16, 32), (5, 2048, 5120): (8, 64, 16, 64, 24, 32),
+                (5, 4096, 2048): (8, 64, 16, 64, 16, 32), (5, 5120, 2048): (3, 64, 4, 64),
+             }},
     # NVIDIA H100 80GB HBM3 with PDL on, measured 2026-11-24 as the H200+PDL table
     # (nvidia-h100-80gb-hbm3_2026-11-24_pdl-tune-k45.json + ..._pdl-tune-k23.json; tune_dispatch.py --pdl:
     # every cell within 1.6 % of its fastest kernel).  2026-11-25: with the STREAM+PDL column at M = 8..48
@@ -206,7 +211,8 @@ def shapes_from_timings(timings: dict) -> dict:
     to which each kind is the fastest (tried in the order gemv, fused, dq as M grows; an M
     between two measured ones takes the lower one's choice); inside the fused band, the
     measured M range where the wgmma kernel beats kbit_gemm; then the measured M range where
-    the streaming GEMV beats all of them (its band overrides the others)."""
+    the streaming GEMV beats all of them (its band overrides the others, and dq winning at an M
+    the streaming GEMV serves does not end the fused band)."""
     by_shape: dict = {}
     for (k, _dt, N, K, M), us in timings.items():
         by_shape.setdefault((k, N, K), {})[M] = us
@@ -218,7 +224,11 @@ def shapes_from_timings(timings: dict) -> dict:
               and rows[M]["stream"] <= min(x for x in rows[M].values() if x is not None)]
         for M in sorted(rows):
             us = {n: x for n, x in rows[M].items() if x is not None and n != "stream"}
+            if not us:  # only the streaming GEMV measured at this M: its band below decides
+                continue
             best = min(us, key=us.get)
+            if best == "dq" and M in st:  # served by the streaming GEMV: does not end the fused band
+                continue
             if best == "gemv" and gemm_max == 0 and M <= GEMV_MAX_M:
                 gemv_max = M
             elif best in ("gemv", "gemm", "wgmma"):

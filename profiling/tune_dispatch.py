@@ -3,7 +3,8 @@ output with the GEMV, STREAM, GEMM, WGMMA and dq+cuBLAS columns over M = 1..512)
 
 usage: python profiling/tune_dispatch.py [--pdl] profiling/results/<gpu>_<date>_<tag>.json [more.json]
 A later file replaces an earlier one's cells; a file named as +path.json only replaces the columns it
-measured (e.g. a sweep of the dq+cuBLAS column alone after a change to the dequantize kernel).
+measured in cells an earlier file has (e.g. a sweep of the dq+cuBLAS column alone after a change to
+the dequantize kernel).
 --pdl: from the GEMV+PDL / GEMM+PDL / WGMMA+PDL columns (and dq+cuBLAS, which PDL does not
 change), for the family's "+PDL" table (kbitcupy.dispatch.PDL_SUFFIX).
 Prints the entry (size bands for unmeasured shapes, exact crossovers per measured
@@ -34,8 +35,9 @@ def timings(paths, cols=COLS):
                   if n in cols and isinstance(e, dict) and e.get("us") and e.get("check_ok", True)}
             if us:
                 key = (c["k"], dn, c["N"], c["K"], c["M"])
-                if update:
-                    t.setdefault(key, {}).update(us)
+                if update:  # only cells an earlier file measured (an M swept by this file alone has no other kernel)
+                    if key in t:
+                        t[key].update(us)
                 else:
                     t[key] = us
     return t
