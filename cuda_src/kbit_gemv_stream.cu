@@ -1,4 +1,4 @@
-// Streaming decode GEMV (M = 1..32, Hopper): C[M, N] = A[M, K] * W^T, W k-bit quantized in
+// Streaming decode GEMV (M = 1..64, Hopper): C[M, N] = A[M, K] * W^T, W k-bit quantized in
 // the TILED layout with E4M4 absmax.  Dispatched where measured fastest (H200: M = 16..32 on
 // most shapes); profiling/NOTES.md (seventh session) has where it wins and loses against
 // kbit_gemv and the wgmma GEMM, and what limits it.
@@ -108,8 +108,38 @@ constexpr int KBIT_STREAM_NP = 32 * KBIT_STREAM_PRODUCERS;
 // (..._stream_sum.log): 4 instead of 2 at MT = 4 is 1-7 % faster; 16 float4 in flight at MT = 1, 2
 // too costs the main loop registers (80 -> 112, 119 -> 144) and was 2-5 % slower.
 #ifndef KBIT_STREAM_SUM_SLOTS
-#define KBIT_STREAM_SUM_SLOTS (MT == 1 ? 8 : 4)
+#define KBIT_STREAM_SUM_SLOTS (MT == 1 ? 8 : MT <= 4 ? 4 : 1)
 #endif
+
+// M = 33..64 (MT = 8): the pair lookups of two blocks as in block_pair_mma, but the lane's A
+// fragments read from the stage inside the MMA loop (8 token tiles x 4 chunks would be 128
+// registers) and one accumulator chain per token tile (8 independent chains).  arow: the stage's
+// A row g (token tile 0); rows 8 mt + g >= M and blocks past K's end feed zeros.
+template <int K, typename T, int MT>
+__device__ __forceinline__ void big_pair_mma(float (&acc)[MT][4], const u32 (&wA)[K], u32 sA, const u32 (&wB)[K], u32 sB,
+                                             const unsigned char* arow, bool k_ok, int mrem, int t, u32 lut_lane) {
+    using namespace kbit_stream_detail;
+    constexpr int A_ROW = StageLayout<K, MT>::A_ROW;
+    u32 kA[4], kB[4], fA[4], fB[4];
+    block_keys<K>(wA, kA, fA);
+    block_keys<K>(wB, kB, fB);
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        u32 va[4], vb[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            va[q] = hmul2_u32(lut_lookup<K>(lut_lane, kA[q], fA[q], r), sA, T());
+            vb[q] = hmul2_u32(lut_lookup<K>(lut_lane, kB[q], fB[q], r), sB, T());
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const uint4 a = k_ok && 8 * mt < mrem ? reinterpret_cast<const uint4*>(arow + 8 * mt * A_ROW)[a_chunk(4 * t + r)]
+                                                  : make_uint4(0u, 0u, 0u, 0u);
+            mma_16816(acc[mt], va[0], vb[0], va[1], vb[1], a.x, a.y, T());
+            mma_16816(acc[mt], va[2], vb[2], va[3], vb[3], a.z, a.w, T());
+        }
+    }
+}
 
 // A barrier among the consumer warps only (id 1; the producer warp never joins it).
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
@@ -249,11 +279,13 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
     const u32 lut_lane = smem_addr(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
     const int g = lane >> 2, t = lane & 3, half = t >> 1, kb = t & 1;
     const int c0 = 16 * warp + g;  // strip columns c0 and c0 + 8
-    float acc0[MT][4], acc1[MT][4];
+    constexpr bool BIG = MT > 4;       // M > 32: big_pair_mma, one accumulator chain per token tile
+    constexpr int MT1 = BIG ? 1 : MT;  // acc1: the second chain (unused when BIG)
+    float acc0[MT][4], acc1[MT1][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc0[mt][e] = acc1[mt][e] = 0.f;
+        for (int e = 0; e < 4; e++) acc0[mt][e] = acc1[BIG ? 0 : mt][e] = 0.f;
     // v[mt] = C^T[col c0, c0 + 8][tokens 8mt + 2t, 8mt + 2t + 1] -> C
     auto write_c = [&](int j, const float4 (&v)[MT]) {
         const int n0 = j * KBIT_TILE_N + c0, n1 = n0 + 8;
@@ -301,31 +333,39 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
         }
         const unsigned char* ab = st + SL::ABS + half * 256;
         const u32 sA = scale_pair<T>(e4m4_decode(ab[c0 * 2 + kb])), sB = scale_pair<T>(e4m4_decode(ab[(c0 + 8) * 2 + kb]));
-        uint4 a[MT][4];
         const bool k_ok = t < kvalid;  // block t lies before K's end
+        if constexpr (BIG) {  // A read during the MMAs: the stage is released after them
+            big_pair_mma<K, T, MT>(acc0, wA, sA, wB, sB, st + SL::A + g * SL::A_ROW, k_ok, M - g, t, lut_lane);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(empty0 + 8 * s);
+        } else {
+            uint4 a[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            const bool ok = k_ok && 8 * mt + g < M;
-            const uint4* ap = reinterpret_cast<const uint4*>(st + SL::A + (8 * mt + g) * SL::A_ROW);
+            for (int mt = 0; mt < MT; mt++) {
+                const bool ok = k_ok && 8 * mt + g < M;
+                const uint4* ap = reinterpret_cast<const uint4*>(st + SL::A + (8 * mt + g) * SL::A_ROW);
 #pragma unroll
-            for (int e = 0; e < 4; e++) a[mt][e] = ok ? ap[a_chunk(4 * t + e)] : make_uint4(0u, 0u, 0u, 0u);
-        }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty0 + 8 * s);  // this warp is done with the stage
+                for (int e = 0; e < 4; e++) a[mt][e] = ok ? ap[a_chunk(4 * t + e)] : make_uint4(0u, 0u, 0u, 0u);
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(empty0 + 8 * s);  // this warp is done with the stage
 #ifndef KBIT_STREAM_NO_COMPUTE  // profiling/stream_probe.py: time without the dequantize + MMA
-        block_pair_mma<K, T, MT>(acc0, acc1, wA, sA, wB, sB, a, lut_lane);
+            block_pair_mma<K, T, MT>(acc0, acc1, wA, sA, wB, sB, a, lut_lane);
 #else
-        acc0[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
+            acc0[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif
+        }
         if (i < nu - 1 && (u + 1) / U == j) continue;
         // end of this CTA's part of strip j
         float4 v[MT];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            v[mt] = make_float4(acc0[mt][0] + acc1[mt][0], acc0[mt][1] + acc1[mt][1], acc0[mt][2] + acc1[mt][2],
-                                acc0[mt][3] + acc1[mt][3]);
+            const int m1 = BIG ? 0 : mt;
+            const float b = BIG ? 0.f : 1.f;  // (acc1 unused when BIG)
+            v[mt] = make_float4(acc0[mt][0] + b * acc1[m1][0], acc0[mt][1] + b * acc1[m1][1], acc0[mt][2] + b * acc1[m1][2],
+                                acc0[mt][3] + b * acc1[m1][3]);
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc0[mt][e] = acc1[mt][e] = 0.f;
+            for (int e = 0; e < 4; e++) acc0[mt][e] = acc1[m1][e] = 0.f;
         }
 #ifndef KBIT_STREAM_NO_FIXUP  // profiling/stream_probe.py: time without the split-K sums (wrong results)
         const bool whole = cta_of(j * U, q, r) == cta_of(j * U + U - 1, q, r);

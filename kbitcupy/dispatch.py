@@ -3,7 +3,7 @@
 * ``'gemv'``: the decode GEMV (kbitcupy.gemv, M <= 16),
 * ``'gemm'``: the fused dequant + MMA kernel (kbitcupy.gemm, tiled weights),
 * ``'wgmma'``: the Hopper fused dequant + wgmma kernel (kbitcupy.wgmma, sm_90 only),
-* ``'stream'``: the Hopper streaming decode GEMV (kbitcupy.gemv_stream, sm_90, M <= 32),
+* ``'stream'``: the Hopper streaming decode GEMV (kbitcupy.gemv_stream, sm_90, M <= 64),
 * ``'dq'``:   dequantize into a reused buffer + cuBLAS (kbitcupy.dequant_matmul).
 
 ``choose(M, N, K, k, dtype)`` reads a table of measured crossovers for the current
@@ -22,7 +22,7 @@ crossovers per measured (k, N, K): ``(gemv_max_m, gemm_max_m)`` or
 ``(gemv_max_m, gemm_max_m, wgmma_lo, wgmma_hi)``: inside the fused band, M in
 [wgmma_lo, wgmma_hi] runs the wgmma kernel instead of kbit_gemm (only measured shapes
 get it); ``(gemv_max_m, gemm_max_m, wgmma_lo, wgmma_hi, stream_lo, stream_hi)``: M in
-[stream_lo, stream_hi] (<= 32) runs the streaming GEMV, whatever the other bands say
+[stream_lo, stream_hi] (<= 64) runs the streaming GEMV, whatever the other bands say
 (``(1, 0)`` = no wgmma band).
 
 Re-tuning (on the GPU to tune, e.g. after a kernel change):
@@ -44,7 +44,7 @@ import os
 from typing import Dict, Optional
 
 GEMV_MAX_M = 16  # kbitcupy.gemv.MAX_M (not imported: this module stays importable without CuPy)
-STREAM_MAX_M = 32  # kbitcupy.gemv_stream.MAX_M
+STREAM_MAX_M = 64  # kbitcupy.gemv_stream.MAX_M
 
 # Measured crossovers per GPU family (profiling/tune_dispatch.py turns a bench.py JSON
 # with M = 1..512 into an entry).

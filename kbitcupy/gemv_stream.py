@@ -1,4 +1,4 @@
-"""Launcher for the streaming decode GEMV (cuda_src/kbit_gemv_stream.cu), sm_90, M = 1..32.
+"""Launcher for the streaming decode GEMV (cuda_src/kbit_gemv_stream.cu), sm_90, M = 1..64.
 
 kbitcupy.matmul runs it where the GPU family's dispatch table has a measured stream band
 (kbitcupy.dispatch; H200: M = 16..32 on most Qwen3-Coder-Next shapes, the fastest kernel
@@ -32,8 +32,8 @@ from .reference import TILE_K, TILE_N, bfloat16
 
 CONSUMERS, PRODUCERS = 8, 4  # warps (KBIT_STREAM_PRODUCERS in the .cu file)
 THREADS = 32 * (CONSUMERS + PRODUCERS)
-MAX_M = 32
-TILES = (1, 2, 4)  # token tiles of 8 (M <= 8, 16, 32)
+MAX_M = 64
+TILES = (1, 2, 4, 8)  # token tiles of 8 (M <= 8, 16, 32, 64)
 MAX_STAGES = 16
 
 
@@ -128,7 +128,7 @@ def launch_args(A, qw, out, plan_override=None):
 
 
 def gemv_stream(A, qw, out, plan_override=None):
-    """out[M, N] = A[M, K] @ W^T (M <= 32) with the streaming kernel, on the current
+    """out[M, N] = A[M, K] @ W^T (M <= 64) with the streaming kernel, on the current
     stream; validated CuPy arrays (kbitcupy.matmul checks them)."""
     fn, grid, block, smem, args = launch_args(A, qw, out, plan_override)
     _pdl.launch(fn, grid, block, args, smem, pdl=args[-1])

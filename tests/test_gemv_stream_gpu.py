@@ -1,4 +1,4 @@
-"""GPU streaming decode GEMV (kbitcupy.gemv_stream, sm_90, M = 1..32) against the float64
+"""GPU streaming decode GEMV (kbitcupy.gemv_stream, sm_90, M = 1..64) against the float64
 reference of the dequantized weight."""
 import numpy as np
 import pytest
@@ -60,7 +60,7 @@ def test_stream_dense_shapes(name, k, rng):
 
     q, Wd = _weight(cp, DENSE[name], k, rng)
     for dt in (np.float16, kb.bfloat16):
-        for M in (1, 2, 3, 4, 8, 9, 16, 17, 32):
+        for M in (1, 2, 3, 4, 8, 9, 16, 17, 32, 33, 64):
             _check(cp, q, Wd, M, dt, rng)
 
 
@@ -73,7 +73,7 @@ def test_stream_edge_shapes(shape, k, rng):
 
     q, Wd = _weight(cp, shape, k, rng)
     for dt in (np.float16, kb.bfloat16):
-        for M in (1, 7, 13, 25):
+        for M in (1, 7, 13, 25, 57):
             _check(cp, q, Wd, M, dt, rng)
 
 
@@ -88,7 +88,7 @@ def test_stream_plans_agree(k, rng):
 
     for N, K in ((1040, 2080), (272, 4160), (2048, 5120)):
         q, Wd = _weight(cp, (N, K), k, rng)
-        for M in (1, 5, 12, 30):
+        for M in (1, 5, 12, 30, 47):
             for ov in ((("stages", 1),), (("stages", 2),), (("ctas", 7), ("stages", 3)), (("ctas", 50),),
                        (("ctas", 1), ("stages", 4)), (("ctas", 1000),)):
                 A, out = _check(cp, q, Wd, M, np.float16, rng, ov)
@@ -108,7 +108,7 @@ def test_stream_first_strip_summed_by_its_publisher(k, rng):
     from kbitcupy import gemv_stream as S
     from kbitcupy._compile import load_arch_module
 
-    for (N, K), M in (((2048, 5120), 3), ((1040, 2080), 16), ((512, 2048), 32)):
+    for (N, K), M in (((2048, 5120), 3), ((1040, 2080), 16), ((512, 2048), 32), ((2048, 4096), 64)):
         q, Wd = _weight(cp, (N, K), k, rng)
         A, out = _check(cp, q, Wd, M, np.float16, rng)
         key = (k, "float16", S.tiles_for(M))
@@ -201,8 +201,8 @@ def test_stream_bad_inputs(rng):
     from kbitcupy.gemv_stream import gemv_stream
 
     q, _ = _weight(cp, (512, 2048), 4, rng)
-    with pytest.raises(ValueError, match="M = 1..32"):
-        gemv_stream(cp.zeros((33, 2048), cp.float16), q, cp.zeros((33, 512), cp.float16))
+    with pytest.raises(ValueError, match="M = 1..64"):
+        gemv_stream(cp.zeros((65, 2048), cp.float16), q, cp.zeros((65, 512), cp.float16))
     qf = kb.quantize(cp.ones((512, 2048), cp.float32), 4, layout="flat")
     with pytest.raises(ValueError, match="tiled"):
         gemv_stream(cp.zeros((1, 2048), cp.float16), qf, cp.zeros((1, 512), cp.float16))
