@@ -20,7 +20,7 @@ for k in (2, 4, 5):
     for N, K in ((200, 416), (130, 1088)):  # N % 128 != 0; K % 64 == 32 / K % 128 == 64
         q = kb.quantize(cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02), k)
         Wd = kb.dequantize(q, np.float32).astype(cp.float64)
-        for M in (3, 17, 30):
+        for M in (3, 17, 30, 50):  # MT = 1, 4, 4, 8
             A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
             ref = A.astype(cp.float64) @ Wd.T
             for ov in (None, (("stages", 1), ("ctas", 3)), (("ctas", 50),)):
