@@ -126,11 +126,7 @@ __device__ __forceinline__ void big_pair_mma(float (&acc)[MT][4], const u32 (&wA
 #pragma unroll
     for (int r = 0; r < 4; r++) {
         u32 va[4], vb[4];
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            va[q] = hmul2_u32(lut_lookup<K>(lut_lane, kA[q], fA[q], r), sA, T());
-            vb[q] = hmul2_u32(lut_lookup<K>(lut_lane, kB[q], fB[q], r), sB, T());
-        }
+        chunk_pairs<K, T>(va, vb, kA, fA, sA, kB, fB, sB, r, lut_lane);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             const uint4 a = k_ok && 8 * mt < mrem ? reinterpret_cast<const uint4*>(arow + 8 * mt * A_ROW)[a_chunk(4 * t + r)]

@@ -96,6 +96,18 @@ __device__ __forceinline__ void block_keys(const u32 (&w)[K], u32 (&keys)[4], u3
     if (K == 5) plane4_fields(w[K - 1], f);
 }
 
+// Chunk r (elements 8r..8r+7) of two blocks as MMA operand pairs: va[q] / vb[q] = the scaled
+// levels of elements (8r + 2q, 8r + 2q + 1) of block A / B (four pair lookups each + HMUL2).
+template <int K, typename T>
+__device__ __forceinline__ void chunk_pairs(u32 (&va)[4], u32 (&vb)[4], const u32 (&kA)[4], const u32 (&fA)[4], u32 sA,
+                                            const u32 (&kB)[4], const u32 (&fB)[4], u32 sB, int r, u32 lut_lane) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        va[q] = hmul2_u32(lut_lookup<K>(lut_lane, kA[q], fA[q], r), sA, T());
+        vb[q] = hmul2_u32(lut_lookup<K>(lut_lane, kB[q], fB[q], r), sB, T());
+    }
+}
+
 // Two quantization blocks (columns g and g+8 of a 16-column group, 32 weights each)
 // against up to 8 token rows.  The weights are the MMA's A operand (16 rows = 16
 // columns, every fragment register holds data) and the activations the B operand
@@ -113,11 +125,7 @@ __device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc
 #pragma unroll
     for (int r = 0; r < 4; r++) {
         u32 va[4], vb[4];
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            va[q] = hmul2_u32(lut_lookup<K>(lut_lane, kA[q], fA[q], r), sA, T());
-            vb[q] = hmul2_u32(lut_lookup<K>(lut_lane, kB[q], fB[q], r), sB, T());
-        }
+        chunk_pairs<K, T>(va, vb, kA, fA, sA, kB, fB, sB, r, lut_lane);
         // k-slots (2t, 2t+1) <- pair q=0 (elements 8r, 8r+1); (2t+8, 2t+9) <- q=1
         float (&acc)[MT][4] = r < 2 ? acc0 : acc1;
 #pragma unroll

@@ -1,5 +1,5 @@
 // quantize, dequantize (flat and tiled), repack (flat -> tiled).
-// Bit-exact with kbitcupy/reference.py (kbit_dequant_lut: see its comment).
+// Bit-exact with kbitcupy/reference.py (kbit_dequant_tile: see its comment).
 #include "kbit_pairlut.cuh"
 
 // One warp per 32-element block: warp absmax, E4M4 (or float32) scale, nearest
@@ -97,75 +97,21 @@ __global__ void __launch_bounds__(256) kbit_dequantize(const u32* __restrict__ p
     }
 }
 
-// Dequantize for the dequant + cuBLAS matmul path (tiled layout, E4M4 absmax):
-// W[N, K] / tensor_scale in T (the GEMM applies the power-of-two tensor scale as its
-// alpha), computed like the fused kernels' MMA operands: pair-table lookup (two fp16/
-// bf16 levels per shared-memory load) times the E4M4 scale (exact in fp16/bf16) with
-// one HMUL2, instead of kbit_dequantize's bit-by-bit index extraction and fp32 multiply.
-// Thread (row n, i): block kb = i / 4 of row n, elements 8 (i % 4) .. +7 -> one 16-byte
-// store, so a warp writes 512 contiguous bytes.  CTAs stride over rows, R rows per pass
-// with all their loads issued before any compute.  H200, 2026-11-22 (gate/up, k = 4;
-// profiling/NOTES.md): kbit_dequantize 12.7 us; this kernel with one row per pass
-// 15.3 us (latency-bound), with R = 4 10.1 us; one thread per whole block (keys once,
-// but four 16-byte stores 64 bytes apart across the warp) 20.9 us.
-template <int K, typename T>
-__global__ void __launch_bounds__(256) kbit_dequant_lut(const u32* __restrict__ packed, const u8* __restrict__ absmax,
-                                                        const float* __restrict__ codebook, T* __restrict__ out, int N,
-                                                        int Kdim) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    u32* lut = reinterpret_cast<u32*>(smem);
-    float* cb_s = reinterpret_cast<float*>(smem + PairLut<K>::WORDS * 4);
-    if (threadIdx.x < 32) cb_s[threadIdx.x] = threadIdx.x < (1 << K) ? codebook[threadIdx.x] : 0.0f;
-    __syncthreads();
-    build_pair_lut<K, T>(lut, cb_s);
-    __syncthreads();
-    const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4u * (threadIdx.x & (PairLut<K>::COPIES - 1));
-    const int kblocks = Kdim >> 5;
-    const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
-    constexpr int R = 4;
-    for (int n0 = blockIdx.x; n0 < N; n0 += R * gridDim.x) {
-        for (int i = threadIdx.x; i < kblocks * 4; i += blockDim.x) {
-            const int kb = i >> 2, part = i & 3;
-            u32 w[R][K];
-            u32 code[R];
-#pragma unroll
-            for (int j = 0; j < R; j++) {
-                const int n = n0 + j * gridDim.x;
-                if (n < N) {
-                    const long woff = tiled_word_offset<K>(n, kb, n_tiles);
-                    load_planes<K>(w[j], packed + woff);
-                    code[j] = absmax[woff / K];  // absmax index = word offset / k
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < R; j++) {
-                const int n = n0 + j * gridDim.x;
-                if (n < N) {
-                    const u32 s2 = scale_pair<T>(e4m4_decode(code[j]));
-                    u32 keys[4], f[4];
-                    block_keys<K>(w[j], keys, f);
-                    uint4 r;  // byte `part` of keys[q] = pair (8 part + 2q, + 1)
-                    r.x = hmul2_u32(lut_lookup<K>(lut_lane, keys[0], f[0], part), s2, T());
-                    r.y = hmul2_u32(lut_lookup<K>(lut_lane, keys[1], f[1], part), s2, T());
-                    r.z = hmul2_u32(lut_lookup<K>(lut_lane, keys[2], f[2], part), s2, T());
-                    r.w = hmul2_u32(lut_lookup<K>(lut_lane, keys[3], f[3], part), s2, T());
-                    *reinterpret_cast<uint4*>(out + (long)n * Kdim + 32 * kb + 8 * part) = r;
-                }
-            }
-        }
-    }
-}
-
-// The same dequantization, one 128-column x 64-K layout tile at a time (the weight's own
-// memory order): thread t of 256 owns block slot t of the tile (column t / 2, K block
-// t % 2), whose k plane words are contiguous (a warp reads 32 x 4k contiguous bytes, the
-// absmax one byte per thread), computes its 32 elements (16 pair lookups + HMUL2) into a
-// shared-memory copy of the tile's 128 output rows, and after one barrier the CTA writes
-// those rows as whole 128-byte lines (8 lanes per row).  Persistent CTAs stride over the
-// tiles, the next tile's words requested before this tile's arithmetic; two row buffers,
-// so one barrier per tile.  Why: kbit_dequant_lut (above) gives each of 4 threads the
-// whole block's keys and reads blocks across 4 tiles per warp; on gate/up it took ~10 us
-// (~19 instructions per element), which made dq + cuBLAS ~2x fp16 at M >= 64.
+// Dequantize for the dequant + cuBLAS matmul path (tiled layout, E4M4 absmax): W[N, K] /
+// tensor_scale in T (the GEMM applies the power-of-two tensor scale as its alpha), computed
+// like the fused kernels' MMA operands: pair-table lookup (two fp16/bf16 levels per shared-
+// memory load) times the E4M4 scale (exact in fp16/bf16) with one HMUL2, instead of
+// kbit_dequantize's bit-by-bit index extraction and fp32 multiply.  One 128-column x 64-K
+// layout tile at a time (the weight's own memory order): thread t of 256 owns block slot t of
+// the tile (column t / 2, K block t % 2), whose k plane words are contiguous (a warp reads
+// 32 x 4k contiguous bytes, the absmax one byte per thread), computes its 32 elements into a
+// shared-memory copy of the tile's 128 output rows, and after one barrier the CTA writes those
+// rows as whole 128-byte lines (8 lanes per row).  Persistent CTAs stride over the tiles, the
+// next tile's words requested before this tile's work; two row buffers, so one barrier per
+// tile.  H200 (profiling/NOTES.md, eighth session): gate/up k = 4 7.6 us, against 10.3 us for
+// the earlier kernel (four threads per block, each computing the whole block's keys, a warp
+// reading blocks across four tiles; removed after commit 63cf4a4) and 12.7 us for the bit-exact
+// kbit_dequantize; the fp16 writes (21 MB) bound it (4 tiles in flight per CTA: no change).
 template <int K, typename T>
 __global__ void __launch_bounds__(256) kbit_dequant_tile(const u32* __restrict__ packed, const u8* __restrict__ absmax,
                                                          const float* __restrict__ codebook, T* __restrict__ out, int N,

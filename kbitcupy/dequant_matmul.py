@@ -25,7 +25,6 @@ inside a capture; ``reserve`` prepares a stream ahead of a capture.
 """
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -203,10 +202,7 @@ def cublas_gemm_nt(A, W, out, alpha: float = 1.0):
 
 
 # ----------------------------------------------------------------------------- dequantize
-_LUT_LAUNCH: dict = {}  # (device, k, dtype name, kernel) -> (kernel, max grid, dynamic shared memory)
-# Which tiled dequantize kernel runs: "tile" (kbit_dequant_tile, the default) or "lut"
-# (kbit_dequant_lut, the earlier one; kept for the A/B in profiling/dq_ab.py).
-DEQUANT_KERNEL = os.environ.get("KBIT_DQ_KERNEL", "tile")
+_LUT_LAUNCH: dict = {}  # (device, k, dtype name) -> (kernel, max grid, dynamic shared memory)
 _ROW_BYTES = 2 * 128 * 144  # kbit_dequant_tile's two row buffers
 
 
@@ -215,28 +211,25 @@ def _lut_needs(qw) -> bool:
 
 
 def _dequant_lut(qw, dtype_name: str, out, dev: int):
-    """Launch the tiled dequantize kernel on the current stream (arguments already checked)."""
-    kind = DEQUANT_KERNEL
-    key = (dev, qw.k, dtype_name, kind)
+    """Launch kbit_dequant_tile on the current stream (arguments already checked)."""
+    key = (dev, qw.k, dtype_name)
     launch = _LUT_LAUNCH.get(key)
     if launch is None:
         from .gemm import device_info
         from .gemv import lut_bytes
         from .quantize import QUANT
 
-        if kind not in ("tile", "lut"):
-            raise ValueError(f"KBIT_DQ_KERNEL must be 'tile' or 'lut', got {kind!r}")
-        fn = QUANT.function(("dqt" if kind == "tile" else "dql", qw.k, dtype_name))
-        smem = lut_bytes(qw.k) + 128 + (_ROW_BYTES if kind == "tile" else 0)  # pair table + codebook (+ rows)
+        fn = QUANT.function(("dqt", qw.k, dtype_name))
+        smem = lut_bytes(qw.k) + 128 + _ROW_BYTES  # pair table + codebook + row buffers
         if smem > 48 * 1024:
             fn.max_dynamic_shared_size_bytes = smem
         info = device_info(dev)
         per_sm = max(1, min(8, info["smem_sm"] // (smem + info["smem_reserved"])))  # 256-thread CTAs
-        launch = _LUT_LAUNCH[key] = (fn, info["sms"] * per_sm, smem, kind)
-    fn, grid, smem, kind = launch
+        launch = _LUT_LAUNCH[key] = (fn, info["sms"] * per_sm, smem)
+    fn, grid, smem = launch
     N, K = qw.shape
-    work = ((N + 127) // 128) * ((K + 63) // 64) if kind == "tile" else N  # tiles / rows
-    fn((min(work, grid),), (256,), (qw.packed, qw.absmax, qw.codebook, out, np.int32(N), np.int32(K)), shared_mem=smem)
+    tiles = ((N + 127) // 128) * ((K + 63) // 64)
+    fn((min(tiles, grid),), (256,), (qw.packed, qw.absmax, qw.codebook, out, np.int32(N), np.int32(K)), shared_mem=smem)
     return out
 
 
@@ -256,7 +249,7 @@ def dequant_matmul(A, qw, out):
     """out[M, N] = A[M, K] @ W^T: dequantize (tiled or flat weight) into the reused buffer,
     then cuBLAS.  A, out: contiguous CuPy fp16/bf16 arrays of one dtype (validated by matmul).
     A tiled weight with E4M4 absmax goes through dequant_lut (gate/up k = 4 on an H200,
-    2026-11-22: 10.1 us against kbitcupy.dequantize's 12.7) and the tensor scale becomes
+    2026-11-25: 7.6 us against kbitcupy.dequantize's 12.7) and the tensor scale becomes
     cuBLAS' alpha."""
     import cupy as cp
 

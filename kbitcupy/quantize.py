@@ -26,7 +26,6 @@ def _instances():
                 inst[("dq", k, t, a, False)] = f"kbit_dequantize<{k}, {CTYPE[t]}, {CTYPE[a]}, false>"
             inst[("dq", k, t, "uint8", True)] = f"kbit_dequantize<{k}, {CTYPE[t]}, unsigned char, true>"
             if t != "float32":
-                inst[("dql", k, t)] = f"kbit_dequant_lut<{k}, {CTYPE[t]}>"
                 inst[("dqt", k, t)] = f"kbit_dequant_tile<{k}, {CTYPE[t]}>"
         for a in ("uint8", "float32"):
             inst[("rp", k, a)] = f"kbit_repack<{k}, {CTYPE[a]}>"

@@ -1,8 +1,7 @@
-"""Dequant + cuBLAS (the large-M matmul path), piece by piece, for the two tiled dequantize
-kernels (kbit_dequant_tile, the default, and kbit_dequant_lut, the earlier one) in one run
-(GPU machine): the dequantize alone, cuBLAS alone on the (L2-hot) dequantized buffer, the
+"""Dequant + cuBLAS (the large-M matmul path), piece by piece (GPU machine): the dequantize alone, cuBLAS alone on the (L2-hot) dequantized buffer, the
 whole dequant_matmul, fp16 cuBLAS on cold rotated fp16 weights and the speed of light of the
-packed bytes.  Cold L2 and graph replay (bench_foundation.time_rotated).
+packed bytes.  Cold L2 and graph replay (bench_foundation.time_rotated).  (The eighth session's
+A/B against the earlier dequantize kernel, KINDS=tile,lut, ran at commit 63cf4a4, which had both.)
 
     SHAPES=gateup,down KS=4 MS=32,128 python3 profiling/dq_ab.py > out.md
 """
@@ -25,12 +24,12 @@ def main():
     shapes = os.environ.get("SHAPES", "gateup,down,Q,O,KV").split(",")
     ks = [int(x) for x in os.environ.get("KS", "4").split(",")]
     Ms = [int(x) for x in os.environ.get("MS", "16,32,64,128,256,512").split(",")]
-    kinds = os.environ.get("KINDS", "tile,lut").split(",")
+    kinds = ["tile"]
     props = cp.cuda.runtime.getDeviceProperties(0)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     print(f"# dequant + cuBLAS pieces: {name}, {datetime.date.today().isoformat()}\n")
     print(f"- Command: `SHAPES={','.join(shapes)} KS={','.join(map(str, ks))} MS={','.join(map(str, Ms))} "
-          f"KINDS={','.join(kinds)} python3 profiling/dq_ab.py`")
+          "python3 profiling/dq_ab.py`")
     print("- us per launch, cold L2 (rotated weight copies), graph replay; fp16 = cuBLAS (cublasGemmEx, as "
           "dequant_matmul) on rotated fp16 weights; gemm(hot) = the same GEMM on one dequantized buffer "
           "(L2-resident, as dequant_matmul's); SOL = streaming read of the packed bytes.\n")
@@ -49,7 +48,6 @@ def main():
             buf = cp.empty((N, K), cp.float16)
             dq = {}
             for kind in kinds:
-                DM.DEQUANT_KERNEL = kind
                 dq[kind] = time_rotated([lambda qq=qq: DM.dequant_lut(qq, "float16", buf) for qq in qs])
             for M in Ms:
                 A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
@@ -58,7 +56,6 @@ def main():
                 ghot = time_rotated([lambda: DM.cublas_gemm_nt(A, hot, out)] * 8)
                 full = {}
                 for kind in kinds:
-                    DM.DEQUANT_KERNEL = kind
                     full[kind] = time_rotated([lambda qq=qq: DM.dequant_matmul(A, qq, out) for qq in qs])
                     ref = A.astype(cp.float64) @ kb.dequantize(q, np.float32).astype(cp.float64).T
                     DM.dequant_matmul(A, q, out)
@@ -66,7 +63,6 @@ def main():
                     assert err < 1e-2, (sname, k, M, kind, err)
                 rows.append((sname, k, M, sol, fp16, ghot, dq, full))
                 print(f"<!-- {sname} k={k} M={M} done -->", file=sys.stderr)
-    DM.DEQUANT_KERNEL = "tile"
     hdr = ["shape", "k", "M", "SOL", "fp16", "gemm(hot)"] + [f"dq {x}" for x in kinds] + \
         [f"dq+cuBLAS {x}" for x in kinds] + [f"vs fp16 ({x})" for x in kinds]
     print("| " + " | ".join(hdr) + " |")

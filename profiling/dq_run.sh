@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
 # Eighth session: the tiled dequantize kernel for dq + cuBLAS (GPU machine).
 #   OUT=/tmp/out bash profiling/dq_run.sh
-set -u
-OUT=${OUT:-/tmp/kbit_out}
-mkdir -p "$OUT"
-export PYTHONPATH=$(pwd)${PYTHONPATH:+:$PYTHONPATH}
-export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/cupy_cache}
+. profiling/run_env.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 python3 -m pytest -q -m gpu tests/test_gemm_gpu.py -k "dequant" > "$OUT/tests_dq.log" 2>&1; tail -3 "$OUT/tests_dq.log"
 SHAPES=${SHAPES:-gateup,down,Q,O,KV} KS=${KS:-2,4,5} MS=${MS:-16,32,64,128,512} \

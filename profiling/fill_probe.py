@@ -137,27 +137,28 @@ def main():
             print(f"| {nbytes} | {kind} | {cfg} | {us:.2f} | {nbytes / sms / us / 1e3:.1f} | {sol / us:.2f} |",
                   flush=True)
 
-        row("SOL", "bench_foundation.sol_time", sol)
-        for B in (1, 2, 4, 8):
+        def share(B):
+            """(grid, 16-byte chunks per CTA, shared bytes per CTA, fits in 200 KB per SM) for B CTAs per SM."""
             G = sms * B
             per = -(-n16 // G)
+            return G, per, per * 16, per * 16 <= 200 * 1024 // B
+
+        row("SOL", "bench_foundation.sol_time", sol)
+        for B in (1, 2, 4, 8):
+            G, per, _, _ = share(B)
             fn = mod.get_function("ldg")
             row("ldg", f"{B} CTA/SM x 256, 4 in flight", time_rotated(
                 [lambda b=b: fn((G,), (256,), (b, np.int64(n16), np.int32(per), sink)) for b in bufs]))
         for B, T in ((1, 128), (1, 256), (1, 512), (1, 1024), (2, 256)):
-            G = sms * B
-            per = -(-n16 // G)
-            smem = per * 16
-            if smem > 200 * 1024 // B:
+            G, per, smem, fits = share(B)
+            if not fits:
                 continue
             fn = mod.get_function("cpasync")
             fn.max_dynamic_shared_size_bytes = smem
             row("cpasync", f"{B} CTA/SM x {T}", time_rotated(
                 [lambda b=b: fn((G,), (T,), (b, np.int64(n16), np.int32(per), sink), shared_mem=smem) for b in bufs]))
-        G = sms
-        per = -(-n16 // G)
-        smem = per * 16
-        if smem <= 200 * 1024:
+        G, per, smem, fits = share(1)
+        if fits:
             fn = mod.get_function("cpasync_units")
             fn.max_dynamic_shared_size_bytes = smem
             for mode, T, what in ((0, 128, "arrive.noinc per unit, all threads"), (1, 128, "commit group per unit"),
@@ -167,10 +168,8 @@ def main():
                     [lambda b=b: fn((G,), (T,), (b, np.int64(n16), np.int32(per), np.int32(8192), np.int32(mode), sink),
                                     shared_mem=smem) for b in bufs]))
         for B in (1, 2):
-            G = sms * B
-            per = -(-n16 // G)
-            smem = per * 16
-            if smem > 200 * 1024 // B:
+            G, per, smem, fits = share(B)
+            if not fits:
                 continue
             fn = mod.get_function("bulk")
             fn.max_dynamic_shared_size_bytes = smem

@@ -5,11 +5,7 @@
 #                  memcheck of sanitize_driver.py (every family, dequant + cuBLAS with the tiled dequantize)
 #   STEP=bench MS=1,2,4,8,16 TAG=final14a: the dense table with the dispatched matmul
 #   OUT=/tmp/out STEP=tests bash profiling/final_run8.sh
-set -u
-OUT=${OUT:-/tmp/kbit_out}
-mkdir -p "$OUT"
-export PYTHONPATH=$(pwd)${PYTHONPATH:+:$PYTHONPATH}
-export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/cupy_cache}
+. profiling/run_env.sh
 case "${STEP:-tests}" in
 tests)
   python3 profiling/warm_cache.py 2>&1 | tail -1

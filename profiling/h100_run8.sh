@@ -4,11 +4,7 @@
 # dq+cuBLAS at M = 16..512 (tiled dequantize kernel), STREAM / STREAM+PDL at M = 8..32 (split-K
 # publish / sums) and at M = 48, 64 beside WGMMA and dq+cuBLAS (MT = 8).
 #   OUT=/tmp/out bash profiling/h100_run8.sh
-set -u
-OUT=${OUT:-/tmp/kbit_out}
-mkdir -p "$OUT"
-export PYTHONPATH=$(pwd)${PYTHONPATH:+:$PYTHONPATH}
-export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/cupy_cache}
+. profiling/run_env.sh
 nvidia-smi --query-gpu=name --format=csv,noheader
 python3 -m pytest -q -m gpu tests/test_gemv_stream_gpu.py tests/test_gemm_gpu.py -k "stream or dequant" > "$OUT/tests.log" 2>&1; tail -2 "$OUT/tests.log"
 B="python3 profiling/bench.py --out $OUT --k 2,3,4,5 --reps 15"

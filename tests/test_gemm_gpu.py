@@ -311,36 +311,31 @@ def test_gemm_cuda_graph(k_splits, rng):
 
 
 # ----------------------------------------------------------------------------- dequant + cuBLAS
-@pytest.mark.parametrize("kind", ["tile", "lut"])
 @pytest.mark.parametrize("k", [2, 3, 4, 5])
-def test_dequant_lut(k, kind, rng, monkeypatch):
-    """The matmul path's pair-table dequantize (W / tensor_scale) against the exact one: equal
-    up to one rounding of the activation dtype, every element written (NaN-poisoned buffer),
-    nothing written past [N, K] (a poisoned guard after it), K % 64 == 32 and N not a multiple
-    of 128 included; both kernels (tile: the default, lut: the earlier one) bit-identical."""
+def test_dequant_lut(k, rng):
+    """The matmul path's pair-table dequantize (kbit_dequant_tile: W / tensor_scale) against the
+    exact one: equal up to one rounding of the activation dtype, every element written
+    (NaN-poisoned buffer), nothing written past [N, K] (a poisoned guard after it), K % 64 == 32
+    and N not a multiple of 128 included; repeated calls bit-identical."""
     import cupy as cp
 
-    from kbitcupy import dequant_matmul as DM
+    from kbitcupy.dequant_matmul import dequant_lut
 
-    monkeypatch.setattr(DM, "DEQUANT_KERNEL", kind)
     for (N, K), scale in (((200, 160), 0.02), ((5120, 2048), 0.02), ((72, 224), 500.0), ((130, 4096), 0.02)):
         q, Wd = _weight(N, K, k, rng, scale=scale)
         for dt in DTYPES:
             big = cp.full(N * K + 4096, np.nan, dtype=dt)
             out = big[: N * K].reshape(N, K)
-            DM.dequant_lut(q, _dn(dt), out)
+            dequant_lut(q, _dn(dt), out)
             assert bool(cp.isnan(big[N * K:]).all()), "wrote past the output"
             got = out.astype(cp.float64) * q.tensor_scale
             ulp = 2.0 ** -10 if _dn(dt) == "float16" else 2.0 ** -7
             assert not bool(cp.isnan(got).any())
             bad = cp.abs(got - Wd) > 2 * ulp * cp.abs(Wd) + 1e-30
             assert not bool(bad.any()), ((N, K), k, _dn(dt), int(bad.sum()))
-            if kind == "tile":  # same arithmetic as the earlier kernel: bit-identical
-                monkeypatch.setattr(DM, "DEQUANT_KERNEL", "lut")
-                other = cp.full((N, K), np.nan, dtype=dt)
-                DM.dequant_lut(q, _dn(dt), other)
-                monkeypatch.setattr(DM, "DEQUANT_KERNEL", "tile")
-                assert bool((out.view(cp.uint16) == other.view(cp.uint16)).all())
+            again = cp.full((N, K), np.nan, dtype=dt)
+            dequant_lut(q, _dn(dt), again)
+            assert bool((out.view(cp.uint16) == again.view(cp.uint16)).all())
 
 
 @pytest.mark.parametrize("layout", ["tiled", "flat"])
