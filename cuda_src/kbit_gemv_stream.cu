@@ -1,7 +1,8 @@
 // Streaming decode GEMV (M = 1..64, Hopper): C[M, N] = A[M, K] * W^T, W k-bit quantized in
 // the TILED layout with E4M4 absmax.  Dispatched where measured fastest (H200: M = 16..32 on
-// most shapes); profiling/NOTES.md (seventh session) has where it wins and loses against
-// kbit_gemv and the wgmma GEMM, and what limits it.
+// every big shape, to 64 on down); profiling/NOTES.md (seventh and eighth sessions) has where
+// it wins and loses against kbit_gemv, the wgmma GEMM and dq + cuBLAS, and what limits it (the
+// consumers' per-unit time, not the stage fill).
 //
 // Why try a second decode kernel: kbit_gemv (one block per 16-column group, the weights in
 // a register ring) reaches only 50-63 % of the speed-of-light read on the H200, because
@@ -17,11 +18,12 @@
 //  * consumer warp w owns columns 16w..16w+15 of the strip, lane (g, t) columns g and
 //    g + 8 and quantization block t of the unit (K tile t / 2, block t % 2), and feeds the
 //    pair-table lookups to mma.sync exactly as kbit_gemv does (block_pair_mma,
-//    kbit_pairlut.cuh), fp32 accumulation, MT token tiles of 8;
+//    kbit_pairlut.cuh; big_pair_mma for MT = 8), fp32 accumulation, MT token tiles of 8;
 //  * a CTA's middle strips are whole and written directly; its first and last strip may
 //    be shared with neighbouring CTAs and go through per-CTA fp32 slots (split-K): one
-//    counter atomic (acq_rel) per shared strip at the CTA's end, and the CTA that
-//    completes a strip sums its slots in CTA order (deterministic; counters return to 0).
+//    counter atomic (acq_rel) per shared strip -- the first strip's by a producer thread
+//    mid-stream, the last strip's at the CTA's end -- and the CTA that completes a strip
+//    sums its slots in CTA order (deterministic; counters return to 0).
 // A rows are copied kvalid x 64 bytes per row (never past K); lanes whose block lies past
 // K, and token rows >= M, feed zeros to the MMA.
 //
