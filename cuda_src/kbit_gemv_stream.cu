@@ -18,7 +18,8 @@
 //  * consumer warp w owns columns 16w..16w+15 of the strip, lane (g, t) columns g and
 //    g + 8 and quantization block t of the unit (K tile t / 2, block t % 2), and feeds the
 //    pair-table lookups to mma.sync exactly as kbit_gemv does (block_pair_mma,
-//    kbit_pairlut.cuh; big_pair_mma for MT = 8), fp32 accumulation, MT token tiles of 8;
+//    kbit_pairlut.cuh; for MT = 8 reading A inside its loop), fp32 accumulation, MT token
+//    tiles of 8;
 //  * a CTA's middle strips are whole and written directly; its first and last strip may
 //    be shared with neighbouring CTAs and go through per-CTA fp32 slots (split-K): one
 //    counter atomic (acq_rel) per shared strip -- the first strip's by a producer thread
@@ -112,32 +113,6 @@ constexpr int KBIT_STREAM_NP = 32 * KBIT_STREAM_PRODUCERS;
 #ifndef KBIT_STREAM_SUM_SLOTS
 #define KBIT_STREAM_SUM_SLOTS (MT == 1 ? 8 : MT <= 4 ? 4 : 1)
 #endif
-
-// M = 33..64 (MT = 8): the pair lookups of two blocks as in block_pair_mma, but the lane's A
-// fragments read from the stage inside the MMA loop (8 token tiles x 4 chunks would be 128
-// registers) and one accumulator chain per token tile (8 independent chains).  arow: the stage's
-// A row g (token tile 0); rows 8 mt + g >= M and blocks past K's end feed zeros.
-template <int K, typename T, int MT>
-__device__ __forceinline__ void big_pair_mma(float (&acc)[MT][4], const u32 (&wA)[K], u32 sA, const u32 (&wB)[K], u32 sB,
-                                             const unsigned char* arow, bool k_ok, int mrem, int t, u32 lut_lane) {
-    using namespace kbit_stream_detail;
-    constexpr int A_ROW = StageLayout<K, MT>::A_ROW;
-    u32 kA[4], kB[4], fA[4], fB[4];
-    block_keys<K>(wA, kA, fA);
-    block_keys<K>(wB, kB, fB);
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        u32 va[4], vb[4];
-        chunk_pairs<K, T>(va, vb, kA, fA, sA, kB, fB, sB, r, lut_lane);
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            const uint4 a = k_ok && 8 * mt < mrem ? reinterpret_cast<const uint4*>(arow + 8 * mt * A_ROW)[a_chunk(4 * t + r)]
-                                                  : make_uint4(0u, 0u, 0u, 0u);
-            mma_16816(acc[mt], va[0], vb[0], va[1], vb[1], a.x, a.y, T());
-            mma_16816(acc[mt], va[2], vb[2], va[3], vb[3], a.z, a.w, T());
-        }
-    }
-}
 
 // A barrier among the consumer warps only (id 1; the producer warp never joins it).
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
@@ -277,7 +252,9 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
     const u32 lut_lane = smem_addr(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
     const int g = lane >> 2, t = lane & 3, half = t >> 1, kb = t & 1;
     const int c0 = 16 * warp + g;  // strip columns c0 and c0 + 8
-    constexpr bool BIG = MT > 4;       // M > 32: big_pair_mma, one accumulator chain per token tile
+    // M > 32: the A fragments read from the stage inside the MMA loop (8 token tiles x 4 chunks
+    // in registers would be 128 of them), one accumulator chain per token tile (8 independent ones)
+    constexpr bool BIG = MT > 4;
     constexpr int MT1 = BIG ? 1 : MT;  // acc1: the second chain (unused when BIG)
     float acc0[MT][4], acc1[MT1][4];
 #pragma unroll
@@ -333,7 +310,11 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
         const u32 sA = scale_pair<T>(e4m4_decode(ab[c0 * 2 + kb])), sB = scale_pair<T>(e4m4_decode(ab[(c0 + 8) * 2 + kb]));
         const bool k_ok = t < kvalid;  // block t lies before K's end
         if constexpr (BIG) {  // A read during the MMAs: the stage is released after them
-            big_pair_mma<K, T, MT>(acc0, wA, sA, wB, sB, st + SL::A + g * SL::A_ROW, k_ok, M - g, t, lut_lane);
+            const unsigned char* arow = st + SL::A + g * SL::A_ROW;  // token row g of tile 0
+            block_pair_mma<K, T, MT>(acc0, acc0, wA, sA, wB, sB, [&](int mt, int r) {
+                return k_ok && 8 * mt + g < M ? reinterpret_cast<const uint4*>(arow + 8 * mt * SL::A_ROW)[a_chunk(4 * t + r)]
+                                              : make_uint4(0u, 0u, 0u, 0u);
+            }, lut_lane);
             __syncwarp();
             if (lane == 0) mbar_arrive(empty0 + 8 * s);
         } else {
@@ -358,12 +339,14 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
         float4 v[MT];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            const int m1 = BIG ? 0 : mt;
-            const float b = BIG ? 0.f : 1.f;  // (acc1 unused when BIG)
-            v[mt] = make_float4(acc0[mt][0] + b * acc1[m1][0], acc0[mt][1] + b * acc1[m1][1], acc0[mt][2] + b * acc1[m1][2],
-                                acc0[mt][3] + b * acc1[m1][3]);
+            v[mt] = make_float4(acc0[mt][0], acc0[mt][1], acc0[mt][2], acc0[mt][3]);
+            if constexpr (!BIG) {
+                v[mt].x += acc1[mt][0]; v[mt].y += acc1[mt][1]; v[mt].z += acc1[mt][2]; v[mt].w += acc1[mt][3];
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc0[mt][e] = acc1[m1][e] = 0.f;
+                for (int e = 0; e < 4; e++) acc1[mt][e] = 0.f;
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc0[mt][e] = 0.f;
         }
 #ifndef KBIT_STREAM_NO_FIXUP  // profiling/stream_probe.py: time without the split-K sums (wrong results)
         const bool whole = cta_of(j * U, q, r) == cta_of(j * U + U - 1, q, r);

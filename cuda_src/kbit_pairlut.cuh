@@ -112,13 +112,14 @@ __device__ __forceinline__ void chunk_pairs(u32 (&va)[4], u32 (&vb)[4], const u3
 // against up to 8 token rows.  The weights are the MMA's A operand (16 rows = 16
 // columns, every fragment register holds data) and the activations the B operand
 // (8 columns = 8 tokens): acc[mt] = C^T[col g, g+8][tokens 8mt + 2t, 8mt + 2t + 1].
-// a[mt][r] = the lane's token row 8mt + g, elements 8r..8r+7 of its block, as four
-// pairs.  MT token tiles reuse every dequantized fragment.  Elements 0..15 of the blocks
-// accumulate into acc0, 16..31 into acc1 (two shorter mma chains; pass the same array
-// twice for one chain).
-template <int K, typename T, int MT>
+// get_a(mt, r) = the lane's token row 8mt + g, elements 8r..8r+7 of its block, as four
+// pairs (a uint4: from registers, or read from shared memory inside the loop where
+// holding all MT x 4 of them would cost too many registers).  MT token tiles reuse every
+// dequantized fragment.  Elements 0..15 of the blocks accumulate into acc0, 16..31 into
+// acc1 (two shorter mma chains; pass the same array twice for one chain).
+template <int K, typename T, int MT, typename GetA>
 __device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], u32 sA,
-                                               const u32 (&wB)[K], u32 sB, const uint4 (&a)[MT][4], u32 lut_lane) {
+                                               const u32 (&wB)[K], u32 sB, GetA get_a, u32 lut_lane) {
     u32 kA[4], kB[4], fA[4], fB[4];
     block_keys<K>(wA, kA, fA);
     block_keys<K>(wB, kB, fB);
@@ -130,8 +131,15 @@ __device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc
         float (&acc)[MT][4] = r < 2 ? acc0 : acc1;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            mma_16816(acc[mt], va[0], vb[0], va[1], vb[1], a[mt][r].x, a[mt][r].y, T());
-            mma_16816(acc[mt], va[2], vb[2], va[3], vb[3], a[mt][r].z, a[mt][r].w, T());
+            const uint4 a = get_a(mt, r);
+            mma_16816(acc[mt], va[0], vb[0], va[1], vb[1], a.x, a.y, T());
+            mma_16816(acc[mt], va[2], vb[2], va[3], vb[3], a.z, a.w, T());
         }
     }
+}
+// The A fragments already in registers: a[mt][r].
+template <int K, typename T, int MT>
+__device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], u32 sA,
+                                               const u32 (&wB)[K], u32 sB, const uint4 (&a)[MT][4], u32 lut_lane) {
+    block_pair_mma<K, T, MT>(acc0, acc1, wA, sA, wB, sB, [&](int mt, int r) { return a[mt][r]; }, lut_lane);
 }
