@@ -74,6 +74,19 @@ __device__ __forceinline__ int a_chunk(int c) { return c ^ ((c >> 2) & 2); }
 __device__ __forceinline__ int a_chunk(int c) { return c; }
 #endif
 
+// A CTA's position in its unit sequence: strip j, unit p of the strip, stage s, stage parity ph.
+// Stepped by increments: a division by the runtime U or stage count per unit cost ~70 of the
+// consumers' ~340 instructions per unit and ~120 of the producers' (ncu SASS counts, H200,
+// ninth session).
+struct UnitPos {
+    int j, p, s, ph;
+    __device__ __forceinline__ UnitPos(int u, int U) : j(u / U), p(u % U), s(0), ph(0) {}
+    __device__ __forceinline__ void next(int U, int stages) {
+        if (++p == U) { p = 0; j++; }
+        if (++s == stages) { s = 0; ph ^= 1; }
+    }
+};
+
 // CTA owning unit u when T units are cut into G contiguous shares (the first T % G get one more).
 __device__ __forceinline__ int cta_of(int u, int q, int r) {
     const int big = r * (q + 1);
@@ -122,9 +135,15 @@ __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;
 // request issue, which the memory system paces to the DRAM stream, never holds the
 // consumers (with one issuing thread inside a consumer warp the prologue took 3 us).  One
 // CTA per SM (gridDim.x <= number of units).  Dynamic shared memory:
-// pair table | stages x StageLayout | 2 x stages + 2 mbarriers | codebook (32 floats) | 2 flags.
+// pair table | stages x StageLayout | 2 x stages + 2 mbarriers | codebook (32 floats) | 2 flags (16 B) |
+// scale table (256 words: E4M4 code -> scale as a half2 / bf162 pair).
+// CTAs per SM the registers are capped for (an experiment hook: profiling/stream_probe.py times
+// two CTAs per SM with a grid of 2 x SMs, i.e. 16 consumer warps per SM).
+#ifndef KBIT_STREAM_MINB
+#define KBIT_STREAM_MINB 1
+#endif
 template <int K, typename T, int MT>
-__global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
+__global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     kbit_gemv_stream(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
                      const float* __restrict__ codebook, T* __restrict__ C, float* __restrict__ ws,
                      int* __restrict__ counters, int M, int N, int Kdim, int stages, float tensor_scale, int pdl) {
@@ -136,6 +155,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(stage0 + (long)stages * SL::BYTES);
     float* cb_s = reinterpret_cast<float*>(bars + 2 * stages + 2);
     int* flags = reinterpret_cast<int*>(cb_s + 32);
+    u32* s2tab = reinterpret_cast<u32*>(flags + 4);
     const u32 stage0_s = smem_addr(stage0), full0 = smem_addr(bars), empty0 = full0 + 8 * stages;
     const u32 first_done = empty0 + 8 * stages, published = first_done + 8;  // the early publish (below)
 
@@ -181,8 +201,8 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
         // threads, each thread's arrive (noinc) on the stage's full barrier firing once its
         // copies have landed
         const int pt = tid - 256;
-        auto request = [&](int i, bool w, bool a) {
-            const int u = u0 + i, j = u / U, p = u % U, s = i % stages;
+        auto request = [&](const UnitPos& x, bool w, bool a) {
+            const int j = x.j, p = x.p, s = x.s;
             const bool two = 2 * p + 1 < KT;
             const u32 dst = stage0_s + s * SL::BYTES;
             if (w) {
@@ -202,7 +222,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
                 const int kvalid = min(4, (Kdim - 128 * p) >> 5);  // 32-element blocks of A before K ends
                 const int rch = kvalid * 4;                         // chunks per row
                 for (int c = pt; c < M * rch; c += KBIT_STREAM_NP) {
-                    const int m = c / rch, cc = c % rch;
+                    const int m = kvalid == 4 ? c >> 4 : c / rch, cc = kvalid == 4 ? c & 15 : c % rch;
                     cp_async16_zfill(dst + SL::A + m * SL::A_ROW + a_chunk(cc) * 16, A + (long)m * Kdim + 128 * p + cc * 8,
                                      true);
                 }
@@ -216,15 +236,17 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
             }
         };
         const int first = min(nu, stages);
-        for (int i = 0; i < first; i++) request(i, true, !pdl);
+        UnitPos pos(u0, U);
+        for (int i = 0; i < first; i++, pos.next(U, stages)) request(pos, true, !pdl);
         if (pdl) {  // A may come from the previous grid
             griddep_wait();
-            for (int i = 0; i < first; i++) request(i, false, true);
+            UnitPos y(u0, U);
+            for (int i = 0; i < first; i++, y.next(U, stages)) request(y, false, true);
         }
         griddep_launch_dependents();
-        for (int i = first; i < nu; i++) {  // refill a stage once the 8 consumer warps have read it
-            mbar_wait(empty0 + 8 * (i % stages), (i / stages - 1) & 1);
-            request(i, true, true);
+        for (int i = first; i < nu; i++, pos.next(U, stages)) {  // refill a stage once the 8 consumer warps have read it
+            mbar_wait(empty0 + 8 * pos.s, pos.ph ^ 1);
+            request(pos, true, true);
         }
         if (jfirst >= 0 && pt == 0) {  // publish the first strip's slot once the consumers stored it
             mbar_wait(first_done, 0);  // acquire (CTA): the 8 warps' slot stores
@@ -244,6 +266,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
     if (tid < 32) cb_s[tid] = tid < (1 << K) ? __ldg(codebook + tid) : 0.0f;
     consumer_sync();
     build_pair_lut<K, T>(lut, cb_s, 256);
+    s2tab[tid] = scale_pair<T>(e4m4_decode((u32)tid));  // 256 consumer threads, one code each
     griddep_wait();  // (pdl) ws, counters and C may belong to the previous grid
     consumer_sync();  // pair table complete
     griddep_launch_dependents();  // after our own wait: no grid two back can still run
@@ -252,6 +275,20 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
     const u32 lut_lane = smem_addr(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
     const int g = lane >> 2, t = lane & 3, half = t >> 1, kb = t & 1;
     const int c0 = 16 * warp + g;  // strip columns c0 and c0 + 8
+    // This lane's byte offsets inside a stage, computed once and kept opaque: the compiler
+    // re-derived them from the thread index in every unit (~40 of ~300 instructions per unit;
+    // ncu SASS counts, H200, ninth session).  Column c0 + 8's block is 8 columns x 2 blocks x K
+    // words after column c0's; its absmax byte 16 after.  A: row g, chunk a_chunk(4t + e).
+    u32 o_w = (half ? SL::W1 : 0) + 4 * (c0 * 2 + kb) * K, o_ab = SL::ABS + half * 256 + c0 * 2 + kb, o_a[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        o_a[e] = SL::A + g * SL::A_ROW + 16 * a_chunk(4 * t + e);
+        asm volatile("" : "+r"(o_a[e]));
+    }
+    asm volatile("" : "+r"(o_w), "+r"(o_ab));
+    bool row_ok[MT];  // token row 8 mt + g exists
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) row_ok[mt] = 8 * mt + g < M;
     // M > 32: the A fragments read from the stage inside the MMA loop (8 token tiles x 4 chunks
     // in registers would be 128 of them), one accumulator chain per token tile (8 independent ones)
     constexpr bool BIG = MT > 4;
@@ -284,36 +321,35 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
     const long TILE_FLOATS = (long)MT * 4 * 256, split_stride = (long)n_tiles * TILE_FLOATS;
     int jf = -1;  // the partial first strip, -1: none
 
-    for (int i = 0; i < nu; i++) {
-        const int u = u0 + i, j = u / U, p = u % U, s = i % stages;
+    UnitPos pos(u0, U);
+    for (int i = 0; i < nu; i++, pos.next(U, stages)) {
+        const int j = pos.j, p = pos.p, s = pos.s;
         const int kvalid = min(4, (Kdim - 128 * p) >> 5);
-        mbar_wait(full0 + 8 * s, (i / stages) & 1);
+        mbar_wait(full0 + 8 * s, pos.ph);
         if (i < 8) KST(3 + i);
         const unsigned char* st = stage0 + (long)s * SL::BYTES;
         // this lane's two blocks (columns c0, c0 + 8; block t of the unit)
         u32 wA[K], wB[K];
-        const u32* wp = reinterpret_cast<const u32*>(st + (half ? SL::W1 : 0));
-        const int o0 = (c0 * 2 + kb) * K, o1 = ((c0 + 8) * 2 + kb) * K;
+        const u32* wp = reinterpret_cast<const u32*>(st + o_w);
+        constexpr int o1 = 16 * K;  // words from column c0's block to column c0 + 8's
         if (K == 4) {
-            const uint4 x = *reinterpret_cast<const uint4*>(wp + o0), y = *reinterpret_cast<const uint4*>(wp + o1);
+            const uint4 x = *reinterpret_cast<const uint4*>(wp), y = *reinterpret_cast<const uint4*>(wp + o1);
             wA[0] = x.x; wA[1 % K] = x.y; wA[2 % K] = x.z; wA[3 % K] = x.w;
             wB[0] = y.x; wB[1 % K] = y.y; wB[2 % K] = y.z; wB[3 % K] = y.w;
         } else if (K == 2) {
-            const uint2 x = *reinterpret_cast<const uint2*>(wp + o0), y = *reinterpret_cast<const uint2*>(wp + o1);
+            const uint2 x = *reinterpret_cast<const uint2*>(wp), y = *reinterpret_cast<const uint2*>(wp + o1);
             wA[0] = x.x; wA[1 % K] = x.y;
             wB[0] = y.x; wB[1 % K] = y.y;
         } else {
 #pragma unroll
-            for (int b = 0; b < K; b++) { wA[b] = wp[o0 + b]; wB[b] = wp[o1 + b]; }
+            for (int b = 0; b < K; b++) { wA[b] = wp[b]; wB[b] = wp[o1 + b]; }
         }
-        const unsigned char* ab = st + SL::ABS + half * 256;
-        const u32 sA = scale_pair<T>(e4m4_decode(ab[c0 * 2 + kb])), sB = scale_pair<T>(e4m4_decode(ab[(c0 + 8) * 2 + kb]));
+        const u32 sA = s2tab[st[o_ab]], sB = s2tab[st[o_ab + 16]];
         const bool k_ok = t < kvalid;  // block t lies before K's end
         if constexpr (BIG) {  // A read during the MMAs: the stage is released after them
-            const unsigned char* arow = st + SL::A + g * SL::A_ROW;  // token row g of tile 0
             block_pair_mma<K, T, MT>(acc0, acc0, wA, sA, wB, sB, [&](int mt, int r) {
-                return k_ok && 8 * mt + g < M ? reinterpret_cast<const uint4*>(arow + 8 * mt * SL::A_ROW)[a_chunk(4 * t + r)]
-                                              : make_uint4(0u, 0u, 0u, 0u);
+                return k_ok && row_ok[mt] ? *reinterpret_cast<const uint4*>(st + o_a[r] + 8 * mt * SL::A_ROW)
+                                          : make_uint4(0u, 0u, 0u, 0u);
             }, lut_lane);
             __syncwarp();
             if (lane == 0) mbar_arrive(empty0 + 8 * s);
@@ -321,10 +357,10 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
             uint4 a[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                const bool ok = k_ok && 8 * mt + g < M;
-                const uint4* ap = reinterpret_cast<const uint4*>(st + SL::A + (8 * mt + g) * SL::A_ROW);
+                const bool ok = k_ok && row_ok[mt];
 #pragma unroll
-                for (int e = 0; e < 4; e++) a[mt][e] = ok ? ap[a_chunk(4 * t + e)] : make_uint4(0u, 0u, 0u, 0u);
+                for (int e = 0; e < 4; e++)
+                    a[mt][e] = ok ? *reinterpret_cast<const uint4*>(st + o_a[e] + 8 * mt * SL::A_ROW) : make_uint4(0u, 0u, 0u, 0u);
             }
             __syncwarp();
             if (lane == 0) mbar_arrive(empty0 + 8 * s);  // this warp is done with the stage
@@ -334,7 +370,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, 1)
             acc0[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif
         }
-        if (i < nu - 1 && (u + 1) / U == j) continue;
+        if (i < nu - 1 && p + 1 < U) continue;
         // end of this CTA's part of strip j
         float4 v[MT];
 #pragma unroll

@@ -32,10 +32,20 @@ def variant_fn(opts, key):
     mk = (opts, expr)
     if mk not in _MODS:
         src = next((o[4:] for o in opts if o.startswith("src=")), S.STREAM.source)
-        flags = tuple(o for o in opts if not o.startswith("src="))
+        flags = tuple(o for o in opts if not o.startswith(("src=",) + PLAN_KEYS))
         mod, low = load_arch_module(src, [expr], S.STREAM.arch, flags)
         _MODS[mk] = (mod, mod.get_function(low[expr]))
     return _MODS[mk]
+
+
+PLAN_KEYS = ("ctas=", "stages=")
+
+
+def _plan(opts):
+    """The plan override of a variant: its 'ctas=<n>' / 'stages=<n>' items (e.g. ctas=264 with
+    -DKBIT_STREAM_MINB=2: two CTAs per SM), None when it has none."""
+    ov = tuple((o.partition("=")[0], int(o.partition("=")[2])) for o in opts if o.startswith(PLAN_KEYS))
+    return ov or None
 
 
 def _block(opts, block):
@@ -51,11 +61,12 @@ def _block(opts, block):
 def trace(A, q, out, key, opts=()):
     """Per-CTA phase times (us from the earliest CTA entry, globaltimer-aligned, clock64 inside a CTA)."""
     mod, fn = variant_fn(("-DKBIT_STREAM_TRACE",) + tuple(opts), key)
-    _, grid, block, smem, args = S.launch_args(A, q, out)
+    _, grid, block, smem, args = S.launch_args(A, q, out, _plan(opts))
     block = _block(opts, block)
     fn.max_dynamic_shared_size_bytes = smem
     buf = mod.get_global("kbit_stream_trace")
     tr = cp.ndarray((1024, 16), cp.uint64, buf)
+    assert grid[0] <= 1024, "the trace buffer holds 1024 CTAs"
     for _ in range(3):  # L2 is warm for the weights of this copy after the first: use the last
         tr.fill(0)
         fn(grid, block, args, shared_mem=smem)
@@ -106,7 +117,7 @@ def main():
                 key = (k, "float16", S.tiles_for(M))
                 for vname, opts in variants:
                     _, fn = variant_fn(opts, key)
-                    _, grid, block, smem, a0 = S.launch_args(A, cps[0], out)
+                    _, grid, block, smem, a0 = S.launch_args(A, cps[0], out, _plan(opts))
                     block = _block(opts, block)
                     fn.max_dynamic_shared_size_bytes = smem
                     out.fill(np.nan)
