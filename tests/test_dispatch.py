@@ -221,11 +221,11 @@ def test_k_steps():
 
 def test_h100_table_is_measured():
     """H100 has its own crossovers (nvidia-h100-80gb-hbm3_2026-11-22_allm3 + _m16-64 + _m8-128 + _m32-128,
-    the 2026-11-25 stream-tune run at M = 8..48, and the eighth session's dq-tune / stream-tune2 / stream64
-    overlays), not the default's."""
+    the 2026-11-25 stream-tune run at M = 8..48, the eighth session's dq-tune / stream-tune2 / stream64
+    overlays and the ninth session's stream-tune3 / stream-tune3b), not the default's."""
     assert D.TABLES["H100"] != D.TABLES["default"]
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
-    assert [c(M, 5120, 2048, 4) for M in (1, 8, 16, 32, 64)] == ["gemv", "gemv", "stream", "stream", "stream"]
+    assert [c(M, 5120, 2048, 4) for M in (1, 4, 8, 16, 32, 64)] == ["gemv", "gemv", "stream", "stream", "stream", "stream"]
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 64, 128)] == ["gemv", "stream", "stream", "stream", "dq"]
     # k = 5, N = 2048, K = 4096: the streaming GEMV at M = 16..32, dq from 65; Q (4096 x 2048) stream at 16..48
     assert c(16, 2048, 4096, 5) == "stream" and c(32, 2048, 4096, 5) == "stream" and c(128, 2048, 4096, 5) == "dq"
@@ -249,7 +249,7 @@ def test_h200_table_follows_measurements():
     assert c(32, 512, 2048, 4) == "dq"
     assert c(32, 3000, 3000, 4) in ("gemm", "dq")  # unmeasured shape: size bands, never wgmma or stream
     h100 = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
-    assert [h100(M, 5120, 2048, 4) for M in (8, 16, 32, 64)] == ["gemv", "stream", "stream", "stream"]  # H100
+    assert [h100(M, 5120, 2048, 4) for M in (4, 8, 16, 32, 64)] == ["gemv", "stream", "stream", "stream", "stream"]  # H100
 
 
 def test_pdl_table_used_only_with_pdl(tables):
