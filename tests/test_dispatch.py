@@ -227,9 +227,9 @@ def test_h100_table_is_measured():
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
     assert [c(M, 5120, 2048, 4) for M in (1, 4, 8, 16, 32, 64)] == ["gemv", "gemv", "stream", "stream", "stream", "stream"]
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 64, 128)] == ["gemv", "stream", "stream", "stream", "dq"]
-    # k = 5, N = 2048, K = 4096: the streaming GEMV at M = 16..32, dq from 65; Q (4096 x 2048) stream at 16..48
+    # k = 5, N = 2048, K = 4096: the streaming GEMV at M = 16..32, dq from 65; Q (4096 x 2048) stream at 8..64
     assert c(16, 2048, 4096, 5) == "stream" and c(32, 2048, 4096, 5) == "stream" and c(128, 2048, 4096, 5) == "dq"
-    assert [c(M, 4096, 2048, 5) for M in (8, 16, 48, 128)] == ["gemv", "stream", "stream", "dq"]
+    assert [c(M, 4096, 2048, 5) for M in (4, 8, 16, 48, 128)] == ["gemv", "stream", "stream", "stream", "dq"]
     assert c(4, 3000, 3000, 4) == "gemv" and c(500, 3000, 3000, 4) == "dq"  # unmeasured shape: size bands
 
 
