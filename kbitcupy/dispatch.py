@@ -94,8 +94,9 @@ TABLES: Dict[str, dict] = {
     # (..._2026-11-25_stream64.json), overlaid on the six (tune_dispatch.py +file): every measured cell within
     # 0.4 % of its fastest kernel.  Ninth session: the STREAM column again after the streaming GEMV's per-unit
     # changes (6-14 % faster; ..._2026-11-25_stream-tune3.json, M = 8..32, + ..._stream-tune3b.json, M = 48, 64)
-    # overlaid last: its band now reaches M = 64 on gate/up, Q and O and starts at 8 on k = 4/5 gate/up; every
-    # measured cell dispatched to its fastest kernel.
+    # overlaid last: its band now reaches M = 64 on gate/up, Q and O and starts at 8 on k = 4/5 gate/up; and
+    # STREAM / GEMV at M = 1, 2, 4 for k = 4, 5 (..._lowm-tune.json): the streaming GEMV from M = 4 on k = 5
+    # gate/up (9.27 vs 10.48 us); every measured cell dispatched to its fastest kernel.
     # Exact shapes first, size bands for other shapes (measured with fp16, used for bf16 too).
     "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 24), (8388608, 24), (None, 24)], '*': 16},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
@@ -110,7 +111,7 @@ TABLES: Dict[str, dict] = {
                 (4, 4096, 2048): (8, 64, 16, 32, 16, 64), (4, 5120, 2048): (8, 64, 24, 32, 8, 64),
                 (5, 512, 2048): (16, 24, 1, 0, 24, 24), (5, 2048, 2048): (16, 32, 1, 0, 24, 32),
                 (5, 2048, 4096): (16, 64, 24, 64, 16, 32), (5, 2048, 5120): (8, 64, 16, 64, 16, 64),
-                (5, 4096, 2048): (8, 64, 16, 32, 8, 64), (5, 5120, 2048): (4, 64, 8, 32, 8, 64),
+                (5, 4096, 2048): (8, 64, 16, 32, 8, 64), (5, 5120, 2048): (4, 64, 8, 32, 4, 64),
              }},
     # The same GPU with PDL on (kbitcupy.set_pdl): the fused GEMMs request their first weight tiles before
     # griddepcontrol.wait, dq + cuBLAS gains nothing, so the wgmma kernel wins more cells (M = 16..64 on most
@@ -121,8 +122,8 @@ TABLES: Dict[str, dict] = {
     # STREAM+PDL column at M = 8..48 (..._2026-11-25_stream-tune.json, latest; tune_dispatch.py --pdl on the three
     # files: every measured cell dispatched to its fastest kernel).  Eighth session: dq-tune, stream-tune2 and stream64
     # overlaid (STREAM+PDL column), every measured cell dispatched to its fastest kernel.  Ninth session:
-    # stream-tune3 + stream-tune3b overlaid (STREAM+PDL after the per-unit changes): every measured cell within
-    # 0.7 % of its fastest kernel.
+    # stream-tune3 + stream-tune3b + lowm-tune overlaid (STREAM+PDL after the per-unit changes; k = 5 gate/up on
+    # the stream from M = 4): every measured cell within 0.7 % of its fastest kernel.
     "H200+PDL": {"gemv_max_m": 8, "gemm_max_m": {4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 24), (None, 24)], 2: [(1048576, 16), (4194304, 32), (8388608, 24), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 24), (None, 16)], '*': 16},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
                 (2, 512, 2048): (16, 32, 24, 32, 24, 32), (2, 2048, 2048): (16, 32, 1, 0, 16, 32),
@@ -136,7 +137,7 @@ TABLES: Dict[str, dict] = {
                 (4, 4096, 2048): (16, 64, 24, 32, 16, 64), (4, 5120, 2048): (8, 64, 16, 32, 16, 64),
                 (5, 512, 2048): (16, 32, 24, 32, 24, 32), (5, 2048, 2048): (16, 64, 48, 64, 16, 32),
                 (5, 2048, 4096): (8, 64, 16, 64, 16, 64), (5, 2048, 5120): (8, 64, 16, 64, 16, 64),
-                (5, 4096, 2048): (8, 64, 16, 64, 16, 64), (5, 5120, 2048): (3, 64, 4, 48, 8, 64),
+                (5, 4096, 2048): (8, 64, 16, 64, 16, 64), (5, 5120, 2048): (3, 64, 4, 48, 4, 64),
              }},
     # NVIDIA H100 80GB HBM3 with PDL on, measured 2026-11-24 as the H200+PDL table
     # (nvidia-h100-80gb-hbm3_2026-11-24_pdl-tune-k45.json + ..._pdl-tune-k23.json; tune_dispatch.py --pdl:

@@ -237,12 +237,12 @@ def test_h200_table_follows_measurements():
     """H200 (allm4 + m16-64 + m8-128 + m32-128 runs, the 2026-11-25 stream-tune run at M = 8..48, the
     eighth session's dq-tune / stream-tune2 / stream64 overlays and the ninth session's stream-tune3 /
     stream-tune3b after the streaming GEMV got 6-14 % faster): the streaming GEMV where it was the fastest
-    kernel (M = 16..32 on every big shape, up to 64 on gate/up and down, from 8 on k = 4/5 gate/up and
-    k = 2 gate/up), dq + cuBLAS above its band."""
+    kernel (M = 16..32 on every big shape, up to 64 on gate/up and down, from 8 on k = 2/4 gate/up, from 4
+    on k = 5 gate/up: lowm-tune), dq + cuBLAS above its band."""
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H200")  # noqa: E731
     assert [c(M, 5120, 2048, 2) for M in (8, 16, 32, 64)] == ["stream", "stream", "stream", "dq"]
     assert [c(M, 2048, 5120, 5) for M in (8, 16, 32, 64, 128, 256)] == ["gemv", "stream", "stream", "stream", "dq", "dq"]
-    assert [c(M, 5120, 2048, 5) for M in (4, 8, 16, 32, 64, 128)] == ["gemv", "stream", "stream", "stream", "stream", "dq"]
+    assert [c(M, 5120, 2048, 5) for M in (2, 4, 8, 16, 32, 64, 128)] == ["gemv", "stream", "stream", "stream", "stream", "stream", "dq"]
     assert [c(M, 5120, 2048, 4) for M in (4, 8, 16, 32, 48, 64)] == ["gemv", "stream", "stream", "stream", "stream", "stream"]
     assert [c(M, 2048, 5120, 4) for M in (48, 64, 128)] == ["stream", "stream", "dq"]  # down: MT = 8 wins
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 33)] == ["gemv", "stream", "stream", "stream"]
