@@ -1,8 +1,9 @@
 // Streaming decode GEMV (M = 1..64, Hopper): C[M, N] = A[M, K] * W^T, W k-bit quantized in
 // the TILED layout with E4M4 absmax.  Dispatched where measured fastest (H200: M = 16..32 on
-// every big shape, to 64 on down); profiling/NOTES.md (seventh and eighth sessions) has where
-// it wins and loses against kbit_gemv, the wgmma GEMM and dq + cuBLAS, and what limits it (the
-// consumers' per-unit time, not the stage fill).
+// every big shape, up to 64 on gate/up, down, Q and O, from 4..8 on some gate/up widths);
+// profiling/NOTES.md (seventh to ninth sessions) has where it wins and loses against kbit_gemv,
+// the wgmma GEMM and dq + cuBLAS, and what limits it (the consumers' per-unit time, not the
+// stage fill).
 //
 // Why try a second decode kernel: kbit_gemv (one block per 16-column group, the weights in
 // a register ring) reaches only 50-63 % of the speed-of-light read on the H200, because

@@ -1,10 +1,11 @@
 """Launcher for the streaming decode GEMV (cuda_src/kbit_gemv_stream.cu), sm_90, M = 1..64.
 
 kbitcupy.matmul runs it where the GPU family's dispatch table has a measured stream band
-(kbitcupy.dispatch; H200: M = 16..32 on every big Qwen3-Coder-Next shape, to 64 on down: the
-fastest kernel there).  At M <= 8 it is slower than kbit_gemv: its 8 consumer warps per SM take
-longer per unit than the data takes to arrive (latency-bound; profiling/NOTES.md, seventh and
-eighth sessions).  Bench columns STREAM / STREAM+PDL.
+(kbitcupy.dispatch; H200: M = 16..32 on every big Qwen3-Coder-Next shape, up to 64 on gate/up,
+down, Q and O, from M = 4..8 on gate/up: the fastest kernel there).  At M <= 8 it is slower than
+kbit_gemv on most shapes: its 8 consumer warps per SM take longer per unit than the data takes to
+arrive (latency-bound; profiling/NOTES.md, seventh to ninth sessions).  Bench columns STREAM /
+STREAM+PDL.
 
 Work unit = one 128-column strip of the tiled layout x 128 K; the units in n-major order,
 every CTA (one per SM) a contiguous equal share (stream-K), weights + absmax + A rows
