@@ -6,13 +6,14 @@ body shows up as one count: e.g. units x consumer warps), with the opcode mix of
 """
 import collections
 import csv
+import signal
 import sys
 
 
 def load(path):
     rows = list(csv.reader(open(path)))
     hdr = next(r for r in rows if "Address" in r and "Source" in r)
-    ia, isrc, ie = hdr.index("Address"), hdr.index("Source"), hdr.index("Instructions Executed")
+    isrc, ie = hdr.index("Source"), hdr.index("Instructions Executed")
     iss = hdr.index("Warp Stall Sampling (All Samples)")
     return [(r[isrc].strip(), int(r[ie] or 0), int(r[iss] or 0)) for r in rows[rows.index(hdr) + 1:]
             if len(r) == len(hdr)]
@@ -41,5 +42,6 @@ def main(path):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped into head
     for p in sys.argv[1:]:
         main(p)

@@ -811,3 +811,28 @@ def test_bench_moe_smoke_gpu(tmp_path):
             assert r["vs_fp16_steps"] > 0
             if mf["method"] == "eager":
                 assert r["fp16"]["eager"]["us"] > 0
+
+
+def test_sass_budget_groups_by_execution_count(tmp_path, capsys):
+    """profiling/sass_budget.py on an ncu source-page CSV: instructions grouped by how often each
+    ran (a loop body is one group), predicated opcodes counted by their opcode."""
+    path = os.path.join(os.path.dirname(HERE), "profiling", "sass_budget.py")
+    spec = importlib.util.spec_from_file_location("sass_budget", path)
+    sb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sb)
+    rows = ['"Kernel Name","k"',
+            '"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed"',
+            '"0x0","LDC R1, c[0x0][0x28]","2","10"',
+            '"0x10","@!P0  BRA 0x80","5","400"',
+            '"0x20","IMAD R2, R3, 0x80, R4","1","400"',
+            '"0x30","LDS R5, [R2]","0","400"',
+            '"0x40","EXIT","0","0"']
+    f = tmp_path / "src.csv"
+    f.write_text("\n".join(rows) + "\n")
+    data = sb.load(str(f))
+    assert [d[1] for d in data] == [10, 400, 400, 400, 0]
+    assert sb.opcode("@!P0  BRA 0x80") == "BRA" and sb.opcode("LDS.128 R4, [R2]") == "LDS"
+    sb.main(str(f))
+    out = capsys.readouterr().out
+    assert "1210 warp instructions executed, 8 stall samples" in out
+    assert "x400       3 instructions" in out and "BRA:1" in out and "IMAD:1" in out
