@@ -30,9 +30,10 @@ def test_h200_table_large_m_goes_to_dq():
     for (k, N, K) in [(4, 5120, 2048), (4, 2048, 5120), (4, 4096, 2048), (4, 2048, 4096), (4, 512, 2048)]:
         for M in (128, 256, 512):
             assert D.choose(M, N, K, k, family="H200") == "dq", (k, N, K, M)
-    # measured (allm4, m16-64, 2026-11-25 stream-tune / stream-tune2 / stream64): at M = 32 the streaming
-    # GEMV beats dq and the wgmma kernel on down (N = 2048, K = 5120) and gate/up; at M = 64 dq on gate/up,
-    # the streaming GEMV (MT = 8) on down
+    # measured (allm4, m16-64, 2026-11-25 stream-tune / stream-tune2 / stream64 / stream-tune3 / stream-tune3b):
+    # at M = 32 the streaming GEMV beats dq and the wgmma kernel on down (N = 2048, K = 5120) and gate/up; at
+    # M = 64 too since the ninth session's streaming-GEMV changes (MT = 8), dq on KV
     assert D.choose(32, 2048, 5120, 4, family="H200") == "stream"
     assert D.choose(32, 5120, 2048, 4, family="H200") == "stream"
-    assert D.choose(64, 2048, 5120, 4, family="H200") == "stream" and D.choose(64, 5120, 2048, 4, family="H200") == "dq"
+    assert D.choose(64, 2048, 5120, 4, family="H200") == "stream" and D.choose(64, 5120, 2048, 4, family="H200") == "stream"
+    assert D.choose(64, 512, 2048, 4, family="H200") == "dq"
