@@ -60,8 +60,9 @@ TABLES: Dict[str, dict] = {
     # streaming GEMV (..._2026-11-25_stream-tune.json, the latest file; the same check: only that cell over 5 %).
     # Eighth session: dq-tune (tiled dequantize), stream-tune2 (split-K publish / sums) and stream64 (M = 48, 64)
     # overlaid (tune_dispatch.py +file): every measured cell within 1.1 % of its fastest kernel.  Ninth session:
-    # ..._2026-11-25_stream-tune3.json + ..._stream-tune3b.json (STREAM after the per-unit changes) overlaid last:
-    # every measured cell dispatched to its fastest kernel.
+    # ..._2026-11-25_stream-tune3.json + ..._stream-tune3b.json (STREAM after the per-unit changes) and
+    # ..._lowm-tune.json (M = 1, 2, 4 at k = 4, 5: the stream from M = 4 on k = 5 gate/up, 9.14 vs 10.39 us)
+    # overlaid last: every measured cell dispatched to its fastest kernel.
     "H100": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 24), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 24), (8388608, 24), (None, 24)], '*': 16},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
                 (2, 512, 2048): (16, 24, 1, 0, 24, 24), (2, 2048, 2048): (16, 32, 1, 0, 24, 32),
@@ -75,7 +76,7 @@ TABLES: Dict[str, dict] = {
                 (4, 4096, 2048): (16, 64, 24, 32, 16, 64), (4, 5120, 2048): (8, 64, 16, 32, 8, 64),
                 (5, 512, 2048): (16, 24, 1, 0, 24, 24), (5, 2048, 2048): (16, 32, 1, 0, 24, 32),
                 (5, 2048, 4096): (16, 64, 24, 64, 16, 32), (5, 2048, 5120): (8, 64, 16, 64, 16, 64),
-                (5, 4096, 2048): (8, 64, 16, 64, 8, 64), (5, 5120, 2048): (4, 64, 8, 48, 8, 64),
+                (5, 4096, 2048): (8, 64, 16, 64, 8, 64), (5, 5120, 2048): (4, 64, 8, 48, 4, 64),
              }},
     # Measured on NVIDIA H200, 2026-11-22 (profiling/results/nvidia-h200_2026-11-22_allm4.json, fp16
     # activations, M = 1..512, all k, with the wgmma kernel; M = 16..64 again after its batched split-K
@@ -146,7 +147,7 @@ TABLES: Dict[str, dict] = {
     # stream-tune2, stream64 overlaid: every measured cell within 5 % but k = 5 gate/up at M = 24 (6.1 %: the
     # streaming GEMV wins at 16 and 32, the wgmma kernel at 24, and a shape's stream band is one range).  Ninth
     # session: stream-tune3 + stream-tune3b overlaid (STREAM+PDL after the per-unit changes): every measured cell
-    # dispatched to its fastest kernel (k = 5 gate/up M = 24 now on the stream too).
+    # dispatched to its fastest kernel (k = 5 gate/up M = 24 now on the stream too); lowm-tune overlaid too.
     "H100+PDL": {"gemv_max_m": 8, "gemm_max_m": {4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 24), (None, 24)], 2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], '*': 16},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
                 (2, 512, 2048): (16, 32, 24, 24, 24, 32), (2, 2048, 2048): (16, 32, 1, 0, 16, 32),
@@ -160,7 +161,7 @@ TABLES: Dict[str, dict] = {
                 (4, 4096, 2048): (16, 64, 24, 32, 16, 64), (4, 5120, 2048): (8, 64, 16, 64, 16, 64),
                 (5, 512, 2048): (16, 32, 24, 32, 24, 32), (5, 2048, 2048): (16, 64, 48, 64, 16, 32),
                 (5, 2048, 4096): (8, 64, 16, 64, 16, 64), (5, 2048, 5120): (8, 128, 16, 128, 8, 64),
-                (5, 4096, 2048): (8, 64, 16, 64, 16, 64), (5, 5120, 2048): (3, 64, 4, 64, 8, 64),
+                (5, 4096, 2048): (8, 64, 16, 64, 16, 64), (5, 5120, 2048): (3, 64, 4, 64, 4, 64),
              }},
 }
 
