@@ -120,6 +120,12 @@ __device__ unsigned long long kbit_stream_trace[1024 * 16];
 #endif
 constexpr int KBIT_STREAM_NP = 32 * KBIT_STREAM_PRODUCERS;
 
+// CTAs per SM the registers are capped for (an experiment hook: profiling/stream_probe.py times
+// two CTAs per SM with a grid of 2 x SMs, i.e. 16 consumer warps per SM: slower, ninth session).
+#ifndef KBIT_STREAM_MINB
+#define KBIT_STREAM_MINB 1
+#endif
+
 // Slots loaded together in the split-K sum (one L2 round trip per batch on the summing CTA's exit
 // path, which ends the kernel): 8 / 4 / 4 for MT = 1 / 2 / 4.  H200, eighth session
 // (..._stream_sum.log): 4 instead of 2 at MT = 4 is 1-7 % faster; 16 float4 in flight at MT = 1, 2
@@ -138,11 +144,6 @@ __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;
 // CTA per SM (gridDim.x <= number of units).  Dynamic shared memory:
 // pair table | stages x StageLayout | 2 x stages + 2 mbarriers | codebook (32 floats) | 2 flags (16 B) |
 // scale table (256 words: E4M4 code -> scale as a half2 / bf162 pair).
-// CTAs per SM the registers are capped for (an experiment hook: profiling/stream_probe.py times
-// two CTAs per SM with a grid of 2 x SMs, i.e. 16 consumer warps per SM).
-#ifndef KBIT_STREAM_MINB
-#define KBIT_STREAM_MINB 1
-#endif
 template <int K, typename T, int MT>
 __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     kbit_gemv_stream(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
