@@ -96,8 +96,16 @@ __device__ __forceinline__ void block_keys(const u32 (&w)[K], u32 (&keys)[4], u3
     if (K == 5) plane4_fields(w[K - 1], f);
 }
 
-// Chunk r (elements 8r..8r+7) of two blocks as MMA operand pairs: va[q] / vb[q] = the scaled
-// levels of elements (8r + 2q, 8r + 2q + 1) of block A / B (four pair lookups each + HMUL2).
+// Chunk r (elements 8r..8r+7) of one block as scaled pairs: v[q] = the levels of elements
+// (8r + 2q, 8r + 2q + 1) times the block scale s (four pair lookups + HMUL2).
+template <int K, typename T>
+__device__ __forceinline__ void chunk_pairs(u32 (&v)[4], const u32 (&keys)[4], const u32 (&f)[4], u32 s, int r,
+                                            u32 lut_lane) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) v[q] = hmul2_u32(lut_lookup<K>(lut_lane, keys[q], f[q], r), s, T());
+}
+// The same for two blocks A and B, their lookups interleaved (the MMA operand pairs of
+// block_pair_mma).
 template <int K, typename T>
 __device__ __forceinline__ void chunk_pairs(u32 (&va)[4], u32 (&vb)[4], const u32 (&kA)[4], const u32 (&fA)[4], u32 sA,
                                             const u32 (&kB)[4], const u32 (&fB)[4], u32 sB, int r, u32 lut_lane) {

@@ -151,12 +151,9 @@ __global__ void __launch_bounds__(256) kbit_dequant_tile(const u32* __restrict__
         uint4* dst = reinterpret_cast<uint4*>(buf + (tid >> 1) * ROW + (tid & 1) * 64);
 #pragma unroll
         for (int r = 0; r < 4; r++) {  // elements 8r..8r+7 of the block
-            uint4 v;
-            v.x = hmul2_u32(lut_lookup<K>(lut_lane, keys[0], f[0], r), s2, T());
-            v.y = hmul2_u32(lut_lookup<K>(lut_lane, keys[1], f[1], r), s2, T());
-            v.z = hmul2_u32(lut_lookup<K>(lut_lane, keys[2], f[2], r), s2, T());
-            v.w = hmul2_u32(lut_lookup<K>(lut_lane, keys[3], f[3], r), s2, T());
-            dst[r] = v;
+            u32 v[4];
+            chunk_pairs<K, T>(v, keys, f, s2, r, lut_lane);
+            dst[r] = make_uint4(v[0], v[1], v[2], v[3]);
         }
         __syncthreads();
         const int kt = t / n_tiles, n0 = (t - kt * n_tiles) * KBIT_TILE_N, k0 = kt * KBIT_TILE_K;

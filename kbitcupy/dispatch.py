@@ -256,9 +256,11 @@ def shapes_from_timings(timings: dict) -> dict:
             else:
                 break
         gm = max(gemm_max, gemv_max)
-        out[shape] = (gemv_max, gm, min(wg), max(wg)) if wg else (gemv_max, gm)
+        wband = (min(wg), max(wg)) if wg else (1, 0)  # (1, 0): no wgmma band
         if st:  # the fused band reaches at least to the stream band's end (an M below it takes the lower choice)
-            out[shape] = (gemv_max, max(gm, max(st))) + out[shape][2:4] + (1, 0)[len(out[shape]) - 2:] + (min(st), max(st))
+            out[shape] = (gemv_max, max(gm, max(st))) + wband + (min(st), max(st))
+        else:
+            out[shape] = (gemv_max, gm) + (wband if wg else ())
     return out
 
 

@@ -94,6 +94,21 @@ def quantized_case(W, k):
     return (q, kb.dequantize(q, np.float32).astype(cp.float64)) + tuple(weight_copies(q))
 
 
+def dense_cases(rng, names, ks, Ms):
+    """The A/B scripts' case loop, yielding (name, N, K, k, M, q, Wd, nbytes, cps, A, ref, out): per shape
+    one random fp16 weight (std 0.02), per k its quantized_case, per M fresh activations A (std 1), the
+    float64 reference A @ Wd^T and an fp16 output."""
+    for name in names:
+        N, K = SHAPES[name]
+        W = rand_f16(rng, (N, K), 0.02)
+        for k in ks:
+            q, Wd, nb, cps = quantized_case(W, k)
+            for M in Ms:
+                A = rand_f16(rng, (M, K))
+                yield name, N, K, k, M, q, Wd, nb, cps, A, A.astype(cp.float64) @ Wd.T, cp.empty((M, N), cp.float16)
+            del q, Wd, cps  # this k's weight copies go before the next k's are made
+
+
 def copies_for(nbytes):
     l2 = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["l2CacheSize"]
     return max(2, int(np.ceil(4 * l2 / nbytes)))

@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
-from bench_foundation import SHAPES, quantized_case, rand_f16, time_rotated  # noqa: E402
+from bench_foundation import SHAPES, dense_cases, rand_f16, time_rotated  # noqa: E402
 from kbitcupy import gemm as G  # noqa: E402
 
 rng = np.random.default_rng()
@@ -41,55 +41,46 @@ if os.environ.get("ONE"):  # ncu target: ONE="name,k,M,k_splits" -> 5 plain laun
             G.gemm(A, q, out, k_splits=int(ksp) if ksp else None)
     cp.cuda.runtime.deviceSynchronize()
     names = []
-for name in names:
-    N, K = SHAPES[name]
-    W = rand_f16(rng, (N, K), 0.02)
-    for k in ks:
-        q, Wd, _, cps = quantized_case(W, k)
-        for M in Ms:
-            A = rand_f16(rng, (M, K))
-            out = cp.empty((M, N), cp.float16)
-            ref = A.astype(cp.float64) @ Wd.T
-            row = {}
-            gemms = [("gemm", {})] + [(f"gemm/ks{s}", dict(k_splits=s)) for s in splits if s <= G.k_steps(K)]
-            for label, kw in (gemms if os.environ.get("GEMM", "1") == "1" else []):
-                try:
-                    out.fill(np.nan)
-                    G.gemm(A, q, out, **kw)
-                    err = float(cp.abs(out.astype(cp.float64) - ref).max() / cp.abs(ref).max())
-                    t = time_rotated([lambda c=c: G.gemm(A, c, out, **kw) for c in cps])
-                    p = G.plan(M, N, K, k, "float16", dev, kw.get("k_splits"))
-                    row[label] = f"{t:7.2f}{'!' if not err < 1e-2 else ''} (ks={p.k_splits} st={p.stages} g={p.grid})"
-                except Exception as e:  # noqa: BLE001
-                    row[label] = f"err {type(e).__name__}: {str(e)[:80]}"
-            if os.environ.get("WG", "0") == "1":
-                from kbitcupy import wgmma as WGM
+for name, N, K, k, M, q, Wd, _, cps, A, ref, out in dense_cases(rng, names, ks, Ms):
+    row = {}
+    gemms = [("gemm", {})] + [(f"gemm/ks{s}", dict(k_splits=s)) for s in splits if s <= G.k_steps(K)]
+    for label, kw in (gemms if os.environ.get("GEMM", "1") == "1" else []):
+        try:
+            out.fill(np.nan)
+            G.gemm(A, q, out, **kw)
+            err = float(cp.abs(out.astype(cp.float64) - ref).max() / cp.abs(ref).max())
+            t = time_rotated([lambda c=c: G.gemm(A, c, out, **kw) for c in cps])
+            p = G.plan(M, N, K, k, "float16", dev, kw.get("k_splits"))
+            row[label] = f"{t:7.2f}{'!' if not err < 1e-2 else ''} (ks={p.k_splits} st={p.stages} g={p.grid})"
+        except Exception as e:  # noqa: BLE001
+            row[label] = f"err {type(e).__name__}: {str(e)[:80]}"
+    if os.environ.get("WG", "0") == "1":
+        from kbitcupy import wgmma as WGM
 
-                envl = lambda v: [int(x) for x in os.environ.get(v, "").split(",") if x]  # noqa: E731
-                wgs = [("wg", {})] + [(f"wg/ks{s}", dict(k_splits=s)) for s in envl("WGSPLITS")] + \
-                    [(f"wg/tok{t}", dict(tok=t)) for t in envl("WGTOKS")] + \
-                    [(f"wg/st{t}", dict(stages=t)) for t in envl("WGSTAGES")]
-                for label, kw in wgs:
-                    try:
-                        out.fill(np.nan)
-                        WGM.wgmma_gemm(A, q, out, **kw)
-                        err = float(cp.abs(out.astype(cp.float64) - ref).max() / cp.abs(ref).max())
-                        t = time_rotated([lambda c=c: WGM.wgmma_gemm(A, c, out, **kw) for c in cps])
-                        p = WGM.plan(M, N, K, k, "float16", dev, kw.get("k_splits"), kw.get("tok"), kw.get("stages"))
-                        row[label] = (f"{t:7.2f}{'!' if not err < 1e-2 else ''} (tok={p.tok} ks={p.k_splits} "
-                                      f"st={p.stages} g={p.grid} occ={p.occ})")
-                    except Exception as e:  # noqa: BLE001
-                        row[label] = f"err {type(e).__name__}: {str(e)[:80]}"
-            if os.environ.get("DQ", "1") == "1":
-                from kbitcupy.dequant_matmul import dequant_lut, dequant_matmul
-
-                Wd16 = cp.empty((N, K), cp.float16)
+        envl = lambda v: [int(x) for x in os.environ.get(v, "").split(",") if x]  # noqa: E731
+        wgs = [("wg", {})] + [(f"wg/ks{s}", dict(k_splits=s)) for s in envl("WGSPLITS")] + \
+            [(f"wg/tok{t}", dict(tok=t)) for t in envl("WGTOKS")] + \
+            [(f"wg/st{t}", dict(stages=t)) for t in envl("WGSTAGES")]
+        for label, kw in wgs:
+            try:
                 out.fill(np.nan)
-                dequant_matmul(A, q, out)
+                WGM.wgmma_gemm(A, q, out, **kw)
                 err = float(cp.abs(out.astype(cp.float64) - ref).max() / cp.abs(ref).max())
-                row["dq+cuBLAS"] = f"{time_rotated([lambda c=c: dequant_matmul(A, c, out) for c in cps]):7.2f}" + \
-                    ("!" if not err < 1e-2 else "")
-                row["dq_lut"] = f"{time_rotated([lambda c=c: dequant_lut(c, 'float16', Wd16) for c in cps]):7.2f}"
-                row["dq_exact"] = f"{time_rotated([lambda c=c: kb.dequantize(c, np.float16, out=Wd16) for c in cps]):7.2f}"
-            print(f"{name:9} k={k} M={M:4d} " + "  ".join(f"{a}={b}" for a, b in row.items()), flush=True)
-        del cps
+                t = time_rotated([lambda c=c: WGM.wgmma_gemm(A, c, out, **kw) for c in cps])
+                p = WGM.plan(M, N, K, k, "float16", dev, kw.get("k_splits"), kw.get("tok"), kw.get("stages"))
+                row[label] = (f"{t:7.2f}{'!' if not err < 1e-2 else ''} (tok={p.tok} ks={p.k_splits} "
+                              f"st={p.stages} g={p.grid} occ={p.occ})")
+            except Exception as e:  # noqa: BLE001
+                row[label] = f"err {type(e).__name__}: {str(e)[:80]}"
+    if os.environ.get("DQ", "1") == "1":
+        from kbitcupy.dequant_matmul import dequant_lut, dequant_matmul
+
+        Wd16 = cp.empty((N, K), cp.float16)
+        out.fill(np.nan)
+        dequant_matmul(A, q, out)
+        err = float(cp.abs(out.astype(cp.float64) - ref).max() / cp.abs(ref).max())
+        row["dq+cuBLAS"] = f"{time_rotated([lambda c=c: dequant_matmul(A, c, out) for c in cps]):7.2f}" + \
+            ("!" if not err < 1e-2 else "")
+        row["dq_lut"] = f"{time_rotated([lambda c=c: dequant_lut(c, 'float16', Wd16) for c in cps]):7.2f}"
+        row["dq_exact"] = f"{time_rotated([lambda c=c: kb.dequantize(c, np.float16, out=Wd16) for c in cps]):7.2f}"
+    print(f"{name:9} k={k} M={M:4d} " + "  ".join(f"{a}={b}" for a, b in row.items()), flush=True)

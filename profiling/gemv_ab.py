@@ -19,8 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
-from bench_foundation import (SHAPES, env_plans, env_variants, quantized_case, rand_f16, sol_time,  # noqa: E402
-                              time_rotated)
+from bench_foundation import SHAPES, dense_cases, env_plans, env_variants, sol_time, time_rotated  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy._compile import _options, inline_source, read_source  # noqa: E402
 from kbitcupy.quantize import CTYPE  # noqa: E402
@@ -81,59 +80,50 @@ def main():
     variants = env_variants("AB_VARIANTS")
     # AB_PLANS="name:warps=16,dual=1;..." -> columns of the current kernels with a plan override
     plans = tuple(env_plans("AB_PLANS"))
-    for name in names:
-        N, K = SHAPES[name]
-        W = rand_f16(rng, (N, K), 0.02)
-        for k in ks:
-            q, Wd, nb0, cps = quantized_case(W, k)
-            for M in Ms:
-                A = rand_f16(rng, (M, K))
-                ref = A.astype(cp.float64) @ Wd.T
-                out = cp.empty((M, N), cp.float16)
-                row = dict(shape=name, k=k, M=M)
-                warps, smem, grid, tiles = baseline_plan(N, K, M, k)
-                if base and smem <= cp.cuda.runtime.deviceGetAttribute(97, 0):  # max opt-in smem per block
-                    fn = baseline_kernel(base[-1], k, "float16", tiles)
-                    fn.max_dynamic_shared_size_bytes = smem
-                    call = lambda c: fn((grid,), (warps * 32,), (A, c.packed, c.absmax, c.codebook, out,  # noqa: E731
-                                                               np.int32(M), np.int32(N), np.int32(K),
-                                                               np.float32(c.tensor_scale)), shared_mem=smem)
-                    row["base"] = time_rotated([lambda c=c: call(c) for c in cps])
-                if not G.fits(N, K, M, k, 0):  # the GEMV's staged A does not fit: matmul uses the GEMM
-                    continue
-                for col, ov in (("new", None),) + plans:
-                    out.fill(np.nan)
-                    G.gemv(A, cps[0], out, ov)
-                    err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
-                    row[col] = time_rotated([lambda c=c: G.gemv(A, c, out, ov) for c in cps])
-                    row[col + "_err"] = err
-                for vname, vtoks in variants:  # the current source built with extra -D flags
-                    ov = tuple((t[1:].split("=")[0], int(t.split("=")[1])) for t in vtoks if t.startswith("+")) or None
-                    vopts = tuple(t for t in vtoks if not t.startswith("+"))
-                    fn, grid, block, smem, a0 = G.launch_args(A, cps[0], out, ov)
-                    pl = G.plan(N, K, M, k, **dict(ov or ()))
-                    expr = G.GEMV.instances[(k, "float16", "uint8", True) + (pl[1], pl[4]) + tuple(pl[5:])]
-                    key = (vname, expr)
-                    if key not in _VMOD:
-                        _VMOD[key] = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(vopts),
-                                                  name_expressions=[expr]).get_function(expr)
-                    vf = _VMOD[key]
-                    vf.max_dynamic_shared_size_bytes = smem
-                    vcall = lambda c: vf(grid, block, (A, c.packed, c.absmax, c.codebook, out) + a0[5:],  # noqa: E731
-                                         shared_mem=smem)
-                    out.fill(np.nan)
-                    vcall(cps[0])
-                    row[vname + "_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
-                    row[vname] = time_rotated([lambda c=c: vcall(c) for c in cps])
-                row["sol"] = sol_time(nb0 + A.nbytes)
-                rows.append(row)
-                f = lambda v: f"{v:7.2f}" if isinstance(v, float) else f"{'-':>7}"  # noqa: E731
-                print(f"{name:9} {k:>2} {M:>2} {f(row.get('base'))} {f(row['new'])} "
-                      + "".join(f"{vn}={row[vn]:.2f}({row[vn + '_err']:.0e}) " for vn, _ in variants + list(plans)) +
-                      f"{row['sol']:6.2f} {100 * row['sol'] / row['new']:5.0f} "
-                      f"{row['new'] / row['base'] if 'base' in row else float('nan'):8.3f}"
-                      f"  err {row['new_err']:.1e}", flush=True)
-            del cps
+    for name, N, K, k, M, q, Wd, nb0, cps, A, ref, out in dense_cases(rng, names, ks, Ms):
+        row = dict(shape=name, k=k, M=M)
+        warps, smem, grid, tiles = baseline_plan(N, K, M, k)
+        if base and smem <= cp.cuda.runtime.deviceGetAttribute(97, 0):  # max opt-in smem per block
+            fn = baseline_kernel(base[-1], k, "float16", tiles)
+            fn.max_dynamic_shared_size_bytes = smem
+            call = lambda c: fn((grid,), (warps * 32,), (A, c.packed, c.absmax, c.codebook, out,  # noqa: E731
+                                                       np.int32(M), np.int32(N), np.int32(K),
+                                                       np.float32(c.tensor_scale)), shared_mem=smem)
+            row["base"] = time_rotated([lambda c=c: call(c) for c in cps])
+        if not G.fits(N, K, M, k, 0):  # the GEMV's staged A does not fit: matmul uses the GEMM
+            continue
+        for col, ov in (("new", None),) + plans:
+            out.fill(np.nan)
+            G.gemv(A, cps[0], out, ov)
+            err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+            row[col] = time_rotated([lambda c=c: G.gemv(A, c, out, ov) for c in cps])
+            row[col + "_err"] = err
+        for vname, vtoks in variants:  # the current source built with extra -D flags
+            ov = tuple((t[1:].split("=")[0], int(t.split("=")[1])) for t in vtoks if t.startswith("+")) or None
+            vopts = tuple(t for t in vtoks if not t.startswith("+"))
+            fn, grid, block, smem, a0 = G.launch_args(A, cps[0], out, ov)
+            pl = G.plan(N, K, M, k, **dict(ov or ()))
+            expr = G.GEMV.instances[(k, "float16", "uint8", True) + (pl[1], pl[4]) + tuple(pl[5:])]
+            key = (vname, expr)
+            if key not in _VMOD:
+                _VMOD[key] = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(vopts),
+                                          name_expressions=[expr]).get_function(expr)
+            vf = _VMOD[key]
+            vf.max_dynamic_shared_size_bytes = smem
+            vcall = lambda c: vf(grid, block, (A, c.packed, c.absmax, c.codebook, out) + a0[5:],  # noqa: E731
+                                 shared_mem=smem)
+            out.fill(np.nan)
+            vcall(cps[0])
+            row[vname + "_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+            row[vname] = time_rotated([lambda c=c: vcall(c) for c in cps])
+        row["sol"] = sol_time(nb0 + A.nbytes)
+        rows.append(row)
+        f = lambda v: f"{v:7.2f}" if isinstance(v, float) else f"{'-':>7}"  # noqa: E731
+        print(f"{name:9} {k:>2} {M:>2} {f(row.get('base'))} {f(row['new'])} "
+              + "".join(f"{vn}={row[vn]:.2f}({row[vn + '_err']:.0e}) " for vn, _ in variants + list(plans)) +
+              f"{row['sol']:6.2f} {100 * row['sol'] / row['new']:5.0f} "
+              f"{row['new'] / row['base'] if 'base' in row else float('nan'):8.3f}"
+              f"  err {row['new_err']:.1e}", flush=True)
     for k in ks:
         for M in Ms:
             sel = [r for r in rows if r["k"] == k and r["M"] == M and r["shape"] in ("gateup", "down", "Q", "O", "KV")]

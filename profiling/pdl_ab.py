@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
-from bench_foundation import SHAPES, quantized_case, rand_f16, sol_time, time_rotated  # noqa: E402
+from bench_foundation import SHAPES, dense_cases, sol_time, time_rotated  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 
 
@@ -31,38 +31,29 @@ def main():
     cols = ("base", "pdl_order", "pdl")
     print(f"{'shape':9} {'k':>2} {'M':>2} " + " ".join(f"{c:>9}" for c in cols) + f" {'sol':>6}  pdl/base")
     tot = {}
-    for name in names:
-        N, K = SHAPES[name]
-        W = rand_f16(rng, (N, K), 0.02)
-        for k in ks:
-            q, Wd, nb, cps = quantized_case(W, k)
-            for M in Ms:
-                A = rand_f16(rng, (M, K))
-                ref = A.astype(cp.float64) @ Wd.T
-                out = cp.empty((M, N), cp.float16)
+    for name, N, K, k, M, q, Wd, nb, cps, A, ref, out in dense_cases(rng, names, ks, Ms):
 
-                def order_only(c):
-                    fn, grid, block, smem, args = G.launch_args(A, c, out)
-                    return lambda: fn(grid, block, args[:-1] + (np.int32(1),), shared_mem=smem)
-                row = {}
-                for col in cols:
-                    kb.set_pdl(col == "pdl")
-                    fns = [order_only(c) if col == "pdl_order" else (lambda c=c: G.gemv(A, c, out)) for c in cps]
-                    out.fill(np.nan)
-                    fns[0]()
-                    err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
-                    row[col] = time_rotated(fns)
-                    if not err < 1e-2:
-                        print(f"  ! {col} {name} k={k} M={M}: rel err {err}")
-                kb.set_pdl(False)
-                sol = sol_time(nb + A.nbytes)
-                if name in ("gateup", "down", "Q", "O", "KV"):
-                    for col in cols:
-                        tot.setdefault((k, M), {}).setdefault(col, 0.0)
-                        tot[(k, M)][col] += row[col]
-                print(f"{name:9} {k:>2} {M:>2} " + " ".join(f"{row[c]:9.2f}" for c in cols)
-                      + f" {sol:6.2f}  {row['pdl'] / row['base']:.3f}", flush=True)
-            del cps
+        def order_only(c):
+            fn, grid, block, smem, args = G.launch_args(A, c, out)
+            return lambda: fn(grid, block, args[:-1] + (np.int32(1),), shared_mem=smem)
+        row = {}
+        for col in cols:
+            kb.set_pdl(col == "pdl")
+            fns = [order_only(c) if col == "pdl_order" else (lambda c=c: G.gemv(A, c, out)) for c in cps]
+            out.fill(np.nan)
+            fns[0]()
+            err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+            row[col] = time_rotated(fns)
+            if not err < 1e-2:
+                print(f"  ! {col} {name} k={k} M={M}: rel err {err}")
+        kb.set_pdl(False)
+        sol = sol_time(nb + A.nbytes)
+        if name in ("gateup", "down", "Q", "O", "KV"):
+            for col in cols:
+                tot.setdefault((k, M), {}).setdefault(col, 0.0)
+                tot[(k, M)][col] += row[col]
+        print(f"{name:9} {k:>2} {M:>2} " + " ".join(f"{row[c]:9.2f}" for c in cols)
+              + f" {sol:6.2f}  {row['pdl'] / row['base']:.3f}", flush=True)
     for (k, M), t in sorted(tot.items()):
         print(f"TOTAL k={k} M={M}: " + " ".join(f"{c} {v:.2f}" for c, v in t.items()))
 

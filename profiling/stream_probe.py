@@ -16,8 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
-from bench_foundation import (SHAPES, env_plans, env_variants, quantized_case, rand_f16, sol_time,  # noqa: E402
-                              time_rotated)
+from bench_foundation import dense_cases, env_plans, env_variants, sol_time, time_rotated  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy import gemv_stream as S  # noqa: E402
 from kbitcupy._compile import load_arch_module  # noqa: E402
@@ -48,21 +47,17 @@ def _plan(opts):
     return ov or None
 
 
-def _block(opts, block):
-    """Block size of a variant built with -DKBIT_STREAM_PRODUCERS=n / -DKBIT_STREAM_CONSUMERS=n (warps)."""
-    warps = {"-DKBIT_STREAM_PRODUCERS": S.PRODUCERS, "-DKBIT_STREAM_CONSUMERS": S.CONSUMERS}
-    for o in opts:
-        name, _, val = o.partition("=")
-        if name in warps:
-            warps[name] = int(val)
-    return (32 * sum(warps.values()),)
+def _block(opts):
+    """Block size of a variant: the 8 consumer warps and its producer warps (-DKBIT_STREAM_PRODUCERS=n)."""
+    p = next((int(o.partition("=")[2]) for o in opts if o.startswith("-DKBIT_STREAM_PRODUCERS=")), S.PRODUCERS)
+    return (32 * (S.CONSUMERS + p),)
 
 
 def trace(A, q, out, key, opts=()):
     """Per-CTA phase times (us from the earliest CTA entry, globaltimer-aligned, clock64 inside a CTA)."""
     mod, fn = variant_fn(("-DKBIT_STREAM_TRACE",) + tuple(opts), key)
     _, grid, block, smem, args = S.launch_args(A, q, out, _plan(opts))
-    block = _block(opts, block)
+    block = _block(opts)
     fn.max_dynamic_shared_size_bytes = smem
     buf = mod.get_global("kbit_stream_trace")
     tr = cp.ndarray((1024, 16), cp.uint64, buf)
@@ -96,45 +91,36 @@ def main():
     plans = env_plans("PLANS")
     do_trace = os.environ.get("TRACE", "1") == "1"
     print(f"# {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
-    for name in names:
-        N, K = SHAPES[name]
-        W = rand_f16(rng, (N, K), 0.02)
-        for k in ks:
-            q, Wd, nb0, cps = quantized_case(W, k)
-            for M in Ms:
-                A = rand_f16(rng, (M, K))
-                ref = A.astype(cp.float64) @ Wd.T
-                out = cp.empty((M, N), cp.float16)
-                row = {}
-                if M <= G.MAX_M and G.fits(N, K, M, k, 0):
-                    row["gemv"] = time_rotated([lambda c=c: G.gemv(A, c, out) for c in cps])
-                for col, ov in [("stream", None)] + plans:
-                    out.fill(np.nan)
-                    S.gemv_stream(A, cps[0], out, ov)
-                    err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
-                    row[col] = time_rotated([lambda c=c: S.gemv_stream(A, c, out, ov) for c in cps])
-                    row[col + " err"] = err
-                key = (k, "float16", S.tiles_for(M))
-                for vname, opts in variants:
-                    _, fn = variant_fn(opts, key)
-                    _, grid, block, smem, a0 = S.launch_args(A, cps[0], out, _plan(opts))
-                    block = _block(opts, block)
-                    fn.max_dynamic_shared_size_bytes = smem
-                    out.fill(np.nan)
-                    fn(grid, block, (A, cps[0].packed, cps[0].absmax, cps[0].codebook) + a0[4:], shared_mem=smem)
-                    row[vname + " err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
-                    row[vname] = time_rotated([lambda c=c: fn(grid, block, (A, c.packed, c.absmax, c.codebook) + a0[4:],
-                                                              shared_mem=smem) for c in cps])
-                row["sol"] = sol_time(nb0 + A.nbytes)
-                plan = S.plan(N, K, M, k, 0)
-                print(f"{name:9} k={k} M={M:2} plan(mt,grid,stages,smem,maxc)={plan[:5]} "
-                      + " ".join(f"{c}={v:.2f}" if "err" not in c else f"{c}={v:.0e}" for c, v in row.items()),
-                      flush=True)
-                if do_trace:
-                    print("   trace:", trace(A, cps[0], out, key), flush=True)
-                    for vname, opts in variants:
-                        print(f"   trace {vname}:", trace(A, cps[0], out, key, opts), flush=True)
-            del cps
+    for name, N, K, k, M, q, Wd, nb0, cps, A, ref, out in dense_cases(rng, names, ks, Ms):
+        row = {}
+        if M <= G.MAX_M and G.fits(N, K, M, k, 0):
+            row["gemv"] = time_rotated([lambda c=c: G.gemv(A, c, out) for c in cps])
+        for col, ov in [("stream", None)] + plans:
+            out.fill(np.nan)
+            S.gemv_stream(A, cps[0], out, ov)
+            err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+            row[col] = time_rotated([lambda c=c: S.gemv_stream(A, c, out, ov) for c in cps])
+            row[col + " err"] = err
+        key = (k, "float16", S.tiles_for(M))
+        for vname, opts in variants:
+            _, fn = variant_fn(opts, key)
+            _, grid, block, smem, a0 = S.launch_args(A, cps[0], out, _plan(opts))
+            block = _block(opts)
+            fn.max_dynamic_shared_size_bytes = smem
+            out.fill(np.nan)
+            fn(grid, block, (A, cps[0].packed, cps[0].absmax, cps[0].codebook) + a0[4:], shared_mem=smem)
+            row[vname + " err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+            row[vname] = time_rotated([lambda c=c: fn(grid, block, (A, c.packed, c.absmax, c.codebook) + a0[4:],
+                                                      shared_mem=smem) for c in cps])
+        row["sol"] = sol_time(nb0 + A.nbytes)
+        plan = S.plan(N, K, M, k, 0)
+        print(f"{name:9} k={k} M={M:2} plan(mt,grid,stages,smem,maxc)={plan[:5]} "
+              + " ".join(f"{c}={v:.2f}" if "err" not in c else f"{c}={v:.0e}" for c, v in row.items()),
+              flush=True)
+        if do_trace:
+            print("   trace:", trace(A, cps[0], out, key), flush=True)
+            for vname, opts in variants:
+                print(f"   trace {vname}:", trace(A, cps[0], out, key, opts), flush=True)
 
 
 if __name__ == "__main__":
