@@ -42,7 +42,10 @@ __device__ __forceinline__ unsigned long long trace_gtime() {
 #endif
 
 // One block computes 16-column groups grp0, grp0 + grp_stride, ... < ngroups of
-// C[M, N] (row stride N) = A[M, K] * W^T.  Its W = blockDim.x/32 warps split K in steps
+// C[M, N] (row stride N) = A[M, K] * W^T, or (SLICES: single-group blocks of kbit_gemv)
+// blockDim.y groups side by side: slice y = threadIdx.y computes group blockIdx.x *
+// blockDim.y + y, and the slices share one pair table and one staged A (built once per
+// block instead of once per group).  Each group's W = blockDim.x/32 warps split K in steps
 // of 128 (4 quantization blocks per column), warp w taking steps w, w+W, ...; lane
 // (g, t) owns columns n0+g and n0+g+8 and block 4*s+t of step s.  D steps of weights
 // stay in flight per lane (register ring), and the next group's first steps are
@@ -54,7 +57,8 @@ __device__ __forceinline__ unsigned long long trace_gtime() {
 // are, 1 = row gather through a_rows, 2 = SwiGLU of [gate | up] rows.  A template
 // parameter: the runtime form cost the plain grouped GEMV 4-9 % at 4-8 tokens (H200,
 // 2026-11-24, moe-final10 vs moe-final11).
-template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0>
+template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0,
+          bool SLICES = false>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
@@ -72,7 +76,11 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     const int KS = (Kdim + 127) >> 7;  // steps of 128
     T* a_s = reinterpret_cast<T*>(smem + PairLut<K>::WORDS * 4);
     float* red = reinterpret_cast<float*>(a_s + (long)M * KS * 128);
-    float* cb_s = red + (blockDim.x >> 5) * 128 * MT;
+    // 1-D blocks unless SLICES (the constants keep the other instantiations' code as it was)
+    const int ny = SLICES ? (int)blockDim.y : 1, ty = SLICES ? (int)threadIdx.y : 0;
+    const unsigned nthr = SLICES ? blockDim.x * blockDim.y : blockDim.x;
+    const unsigned tid = SLICES ? threadIdx.y * blockDim.x + threadIdx.x : threadIdx.x;
+    float* cb_s = red + (nthr >> 5) * 128 * MT;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -107,7 +115,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int n = grp * 16 + g + 8 * c;
-            col_ok[c] = TILED || n < N;  // tiled buffers are padded to 128 columns
+            // tiled buffers are padded to 128 columns; a slice past the last group loads nothing
+            col_ok[c] = (!SLICES || grp < ngroups) && (TILED || n < N);
             woff[c] = TILED ? tiled_word_offset<K>(n, 4 * warp + t, n_tiles) : ((long)n * KB + 4 * warp + t) * K;
         }
 #pragma unroll
@@ -128,8 +137,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // LATE another 3-5 % where its registers cost no occupancy; profiling/NOTES.md).
     // Single-group blocks re-read blockIdx instead of keeping the group in a register.
     int grp = grp0;  // the launchers keep grid.x <= ngroups
-    start_group(MULTI ? grp : (int)blockIdx.x);
-    const float cb_v = threadIdx.x < (1u << K) ? __ldg(codebook + threadIdx.x) : 0.0f;
+    start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
+    const float cb_v = tid < (1u << K) ? __ldg(codebook + tid) : 0.0f;
     // A row m: A + m * Kdim; AMODE 1 (the MoE row gather fused in): A + a_rows[m] * Kdim, a
     // row outside [0, a_nrows) reading as zeros; AMODE 2 (SwiGLU fused in): the row holds
     // [gate | up] of Kdim each (stride 2 Kdim) and the staged value is silu(gate) * up,
@@ -137,7 +146,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     auto stage_A = [&]() {
         const int kpad = KS * 128;
         const int chunks = M * (kpad / 8);
-        for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+        for (int c = tid; c < chunks; c += nthr) {
             const int m = c / (kpad / 8), kk = (c % (kpad / 8)) * 8;
             uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + kk);
             if constexpr (AMODE == 0) {
@@ -174,13 +183,14 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     if (!pdl) stage_A();
     // Codebook to shared memory, then the pair table; A lands meanwhile.
     {
-        if (threadIdx.x < 32) cb_s[threadIdx.x] = cb_v;
+        if (tid < 32) cb_s[tid] = cb_v;
         __syncthreads();
 #ifdef KBIT_TRACE
         if (threadIdx.x == 0) KTR(46, trace_clock());
 #endif
 #ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
-        build_pair_lut<K, T>(lut, cb_s);
+        if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
+        else build_pair_lut<K, T>(lut, cb_s);
 #endif
         if (pdl) {  // A may come from the previous grid: wait for it only now
             griddep_wait();
@@ -202,7 +212,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     const T* a_row = a_s + (long)g * KS * 128 + t * 32;
     constexpr int TOK = 8 * MT;
     do {
-        const int n0 = (MULTI ? grp : (int)blockIdx.x) * 16;
+        const int n0 = (MULTI ? grp : (int)blockIdx.x * ny + ty) * 16;
         float acc[MT][4];
         // DUAL: a second accumulator set halves the mma dependency chain (its registers
         // cost occupancy only where a block has the SM to itself)
@@ -254,8 +264,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #pragma unroll
                 for (int i = 0; i < 4; i++) acc[mt][i] += acc2[mt][i];
         }
-        // Reduce the W warps' partial sums: red[warp][col 0..15][token 0..TOK-1].
-        float* rw = red + warp * 16 * TOK;
+        // Reduce the W warps' partial sums: red[slice][warp][col 0..15][token 0..TOK-1].
+        float* red_y = red + ty * W * 16 * TOK;
+        float* rw = red_y + warp * 16 * TOK;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             rw[g * TOK + 8 * mt + 2 * t] = acc[mt][0];
@@ -272,7 +283,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         for (int i = threadIdx.x; i < M * 16; i += blockDim.x) {
             const int m = i >> 4, c = i & 15, nn = n0 + c;
             float s = 0.f;
-            for (int w = 0; w < W; w++) s += red[w * 16 * TOK + c * TOK + m];
+            for (int w = 0; w < W; w++) s += red_y[w * 16 * TOK + c * TOK + m];
             if (nn < N) C[(long)m * N + nn] = KbitType<T>::from_float(s * tensor_scale);
         }
 #ifdef KBIT_TRACE
@@ -292,12 +303,13 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #ifndef KBIT_GROUPED_BOUNDS
 #define KBIT_GROUPED_BOUNDS 512, 1
 #endif
-template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE>
+// SLICES: blockDim.y column groups per block (kbitcupy.gemv.plan's gpb > 1).
+template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE, bool SLICES = false>
 __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
               int pdl) {
-    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE>(A, packed, absmax, codebook, C, M, N, Kdim, tensor_scale, blockIdx.x,
+    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES>(A, packed, absmax, codebook, C, M, N, Kdim, tensor_scale, blockIdx.x,
                                         gridDim.x, (N + 15) / 16, pdl != 0);
 }
 

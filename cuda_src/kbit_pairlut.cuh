@@ -19,16 +19,17 @@ template <int K> struct PairLut {
 
 // Build the replicated pair table: entry(key) = (cb[even bits], cb[odd bits]), stored
 // [key][copy] so lane l always reads bank l (copy l % COPIES).
-// nthreads: the threads that call it (threadIdx.x < nthreads), default the whole block.
+// nthreads: the threads that call it (tid < nthreads), default the whole block; tid: the
+// caller's linear thread index (default threadIdx.x: 1-D blocks).
 template <int K, typename T>
-__device__ __forceinline__ void build_pair_lut(u32* lut, const float* cb_s, int nthreads = 0) {
+__device__ __forceinline__ void build_pair_lut(u32* lut, const float* cb_s, int nthreads = 0, int tid = -1) {
     typedef typename KbitType<T>::T2 T2;
     // One thread per distinct entry (computed once) writes its COPIES/4 16-byte chunks,
     // starting at chunk (thread % CH) and rotating: the 8 threads of each quarter-warp
     // then hit 8 different chunk positions = all 32 banks, so every store instruction
     // runs at the minimum 4 wavefronts (the same chunk for all threads was 32-way).
     constexpr int CH = PairLut<K>::COPIES / 4;
-    for (int e = threadIdx.x; e < PairLut<K>::ENTRIES; e += nthreads ? nthreads : blockDim.x) {
+    for (int e = tid < 0 ? (int)threadIdx.x : tid; e < PairLut<K>::ENTRIES; e += nthreads ? nthreads : blockDim.x) {
         T2 v = KbitType<T>::pack2(cb_s[deinterleave_even((u32)e)], cb_s[deinterleave_even((u32)e >> 1)]);
         const u32 u = *reinterpret_cast<u32*>(&v);
         const uint4 q = make_uint4(u, u, u, u);

@@ -63,6 +63,10 @@ TABLES: Dict[str, dict] = {
     # ..._2026-11-25_stream-tune3.json + ..._stream-tune3b.json (STREAM after the per-unit changes) and
     # ..._lowm-tune.json (M = 1, 2, 4 at k = 4, 5: the stream from M = 4 on k = 5 gate/up, 9.14 vs 10.39 us)
     # overlaid last: every measured cell dispatched to its fastest kernel.
+    # Tenth session: ..._2026-11-25_k5-gpb.json (k = 5, M = 1..8, after the k = 5 GEMV's column groups came
+    # to share one pair table per SM) overlaid last: the GEMV to M = 8 on k = 5 gate/up and Q / linear
+    # value, the stream from 16.
+    # profiling/retune_tables.py rebuilds the table from its files.
     "H100": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 24), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 24), (8388608, 24), (None, 24)], '*': 16},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
                 (2, 512, 2048): (16, 24, 1, 0, 24, 24), (2, 2048, 2048): (16, 32, 1, 0, 24, 32),
@@ -76,7 +80,7 @@ TABLES: Dict[str, dict] = {
                 (4, 4096, 2048): (16, 64, 24, 32, 16, 64), (4, 5120, 2048): (8, 64, 16, 32, 8, 64),
                 (5, 512, 2048): (16, 24, 1, 0, 24, 24), (5, 2048, 2048): (16, 32, 1, 0, 24, 32),
                 (5, 2048, 4096): (16, 64, 24, 64, 16, 32), (5, 2048, 5120): (8, 64, 16, 64, 16, 64),
-                (5, 4096, 2048): (8, 64, 16, 64, 8, 64), (5, 5120, 2048): (4, 64, 8, 48, 4, 64),
+                (5, 4096, 2048): (8, 64, 16, 64, 16, 64), (5, 5120, 2048): (8, 64, 16, 48, 16, 64),
              }},
     # Measured on NVIDIA H200, 2026-11-22 (profiling/results/nvidia-h200_2026-11-22_allm4.json, fp16
     # activations, M = 1..512, all k, with the wgmma kernel; M = 16..64 again after its batched split-K
@@ -98,6 +102,10 @@ TABLES: Dict[str, dict] = {
     # overlaid last: its band now reaches M = 64 on gate/up, Q and O and starts at 8 on k = 4/5 gate/up; and
     # STREAM / GEMV at M = 1, 2, 4 for k = 4, 5 (..._lowm-tune.json): the streaming GEMV from M = 4 on k = 5
     # gate/up (9.27 vs 10.48 us); every measured cell dispatched to its fastest kernel.
+    # Tenth session: ..._2026-11-25_k5-gpb.json (k = 5, M = 1..8, after the k = 5 GEMV's column groups came
+    # to share one pair table per SM) overlaid last: the GEMV to M = 8 on k = 5 gate/up and Q / linear
+    # value, the stream from 16 (gate/up M = 4: 8.28 vs 9.25 us).
+    # profiling/retune_tables.py rebuilds the table from its files.
     # Exact shapes first, size bands for other shapes (measured with fp16, used for bf16 too).
     "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 24), (8388608, 24), (None, 24)], '*': 16},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
@@ -112,7 +120,7 @@ TABLES: Dict[str, dict] = {
                 (4, 4096, 2048): (8, 64, 16, 32, 16, 64), (4, 5120, 2048): (8, 64, 24, 32, 8, 64),
                 (5, 512, 2048): (16, 24, 1, 0, 24, 24), (5, 2048, 2048): (16, 32, 1, 0, 24, 32),
                 (5, 2048, 4096): (16, 64, 24, 64, 16, 32), (5, 2048, 5120): (8, 64, 16, 64, 16, 64),
-                (5, 4096, 2048): (8, 64, 16, 32, 8, 64), (5, 5120, 2048): (4, 64, 8, 32, 4, 64),
+                (5, 4096, 2048): (8, 64, 16, 32, 16, 64), (5, 5120, 2048): (8, 64, 16, 32, 16, 64),
              }},
     # The same GPU with PDL on (kbitcupy.set_pdl): the fused GEMMs request their first weight tiles before
     # griddepcontrol.wait, dq + cuBLAS gains nothing, so the wgmma kernel wins more cells (M = 16..64 on most
@@ -125,6 +133,10 @@ TABLES: Dict[str, dict] = {
     # overlaid (STREAM+PDL column), every measured cell dispatched to its fastest kernel.  Ninth session:
     # stream-tune3 + stream-tune3b + lowm-tune overlaid (STREAM+PDL after the per-unit changes; k = 5 gate/up on
     # the stream from M = 4): every measured cell within 0.7 % of its fastest kernel.
+    # Tenth session: ..._2026-11-25_k5-gpb.json (k = 5, M = 1..8, after the k = 5 GEMV's column groups came
+    # to share one pair table per SM) overlaid last: the GEMV to M = 8 on k = 5 gate/up and Q / linear
+    # value, the stream from 16 (gate/up: from 8).
+    # profiling/retune_tables.py rebuilds the table from its files.
     "H200+PDL": {"gemv_max_m": 8, "gemm_max_m": {4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 24), (None, 24)], 2: [(1048576, 16), (4194304, 32), (8388608, 24), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 24), (None, 16)], '*': 16},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
                 (2, 512, 2048): (16, 32, 24, 32, 24, 32), (2, 2048, 2048): (16, 32, 1, 0, 16, 32),
@@ -138,7 +150,7 @@ TABLES: Dict[str, dict] = {
                 (4, 4096, 2048): (16, 64, 24, 32, 16, 64), (4, 5120, 2048): (8, 64, 16, 32, 16, 64),
                 (5, 512, 2048): (16, 32, 24, 32, 24, 32), (5, 2048, 2048): (16, 64, 48, 64, 16, 32),
                 (5, 2048, 4096): (8, 64, 16, 64, 16, 64), (5, 2048, 5120): (8, 64, 16, 64, 16, 64),
-                (5, 4096, 2048): (8, 64, 16, 64, 16, 64), (5, 5120, 2048): (3, 64, 4, 48, 4, 64),
+                (5, 4096, 2048): (8, 64, 16, 64, 16, 64), (5, 5120, 2048): (8, 64, 16, 48, 8, 64),
              }},
     # NVIDIA H100 80GB HBM3 with PDL on, measured 2026-11-24 as the H200+PDL table
     # (nvidia-h100-80gb-hbm3_2026-11-24_pdl-tune-k45.json + ..._pdl-tune-k23.json; tune_dispatch.py --pdl:
@@ -148,6 +160,10 @@ TABLES: Dict[str, dict] = {
     # streaming GEMV wins at 16 and 32, the wgmma kernel at 24, and a shape's stream band is one range).  Ninth
     # session: stream-tune3 + stream-tune3b overlaid (STREAM+PDL after the per-unit changes): every measured cell
     # dispatched to its fastest kernel (k = 5 gate/up M = 24 now on the stream too); lowm-tune overlaid too.
+    # Tenth session: ..._2026-11-25_k5-gpb.json (k = 5, M = 1..8, after the k = 5 GEMV's column groups came
+    # to share one pair table per SM) overlaid last: the GEMV to M = 8 on k = 5 gate/up and Q / linear
+    # value, the stream from 16 (gate/up: from 8).
+    # profiling/retune_tables.py rebuilds the table from its files.
     "H100+PDL": {"gemv_max_m": 8, "gemm_max_m": {4: [(1048576, 16), (4194304, 32), (8388608, 16), (None, 16)], 5: [(1048576, 16), (4194304, 32), (8388608, 24), (None, 24)], 2: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], 3: [(1048576, 16), (4194304, 32), (8388608, 32), (None, 16)], '*': 16},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
                 (2, 512, 2048): (16, 32, 24, 24, 24, 32), (2, 2048, 2048): (16, 32, 1, 0, 16, 32),
@@ -161,7 +177,7 @@ TABLES: Dict[str, dict] = {
                 (4, 4096, 2048): (16, 64, 24, 32, 16, 64), (4, 5120, 2048): (8, 64, 16, 64, 16, 64),
                 (5, 512, 2048): (16, 32, 24, 32, 24, 32), (5, 2048, 2048): (16, 64, 48, 64, 16, 32),
                 (5, 2048, 4096): (8, 64, 16, 64, 16, 64), (5, 2048, 5120): (8, 128, 16, 128, 8, 64),
-                (5, 4096, 2048): (8, 64, 16, 64, 16, 64), (5, 5120, 2048): (3, 64, 4, 64, 4, 64),
+                (5, 4096, 2048): (8, 64, 16, 64, 16, 64), (5, 5120, 2048): (8, 64, 16, 64, 8, 64),
              }},
 }
 

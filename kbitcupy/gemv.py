@@ -26,9 +26,13 @@ def _instances():
                     for d in DEPTHS:
                         for du in DUALS:
                             for late in ((False, True) if mt == 1 else (False,)):
-                                inst[(k, t, a, tiled, d, mt, du, late)] = (
-                                    f"kbit_gemv<{k}, {CTYPE[t]}, {CTYPE[a]}, {'true' if tiled else 'false'}, {d}, "
-                                    f"{mt}, {'true' if du else 'false'}, {'true' if late else 'false'}>")
+                                # slices (several column groups per block, plan's gpb > 1): where
+                                # the plan uses them, k = 5 at one token tile with one chain
+                                for sl in ((False, True) if k == 5 and mt == 1 and not du else (False,)):
+                                    inst[(k, t, a, tiled, d, mt, du, late, sl)] = (
+                                        f"kbit_gemv<{k}, {CTYPE[t]}, {CTYPE[a]}, {'true' if tiled else 'false'}, {d}, "
+                                        f"{mt}, {'true' if du else 'false'}, {'true' if late else 'false'}"
+                                        + (", true>" if sl else ">"))
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for mt in (1, 2):
@@ -62,12 +66,14 @@ def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int
 
 
 def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = None, depth: int | None = None,
-         dual: bool | None = None, late: bool | None = None):
-    """(warps per block, register ring depth, dynamic smem bytes, grid, token tiles,
-    two accumulator chains, ring filled once step 0 landed)."""
+         dual: bool | None = None, late: bool | None = None, gpb: int | None = None):
+    """(warps per group, register ring depth, dynamic smem bytes, grid, token tiles,
+    two accumulator chains, ring filled once step 0 landed, groups per block).  A block is
+    warps x 32 by gpb threads: gpb column groups side by side over one pair table."""
     groups = -(-N // 16)
     tiles = 1 if M <= 8 else 2
     ks = -(-K // 128)
+    warps_given = warps is not None
     if warps is None:
         # Measured on H200 (profiling/results, 2026-11-21): 8 warps per block for the
         # wide shapes, 16 where one 512-thread block per SM (~80-96 registers) covers
@@ -79,7 +85,7 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # 9.36 vs 10.36; at M = 4 the staged A leaves two: 13.5 vs 10.5)
         if k == 5 and groups > 2 * 132 and 3 * smem_bytes(k, M, ks, 4, tiles, itemsize) <= 227 * 1024:
             warps = min(4, ks)
-    depth = 2
+    depth = 2 if depth is None else int(depth)  # (other depths: probes only, profiling/gemv_ab.py)
     if dual is None:
         # H200, 2026-11-22: a second accumulator chain wins where a 512-thread block has
         # the SM to itself anyway (k = 2, 3: 3-6 %); its registers would cost the
@@ -92,7 +98,22 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # has two either way)
         late = ks > warps and (warps > 8 or groups <= 2 * 132 or k == 5)
     late = bool(late) and tiles == 1
-    return warps, depth, smem_bytes(k, M, ks, warps, tiles, itemsize), groups, tiles, bool(dual), late
+    if gpb is None:
+        # k = 5, where a block's 64 KB pair table costs about what its group's weights take to
+        # stream (gate/up M = 1: 1.5 of 9.1 us, profiling/gemv_stages.py): an SM's share of groups
+        # side by side in one block over one table and one staged A.  H200, 2026-11-25
+        # (profiling/gpb_ab10.sh): gate/up (320 groups) 3 x 4 warps 9.12 -> 8.17 us at M = 1,
+        # 10.63 -> 8.28 at M = 4; Q / linear value (256) 2 x 8 warps 6.82 -> 6.58, 7.13 -> 6.61;
+        # k = 4 (a 32 KB table) slower both ways (gate/up 6.06 -> 6.67, Q 4.90 -> 5.14).
+        share = -(-groups // 132)
+        gpb = share if k == 5 and tiles == 1 and 2 <= share <= 3 and not warps_given else 1
+        if gpb > 1:
+            warps = min(8 if gpb == 2 else 4, ks)
+    gpb = int(gpb)
+    if not 1 <= gpb or warps * gpb > 16:
+        raise ValueError(f"gemv plan: {gpb} groups of {warps} warps exceed the kernel's 512 threads")
+    return (warps, depth, smem_bytes(k, M, ks, warps * gpb, tiles, itemsize), -(-groups // gpb), tiles, bool(dual),
+            late, gpb)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -110,14 +131,14 @@ _LAUNCH: dict = {}
 def _launch_config(dev, M, N, K, qw, tname, plan_override):
     """(kernel, grid, block, smem, scalar args) for one call shape, built once."""
     p = plan(N, K, M, qw.k, **(dict(plan_override) if plan_override else {}))
-    warps, depth, smem, grid, tiles, dual, late = p
+    warps, depth, smem, grid, tiles, dual, late, gpb = p
     if not fits(N, K, M, qw.k, dev):
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
                          "use kbitcupy.matmul (it dispatches to the GEMM)")
-    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late))
+    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late, gpb > 1))
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
-    return fn, (grid,), (warps * 32,), smem, (np.int32(M), np.int32(N), np.int32(K))
+    return fn, (grid,), (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K))
 
 
 def launch_args(A, qw, out, plan_override=None):

@@ -101,17 +101,22 @@ def main():
         for vname, vtoks in variants:  # the current source built with extra -D flags
             ov = tuple((t[1:].split("=")[0], int(t.split("=")[1])) for t in vtoks if t.startswith("+")) or None
             vopts = tuple(t for t in vtoks if not t.startswith("+"))
-            fn, grid, block, smem, a0 = G.launch_args(A, cps[0], out, ov)
             pl = G.plan(N, K, M, k, **dict(ov or ()))
-            expr = G.GEMV.instances[(k, "float16", "uint8", True) + (pl[1], pl[4]) + tuple(pl[5:])]
+            grid, block, smem = (pl[3],), (pl[0] * 32, pl[7]), pl[2]
+            # formatted here, not looked up: a probe may use a depth the package does not instantiate
+            expr = (f"kbit_gemv<{k}, __half, unsigned char, true, {pl[1]}, {pl[4]}, "
+                    f"{str(pl[5]).lower()}, {str(pl[6]).lower()}, {str(pl[7] > 1).lower()}>")
+            for t in vopts:  # a k = 5 table of another size: plan its shared memory
+                if t.startswith("-DKBIT_K5_LOG2_COPIES=") and k == 5:
+                    smem += (1 << 10) * ((1 << int(t.split("=")[1])) - (G.lut_bytes(5) >> 12)) * 4
             key = (vname, expr)
             if key not in _VMOD:
                 _VMOD[key] = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(vopts),
                                           name_expressions=[expr]).get_function(expr)
             vf = _VMOD[key]
             vf.max_dynamic_shared_size_bytes = smem
-            vcall = lambda c: vf(grid, block, (A, c.packed, c.absmax, c.codebook, out) + a0[5:],  # noqa: E731
-                                 shared_mem=smem)
+            vcall = lambda c: vf(grid, block, (A, c.packed, c.absmax, c.codebook, out, np.int32(M), np.int32(N),  # noqa: E731
+                                               np.int32(K), np.float32(c.tensor_scale), np.int32(0)), shared_mem=smem)
             out.fill(np.nan)
             vcall(cps[0])
             row[vname + "_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))

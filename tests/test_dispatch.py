@@ -222,27 +222,33 @@ def test_k_steps():
 def test_h100_table_is_measured():
     """H100 has its own crossovers (nvidia-h100-80gb-hbm3_2026-11-22_allm3 + _m16-64 + _m8-128 + _m32-128,
     the 2026-11-25 stream-tune run at M = 8..48, the eighth session's dq-tune / stream-tune2 / stream64
-    overlays and the ninth session's stream-tune3 / stream-tune3b), not the default's."""
+    overlays, the ninth session's stream-tune3 / stream-tune3b / lowm-tune and the tenth session's k5-gpb),
+    not the default's."""
     assert D.TABLES["H100"] != D.TABLES["default"]
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
     assert [c(M, 5120, 2048, 4) for M in (1, 4, 8, 16, 32, 64)] == ["gemv", "gemv", "stream", "stream", "stream", "stream"]
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 64, 128)] == ["gemv", "stream", "stream", "stream", "dq"]
-    # k = 5, N = 2048, K = 4096: the streaming GEMV at M = 16..32, dq from 65; Q (4096 x 2048) stream at 8..64
+    # k = 5, N = 2048, K = 4096: the streaming GEMV at M = 16..32, dq from 65; Q (4096 x 2048) stream at 16..64
     assert c(16, 2048, 4096, 5) == "stream" and c(32, 2048, 4096, 5) == "stream" and c(128, 2048, 4096, 5) == "dq"
-    assert [c(M, 4096, 2048, 5) for M in (4, 8, 16, 48, 128)] == ["gemv", "stream", "stream", "stream", "dq"]
+    assert [c(M, 4096, 2048, 5) for M in (4, 8, 16, 48, 128)] == ["gemv", "gemv", "stream", "stream", "dq"]
+    # k = 5 gate/up: the GEMV to M = 8 since its groups share one table per SM (tenth session, k5-gpb)
+    assert [c(M, 5120, 2048, 5) for M in (4, 8, 16)] == ["gemv", "gemv", "stream"]
     assert c(4, 3000, 3000, 4) == "gemv" and c(500, 3000, 3000, 4) == "dq"  # unmeasured shape: size bands
 
 
 def test_h200_table_follows_measurements():
     """H200 (allm4 + m16-64 + m8-128 + m32-128 runs, the 2026-11-25 stream-tune run at M = 8..48, the
     eighth session's dq-tune / stream-tune2 / stream64 overlays and the ninth session's stream-tune3 /
-    stream-tune3b after the streaming GEMV got 6-14 % faster): the streaming GEMV where it was the fastest
-    kernel (M = 16..32 on every big shape, up to 64 on gate/up and down, from 8 on k = 2/4 gate/up, from 4
-    on k = 5 gate/up: lowm-tune), dq + cuBLAS above its band."""
+    stream-tune3b after the streaming GEMV got 6-14 % faster, lowm-tune, and the tenth session's k5-gpb
+    after the k = 5 GEMV's groups came to share a table): the streaming GEMV where it was the fastest
+    kernel (M = 16..32 on every big shape, up to 64 on gate/up and down, from 8 on k = 2/4 gate/up),
+    dq + cuBLAS above its band."""
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H200")  # noqa: E731
     assert [c(M, 5120, 2048, 2) for M in (8, 16, 32, 64)] == ["stream", "stream", "stream", "dq"]
     assert [c(M, 2048, 5120, 5) for M in (8, 16, 32, 64, 128, 256)] == ["gemv", "stream", "stream", "stream", "dq", "dq"]
-    assert [c(M, 5120, 2048, 5) for M in (2, 4, 8, 16, 32, 64, 128)] == ["gemv", "stream", "stream", "stream", "stream", "stream", "dq"]
+    # k = 5 gate/up: the GEMV to M = 8 since its groups share one table per SM (tenth session, k5-gpb)
+    assert [c(M, 5120, 2048, 5) for M in (2, 4, 8, 16, 32, 64, 128)] == ["gemv", "gemv", "gemv", "stream", "stream", "stream", "dq"]
+    assert [c(M, 4096, 2048, 5) for M in (4, 8, 16)] == ["gemv", "gemv", "stream"]
     assert [c(M, 5120, 2048, 4) for M in (4, 8, 16, 32, 48, 64)] == ["gemv", "stream", "stream", "stream", "stream", "stream"]
     assert [c(M, 2048, 5120, 4) for M in (48, 64, 128)] == ["stream", "stream", "dq"]  # down: MT = 8 wins
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 33)] == ["gemv", "stream", "stream", "stream"]
@@ -266,3 +272,21 @@ def test_pdl_table_used_only_with_pdl(tables):
         assert D.choose(32, 1024, 1024, 4, family="T") == "wgmma"
     with kb.pdl(False):
         assert D.choose(32, 1024, 1024, 4, family="T") == "dq"
+
+
+def test_measured_tables_rebuild_from_their_sweeps():
+    """Every measured table in kbitcupy.dispatch is what profiling/tune_dispatch.py's rules make of the
+    sweeps listed in profiling/retune_tables.py (all in profiling/results/)."""
+    import importlib.util
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "profiling"
+    spec = importlib.util.spec_from_file_location("retune_tables", root / "retune_tables.py")
+    R = importlib.util.module_from_spec(spec)
+    import sys
+    sys.path.insert(0, str(root))
+    try:
+        spec.loader.exec_module(R)
+        assert R.main(["--check"]) == 0
+    finally:
+        sys.path.remove(str(root))

@@ -15,25 +15,31 @@ DENSE = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "O": (
 @pytest.mark.parametrize("shape", list(DENSE))
 def test_plan_invariants(k, M, shape):
     N, K = DENSE[shape]
-    warps, depth, smem, grid, tiles, dual, late = G.plan(N, K, M, k)
-    assert grid == -(-N // 16) and depth in G.DEPTHS and tiles == (1 if M <= 8 else 2)
+    warps, depth, smem, grid, tiles, dual, late, gpb = G.plan(N, K, M, k)
+    assert grid == -(-N // (16 * gpb)) and depth in G.DEPTHS and tiles == (1 if M <= 8 else 2)
+    assert 1 <= gpb and warps * gpb <= 16  # the kernel's 512-thread launch bound
     assert warps in (4, 8, 16) and warps <= -(-K // 128)
     assert not (late and tiles == 2)  # LATE is only instantiated for one token tile
     assert not (dual and k == 5)      # k = 5: one chain (measured)
-    assert smem == G.lut_bytes(k) + M * -(-K // 128) * 128 * 2 + warps * 128 * tiles * 4 + 128
-    key = (k, "float16", "uint8", True, depth, tiles, dual, late)
+    assert smem == G.lut_bytes(k) + M * -(-K // 128) * 128 * 2 + gpb * warps * 128 * tiles * 4 + 128
+    key = (k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1)
     assert key in G.GEMV.instances  # every plan names a compiled instantiation
 
 
-def test_k5_wide_shapes_take_128_thread_blocks_while_three_fit():
-    N, K = DENSE["gateup"]
-    for M in (1, 2):
-        warps, _, smem, *_ = G.plan(N, K, M, 5)
-        assert warps == 4 and 3 * smem <= SMEM_LIMIT
-    for M in (3, 4):  # the staged A leaves room for two only: 8 warps (measured faster)
-        assert G.plan(N, K, M, 5)[0] == 8
-    assert G.plan(*DENSE["Q"], 1, 5)[0] == 8      # 256 groups: one wave of 256-thread blocks anyway
-    assert G.plan(*DENSE["gateup"], 1, 4)[0] == 8  # k = 4 keeps three 256-thread blocks per SM
+def test_k5_wide_shapes_put_an_sms_share_of_groups_in_one_block():
+    # k = 5: gate/up's 320 groups as 107 blocks of 3 x 4 warps, Q's 256 as 128 blocks of 2 x 8
+    # (one pair table per SM), at one token tile; k = 4 and the narrow shapes one group per block
+    for M in (1, 2, 4, 8):
+        warps, _, smem, grid, _, _, _, gpb = G.plan(*DENSE["gateup"], M, 5)
+        assert (warps, gpb, grid) == (4, 3, 107) and smem <= SMEM_LIMIT
+        warps, _, smem, grid, _, _, _, gpb = G.plan(*DENSE["Q"], M, 5)
+        assert (warps, gpb, grid) == (8, 2, 128) and smem <= SMEM_LIMIT
+    assert G.plan(*DENSE["gateup"], 9, 5)[7] == 1  # two token tiles: not instantiated with slices
+    assert G.plan(*DENSE["gateup"], 1, 4)[7] == 1 and G.plan(*DENSE["gateup"], 1, 4)[0] == 8
+    assert G.plan(*DENSE["down"], 1, 5)[7] == 1 and G.plan(*DENSE["KV"], 1, 5)[7] == 1
+    assert G.plan(*DENSE["gateup"], 1, 5, warps=8)[7] == 1  # a warps override keeps one group
+    with pytest.raises(ValueError, match="512 threads"):
+        G.plan(*DENSE["gateup"], 1, 5, warps=8, gpb=3)
 
 
 def test_grouped_plan_fewest_groups_per_block_in_one_wave():

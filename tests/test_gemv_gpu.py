@@ -96,6 +96,42 @@ def test_gemv_plans_agree(k, rng):
                 assert _rel_err(out, ref) < 2e-3, (N, K, M, ov)
 
 
+@pytest.mark.parametrize("layout", ["tiled", "flat", "flat_f32"])
+def test_gemv_slices(layout, rng):
+    """Several column groups side by side in one block (plan gpb > 1, instantiated for k = 5):
+    a last block the groups do not fill, N not a multiple of 16 (flat), K tails, odd warp
+    counts; then the default plan of the k = 5 wide shapes (gate/up 3 x 4 warps, Q 2 x 8),
+    called directly (matmul may dispatch those cells elsewhere)."""
+    import cupy as cp
+
+    plans = [(("gpb", 2), ("warps", 8)), (("gpb", 3), ("warps", 4)), (("gpb", 4), ("warps", 4)),
+             (("gpb", 2), ("warps", 3), ("late", False)), (("gpb", 3), ("warps", 5), ("late", True))]
+    for N, K in ((1040, 2080), (1000, 2112), (200, 4160)):
+        q, Wd = _weight(cp, (N, K), 5, layout, rng)
+        for M in (1, 5, 8):
+            for dt in (np.float16, kb.bfloat16):
+                A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
+                A64 = A.astype(cp.float64)
+                ref, mag = A64 @ Wd.T, cp.abs(A64) @ cp.abs(Wd).T
+                for ov in plans:
+                    out = cp.full((M, N), np.nan, dtype=dt)
+                    gemv(A, q, out, plan_override=ov)
+                    assert not bool(cp.isnan(out).any()), (N, K, M, ov)
+                    assert _rel_err(out, ref, mag, K) < TOL[np.dtype(dt).name], (N, K, M, ov)
+    for name in ("gateup", "Q"):
+        q, Wd = _weight(cp, DENSE[name], 5, layout, rng)
+        N, K = DENSE[name]
+        assert kb.gemv.plan(N, K, 1, 5)[7] > 1
+        for M in (1, 2, 4, 8):
+            for dt in (np.float16, kb.bfloat16):
+                A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
+                out = cp.full((M, N), np.nan, dtype=dt)
+                gemv(A, q, out)
+                A64 = A.astype(cp.float64)
+                assert not bool(cp.isnan(out).any())
+                assert _rel_err(out, A64 @ Wd.T, cp.abs(A64) @ cp.abs(Wd).T, K) < TOL[np.dtype(dt).name], (name, M)
+
+
 def test_codebook_nondefault(rng):
     import cupy as cp
 

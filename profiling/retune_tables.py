@@ -1,0 +1,74 @@
+"""The file lists behind kbitcupy.dispatch's measured tables, in one place: rebuild a table with
+profiling/tune_dispatch.py's rules and compare it with the package's (or print the new one).
+  python3 profiling/retune_tables.py [--check] [--extra +TAG] [FAMILY ...]
+--check: exit 1 if a rebuilt table differs from kbitcupy.dispatch.TABLES; --extra +TAG (repeatable):
+overlay the sweep <gpu>_<date>_TAG.json of each family's GPU last (replace measured columns only)."""
+import glob
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tune_dispatch as T  # noqa: E402
+from kbitcupy import dispatch as D  # noqa: E402
+
+R = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+GPU = {"H200": "nvidia-h200", "H100": "nvidia-h100-80gb-hbm3"}
+# earlier files first; "+" = overlay of the measured columns (tune_dispatch.py +file)
+FILES = {
+    "H200": ["allm4", "m16-64", "m8-128-k4", "m8-128-k235", "m32-128", "stream-tune", "+dq-tune", "+stream-tune2",
+             "+stream64", "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb"],
+    "H200+PDL": ["pdl-tune-k45", "pdl-tune-k23", "stream-tune", "+dq-tune", "+stream-tune2", "+stream64",
+                 "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb"],
+    "H100": ["allm3", "m16-64", "m8-128", "m32-128", "stream-tune", "+dq-tune", "+stream-tune2", "+stream64",
+             "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb"],
+    "H100+PDL": ["pdl-tune-k45", "pdl-tune-k23", "stream-tune", "+dq-tune", "+stream-tune2", "+stream64",
+                 "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb"],
+}
+
+
+def path(family, tag):
+    plus = tag.startswith("+")
+    hits = sorted(glob.glob(os.path.join(R, f"{GPU[family.split('+')[0]]}_*_{tag.lstrip('+')}.json")))
+    if len(hits) != 1:
+        raise SystemExit(f"{family}: {len(hits)} files for {tag}")
+    return ("+" if plus else "") + hits[0]
+
+
+def build(family, extra=()):
+    files = [path(family, t) for t in FILES[family] + list(extra)]
+    pdl = family.endswith("+PDL")
+    t = T.timings(files, T.PDL_COLS if pdl else T.COLS)
+    entry = D.entry_from_timings(t, gemv_max_m=8)
+    entry["shapes"] = D.shapes_from_timings(t)
+    lo = {}
+    for (k, _dn, N, K, M) in t:
+        lo[(k, N, K)] = min(M, lo.get((k, N, K), M))
+    entry["shapes"] = {s: (max(v[0], lo[s] - 1),) + tuple(v[1:]) for s, v in entry["shapes"].items()}
+    gm = entry["gemm_max_m"]
+    if isinstance(gm, dict):
+        entry["gemm_max_m"] = {(key[0] if isinstance(key, tuple) else key): v for key, v in gm.items()}
+    return entry, t
+
+
+def main(argv):
+    check = "--check" in argv
+    extra = [argv[i + 1] for i, a in enumerate(argv) if a == "--extra"]
+    fams = [a for i, a in enumerate(argv) if not a.startswith("--") and (i == 0 or argv[i - 1] != "--extra")] or list(FILES)
+    bad = 0
+    for fam in fams:
+        entry, t = build(fam, extra)
+        cur = D.TABLES[fam]
+        diff = {s: (cur["shapes"].get(s), v) for s, v in entry["shapes"].items() if cur["shapes"].get(s) != v}
+        same = not diff and entry["gemm_max_m"] == cur["gemm_max_m"] and entry["gemv_max_m"] == cur["gemv_max_m"]
+        print(f"{fam}: {'same as the package table' if same else 'differs'}")
+        for s, (a, b) in sorted(diff.items()):
+            print(f"  {s}: package {a} -> rebuilt {b}")
+        if not same and not check:
+            print("  entry:", repr(entry))
+        bad += not same
+    return 1 if check and bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

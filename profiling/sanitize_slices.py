@@ -1,0 +1,34 @@
+"""The decode GEMV with several column groups per block (plan gpb > 1, k = 5), for
+compute-sanitizer (memcheck / racecheck): last blocks the groups do not fill, flat N % 16 != 0,
+K tails, the default plans of gate/up and Q.  Exits non-zero if a result is wrong."""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import cupy as cp  # noqa: E402
+
+import kbitcupy as kb  # noqa: E402
+from kbitcupy.gemv import gemv  # noqa: E402
+
+rng = np.random.default_rng(0)
+bad, n = [], 0
+cases = [((1040, 2080), "tiled", (("gpb", 3), ("warps", 4))), ((1000, 2112), "flat", (("gpb", 2), ("warps", 3))),
+         ((200, 4160), "tiled", (("gpb", 4), ("warps", 4))), ((5120, 2048), "tiled", None), ((4096, 2048), "tiled", None)]
+for (N, K), layout, ov in cases:
+    W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02)
+    q = kb.quantize(W, 5, layout=layout)
+    Wd = kb.dequantize(q, np.float32).astype(cp.float64)
+    for M in (1, 5):
+        A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+        out = cp.full((M, N), np.nan, dtype=cp.float16)
+        gemv(A, q, out, plan_override=ov)
+        ref = A.astype(cp.float64) @ Wd.T
+        err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+        n += 1
+        print(f"gemv slices N={N} K={K} {layout} M={M} plan={ov}: rel err {err:.2e}")
+        if not err < 2e-3:
+            bad.append((N, K, layout, M, ov))
+print(f"{n} checks; BAD: {bad}" if bad else f"{n} checks, all good")
+sys.exit(1 if bad else 0)
