@@ -318,13 +318,17 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 // ape absmax bytes apart, per-expert tensor scale), in chunks of 8 * MT rows.  A bad id
 // or offset writes nothing and sets err (bit 1: id, bit 2: offsets, bit 4: more rows
 // than max_tokens, which is still computed correctly).
-template <int K, typename T, int MT, int AMODE>
-__global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS)
-    kbit_gemv_grouped(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
-                      const float* __restrict__ codebook, const float* __restrict__ tscale,
-                      const int* __restrict__ expert_ids, const int* __restrict__ offsets, T* __restrict__ C, int N,
-                      int Kdim, int E, int rows, long long wpe, long long ape, int max_tokens, int* __restrict__ err,
-                      int pdl, const int* __restrict__ a_rows, int a_nrows) {
+// SL: the dense kernel's block shape instead of the loop over groups: blockDim.y column
+// groups side by side (slices over one pair table), one step requested before the prologue
+// barrier (kbitcupy.gemv.grouped_plan's gpb).
+template <int K, typename T, int MT, int AMODE, bool SL>
+__device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const u32* __restrict__ packed,
+                                                  const u8* __restrict__ absmax, const float* __restrict__ codebook,
+                                                  const float* __restrict__ tscale, const int* __restrict__ expert_ids,
+                                                  const int* __restrict__ offsets, T* __restrict__ C, int N, int Kdim,
+                                                  int E, int rows, long long wpe, long long ape, int max_tokens,
+                                                  int* __restrict__ err, int pdl, const int* __restrict__ a_rows,
+                                                  int a_nrows) {
     // pdl (launched as a programmatic dependent): 1 = ids and offsets may come from the
     // previous grid (device routing), so wait for it before anything (only the launch
     // overlaps); 2 = the caller guarantees they do not (kbitcupy.grouped ids_stable): the
@@ -336,18 +340,41 @@ __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS)
     const int slot = blockIdx.y;
     const int e = expert_ids[slot], r0 = offsets[slot], r1 = offsets[slot + 1];
     if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {
-        if (threadIdx.x == 0 && blockIdx.x == 0)
+        if (threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0)
             report_err(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS, pdl == 2);
         return;
     }
-    if (r1 - r0 > max_tokens && threadIdx.x == 0 && blockIdx.x == 0) report_err(err, KBIT_ERR_MAX_TOKENS, pdl == 2);
+    if (r1 - r0 > max_tokens && threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0)
+        report_err(err, KBIT_ERR_MAX_TOKENS, pdl == 2);
     // AMODE 1 (the row gather fused in): sorted row r is A's row a_rows[r]; AMODE 2: A's rows
     // are [gate | up] (2 Kdim) and the kernel multiplies silu(gate) * up (kbitcupy/moe.py)
     for (int c0 = r0; c0 < r1; c0 += 8 * MT) {
-        gemv_block<K, T, u8, true, 2, MT, true, false, false, AMODE>(
+        // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
+        gemv_block<K, T, u8, true, 2, MT, !SL, false, false, AMODE, SL>(
             AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
             codebook, C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim, tscale[e], blockIdx.x, gridDim.x,
             (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows);
         __syncthreads();
     }
+}
+
+#define KBIT_GROUPED_ARGS                                                                                           \
+    const T *__restrict__ A, const u32 *__restrict__ packed, const u8 *__restrict__ absmax,                         \
+        const float *__restrict__ codebook, const float *__restrict__ tscale, const int *__restrict__ expert_ids,  \
+        const int *__restrict__ offsets, T *__restrict__ C, int N, int Kdim, int E, int rows, long long wpe,       \
+        long long ape, int max_tokens, int *__restrict__ err, int pdl, const int *__restrict__ a_rows, int a_nrows
+#define KBIT_GROUPED_PASS A, packed, absmax, codebook, tscale, expert_ids, offsets, C, N, Kdim, E, rows, wpe, ape, \
+                          max_tokens, err, pdl, a_rows, a_nrows
+template <int K, typename T, int MT, int AMODE>
+__global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS) kbit_gemv_grouped(KBIT_GROUPED_ARGS) {
+    grouped_gemv_body<K, T, MT, AMODE, false>(KBIT_GROUPED_PASS);
+}
+// The slices form (grouped_plan's gpb).  KBIT_GROUPED_SL_MAXNREG: an experiment hook (at 80, the
+// dense kernel's count at k <= 4, three 256-thread blocks fit an SM, but it spills 16-104 bytes).
+#ifndef KBIT_GROUPED_SL_MAXNREG
+#define KBIT_GROUPED_SL_MAXNREG(K) 128
+#endif
+template <int K, typename T, int MT, int AMODE>
+__global__ void __maxnreg__(KBIT_GROUPED_SL_MAXNREG(K)) kbit_gemv_grouped_sl(KBIT_GROUPED_ARGS) {
+    grouped_gemv_body<K, T, MT, AMODE, true>(KBIT_GROUPED_PASS);
 }

@@ -40,11 +40,15 @@ def _instances():
                 # the MoE steps fused into the A staging (1: row gather, 2: SwiGLU), kbitcupy.moe
                 for am in (1, 2):
                     inst[("grouped_fused", k, t, mt, am)] = f"kbit_gemv_grouped<{k}, {CTYPE[t]}, {mt}, {am}>"
+                # slices (grouped_plan's gpb): column groups side by side instead of the group loop
+                for am in (0, 1, 2):
+                    inst[("grouped_sl", k, t, mt, am)] = f"kbit_gemv_grouped_sl<{k}, {CTYPE[t]}, {mt}, {am}>"
     return inst
 
 
 GEMV = register("gemv", Family("kbit_gemv.cu", _instances(),
-                               group_of=lambda key: key[:3] if key[0] in ("grouped", "grouped_fused") else key[:2]))
+                               group_of=lambda key: key[:3] if key[0] in ("grouped", "grouped_fused", "grouped_sl")
+                               else key[:2]))
 
 # Hopper has 132 SMs; the plan aims for enough warps to keep ~all weight bytes in flight.
 TARGET_WARPS = 132 * 24
@@ -177,15 +181,36 @@ GROUPED_MAX_TOKENS = MAX_M  # tokens per expert the grouped GEMV is planned for
 _GLAUNCH: dict = {}
 
 
+# Warps per column group when a block holds gpb of them side by side (H200, 2026-11-25,
+# profiling/moe_sl10.sh: 16 warps per block, except 3 groups of 4 over 5 uneven ones).
+_SL_WARPS = {2: 8, 3: 4, 4: 4, 5: 3, 6: 2, 7: 2, 8: 2}
+
+
 def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize: int = 2, warps: int | None = None,
-                 per_block: int | None = None, resident: int = 2 * 132):
-    """(warps, blocks per slot, smem, token tiles) for kbit_gemv_grouped: each block loops
-    over per_block 16-column groups of one slot with one pair table; resident = blocks
-    the whole GPU holds at once (grouped_gemv measures it: CUDA occupancy x SMs)."""
+                 per_block: int | None = None, resident: int = 2 * 132, gpb: int | None = None, sms: int = 132):
+    """(warps, blocks per slot, smem, token tiles, gpb) for kbit_gemv_grouped: each block loops
+    over per_block 16-column groups of one slot with one pair table (gpb = 0), or (gpb >= 1,
+    kbit_gemv_grouped_sl) holds gpb groups side by side, warps each, over one table; resident =
+    blocks the whole GPU holds at once (grouped_gemv measures it: CUDA occupancy x SMs)."""
     groups = -(-N // 16)
     ks = -(-K // 128)
     tiles = 1 if max_tokens <= 8 else 2
+    if gpb is None and per_block is None and warps is None and tiles == 1:
+        # An SM's share of all slots' groups in one block over one pair table, as the dense k = 5
+        # GEMV (H200, 2026-11-25, k = 4, 1..8 tokens: moe_gu_fused 8 / 10 experts 8.76 -> 7.95 /
+        # 11.35 -> 9.27 us, moe_dn 6.36 -> 5.52 / 7.88 -> 6.65, gate/up alone 10 experts 8.51 ->
+        # 6.84); a share of one block keeps the group loop, as do 17 or more (every expert of
+        # a bank passed, most of them empty: an active slot must not be left to one block).
+        share = -(-groups * max(1, n_slots) // sms)
+        if 2 <= share <= 16:
+            gpb = share
+            warps = min(ks, _SL_WARPS.get(share, 1))
     warps = min(8, ks) if warps is None else int(warps)
+    gpb = 0 if gpb is None else int(gpb)
+    if gpb:
+        if warps * gpb > 16:
+            raise ValueError(f"grouped_plan: {gpb} groups of {warps} warps exceed the kernel's 512 threads")
+        return warps, -(-groups // gpb), smem_bytes(k, 8 * tiles, ks, warps * gpb, tiles, itemsize), tiles, gpb
     if per_block is None:
         # The fewest groups per block that keep the grid in one wave (H200, 2026-11-22,
         # profiling/NOTES.md: down, 8 experts, 1 token: 512 blocks x 2 groups 6.30 us,
@@ -194,7 +219,13 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
         # passes every expert of the bank), and an active one must not be left to one block.
         per_block = next((p for p in (1, 2, 3) if max(1, n_slots) * -(-groups // p) <= resident), 4)
     gx = -(-groups // per_block)
-    return warps, gx, smem_bytes(k, 8 * tiles, ks, warps, tiles, itemsize), tiles
+    return warps, gx, smem_bytes(k, 8 * tiles, ks, warps, tiles, itemsize), tiles, 0
+
+
+def _sm_count(device_id: int) -> int:
+    import cupy as cp
+
+    return int(cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrMultiProcessorCount, device_id))
 
 
 def resident_blocks(fn, threads: int, smem: int, device_id: int) -> int:
@@ -224,15 +255,17 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
     cfg = _GLAUNCH.get(key)
     if cfg is None:
         ov = dict(plan_override or ())
-        warps, _, smem, tiles = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
-        fn = (kernel or GEMV.function)(("grouped", bank.k, tname, tiles) if amode == 0 else
+        ov.setdefault("sms", _sm_count(key[0]))
+        warps, _, smem, tiles, gpb = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
+        fn = (kernel or GEMV.function)(("grouped_sl", bank.k, tname, tiles, amode) if gpb else
+                                       ("grouped", bank.k, tname, tiles) if amode == 0 else
                                        ("grouped_fused", bank.k, tname, tiles, amode))
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
-        ov.setdefault("resident", resident_blocks(fn, warps * 32, smem, key[0]))
-        warps, gx, smem, tiles = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
-        cfg = _GLAUNCH[key] = (fn, warps, gx, smem, gx * n_slots <= ov["resident"])
-    fn, warps, gx, smem, one_wave = cfg
+        ov.setdefault("resident", resident_blocks(fn, warps * 32 * max(gpb, 1), smem, key[0]))
+        warps, gx, smem, tiles, gpb = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
+        cfg = _GLAUNCH[key] = (fn, (warps * 32, max(gpb, 1)), gx, smem, gx * n_slots <= ov["resident"])
+    fn, block, gx, smem, one_wave = cfg
     # PDL only where the grid is one wave: later waves cannot start early, and every block
     # would pay the PDL order (A staged after the table build instead of during it).  H200,
     # 2026-11-24 (MoE layer step, k = 4): T = 1 (10 experts, one wave) 25.2 -> 22.8 us,
@@ -247,5 +280,5 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
         # (a CuPy slice costs microseconds of host time: only where the grid needs it)
         i_, o_ = (ids, offs) if ns == n_slots else (ids[s0:s0 + ns], offs[s0:s0 + ns + 1])
         args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, i_, o_, out) + tail
-        _pdl.launch(fn, (gx, ns), (warps * 32,), args, smem, pdl=pdl)
+        _pdl.launch(fn, (gx, ns), block, args, smem, pdl=pdl)
     return out

@@ -30,5 +30,22 @@ for (N, K), layout, ov in cases:
         print(f"gemv slices N={N} K={K} {layout} M={M} plan={ov}: rel err {err:.2e}")
         if not err < 2e-3:
             bad.append((N, K, layout, M, ov))
+# the grouped GEMV's slices kernel (kbit_gemv_grouped_sl): uneven groups, empty slots, a slot over max_tokens
+from kbitcupy.gemv import grouped_gemv  # noqa: E402
+from kbitcupy.grouped import _err_buffer, quantize_experts, reference_grouped_matmul  # noqa: E402
+
+bank = quantize_experts(rng.standard_normal((5, 200, 608)).astype(np.float32) * 0.05, 4).cuda()
+counts = [3, 0, 11, 2]
+ids, offs = np.array([4, 1, 0, 4], np.int32), np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+A = rng.standard_normal((offs[-1], 608)).astype(np.float16)
+ref = reference_grouped_matmul(A, bank, ids, offs)
+for ov in ((("gpb", 3), ("warps", 4)), (("gpb", 16), ("warps", 1)), None):
+    out = cp.full((offs[-1], 200), np.nan, dtype=cp.float16)
+    grouped_gemv(cp.asarray(A), bank, cp.asarray(ids), cp.asarray(offs), out, 8, _err_buffer(), plan_override=ov)
+    err = float(np.abs(out.get().astype(np.float64) - ref).max() / np.abs(ref).max())
+    n += 1
+    print(f"grouped slices plan={ov}: rel err {err:.2e}")
+    if not err < 3e-3:
+        bad.append(("grouped", ov))
 print(f"{n} checks; BAD: {bad}" if bad else f"{n} checks, all good")
 sys.exit(1 if bad else 0)

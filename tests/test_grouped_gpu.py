@@ -220,6 +220,53 @@ def test_understated_max_tokens_is_still_correct(rng):
         _run(A, bank, ids, offs, 8, dtype, device_index=False)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [2, 4, 5])
+def test_grouped_gemv_slices(rng, k):
+    """The grouped GEMV with column groups side by side (grouped_plan gpb >= 1,
+    kbit_gemv_grouped_sl): a last block the groups do not fill, K % 128 != 0, empty slots, a
+    repeated id, a slot over max_tokens (two passes, flagged, still correct), the fused row
+    gather and SwiGLU; bit-identical with the group loop at the same warps per group."""
+    from kbitcupy.gemv import grouped_gemv
+    from kbitcupy.grouped import _err_buffer
+
+    cp = _cp()
+    E, N, K = 6, 200, 608
+    bank = _bank(rng, E, N, K, k)
+    counts = [3, 0, 11, 1, 5, 2]
+    ids = np.array([4, 1, 0, 4, 2, 5], np.int32)
+    offs = _offsets(counts)
+    ids_d, offs_d = cp.asarray(ids), cp.asarray(offs)
+    plans = [(("gpb", 0), ("warps", 4)), (("gpb", 3), ("warps", 4)), (("gpb", 4), ("warps", 4)),
+             (("gpb", 5), ("warps", 3)), (("gpb", 16), ("warps", 1))]
+    for dtype in DTYPES:
+        A = rng.standard_normal((offs[-1] + 2, K)).astype(dtype)
+        res = {}
+        for ov in plans:
+            read_errors(reset=True)
+            out = _nan((A.shape[0], N), dtype)
+            grouped_gemv(_dev(A), bank, ids_d, offs_d, out, 8, _err_buffer(), plan_override=ov)
+            res[ov] = _check(out, A, bank, ids, offs, dtype)
+            assert read_errors(reset=True) == ERR_MAX_TOKENS, ov
+        for ov in plans[1:3]:
+            np.testing.assert_array_equal(res[plans[0]], res[ov])
+    # the fused MoE steps (row gather; SwiGLU of [gate | up] rows) in the slices kernel
+    dtype = np.float16
+    x = rng.standard_normal((9, K)).astype(dtype)
+    rows_idx = rng.integers(0, 10, size=offs[-1]).astype(np.int32)  # 9: outside x, reads zeros
+    h = rng.standard_normal((offs[-1], 2 * K)).astype(dtype)
+    for kw, src in ((dict(a_rows=cp.asarray(rows_idx)), x), (dict(a_silu=True), h)):
+        got = {}
+        for ov in (plans[0], plans[1]):
+            out = _nan((offs[-1], N), dtype)
+            grouped_gemv(_dev(src), bank, ids_d, offs_d, out, 11, _err_buffer(), plan_override=ov, **kw)
+            got[ov] = _host(out).view(np.uint16)
+        np.testing.assert_array_equal(got[plans[0]], got[plans[1]])
+        if "a_rows" in kw:
+            Ax = np.where((rows_idx < 9)[:, None], x[np.minimum(rows_idx, 8)], 0).astype(dtype)
+            _check(_dev(got[plans[1]].view(dtype)), Ax, bank, ids, offs, dtype)
+
+
 # ----------------------------------------------------------------------------- guards
 @pytest.mark.gpu
 def test_bad_host_offsets_rejected_before_any_kernel(rng):
