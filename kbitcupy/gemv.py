@@ -199,12 +199,17 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
         # An SM's share of all slots' groups in one block over one pair table, as the dense k = 5
         # GEMV (H200, 2026-11-25, k = 4, 1..8 tokens: moe_gu_fused 8 / 10 experts 8.76 -> 7.95 /
         # 11.35 -> 9.27 us, moe_dn 6.36 -> 5.52 / 7.88 -> 6.65, gate/up alone 10 experts 8.51 ->
-        # 6.84); a share of one block keeps the group loop, as do 17 or more (every expert of
-        # a bank passed, most of them empty: an active slot must not be left to one block).
+        # 6.84); a share of one block keeps the group loop.  More than 16 groups per SM (one-warp
+        # slices in a 512-thread block): 16 x 1 warp, or 8 x 2 where K has 8 or more steps, and
+        # several waves (moe_sl10d.sh, 1 token: down 32 / 74 experts 17.28 -> 14.05 / 37.16 ->
+        # 32.63 us, gate/up fused 74 experts 62.74 -> 57.67).
         share = -(-groups * max(1, n_slots) // sms)
         if 2 <= share <= 16:
             gpb = share
             warps = min(ks, _SL_WARPS.get(share, 1))
+        elif share > 16:
+            warps = 2 if ks >= 8 else 1
+            gpb = 16 // warps
     warps = min(8, ks) if warps is None else int(warps)
     gpb = 0 if gpb is None else int(gpb)
     if gpb:

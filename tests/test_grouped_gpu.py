@@ -160,6 +160,15 @@ def test_many_experts_active(rng):
     offs = _offsets(counts)
     A = rng.standard_normal((offs[-1], 64)).astype(dtype)
     _check(_run(A, bank512, ids, offs, int(counts.max()), dtype), A, bank512, ids, offs, dtype)
+    # more than 16 column groups per SM (200 slots x 17 groups): the slices plan over several waves
+    bank_w = _bank(rng, 64, 264, 1056, 4)
+    ids = rng.integers(0, 64, size=200).astype(np.int32)
+    counts = rng.integers(0, 3, size=200)
+    offs = _offsets(counts)
+    A = rng.standard_normal((offs[-1], 1056)).astype(dtype)
+    from kbitcupy.gemv import grouped_plan
+    assert grouped_plan(264, 1056, 4, 200, 2)[4] == 8  # 8 groups of 2 warps per block
+    _check(_run(A, bank_w, ids, offs, int(counts.max()), dtype), A, bank_w, ids, offs, dtype)
 
 
 @pytest.mark.gpu
