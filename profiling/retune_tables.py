@@ -36,19 +36,7 @@ def path(family, tag):
 
 
 def build(family, extra=()):
-    files = [path(family, t) for t in FILES[family] + list(extra)]
-    pdl = family.endswith("+PDL")
-    t = T.timings(files, T.PDL_COLS if pdl else T.COLS)
-    entry = D.entry_from_timings(t, gemv_max_m=8)
-    entry["shapes"] = D.shapes_from_timings(t)
-    lo = {}
-    for (k, _dn, N, K, M) in t:
-        lo[(k, N, K)] = min(M, lo.get((k, N, K), M))
-    entry["shapes"] = {s: (max(v[0], lo[s] - 1),) + tuple(v[1:]) for s, v in entry["shapes"].items()}
-    gm = entry["gemm_max_m"]
-    if isinstance(gm, dict):
-        entry["gemm_max_m"] = {(key[0] if isinstance(key, tuple) else key): v for key, v in gm.items()}
-    return entry, t
+    return T.table_from_files([path(family, t) for t in FILES[family] + list(extra)], family.endswith("+PDL"))
 
 
 def main(argv):

@@ -43,10 +43,9 @@ def timings(paths, cols=COLS):
     return t
 
 
-def main():
-    args = sys.argv[1:]
-    pdl = "--pdl" in args
-    t = timings([a for a in args if a != "--pdl"], PDL_COLS if pdl else COLS)
+def table_from_files(paths, pdl=False):
+    """(dispatch table entry, cell timings) from bench JSON files (earlier first, "+path" overlays)."""
+    t = timings(paths, PDL_COLS if pdl else COLS)
     entry = D.entry_from_timings(t, gemv_max_m=8)
     entry["shapes"] = D.shapes_from_timings(t)
     # M below the smallest measured one (e.g. a sweep from M = 4) stays on the GEMV
@@ -58,6 +57,12 @@ def main():
     gm = entry["gemm_max_m"]
     if isinstance(gm, dict):
         entry["gemm_max_m"] = {(key[0] if isinstance(key, tuple) else key): v for key, v in gm.items()}
+    return entry, t
+
+
+def main():
+    args = sys.argv[1:]
+    entry, t = table_from_files([a for a in args if a != "--pdl"], "--pdl" in args)
     print(repr(entry))
     D.set_table("_tuned", entry)
     worst = 0.0
