@@ -42,7 +42,7 @@ __device__ __forceinline__ unsigned long long trace_gtime() {
 #endif
 
 // One block computes 16-column groups grp0, grp0 + grp_stride, ... < ngroups of
-// C[M, N] (row stride N) = A[M, K] * W^T, or (SLICES: single-group blocks of kbit_gemv)
+// C[M, N] (row stride N) = A[M, K] * W^T, or (SLICES: kbit_gemv, kbit_gemv_grouped_sl)
 // blockDim.y groups side by side: slice y = threadIdx.y computes group blockIdx.x *
 // blockDim.y + y, and the slices share one pair table and one staged A (built once per
 // block instead of once per group).  Each group's W = blockDim.x/32 warps split K in steps
