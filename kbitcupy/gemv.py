@@ -70,7 +70,7 @@ def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int
 
 
 def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = None, depth: int | None = None,
-         dual: bool | None = None, late: bool | None = None, gpb: int | None = None):
+         dual: bool | None = None, late: bool | None = None, gpb: int | None = None, pdl: bool = False):
     """(warps per group, register ring depth, dynamic smem bytes, grid, token tiles,
     two accumulator chains, ring filled once step 0 landed, groups per block).  A block is
     warps x 32 by gpb threads: gpb column groups side by side over one pair table."""
@@ -108,9 +108,12 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # side by side in one block over one table and one staged A.  H200, 2026-11-25
         # (profiling/gpb_ab10.sh): gate/up (320 groups) 3 x 4 warps 9.12 -> 8.17 us at M = 1,
         # 10.63 -> 8.28 at M = 4; Q / linear value (256) 2 x 8 warps 6.82 -> 6.58, 7.13 -> 6.61;
-        # k = 4 (a 32 KB table) slower both ways (gate/up 6.06 -> 6.67, Q 4.90 -> 5.14).
+        # k = 4 (a 32 KB table) slower both ways (gate/up 6.06 -> 6.67, Q 4.90 -> 5.14).  Launched
+        # with PDL at M <= 2, where the table build overlaps the previous kernel anyway, one group
+        # per block stays faster (gate/up 7.05 vs 7.25 us, Q 5.58 vs 5.83 at M = 1; lowm-tune / k5-gpb).
         share = -(-groups // 132)
-        gpb = share if k == 5 and tiles == 1 and 2 <= share <= 3 and not warps_given else 1
+        gpb = share if (k == 5 and tiles == 1 and 2 <= share <= 3 and not warps_given
+                        and not (pdl and M <= 2)) else 1
         if gpb > 1:
             warps = min(8 if gpb == 2 else 4, ks)
     gpb = int(gpb)
@@ -132,9 +135,9 @@ def fits(N: int, K: int, M: int, k: int, device_id: int) -> bool:
 _LAUNCH: dict = {}
 
 
-def _launch_config(dev, M, N, K, qw, tname, plan_override):
+def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=False):
     """(kernel, grid, block, smem, scalar args) for one call shape, built once."""
-    p = plan(N, K, M, qw.k, **(dict(plan_override) if plan_override else {}))
+    p = plan(N, K, M, qw.k, **{"pdl": pdl, **(dict(plan_override) if plan_override else {})})
     warps, depth, smem, grid, tiles, dual, late, gpb = p
     if not fits(N, K, M, qw.k, dev):
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
@@ -155,13 +158,14 @@ def launch_args(A, qw, out, plan_override=None):
     if not 1 <= M <= MAX_M:
         raise ValueError(f"gemv handles M = 1..{MAX_M} rows of A, got M = {M}; use kbitcupy.matmul")
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    key = (A.data.device_id, M, N, K, qw.k, tname, qw.absmax.dtype.char, qw.layout, plan_override)
+    pdl = _pdl.active(A.data.device_id)
+    key = (A.data.device_id, M, N, K, qw.k, tname, qw.absmax.dtype.char, qw.layout, plan_override, pdl)
     cfg = _LAUNCH.get(key)
     if cfg is None:
-        cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override)
+        cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override, pdl)
     fn, grid, block, smem, dims = cfg
     return fn, grid, block, smem, ((A, qw.packed, qw.absmax, qw.codebook, out) + dims +
-                                   (np.float32(qw.tensor_scale), np.int32(_pdl.active(key[0]))))
+                                   (np.float32(qw.tensor_scale), np.int32(pdl)))
 
 
 def gemv(A, qw, out, plan_override=None):

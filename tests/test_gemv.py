@@ -35,6 +35,9 @@ def test_k5_wide_shapes_put_an_sms_share_of_groups_in_one_block():
         warps, _, smem, grid, _, _, _, gpb = G.plan(*DENSE["Q"], M, 5)
         assert (warps, gpb, grid) == (8, 2, 128) and smem <= SMEM_LIMIT
     assert G.plan(*DENSE["gateup"], 9, 5)[7] == 1  # two token tiles: not instantiated with slices
+    # launched with PDL, M <= 2 keeps one group per block (the table build overlaps the previous kernel)
+    assert G.plan(*DENSE["gateup"], 2, 5, pdl=True)[::7] == (4, 1) and G.plan(*DENSE["Q"], 1, 5, pdl=True)[7] == 1
+    assert G.plan(*DENSE["gateup"], 4, 5, pdl=True)[7] == 3
     assert G.plan(*DENSE["gateup"], 1, 4)[7] == 1 and G.plan(*DENSE["gateup"], 1, 4)[0] == 8
     assert G.plan(*DENSE["down"], 1, 5)[7] == 1 and G.plan(*DENSE["KV"], 1, 5)[7] == 1
     assert G.plan(*DENSE["gateup"], 1, 5, warps=8)[7] == 1  # a warps override keeps one group

@@ -125,11 +125,14 @@ def test_gemv_slices(layout, rng):
         for M in (1, 2, 4, 8):
             for dt in (np.float16, kb.bfloat16):
                 A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
-                out = cp.full((M, N), np.nan, dtype=dt)
-                gemv(A, q, out)
                 A64 = A.astype(cp.float64)
-                assert not bool(cp.isnan(out).any())
-                assert _rel_err(out, A64 @ Wd.T, cp.abs(A64) @ cp.abs(Wd).T, K) < TOL[np.dtype(dt).name], (name, M)
+                for pdl in (False, True):  # with PDL, M <= 2 plans one group per block
+                    out = cp.full((M, N), np.nan, dtype=dt)
+                    with kb.pdl(pdl):
+                        gemv(A, q, out)
+                    assert not bool(cp.isnan(out).any())
+                    err = _rel_err(out, A64 @ Wd.T, cp.abs(A64) @ cp.abs(Wd).T, K)
+                    assert err < TOL[np.dtype(dt).name], (name, M, pdl)
 
 
 def test_codebook_nondefault(rng):
