@@ -321,6 +321,11 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 // SL: the dense kernel's block shape instead of the loop over groups: blockDim.y column
 // groups side by side (slices over one pair table), one step requested before the prologue
 // barrier (kbitcupy.gemv.grouped_plan's gpb).
+// Experiment hook: the slices kernel's register ring depth (4: 5-9 % slower on the MoE shapes,
+// H200 2026-11-25, profiling/results/nvidia-h200_2026-11-25_moe_d4.log).
+#ifndef KBIT_GROUPED_SL_DEPTH
+#define KBIT_GROUPED_SL_DEPTH 2
+#endif
 template <int K, typename T, int MT, int AMODE, bool SL>
 __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const u32* __restrict__ packed,
                                                   const u8* __restrict__ absmax, const float* __restrict__ codebook,
@@ -350,7 +355,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // are [gate | up] (2 Kdim) and the kernel multiplies silu(gate) * up (kbitcupy/moe.py)
     for (int c0 = r0; c0 < r1; c0 += 8 * MT) {
         // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
-        gemv_block<K, T, u8, true, 2, MT, !SL, false, false, AMODE, SL>(
+        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, false, AMODE, SL>(
             AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
             codebook, C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim, tscale[e], blockIdx.x, gridDim.x,
             (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows);
