@@ -1,5 +1,6 @@
 """CPU tests of the decode GEMV's launch plans (kbitcupy.gemv.plan, grouped_plan) and the
 grouped-kernel choice: the measured rules, and the invariants the kernels rely on."""
+import numpy as np
 import pytest
 
 from kbitcupy import gemv as G
@@ -83,3 +84,20 @@ def test_grouped_kernel_choice():
     assert use_grouped_gemv(1, 512) and use_grouped_gemv(8, 512) and use_grouped_gemv(8, 2048)
     assert use_grouped_gemv(16, 2048) and not use_grouped_gemv(16, 512)  # down: the grouped MMA kernel
     assert not use_grouped_gemv(17, 2048)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_grouped_plan_invariants(seed):
+    """Any slots / groups / tokens: the block fits the kernels' 512 threads, the blocks of a slot
+    cover its groups, and the slices plan only at one token tile."""
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        N = int(rng.integers(1, 4096))
+        K = 32 * int(rng.integers(1, 128))
+        slots, mt = int(rng.integers(1, 600)), int(rng.integers(1, 17))
+        warps, gx, smem, tiles, gpb = G.grouped_plan(N, K, 4, slots, mt)
+        groups = -(-N // 16)
+        assert 1 <= warps and warps * max(gpb, 1) <= 16 and tiles == (1 if mt <= 8 else 2)
+        assert gx * max(gpb, 1) >= groups if gpb else 1 <= -(-groups // gx) <= 4
+        assert gpb == 0 or tiles == 1
+        assert smem == G.smem_bytes(4, 8 * tiles, -(-K // 128), warps * max(gpb, 1), tiles)
