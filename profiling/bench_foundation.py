@@ -128,7 +128,7 @@ def main():
     dst = cp.empty_like(buf)
     t = time_rotated([lambda: cp.copyto(dst, buf)] * 2, reps=10)
     res["copy_GBps"] = 2 * buf.nbytes / (t * 1e-6) / 1e9
-    del buf, dst
+    buf = dst = None  # free the 2 GiB (the copy lambda is done with them)
     for k in (2, 3, 4, 5):
         for name, (N, K) in SHAPES.items():
             W = rand_f16(rng, (N, K), 0.02)
@@ -154,7 +154,7 @@ def main():
                     res["quantize"].append(dict(shape=name, k=k, dtype=np.dtype(dt).name, us_wall_incl_sync=float(np.median(ts))))
         Wg = cp.asarray(rng.standard_normal((4096, 4096), dtype=np.float32))
         res["sqnr"][k] = R.sqnr_db(Wg.get(), kb.dequantize(kb.quantize(Wg, k), np.float32).get())
-    lines = [f"# Foundation: dequantize bandwidth, quantize time, SQNR", "",
+    lines = ["# Foundation: dequantize bandwidth, quantize time, SQNR", "",
              f"GPU: {gpu}  date: {res['date']}  command: `{res['command']}`", "",
              f"Device copy (read+write, 1 GiB, graph): {res['copy_GBps']:.0f} GB/s", "",
              "Dequantize to fp16 (cold L2, CUDA graph, median/R); GB/s counts packed+absmax read + fp16 written.", "",
