@@ -374,12 +374,13 @@ template <int K, typename T, int MT, int AMODE>
 __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS) kbit_gemv_grouped(KBIT_GROUPED_ARGS) {
     grouped_gemv_body<K, T, MT, AMODE, false>(KBIT_GROUPED_PASS);
 }
-// The slices form (grouped_plan's gpb).  KBIT_GROUPED_SL_MAXNREG: an experiment hook (at 80, the
-// dense kernel's count at k <= 4, three 256-thread blocks fit an SM, but it spills 16-104 bytes).
+// The slices form (grouped_plan's gpb).  At most 128 registers, so its 16-warp blocks launch
+// (uncapped it would take more).  KBIT_GROUPED_SL_MAXNREG=80 (an experiment: three 256-thread
+// blocks per SM, as the dense kernel) spills 16-104 bytes and was not faster (moe_sl10.sh).
 #ifndef KBIT_GROUPED_SL_MAXNREG
-#define KBIT_GROUPED_SL_MAXNREG(K) 128
+#define KBIT_GROUPED_SL_MAXNREG 128
 #endif
 template <int K, typename T, int MT, int AMODE>
-__global__ void __maxnreg__(KBIT_GROUPED_SL_MAXNREG(K)) kbit_gemv_grouped_sl(KBIT_GROUPED_ARGS) {
+__global__ void __maxnreg__(KBIT_GROUPED_SL_MAXNREG) kbit_gemv_grouped_sl(KBIT_GROUPED_ARGS) {
     grouped_gemv_body<K, T, MT, AMODE, true>(KBIT_GROUPED_PASS);
 }

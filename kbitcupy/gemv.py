@@ -137,7 +137,7 @@ _LAUNCH: dict = {}
 
 def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=False):
     """(kernel, grid, block, smem, scalar args) for one call shape, built once."""
-    p = plan(N, K, M, qw.k, **{"pdl": pdl, **(dict(plan_override) if plan_override else {})})
+    p = plan(N, K, M, qw.k, **{"pdl": pdl, **dict(plan_override or ())})
     warps, depth, smem, grid, tiles, dual, late, gpb = p
     if not fits(N, K, M, qw.k, dev):
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
@@ -232,19 +232,17 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
 
 
 def _sm_count(device_id: int) -> int:
-    import cupy as cp
+    from .gemm import device_info  # (gemm imports this module)
 
-    return int(cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrMultiProcessorCount, device_id))
+    return int(device_info(device_id)["sms"])
 
 
 def resident_blocks(fn, threads: int, smem: int, device_id: int) -> int:
     """Blocks of fn the whole GPU runs at once (registers, shared memory, threads)."""
-    import cupy as cp
     from cupy.cuda import driver
 
     per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, smem)
-    sms = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrMultiProcessorCount, device_id)
-    return max(1, int(per_sm)) * int(sms)
+    return max(1, int(per_sm)) * _sm_count(device_id)
 
 
 def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=None, kernel=None,
