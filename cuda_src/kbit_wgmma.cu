@@ -163,9 +163,25 @@ __device__ __forceinline__ unsigned long long kbit_smid() {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
     return s;
 }
+// Per-iteration phase stamps of thread 0, main-loop iterations 0..KBIT_WG_ITS-1 (8 each).
+#define KBIT_WG_ITS 8
+__device__ unsigned long long kbit_wg_itrace[65536 * KBIT_WG_ITS * 8];
+#define KBIT_WG_IT(it, i, v)                                                                                     \
+    do {                                                                                                       \
+        if (threadIdx.x == 0 && blockIdx.x < 65536 && (it) < KBIT_WG_ITS)                                     \
+            kbit_wg_itrace[((long)blockIdx.x * KBIT_WG_ITS + (it)) * 8 + (i)] = (v);                          \
+    } while (0)
+__device__ __forceinline__ unsigned long long kbit_clock_after(unsigned x) {  // waits for x
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t) : "r"(x));
+    return t;
+}
 #else
 #define KBIT_WG_T(i, v) \
     do {                \
+    } while (0)
+#define KBIT_WG_IT(it, i, v) \
+    do {                     \
     } while (0)
 #endif
 
@@ -396,23 +412,31 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     if (n_my > 0) dequant(0, frag_a);
     auto step = [&](int it, u32 (&cur)[4][4], u32 (&nxt)[4][4]) {
         // groups committed: dist + it; tile it + 1 = group it + 1 complete
+        KBIT_WG_IT(it, 0, clock64());
         cp_async_wait_upto(dist - 2);
+        KBIT_WG_IT(it, 1, clock64());
         // cp.async wrote the tiles through the generic proxy; wgmma reads them through the
         // async proxy: make this thread's writes visible to it before the barrier.
         fence_proxy_async();
+        KBIT_WG_IT(it, 2, clock64());
         __syncthreads();
+        KBIT_WG_IT(it, 3, clock64());
         mma(it, cur);
+        KBIT_WG_IT(it, 4, clock64());
         // buffer of tile it + dist = that of tile it - 2: its group retired (wait below, last
         // iteration) and dequantized by every warp before the barrier above
         if (it + dist < n_my) load_stage(wr, kt_begin + it + dist);
         cp_async_commit();
         wr = wr + 1 == stages ? 0 : wr + 1;
+        KBIT_WG_IT(it, 5, clock64());
 #ifndef KBIT_WG_NO_MMA
         wgmma_wait<1>();  // retires the group of tile it - 1, which read `nxt`
         reg_fence(acc);
 #endif
+        KBIT_WG_IT(it, 6, kbit_clock_after(__float_as_uint(acc[0])));
         frag_keep(nxt);
         if (it + 1 < n_my) dequant(it + 1, nxt);
+        KBIT_WG_IT(it, 7, kbit_clock_after(nxt[3][3] ^ nxt[0][0]));
     };
     for (int it = 0; it < n_my; it += 2) {
         step(it, frag_a, frag_b);

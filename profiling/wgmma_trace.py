@@ -1,7 +1,8 @@
 """Timeline of one launch of the wgmma GEMM (dense or grouped), cold L2: the kernel built
 with -DKBIT_WG_TRACE stores, per CTA, clock64 at entry, after the pair/scale tables, when
 K tile 0 has landed, after the main loop, after the split-K step and at exit, plus
-globaltimer at entry and exit.  Prints percentiles over the CTAs (ns at the nominal clock).
+globaltimer at entry and exit, and thread 0's phase boundaries in main-loop iterations 0..7
+(steady state = iterations 2..6).  Prints percentiles over the CTAs (ns at the nominal clock).
 
 usage (GPU machine): KBIT_WGMMA_OPTS=-DKBIT_WG_TRACE python3 profiling/wgmma_trace.py
 env CASES="d:N,K,M[,ks];g:N,K,E,M[,ks]" (d = dense, g = grouped over E experts), KBITS=4
@@ -29,9 +30,25 @@ def pct(x):
     return " ".join(f"{np.percentile(x, p):7.0f}" for p in (0, 10, 50, 90, 100))
 
 
-def trace_buffer(group):
+ITS = 8  # KBIT_WG_ITS in the .cu: main-loop iterations stamped per CTA, 8 stamps each
+PHASES = ("cp.async wait", "proxy fence", "barrier", "wgmma issue", "copy issue", "wgmma wait", "dequantize")
+
+
+def trace_buffer(group, name="kbit_wg_trace", size=65536 * STRIDE):
     mod = WG.WGMMA._modules[(cp.cuda.Device().id, group)][0]
-    return cp.ndarray((65536 * STRIDE,), cp.uint64, mod.get_global("kbit_wg_trace"))
+    return cp.ndarray((size,), cp.uint64, mod.get_global(name))
+
+
+def iteration_phases(itr, grid, ns_per_clk):
+    """Per-iteration phase times of thread 0 (steady state: iterations 2..ITS-2), ns."""
+    t = itr[:grid * ITS * 8].get().reshape(grid, ITS, 8).astype(np.int64)
+    rows = []
+    for i, name in enumerate(PHASES):
+        x = (t[:, 2:ITS - 1, i + 1] - t[:, 2:ITS - 1, i]).ravel() * ns_per_clk
+        rows.append((f"  it: {name}", x))
+    rows.append(("  it: loop back", (t[:, 3:ITS, 0] - t[:, 2:ITS - 1, 7]).ravel() * ns_per_clk))
+    rows.append(("  it: whole iteration", (t[:, 3:ITS, 0] - t[:, 2:ITS - 1, 0]).ravel() * ns_per_clk))
+    return rows
 
 
 def main():
@@ -68,9 +85,11 @@ def main():
             label = f"grouped N={N} K={K} E={E} M={M}"
         launch()
         tr = trace_buffer(group)
+        itr = trace_buffer(group, "kbit_wg_itrace", 65536 * ITS * 8)
         spans = []
         for rep in range(3):
             tr.fill(0)
+            itr.fill(0)
             flush.fill(rep)  # cold L2
             cp.cuda.runtime.deviceSynchronize()
             launch()
@@ -94,6 +113,9 @@ def main():
                  ("exit (globaltimer, from first entry)", t[:, 7] - g0)]
         sm = np.bincount(t[:, 8].astype(np.int64))
         print(f"CTAs {p.grid}, CTAs per SM {sm[sm > 0].min()}..{sm.max()}")
+        n_my = (-(-K // 64)) // p.k_splits  # K tiles of the shortest split
+        if n_my >= ITS:  # every CTA ran ITS iterations (else the stamps are partial)
+            rows += iteration_phases(itr, p.grid, ns_per_clk)
         for name, x in rows:
             if len(x):
                 print(f"{name:38s} {pct(x)}")
