@@ -25,10 +25,14 @@
 // kbit_common.cuh), which the lane builds alone (key_word below), then one PRMT + LDS
 // pair lookup (half2/bf162 of two levels) + one HMUL2 by the E4M4 scale per register.
 //
-// B operand (tokens) in shared memory, no swizzle, K-major core matrices of 8 tokens x
-// 8 elements (128 bytes): (token r, chunk c) at ((r / 8) * 8 + c) * 128 + (r % 8) * 16,
-// i.e. leading (K) byte offset 128 and stride (token) byte offset 1024.  Copy id i of a
-// stage lands at byte 16 i, so cp.async writes are contiguous.
+// B operand (tokens) in shared memory, K-major with the 128-byte swizzle: token r's 64
+// elements (128 bytes) are row r, its 16-byte chunk c at r * 128 + ((c ^ (r % 8)) * 16)
+// (stride byte offset 1024 per 8 tokens; stage buffers 1024-byte aligned, since the swizzle
+// works on address bits).  Why: each warp's token copies then read 4 whole 128-byte lines
+// and write 4 whole shared-memory rows (no bank conflicts).  With the earlier no-swizzle
+// layout (core matrices of 8 tokens x 16 bytes) a warp read 8 half lines, and issuing the
+// copies took 0.64 of a 1.32 us main-loop iteration at M = 512 (the copies queue behind L2
+// requests; profiling/wgmma_trace.py, H200, 2026-11-25): with whole lines 0.20 of 0.86 us.
 //
 // Pipeline: `stages` buffers (runtime, 4..8) of {tokens TOK x 64, weight tile, absmax},
 // tile t in buffer t % stages, prefetch distance dist = stages - 2.  Iteration it: wait
@@ -102,11 +106,13 @@ __device__ __forceinline__ void reg_fence(float (&d)[N]) {
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// Shared-memory matrix descriptor: no swizzle, LBO 128 B (next 8-element K chunk),
-// SBO 1024 B (next 8 tokens).
+// Shared-memory matrix descriptor: 128-byte swizzle (mode 1, bits 62-63), K-major rows of
+// 128 bytes, SBO 1024 B (next 8 tokens), LBO unused (16 B).  k16 step j of a tile starts
+// 32 j bytes into the rows; the swizzle phase comes from the address bits, so the base
+// offset field stays 0 (tile bases are 1024-byte aligned).
 __device__ __forceinline__ unsigned long long smem_desc(u32 saddr) {
-    return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | ((unsigned long long)(128 >> 4) << 16) |
-           ((unsigned long long)(1024 >> 4) << 32);
+    return (unsigned long long)((saddr & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
+           (1ull << 62);
 }
 
 __device__ __forceinline__ void cp_async_wait_upto(int pending) {
@@ -203,7 +209,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     constexpr int NSUB = TOK >= 64 ? TOK / 64 : 1;  // n64 sub-MMAs per k16 (TOK >= 64)
     constexpr int A_BYTES = TOK * 128;              // tokens x 64 elements
     constexpr int W_BYTES = 1024 * K;               // one layout tile: 128 cols x 2 blocks x K words
-    constexpr int STAGE_BYTES = (A_BYTES + W_BYTES + 256 + 127) / 128 * 128;
+    constexpr int STAGE_BYTES = (A_BYTES + W_BYTES + 256 + 1023) / 1024 * 1024;  // 1024-aligned (swizzle)
     constexpr int LUT_BYTES = PairLut<K>::WORDS * 4;
     constexpr int SH = PairLut<K>::LOG2_COPIES + 2;  // log2 bytes per LUT entry row
     constexpr int CS_STRIDE = 128 + 8;               // C staging row (elements), 16 B aligned, spreads banks
@@ -213,8 +219,10 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     u32* s2tab = reinterpret_cast<u32*>(smem + LUT_BYTES);
     float* cb_s = reinterpret_cast<float*>(smem + LUT_BYTES + 1024);
     int* misc = reinterpret_cast<int*>(smem + LUT_BYTES + 1024 + 128);
-    unsigned char* stage0 = smem + LUT_BYTES + 1024 + 256;
-    const u32 stage0_s = (u32)__cvta_generic_to_shared(stage0);
+    // stages from the first 1024-byte aligned shared address on (kbitcupy/wgmma.py adds the slack)
+    const u32 smem_s = (u32)__cvta_generic_to_shared(smem);
+    const u32 stage0_s = (smem_s + (u32)(LUT_BYTES + 1024 + 256) + 1023u) & ~1023u;
+    unsigned char* stage0 = smem + (stage0_s - smem_s);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -231,11 +239,13 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     const int kt_end = (int)((long)k_tiles * (split + 1) / k_splits);
     const int n_my = kt_end - kt_begin;
 
-    // Token copies: copy id i = tid + 256 u (u < A_COPIES) -> token 8 (i / 64) + i % 8 =
-    // a_r0 + 32 u, chunk (i / 8) % 8 = a_c (the same for every u), shared byte 16 i.  The
-    // row pointer and its validity are fixed per thread; only the K offset moves.
+    // Token copies: copy id i = tid + 256 u (u < A_COPIES) -> token i / 8 = a_r0 + 32 u,
+    // chunk i % 8 = a_c, shared byte 128 (a_r0 + 32 u) + 16 (a_c ^ (a_r0 % 8)) (the swizzled
+    // chunk is the same for every u).  The row pointer and its validity are fixed per thread;
+    // only the K offset moves.
     constexpr int A_COPIES = (TOK * 8 + 255) / 256;
-    const int a_r0 = ((tid >> 6) << 3) | (tid & 7), a_c = (tid >> 3) & 7;
+    const int a_r0 = tid >> 3, a_c = tid & 7;
+    const u32 a_soff = 128u * (u32)a_r0 + 16u * (u32)(a_c ^ (a_r0 & 7));
     const int a_rows = M - m0 - a_r0;  // copy u is a real token iff 32 u < a_rows
     const T* a_base = A + (long)(m0 + a_r0) * Kdim + a_c * 8;
     const long a_ustride = 32L * Kdim;
@@ -246,7 +256,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     const long abs_ktstride = (long)n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE);
 
     auto load_tokens = [&](int buf, int kt) {
-        const u32 st = stage0_s + buf * STAGE_BYTES + 16 * tid;
+        const u32 st = stage0_s + buf * STAGE_BYTES + a_soff;
         const bool kok = kt * KBIT_TILE_K + a_c * 8 < Kdim;  // K % 64 == 32: the upper half is zero-filled
 #pragma unroll
         for (int u = 0; u < A_COPIES; u++) {
@@ -387,14 +397,14 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         // ---- 4 x wgmma k16 over this tile (k16 j: chunks 2j, 2j + 1 -> +256 j bytes)
         unsigned long long bd[4];
 #pragma unroll
-        for (int j = 0; j < 4; j++) bd[j] = smem_desc(st + 256u * j);
+        for (int j = 0; j < 4; j++) bd[j] = smem_desc(st + 32u * j);
         if (TOK == 16) {
             wgmma_tile_n16(*reinterpret_cast<float(*)[8]>(&acc[0]), fr, bd, T());
         } else if (TOK == 32) {
             wgmma_tile_n32(*reinterpret_cast<float(*)[16]>(&acc[0]), fr, bd, T());
         } else {
 #pragma unroll
-            for (int sub = 0; sub < NSUB; sub++) {  // tokens 64 sub.. : 8 row groups of 1024 bytes on
+            for (int sub = 0; sub < NSUB; sub++) {  // tokens 64 sub.. : 64 rows of 128 bytes on
                 unsigned long long bs[4];
 #pragma unroll
                 for (int j = 0; j < 4; j++) bs[j] = bd[j] + ((8192ull * sub) >> 4);

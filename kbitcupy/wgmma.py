@@ -79,11 +79,12 @@ def supported(dev_id: int) -> bool:
 
 # ----------------------------------------------------------------------------- sizes
 def stage_bytes(k: int, tok: int) -> int:
-    return -(-(tok * 128 + 1024 * k + 256) // 128) * 128
+    return -(-(tok * 128 + 1024 * k + 256) // 1024) * 1024  # 1024-byte aligned stages (128-byte swizzle)
 
 
 def smem_bytes(k: int, tok: int, stages: int) -> int:
-    return lut_bytes(k) + 1024 + 256 + stages * stage_bytes(k, tok)
+    # + 1024: the stages start at the first 1024-byte aligned address after the tables
+    return lut_bytes(k) + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
 
 
 def choose_tok(M: int, choices=TOK_CHOICES) -> int:
