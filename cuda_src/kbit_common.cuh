@@ -271,7 +271,9 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // CTA's own slot re-read from L2 so that v itself holds the running sum (no extra
 // registers for it: the row-by-row loop it replaced cost one L2 round trip per float4
 // row, 16 round trips = 9.7 us of the last CTA at TOK = 128, profiling/wgmma_trace.py).
-// Both add in split order from 0, as the plain loop does: identical results.
+// Both add in split order from 0, as the plain loop does: identical results.  CH: float4
+// loads in flight per thread for NV > 4 (the caller's register budget decides: 4 kept the
+// grouped TOK = 64 kernel at two CTAs per SM; one-CTA-per-SM callers pass more).
 #ifdef KBIT_SERIAL_FIXUP  // experiment hook: the plain row-by-row loop for every NV (A/B)
 #define KBIT_SERIAL_FIXUP_ON true
 #else
@@ -282,7 +284,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 #else
 #define KBIT_FIXUP_ROWWISE_ON false
 #endif
-template <int NV, int NT>
+template <int NV, int NT, int CHUNK = 4>
 __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float* __restrict__ ws,
                                              int* __restrict__ counters, int* flag, int tile, int tiles, int split,
                                              int k_splits) {
@@ -318,7 +320,8 @@ __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float
     __threadfence();
 #endif
     if (NV > 4 && !KBIT_SERIAL_FIXUP_ON && !KBIT_FIXUP_ROWWISE_ON) {
-        constexpr int CH = NV < 4 ? NV : 4;
+        constexpr int CH = NV < CHUNK ? NV : CHUNK;
+        static_assert(NV % CH == 0, "CHUNK must divide NV");
 #pragma unroll
         for (int i0 = 0; i0 < NV; i0 += CH) {
 #pragma unroll

@@ -462,7 +462,12 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         float4 v[NACC / 4];
 #pragma unroll
         for (int i = 0; i < NACC / 4; i++) v[i] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
-        const bool last = splitk_fixup<NACC / 4, 256>(v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits);
+        // TOK >= 128 runs one CTA per SM: the last CTA's sum keeps 8-16 float4 loads in flight
+        // per thread (4 made it one L2 round trip per 16 KB: 4.3 us at gate/up M = 128 with 3
+        // splits, 7 us at down with 8; profiling/wgmma_trace.py, H200, 2026-11-25)
+        constexpr int SUM_CH = TOK == 128 ? 16 : TOK == 192 ? 8 : 4;
+        const bool last =
+            splitk_fixup<NACC / 4, 256, SUM_CH>(v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits);
         KBIT_WG_T(4, clock64());  // partials stored (and summed by the last CTA)
         KBIT_WG_T(9, last ? 1ull : 0ull);
         if (!last) {
