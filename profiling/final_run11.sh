@@ -3,6 +3,7 @@
 #   STEP=tests: the whole GPU suite (pytest -m gpu tests/) and the grouped wgmma trace at 16 / 64 tokens
 #   STEP=san:   compute-sanitizer memcheck + racecheck over profiling/sanitize_driver.py, then the MoE
 #               table (1..64 tokens, 8 / 10 experts, layer step T = 1 / 8 / 32; tag moe-final15)
+#   STEP=close: memcheck, the MoE table (moe-final15) and dense k = 4 / 5 at M = 32, 64, 128 (final18)
 #   STEP=dense: the dense table at M = 16..128, all k, dispatched matmul beside every kernel (tag final18)
 #   OUT=/tmp/out STEP=tests bash profiling/final_run11.sh
 . profiling/run_env.sh
@@ -26,6 +27,16 @@ san)
   timeout 240 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,2,4,8,16,32,64 \
       --columns Grouped,g-GEMV,g-WGMMA,g-MMA,Grouped+PDL --moe-layer --layer-T 1,8,32 --reps 15 --tag moe-final15 > "$W/bench_moe.log" 2>&1
   grep -E "^### |^\| TOTAL|^\| [0-9]+ \| 4" "$W/bench_moe.log" ;;
+close)  # what the device time left allows: memcheck, the MoE table, dense k = 4 / 5 at M = 32..128
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/sanitize_driver_memcheck.txt" 2>&1
+  echo "memcheck: exit $? ($(grep -c 'rel err' "$W/sanitize_driver_memcheck.txt") checks; $(grep -E 'BAD|ERROR SUMMARY' "$W/sanitize_driver_memcheck.txt" | tr '\n' ' '))"
+  timeout 170 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
+      --columns Grouped,g-WGMMA,Grouped+PDL --moe-layer --layer-T 1,8,32 --reps 15 --tag moe-final15 > "$W/bench_moe.log" 2>&1
+  grep -E "^\| TOTAL|^\| [0-9]+ \| 4" "$W/bench_moe.log"
+  timeout 200 python3 profiling/bench.py --out "$W" --M 32,64,128 --k 4,5 \
+      --columns STREAM,WGMMA,dq+cuBLAS,matmul --reps 15 --tag final18 > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log" ;;
 dense)
   python3 profiling/warm_cache.py 2>&1 | tail -1
   timeout 560 python3 profiling/bench.py --out "$W" --M ${MS:-16,24,32,48,64,128} --k ${KS:-2,3,4,5} \
