@@ -4,6 +4,7 @@
 #   STEP=san:   compute-sanitizer memcheck + racecheck over profiling/sanitize_driver.py, then the MoE
 #               table (1..64 tokens, 8 / 10 experts, layer step T = 1 / 8 / 32; tag moe-final15)
 #   STEP=close: memcheck, the MoE table (moe-final15) and dense k = 4 / 5 at M = 32, 64, 128 (final18)
+#   STEP=wgtune: WGMMA / WGMMA+PDL at M = 16..128, all k (tag wg-tune11), overlaid on the dispatch sweeps
 #   STEP=dense: the dense table at M = 16..128, all k, dispatched matmul beside every kernel (tag final18)
 #   OUT=/tmp/out STEP=tests bash profiling/final_run11.sh
 . profiling/run_env.sh
@@ -37,6 +38,11 @@ close)  # what the device time left allows: memcheck, the MoE table, dense k = 4
   timeout 200 python3 profiling/bench.py --out "$W" --M 32,64,128 --k 4,5 \
       --columns STREAM,WGMMA,dq+cuBLAS,matmul --reps 15 --tag final18 > "$W/bench.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench.log" ;;
+wgtune)  # the changed kernel's columns for the dispatch overlay (retune_tables.py "+wg-tune11")
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  timeout 400 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,3,4,5 \
+      --columns WGMMA,WGMMA+PDL --reps 15 --tag wg-tune11 > "$W/bench_wgtune.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_wgtune.log" ;;
 dense)
   python3 profiling/warm_cache.py 2>&1 | tail -1
   timeout 560 python3 profiling/bench.py --out "$W" --M ${MS:-16,24,32,48,64,128} --k ${KS:-2,3,4,5} \
