@@ -5,6 +5,7 @@
 #               table (1..64 tokens, 8 / 10 experts, layer step T = 1 / 8 / 32; tag moe-final15)
 #   STEP=close: memcheck, the MoE table (moe-final15) and dense k = 4 / 5 at M = 32, 64, 128 (final18)
 #   STEP=wgtune: WGMMA / WGMMA+PDL at M = 16..128, all k (tag wg-tune11), overlaid on the dispatch sweeps
+#   STEP=moest: grouped wgmma stages 4 / 6 / 8 (moe_ab.py) and the re-tuned dispatch at M = 64 / 128 (final18b)
 #   STEP=dense: the dense table at M = 16..128, all k, dispatched matmul beside every kernel (tag final18)
 #   OUT=/tmp/out STEP=tests bash profiling/final_run11.sh
 . profiling/run_env.sh
@@ -43,6 +44,18 @@ wgtune)  # the changed kernel's columns for the dispatch overlay (retune_tables.
   timeout 400 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,3,4,5 \
       --columns WGMMA,WGMMA+PDL --reps 15 --tag wg-tune11 > "$W/bench_wgtune.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench_wgtune.log" ;;
+moest)  # grouped wgmma pipeline depth (GROUPED_MAX_STAGES = 4 dates from before the swizzle), and the
+         # re-tuned dense dispatch at M = 64 / 128, k = 4 / 5 (tag final18b) with the dispatch GPU tests
+  python3 profiling/warm_cache.py wgmma grouped gemv_stream 2>&1 | tail -1
+  MOE_GEMV=0 MOE_MMA=1 MS=16,32,64 ES=8,10 MOE_WG="wg:;st6:+stages=6;st8:+stages=8;ks2:+ks_div=2" \
+      timeout 200 python3 profiling/moe_ab.py > "$W/moe_stages.log" 2>&1
+  grep -E "^#|^TOTAL" "$W/moe_stages.log"
+  timeout 120 python3 profiling/bench.py --out "$W" --M 64,128 --k 4,5 \
+      --columns STREAM,WGMMA,dq+cuBLAS,matmul --reps 15 --tag final18b > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log"
+  echo "# $GPU, $(date -I): pytest -q -m gpu tests/test_dispatch.py" > "$W/gpu_tests_dispatch.log"
+  timeout 100 python3 -m pytest -q -m gpu tests/test_dispatch.py >> "$W/gpu_tests_dispatch.log" 2>&1
+  tail -1 "$W/gpu_tests_dispatch.log" ;;
 dense)
   python3 profiling/warm_cache.py 2>&1 | tail -1
   timeout 560 python3 profiling/bench.py --out "$W" --M ${MS:-16,24,32,48,64,128} --k ${KS:-2,3,4,5} \

@@ -240,17 +240,21 @@ def test_h200_table_follows_measurements():
     """H200 (allm4 + m16-64 + m8-128 + m32-128 runs, the 2026-11-25 stream-tune run at M = 8..48, the
     eighth session's dq-tune / stream-tune2 / stream64 overlays and the ninth session's stream-tune3 /
     stream-tune3b after the streaming GEMV got 6-14 % faster, lowm-tune, and the tenth session's k5-gpb
-    after the k = 5 GEMV's groups came to share a table): the streaming GEMV where it was the fastest
-    kernel (M = 16..32 on every big shape, up to 64 on gate/up and down, from 8 on k = 2/4 gate/up),
-    dq + cuBLAS above its band."""
+    after the k = 5 GEMV's groups came to share a table, and the eleventh session's wg-tune11 / final18 after
+    the wgmma kernel got 5-30 % faster): the streaming GEMV where it was the fastest kernel (M = 16..32 on
+    every big shape, up to 64 on down, from 8 on k = 2/4 gate/up), the wgmma kernel where it now wins
+    (k = 5 gate/up and down at 64, down at 128), dq + cuBLAS above."""
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H200")  # noqa: E731
     assert [c(M, 5120, 2048, 2) for M in (8, 16, 32, 64)] == ["stream", "stream", "stream", "dq"]
-    assert [c(M, 2048, 5120, 5) for M in (8, 16, 32, 64, 128, 256)] == ["gemv", "stream", "stream", "stream", "dq", "dq"]
+    # k = 5 down, final18: M = 64 wgmma 15.33 vs stream 15.90 us, M = 128 wgmma 19.14 vs dq 20.99
+    assert [c(M, 2048, 5120, 5) for M in (8, 16, 32, 64, 128, 256)] == ["gemv", "stream", "stream", "wgmma", "wgmma", "dq"]
     # k = 5 gate/up: the GEMV to M = 8 since its groups share one table per SM (tenth session, k5-gpb)
-    assert [c(M, 5120, 2048, 5) for M in (2, 4, 8, 16, 32, 64, 128)] == ["gemv", "gemv", "gemv", "stream", "stream", "stream", "dq"]
+    assert [c(M, 5120, 2048, 5) for M in (2, 4, 8, 16, 32, 64, 128)] == ["gemv", "gemv", "gemv", "stream", "stream", "wgmma", "dq"]
     assert [c(M, 4096, 2048, 5) for M in (4, 8, 16)] == ["gemv", "gemv", "stream"]
-    assert [c(M, 5120, 2048, 4) for M in (4, 8, 16, 32, 48, 64)] == ["gemv", "stream", "stream", "stream", "stream", "stream"]
-    assert [c(M, 2048, 5120, 4) for M in (48, 64, 128)] == ["stream", "stream", "dq"]  # down: MT = 8 wins
+    # k = 4 gate/up M = 64, final18: dq 13.77, wgmma 13.92, stream 13.99 us
+    assert [c(M, 5120, 2048, 4) for M in (4, 8, 16, 32, 48, 64)] == ["gemv", "stream", "stream", "stream", "stream", "dq"]
+    # down: MT = 8 wins at 48 / 64; M = 128 (final18) wgmma 19.11 vs dq 19.92 us
+    assert [c(M, 2048, 5120, 4) for M in (48, 64, 128)] == ["stream", "stream", "wgmma"]
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 33)] == ["gemv", "stream", "stream", "stream"]
     assert c(32, 512, 2048, 4) == "dq"
     assert c(32, 3000, 3000, 4) in ("gemm", "dq")  # unmeasured shape: size bands, never wgmma or stream
