@@ -6,6 +6,7 @@
 #   STEP=close: memcheck, the MoE table (moe-final15) and dense k = 4 / 5 at M = 32, 64, 128 (final18)
 #   STEP=wgtune: WGMMA / WGMMA+PDL at M = 16..128, all k (tag wg-tune11), overlaid on the dispatch sweeps
 #   STEP=moest: grouped wgmma stages 4 / 6 / 8 (moe_ab.py) and the re-tuned dispatch at M = 64 / 128 (final18b)
+#   STEP=h100: the same checks and sweeps on the H100 (wgmma tests, wg-tune11, final18, moe-final15)
 #   STEP=dense: the dense table at M = 16..128, all k, dispatched matmul beside every kernel (tag final18)
 #   OUT=/tmp/out STEP=tests bash profiling/final_run11.sh
 . profiling/run_env.sh
@@ -56,6 +57,20 @@ moest)  # grouped wgmma pipeline depth (GROUPED_MAX_STAGES = 4 dates from before
   echo "# $GPU, $(date -I): pytest -q -m gpu tests/test_dispatch.py" > "$W/gpu_tests_dispatch.log"
   timeout 100 python3 -m pytest -q -m gpu tests/test_dispatch.py >> "$W/gpu_tests_dispatch.log" 2>&1
   tail -1 "$W/gpu_tests_dispatch.log" ;;
+h100)  # the H100: wgmma tests, the WGMMA / WGMMA+PDL sweep (wg-tune11), dense k = 4 / 5 at M = 32..128
+         # (final18) and the MoE table (moe-final15)
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  echo "# $GPU, $(date -I): pytest -q tests/test_wgmma_gpu.py tests/test_grouped_gpu.py -k wgmma" > "$W/gpu_tests_wgmma.log"
+  timeout 150 python3 -m pytest -q tests/test_wgmma_gpu.py tests/test_grouped_gpu.py -k wgmma >> "$W/gpu_tests_wgmma.log" 2>&1
+  tail -1 "$W/gpu_tests_wgmma.log"
+  timeout 150 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,3,4,5 \
+      --columns WGMMA,WGMMA+PDL --reps 15 --tag wg-tune11 > "$W/bench_wgtune.log" 2>&1
+  timeout 100 python3 profiling/bench.py --out "$W" --M 32,64,128 --k 4,5 \
+      --columns STREAM,WGMMA,dq+cuBLAS,matmul --reps 15 --tag final18 > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log"
+  timeout 120 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
+      --columns Grouped,g-WGMMA,Grouped+PDL --reps 15 --tag moe-final15 > "$W/bench_moe.log" 2>&1
+  grep -E "^\| TOTAL" "$W/bench_moe.log" ;;
 dense)
   python3 profiling/warm_cache.py 2>&1 | tail -1
   timeout 560 python3 profiling/bench.py --out "$W" --M ${MS:-16,24,32,48,64,128} --k ${KS:-2,3,4,5} \
