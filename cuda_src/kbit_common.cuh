@@ -252,6 +252,30 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// ---------------------------------------------------------------- timeline probes
+// For the kernels' trace builds (-DKBIT_TRACE, -DKBIT_WG_TRACE): SM clock, the same once x
+// is available (the asm input makes the read wait for it), global timer (aligns CTAs), SM id.
+__device__ __forceinline__ unsigned long long probe_clock() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ unsigned long long probe_clock_after(u32 x) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t) : "r"(x));
+    return t;
+}
+__device__ __forceinline__ unsigned long long probe_gtime() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ u32 probe_smid() {
+    u32 s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s;
+}
+
 // ---------------------------------------------------------------- split-K fixup
 // For the fused GEMMs (kbit_wgmma; kbit_gemm.cu keeps an inline copy in its own
 // warp-major slot layout: moving it onto this helper changed the register allocation of

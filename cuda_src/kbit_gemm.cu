@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(128) kbit_gemm(const T* __restrict__ A, const 
     }
     __syncthreads();
     build_pair_lut<K, T>(lut, cb_s);
-    for (int c = tid; c < 256; c += 128) s2tab[c] = scale_pair<T>(e4m4_decode((u32)c));
+    build_scale_table<T>(s2tab, tid, 128);
 
     float acc[M_BLOCKS][NB8][4];
 #pragma unroll

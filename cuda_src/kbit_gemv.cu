@@ -23,21 +23,6 @@
 #ifdef KBIT_TRACE
 #define KBIT_TRACE_STRIDE 64
 __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
-__device__ __forceinline__ unsigned long long trace_clock() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
-    return t;
-}
-__device__ __forceinline__ unsigned long long trace_clock_after(u32 x) {  // waits for x
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t) : "r"(x));
-    return t;
-}
-__device__ __forceinline__ unsigned long long trace_gtime() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 #define KTR(i, v) kbit_trace[(long)blockIdx.x * KBIT_TRACE_STRIDE + (i)] = (v)
 #endif
 
@@ -67,9 +52,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     extern __shared__ __align__(16) unsigned char smem[];
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) {
-        u32 smid;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-        KTR(0, trace_gtime()); KTR(1, trace_clock()); KTR(2, smid);
+        KTR(0, probe_gtime()); KTR(1, probe_clock()); KTR(2, probe_smid());
     }
 #endif
     u32* lut = reinterpret_cast<u32*>(smem);
@@ -186,7 +169,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         if (tid < 32) cb_s[tid] = cb_v;
         __syncthreads();
 #ifdef KBIT_TRACE
-        if (threadIdx.x == 0) KTR(46, trace_clock());
+        if (threadIdx.x == 0) KTR(46, probe_clock());
 #endif
 #ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
         if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
@@ -204,7 +187,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         if (!MULTI || pdl) griddep_launch_dependents();
     }
 #ifdef KBIT_TRACE
-    if (threadIdx.x == 0) KTR(3, trace_clock());
+    if (threadIdx.x == 0) KTR(3, probe_clock());
 #endif
     if (!MULTI && !LATE) fill_ring();
 
@@ -242,7 +225,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #pragma unroll
                     for (int b = 0; b < K; b++) { wA[b] = wr[j][0][b]; wB[b] = wr[j][1][b]; }
 #ifdef KBIT_TRACE
-                    if (lane == 0 && warp < 8 && sl < 2) KTR(4 + 4 * warp + 2 * sl, trace_clock_after(wA[0] ^ wB[0]));
+                    if (lane == 0 && warp < 8 && sl < 2) KTR(4 + 4 * warp + 2 * sl, probe_clock_after(wA[0] ^ wB[0]));
 #endif
                     if (sl + D < S) load_step(j, sl + D);
                     if (LATE && !MULTI && sl == 0) fill_ring();  // once step 0 has landed
@@ -252,7 +235,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                     acc[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif
 #ifdef KBIT_TRACE
-                    if (lane == 0 && warp < 8 && sl < 2) KTR(5 + 4 * warp + 2 * sl, trace_clock_after(__float_as_uint(acc[0][0])));
+                    if (lane == 0 && warp < 8 && sl < 2) KTR(5 + 4 * warp + 2 * sl, probe_clock_after(__float_as_uint(acc[0][0])));
 #endif
                 }
             }
@@ -275,7 +258,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             rw[(g + 8) * TOK + 8 * mt + 2 * t + 1] = acc[mt][3];
         }
 #ifdef KBIT_TRACE
-        if (lane == 0 && warp < 8) KTR(36 + warp, trace_clock());
+        if (lane == 0 && warp < 8) KTR(36 + warp, probe_clock());
 #endif
         grp = MULTI ? grp + grp_stride : ngroups;  // MULTI: several groups per block
         if (MULTI && grp < ngroups) start_group(grp);  // next group's loads fly during the reduction
@@ -287,7 +270,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             if (nn < N) C[(long)m * N + nn] = KbitType<T>::from_float(s * tensor_scale);
         }
 #ifdef KBIT_TRACE
-        if (threadIdx.x == 0) { KTR(44, trace_clock()); KTR(45, trace_gtime()); }
+        if (threadIdx.x == 0) { KTR(44, probe_clock()); KTR(45, probe_gtime()); }
 #endif
         if (MULTI) __syncthreads();  // red is rewritten by the next group
     } while (MULTI && grp < ngroups);

@@ -268,7 +268,8 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     if (tid < 32) cb_s[tid] = tid < (1 << K) ? __ldg(codebook + tid) : 0.0f;
     consumer_sync();
     build_pair_lut<K, T>(lut, cb_s, 256);
-    s2tab[tid] = scale_pair<T>(e4m4_decode((u32)tid));  // 256 consumer threads, one code each
+    // the scale table (build_scale_table's entries) with one code per consumer thread: no loop
+    s2tab[tid] = scale_pair<T>(e4m4_decode((u32)tid));
     griddep_wait();  // (pdl) ws, counters and C may belong to the previous grid
     consumer_sync();  // pair table complete
     griddep_launch_dependents();  // after our own wait: no grid two back can still run

@@ -48,6 +48,12 @@ template <> __device__ __forceinline__ u32 scale_pair<__nv_bfloat16>(float s) {
     __nv_bfloat162 h = __float2bfloat162_rn(s);
     return *reinterpret_cast<u32*>(&h);
 }
+// The E4M4 scale table: tab[code] = scale_pair(e4m4_decode(code)) for the 256 codes (one LDS
+// per block scale instead of the decode + convert), threads tid = 0..nthreads-1 of the caller.
+template <typename T>
+__device__ __forceinline__ void build_scale_table(u32* tab, int tid, int nthreads) {
+    for (int c = tid; c < 256; c += nthreads) tab[c] = scale_pair<T>(e4m4_decode((u32)c));
+}
 __device__ __forceinline__ u32 hmul2_u32(u32 a, u32 b, __half) {
     __half2 r = __hmul2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
     return *reinterpret_cast<u32*>(&r);

@@ -159,16 +159,6 @@ __device__ unsigned long long kbit_wg_trace[65536 * KBIT_WG_TRACE_STRIDE];
     do {                                                                                                  \
         if (threadIdx.x == 0 && blockIdx.x < 65536) kbit_wg_trace[blockIdx.x * KBIT_WG_TRACE_STRIDE + (i)] = (v); \
     } while (0)
-__device__ __forceinline__ unsigned long long kbit_gtimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-__device__ __forceinline__ unsigned long long kbit_smid() {
-    unsigned s;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-    return s;
-}
 // Per-iteration phase stamps of thread 0, main-loop iterations 0..KBIT_WG_ITS-1 (8 each).
 #define KBIT_WG_ITS 8
 __device__ unsigned long long kbit_wg_itrace[65536 * KBIT_WG_ITS * 8];
@@ -177,11 +167,6 @@ __device__ unsigned long long kbit_wg_itrace[65536 * KBIT_WG_ITS * 8];
         if (threadIdx.x == 0 && blockIdx.x < 65536 && (it) < KBIT_WG_ITS)                                     \
             kbit_wg_itrace[((long)blockIdx.x * KBIT_WG_ITS + (it)) * 8 + (i)] = (v);                          \
     } while (0)
-__device__ __forceinline__ unsigned long long kbit_clock_after(unsigned x) {  // waits for x
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t) : "r"(x));
-    return t;
-}
 #else
 #define KBIT_WG_T(i, v) \
     do {                \
@@ -226,9 +211,9 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    KBIT_WG_T(6, kbit_gtimer());
+    KBIT_WG_T(6, probe_gtime());
     KBIT_WG_T(0, clock64());
-    KBIT_WG_T(8, kbit_smid());
+    KBIT_WG_T(8, probe_smid());
 
     // ---------------------------------------------------------------- work item
     const int m0 = mt * TOK;
@@ -297,7 +282,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     }
     __syncthreads();
     build_pair_lut<K, T>(lut, cb_s);
-    for (int c = tid; c < 256; c += 256) s2tab[c] = scale_pair<T>(e4m4_decode((u32)c));
+    build_scale_table<T>(s2tab, tid, 256);
     if (pdl) {
         griddep_wait();
         for (int i = 0; i < dist; i++) {
@@ -443,10 +428,10 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         wgmma_wait<1>();  // retires the group of tile it - 1, which read `nxt`
         reg_fence(acc);
 #endif
-        KBIT_WG_IT(it, 6, kbit_clock_after(__float_as_uint(acc[0])));
+        KBIT_WG_IT(it, 6, probe_clock_after(__float_as_uint(acc[0])));
         frag_keep(nxt);
         if (it + 1 < n_my) dequant(it + 1, nxt);
-        KBIT_WG_IT(it, 7, kbit_clock_after(nxt[3][3] ^ nxt[0][0]));
+        KBIT_WG_IT(it, 7, probe_clock_after(nxt[3][3] ^ nxt[0][0]));
     };
     for (int it = 0; it < n_my; it += 2) {
         step(it, frag_a, frag_b);
@@ -472,7 +457,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         KBIT_WG_T(9, last ? 1ull : 0ull);
         if (!last) {
             KBIT_WG_T(5, clock64());
-            KBIT_WG_T(7, kbit_gtimer());
+            KBIT_WG_T(7, probe_gtime());
             return false;
         }
 #pragma unroll
@@ -508,7 +493,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         }
     }
     KBIT_WG_T(5, clock64());
-    KBIT_WG_T(7, kbit_gtimer());
+    KBIT_WG_T(7, probe_gtime());
     return true;
 }
 

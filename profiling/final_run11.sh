@@ -1,13 +1,10 @@
 #!/usr/bin/env bash
 # Eleventh session's closing device runs (H200); every output packed into $OUT/run11_$STEP.tgz.
 #   STEP=tests: the whole GPU suite (pytest -m gpu tests/) and the grouped wgmma trace at 16 / 64 tokens
-#   STEP=san:   compute-sanitizer memcheck + racecheck over profiling/sanitize_driver.py, then the MoE
-#               table (1..64 tokens, 8 / 10 experts, layer step T = 1 / 8 / 32; tag moe-final15)
 #   STEP=close: memcheck, the MoE table (moe-final15) and dense k = 4 / 5 at M = 32, 64, 128 (final18)
 #   STEP=wgtune: WGMMA / WGMMA+PDL at M = 16..128, all k (tag wg-tune11), overlaid on the dispatch sweeps
 #   STEP=moest: grouped wgmma stages 4 / 6 / 8 (moe_ab.py) and the re-tuned dispatch at M = 64 / 128 (final18b)
 #   STEP=h100: the same checks and sweeps on the H100 (wgmma tests, wg-tune11, final18, moe-final15)
-#   STEP=dense: the dense table at M = 16..128, all k, dispatched matmul beside every kernel (tag final18)
 #   OUT=/tmp/out STEP=tests bash profiling/final_run11.sh
 . profiling/run_env.sh
 W=$OUT/work; mkdir -p $W
@@ -21,15 +18,6 @@ tests)
   KBIT_WGMMA_OPTS=-DKBIT_WG_TRACE CASES="g:1024,2048,8,16;g:2048,512,8,16;g:1024,2048,8,64;g:2048,512,8,64" \
       timeout 100 python3 profiling/wgmma_trace.py > "$W/wg_trace_grouped.log" 2>&1
   grep -v "^entry\|^exit" "$W/wg_trace_grouped.log" ;;
-san)
-  python3 profiling/warm_cache.py 2>&1 | tail -1
-  for tool in memcheck racecheck; do
-    timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/sanitize_driver_$tool.txt" 2>&1
-    echo "$tool: exit $? ($(grep -c 'rel err' "$W/sanitize_driver_$tool.txt") checks; $(grep -E 'BAD|ERROR SUMMARY' "$W/sanitize_driver_$tool.txt" | tr '\n' ' '))"
-  done
-  timeout 240 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,2,4,8,16,32,64 \
-      --columns Grouped,g-GEMV,g-WGMMA,g-MMA,Grouped+PDL --moe-layer --layer-T 1,8,32 --reps 15 --tag moe-final15 > "$W/bench_moe.log" 2>&1
-  grep -E "^### |^\| TOTAL|^\| [0-9]+ \| 4" "$W/bench_moe.log" ;;
 close)  # what the device time left allows: memcheck, the MoE table, dense k = 4 / 5 at M = 32..128
   python3 profiling/warm_cache.py 2>&1 | tail -1
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/sanitize_driver_memcheck.txt" 2>&1
@@ -71,10 +59,5 @@ h100)  # the H100: wgmma tests, the WGMMA / WGMMA+PDL sweep (wg-tune11), dense k
   timeout 120 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
       --columns Grouped,g-WGMMA,Grouped+PDL --reps 15 --tag moe-final15 > "$W/bench_moe.log" 2>&1
   grep -E "^\| TOTAL" "$W/bench_moe.log" ;;
-dense)
-  python3 profiling/warm_cache.py 2>&1 | tail -1
-  timeout 560 python3 profiling/bench.py --out "$W" --M ${MS:-16,24,32,48,64,128} --k ${KS:-2,3,4,5} \
-      --columns STREAM,WGMMA,dq+cuBLAS,matmul --reps 15 --tag ${TAG:-final18} > "$W/bench.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench.log" ;;
 esac
 tar -czf "$OUT/run11_${STEP:-tests}.tgz" -C "$W" . && rm -rf "$W"
