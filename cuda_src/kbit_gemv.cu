@@ -121,7 +121,11 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // Single-group blocks re-read blockIdx instead of keeping the group in a register.
     int grp = grp0;  // the launchers keep grid.x <= ngroups
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
+#ifndef KBIT_EXPERIMENT_CB_CONST
     const float cb_v = tid < (1u << K) ? __ldg(codebook + tid) : 0.0f;
+#else  // experiment: no codebook load (wrong levels; times the load's share of the prologue)
+    const float cb_v = tid < (1u << K) ? (float)(2 * (int)tid + 1 - (1 << K)) / (float)(1 << K) : 0.0f;
+#endif
     // A row m: A + m * Kdim; AMODE 1 (the MoE row gather fused in): A + a_rows[m] * Kdim, a
     // row outside [0, a_nrows) reading as zeros; AMODE 2 (SwiGLU fused in): the row holds
     // [gate | up] of Kdim each (stride 2 Kdim) and the staged value is silu(gate) * up,

@@ -265,7 +265,11 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     }
 
     // ------------------------------------------------------------------ consumers
+#ifndef KBIT_EXPERIMENT_CB_CONST
     if (tid < 32) cb_s[tid] = tid < (1 << K) ? __ldg(codebook + tid) : 0.0f;
+#else  // experiment: no codebook load (wrong levels; times the load's share of the prologue)
+    if (tid < 32) cb_s[tid] = tid < (1 << K) ? (float)(2 * tid + 1 - (1 << K)) / (float)(1 << K) : 0.0f;
+#endif
     consumer_sync();
     build_pair_lut<K, T>(lut, cb_s, 256);
     // the scale table (build_scale_table's entries) with one code per consumer thread: no loop

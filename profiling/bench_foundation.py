@@ -85,7 +85,11 @@ def sol_time(nbytes):
 def weight_copies(q):
     """(weight bytes, R copies of q for the cold-L2 rotation: R x bytes >= 4 x L2)."""
     nb = q.packed.nbytes + q.absmax.nbytes
-    return nb, [replace(q, packed=q.packed.copy(), absmax=q.absmax.copy()) for _ in range(copies_for(nb))]
+    # KBIT_BENCH_COLD_CB=1: each copy its own codebook too, as each layer of a model has (the
+    # default shares one, which then stays in L2)
+    own_cb = os.environ.get("KBIT_BENCH_COLD_CB", "0") == "1"
+    return nb, [replace(q, packed=q.packed.copy(), absmax=q.absmax.copy(),
+                        **({"codebook": q.codebook.copy()} if own_cb else {})) for _ in range(copies_for(nb))]
 
 
 def quantized_case(W, k):
