@@ -121,9 +121,12 @@ def stream_ctx(orig):
     return contextlib.nullcontext()
 
 
-def check_out(out, shape, dtype, name: str = "out"):
-    """The backend view of a caller's out= array, checked for shape, dtype and contiguity."""
-    o, _ = to_backend(out, name)
+def check_out(out, shape, dtype, name: str = "out", gpu: bool = True):
+    """The backend view of a caller's out= array, checked for its device (the GPU, or the CPU
+    for the NumPy backend), shape, dtype and contiguity."""
+    o, k = to_backend(out, name)
+    if (k in ("cupy", "torch")) != gpu:
+        raise ValueError(f"{name} must be on the {'GPU' if gpu else 'CPU'}, where this call runs, like its inputs")
     if tuple(o.shape) != tuple(shape) or o.dtype != dtype or not o.flags.c_contiguous:
         raise ValueError(f"{name} must be a contiguous {dtype_name(dtype)} array of shape {tuple(shape)}")
     return o
@@ -131,11 +134,14 @@ def check_out(out, shape, dtype, name: str = "out"):
 
 def out_array(out, shape, dtype, name: str = "out"):
     """The GPU result buffer of a call: a new CuPy array, or the checked view of out=."""
-    if out is None:
-        import cupy
+    import cupy
 
+    if out is None:
         return cupy.empty(shape, dtype=dtype)
-    return check_out(out, shape, dtype, name)
+    o = check_out(out, shape, dtype, name)
+    if o.data.device_id != cupy.cuda.Device().id:  # the kernels run on the current device
+        raise ValueError(f"{name} is on device {o.data.device_id}, not on the current device {cupy.cuda.Device().id}")
+    return o
 
 
 def cpu_result(r, out, k: str):
@@ -143,7 +149,7 @@ def cpu_result(r, out, k: str):
     the caller's array type."""
     if out is None:
         return from_backend(r, k)
-    o, _ = to_backend(out, "out")
+    o = check_out(out, r.shape, r.dtype, gpu=False)  # the GPU path's rules
     o[...] = r
     return out
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 
 from . import reference as R
-from ._arrays import from_backend, normalize_dtype, out_array, stream_ctx, to_backend
+from ._arrays import cpu_result, from_backend, normalize_dtype, out_array, stream_ctx, to_backend
 from ._compile import Family, register
 from .weight import KbitWeight
 
@@ -167,14 +167,14 @@ def dequantize(qw: KbitWeight, dtype=None, out=None):
     dt = normalize_dtype(dtype) if dtype is not None else np.dtype(qw.dtype)
     N, K = qw.shape
     if not qw.on_gpu:
-        if qw.layout == "flat":
-            return R.dequantize_flat(qw.packed, qw.absmax, qw.codebook, qw.k, qw.shape, qw.tensor_scale, dt)
-        return R.dequantize_tiled(qw.packed, qw.absmax, qw.codebook, qw.k, qw.shape, qw.tensor_scale, dt)
-    out = out_array(out, (N, K), dt)
+        ref = R.dequantize_flat if qw.layout == "flat" else R.dequantize_tiled
+        r = ref(qw.packed, qw.absmax, qw.codebook, qw.k, qw.shape, qw.tensor_scale, dt)
+        return cpu_result(r, out, "numpy")
+    o = out_array(out, (N, K), dt)
     fn = QUANT.function(("dq", qw.k, _dname(dt), _dname(qw.absmax.dtype), qw.layout == "tiled"))
-    fn((_grid(N * K // 8),), (256,), (qw.packed, qw.absmax, qw.codebook, out, np.int32(N), np.int32(K),
+    fn((_grid(N * K // 8),), (256,), (qw.packed, qw.absmax, qw.codebook, o, np.int32(N), np.int32(K),
                                        np.float32(qw.tensor_scale)))
-    return out
+    return o if out is None else out  # out= comes back as given (a torch tensor stays one)
 
 
 # ----------------------------------------------------------------------------- seed-named low level

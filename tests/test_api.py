@@ -112,3 +112,32 @@ def test_from_packed_bad(rng):
         kb.from_packed(q.packed, q.absmax, q.codebook, (128, 60), 4)
     with pytest.raises(ValueError, match="tensor_scale"):
         kb.from_packed(q.packed, q.absmax, q.codebook, q.shape, 4, tensor_scale=3.0)
+
+
+def test_out_argument_cpu(rng):
+    """out= on the NumPy backend: written, returned as given, checked like the GPU path's out=."""
+    W = rng.standard_normal((160, 64)).astype(np.float32)
+    q = kb.quantize(W, 3)
+    A = rng.standard_normal((2, 64)).astype(np.float16)
+    out = np.full((2, 160), np.nan, np.float16)  # poisoned
+    assert kb.matmul(A, q, out=out) is out
+    np.testing.assert_array_equal(out, kb.matmul(A, q))
+    d = np.full((160, 64), np.nan, np.float32)
+    assert kb.dequantize(q, np.float32, out=d) is d
+    np.testing.assert_array_equal(d, kb.dequantize(q, np.float32))
+    for bad in (np.empty((2, 159), np.float16), np.empty((2, 160), np.float32),
+                np.empty((160, 2), np.float16).T):
+        with pytest.raises(ValueError, match="out must be a contiguous float16 array of shape"):
+            kb.matmul(A, q, out=bad)
+    with pytest.raises(ValueError, match="out must be a contiguous float16 array"):
+        kb.dequantize(q, np.float16, out=d)
+    with pytest.raises(TypeError, match="out must be a NumPy array"):
+        kb.matmul(A, q, out=[0.0] * 320)
+    from kbitcupy.moe import silu_mul
+
+    g, u = rng.standard_normal((2, 3, 8)).astype(np.float16)
+    o = np.empty((3, 8), np.float16)
+    assert silu_mul(g, u, out=o) is o
+    np.testing.assert_array_equal(o, silu_mul(g, u))
+    with pytest.raises(ValueError, match="out must be"):
+        silu_mul(g, u, out=np.empty((3, 8), np.float32))

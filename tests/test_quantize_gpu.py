@@ -130,3 +130,23 @@ def test_torch_roundtrip(rng):
     ref = R.dequantize_tiled(q.packed.get(), q.absmax.get(), q.codebook.get(), 4, q.shape, q.tensor_scale,
                              np.float32)
     np.testing.assert_array_equal(d.float().cpu().numpy(), ref.astype(kb.bfloat16).astype(np.float32))
+
+
+def test_out_argument_gpu(rng):
+    """out= comes back as given (CuPy and torch), on the GPU, and a CPU out= is rejected by name."""
+    import cupy as cp
+
+    q = kb.quantize(_w(cp, rng, (256, 128), np.float16), 4)
+    ref = kb.dequantize(q, np.float32).get()
+    o = cp.full((256, 128), np.nan, cp.float32)
+    assert kb.dequantize(q, np.float32, out=o) is o
+    np.testing.assert_array_equal(o.get(), ref)
+    with pytest.raises(ValueError, match="out must be on the GPU"):
+        kb.dequantize(q, np.float32, out=np.empty((256, 128), np.float32))
+    A = cp.asarray(rng.standard_normal((1, 128), dtype=np.float32)).astype(cp.float16)
+    with pytest.raises(ValueError, match="out must be on the GPU"):
+        kb.matmul(A, q, out=np.empty((1, 256), np.float16))
+    torch = pytest.importorskip("torch")
+    t = torch.full((256, 128), float("nan"), device="cuda", dtype=torch.float32)
+    assert kb.dequantize(q, torch.float32, out=t) is t
+    np.testing.assert_array_equal(t.cpu().numpy(), ref)
