@@ -132,9 +132,10 @@ def main():
     for k in ks:
         for M in Ms:
             sel = [r for r in rows if r["k"] == k and r["M"] == M and r["shape"] in ("gateup", "down", "Q", "O", "KV")]
-            if sel and all("base" in r for r in sel):
-                b, n = sum(r["base"] for r in sel), sum(r["new"] for r in sel)
-                print(f"TOTAL k={k} M={M}: base {b:.2f} new {n:.2f} ({b / n:.3f}x) "
+            if sel and all("new" in r for r in sel):  # (the base column only where a baseline file is there)
+                n = sum(r["new"] for r in sel)
+                b = f"base {sum(r['base'] for r in sel):.2f} " if all("base" in r for r in sel) else ""
+                print(f"TOTAL k={k} M={M}: {b}new {n:.2f} "
                       + " ".join(f"{vn} {sum(r[vn] for r in sel):.2f}" for vn, _ in variants + list(plans)))
     if args.out:
         with open(os.path.join(args.out, "gemv_ab.json"), "w") as fh:
