@@ -110,6 +110,8 @@ class SafetensorsWriter:
     """
 
     def __init__(self, path: str, metadata: Optional[Mapping[str, str]] = None):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         self.path = os.fspath(path)
         self.metadata = {str(k): str(v) for k, v in (metadata or {}).items()}
         self._tmp_path = self.path + ".kbit-data.tmp"
@@ -134,6 +136,8 @@ class SafetensorsWriter:
         """Add a KbitWeight (stored as its three tensors plus metadata) or a plain array."""
         if self._done:
             raise ValueError("writer is closed")
+        if not isinstance(name, str):
+            raise TypeError(f"tensor names must be str, got {type(name).__name__}")
         if not isinstance(tensor, KbitWeight):
             self._add_array(name, tensor)
             return
@@ -203,6 +207,10 @@ class SafetensorsWriter:
 
 def save(path: str, tensors: Mapping[str, object], metadata: Optional[Mapping[str, str]] = None) -> str:
     """Save {name: KbitWeight or array} (NumPy, CuPy or torch) to one safetensors file."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    if not isinstance(tensors, Mapping):
+        raise TypeError(f"tensors must be a mapping of name -> KbitWeight or array, got {type(tensors).__name__}")
     with SafetensorsWriter(path, metadata) as w:
         for name, t in tensors.items():
             w.add(name, t)

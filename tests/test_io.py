@@ -183,3 +183,17 @@ def test_save_rejects_bad_input(tmp_path):
         kio.save_weight(str(tmp_path / "x.safetensors"), np.zeros(3))
     with pytest.raises(ValueError, match="device"):
         kio.load(str(tmp_path / "x.safetensors"), device="tpu")
+
+
+def test_save_bad_arguments(tmp_path, rng):
+    """Arguments in the wrong order, or a name that is not a string, are named in the error;
+    no file (or temporary) is left behind."""
+    q = kb.quantize(rng.standard_normal((64, 64)).astype(np.float32), 4)
+    p = str(tmp_path / "w.safetensors")
+    with pytest.raises(TypeError, match="tensors must be a mapping"):
+        kio.save(p, [q])
+    with pytest.raises(TypeError, match="path must be a str or os.PathLike"):
+        kio.save({"w": q}, p)
+    with pytest.raises(TypeError, match="tensor names must be str"):
+        kio.save(p, {3: q})
+    assert os.listdir(tmp_path) == []
