@@ -43,6 +43,15 @@ def make_baseline(rev):
     print("wrote", path)
 
 
+def cb_struct(codebook):
+    """The codebook as kbit_gemv's by-value KbitCbParam (-DKBIT_CB_PARAM): a one-element NumPy
+    array of a 128-byte structured dtype, which CuPy passes by value."""
+    s = np.zeros(1, dtype=np.dtype({"names": ["v"], "formats": [(np.float32, (32,))]}))
+    cb = cp.asnumpy(codebook).astype(np.float32)
+    s["v"][0, : cb.size] = cb
+    return s
+
+
 def baseline_kernel(path, k, tname, tiles):
     """The baseline kernel and its plan rule (commit 7eebc25: 32-copy table, 64 registers)."""
     src = open(path).read()
@@ -115,8 +124,11 @@ def main():
                                           name_expressions=[expr]).get_function(expr)
             vf = _VMOD[key]
             vf.max_dynamic_shared_size_bytes = smem
+            # -DKBIT_CB_PARAM: the levels by value as a last argument (struct KbitCbParam { float v[32]; })
+            cbp = (cb_struct(cps[0].codebook),) if "-DKBIT_CB_PARAM" in vopts else ()
             vcall = lambda c: vf(grid, block, (A, c.packed, c.absmax, c.codebook, out, np.int32(M), np.int32(N),  # noqa: E731
-                                               np.int32(K), np.float32(c.tensor_scale), np.int32(0)), shared_mem=smem)
+                                               np.int32(K), np.float32(c.tensor_scale), np.int32(0)) + cbp,
+                                 shared_mem=smem)
             out.fill(np.nan)
             vcall(cps[0])
             row[vname + "_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))

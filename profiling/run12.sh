@@ -3,7 +3,9 @@
 #   STEP=cbprobe: how much of the decode kernels' prologue is the codebook's global load
 #     (-DKBIT_EXPERIMENT_CB_CONST: levels made in registers, wrong results, timing only), with the
 #     bench's shared (L2-warm) codebook and with a codebook per weight copy (KBIT_BENCH_COLD_CB=1,
-#     as every layer of a model has its own); the decode GEMV's per-block timeline (gemv_trace.py)
+#     as every layer of a model has its own), and for the decode GEMV the real change too
+#     (-DKBIT_CB_PARAM: the levels passed by value and read from the parameter space); the decode
+#     GEMV's per-block timeline (gemv_trace.py)
 #   STEP=first: the GPU tests of what the twelfth session changed without a GPU (out= handling:
 #     tests/test_quantize_gpu.py, tests/test_api.py, the matmul / launch tests), then cbprobe
 #   OUT=/tmp/out STEP=first bash profiling/run12.sh
@@ -18,9 +20,10 @@ first)
   tail -3 "$W/gpu_tests.log" ;;&
 cbprobe|first)
   V="cbconst:-DKBIT_EXPERIMENT_CB_CONST"
-  KS=4,5 MS=1,4 SHAPES=gateup,down,Q,O,KV AB_VARIANTS="$V" timeout 150 python3 profiling/gemv_ab.py > "$W/cb_gemv_warm.log" 2>&1
+  VG="$V;cbparam:-DKBIT_CB_PARAM"  # cbparam: the real change (levels by value), its err must equal new's
+  KS=4,5 MS=1,4 SHAPES=gateup,down,Q,O,KV AB_VARIANTS="$VG" timeout 150 python3 profiling/gemv_ab.py > "$W/cb_gemv_warm.log" 2>&1
   grep -E "^#|^TOTAL|gateup" "$W/cb_gemv_warm.log"
-  KBIT_BENCH_COLD_CB=1 KS=4,5 MS=1,4 SHAPES=gateup,down,Q,O,KV AB_VARIANTS="$V" timeout 150 python3 profiling/gemv_ab.py > "$W/cb_gemv_cold.log" 2>&1
+  KBIT_BENCH_COLD_CB=1 KS=4,5 MS=1,4 SHAPES=gateup,down,Q,O,KV AB_VARIANTS="$VG" timeout 150 python3 profiling/gemv_ab.py > "$W/cb_gemv_cold.log" 2>&1
   grep -E "^TOTAL|gateup" "$W/cb_gemv_cold.log"
   KBIT_BENCH_COLD_CB=1 SHAPES=gateup,down,KV KS=4 MS=1,16,32 VARIANTS="$V" timeout 150 python3 profiling/stream_probe.py > "$W/cb_stream_cold.log" 2>&1
   grep -v "^   trace" "$W/cb_stream_cold.log"
