@@ -18,6 +18,12 @@ typedef unsigned char u8;
 #define KBIT_ERR_OFFSETS 2
 #define KBIT_ERR_MAX_TOKENS 4
 
+// The 2^k codebook levels by value, as a kernel parameter (the -DKBIT_CB_PARAM experiment builds of
+// kbit_gemv / kbit_gemv_stream: no global load before the pair table; profiling/NOTES.md, twelfth session).
+struct KbitCbParam {
+    float v[32];
+};
+
 // ---------------------------------------------------------------- dtype traits
 template <typename T> struct KbitType;
 template <> struct KbitType<__half> {

@@ -300,11 +300,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 // Experiment hook -DKBIT_CB_PARAM (profiling/gemv_ab.py): the 2^k levels also passed by value, as a
 // last parameter cbp, and read from there instead of global memory (the codebook's load is on
 // the prologue's critical path; profiling/NOTES.md, twelfth session).
-#ifdef KBIT_CB_PARAM
-struct KbitCbParam {
-    float v[32];
-};
-#endif
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE, bool SLICES = false>
 __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
-from bench_foundation import SHAPES, dense_cases, env_plans, env_variants, sol_time, time_rotated  # noqa: E402
+from bench_foundation import SHAPES, cb_struct, dense_cases, env_plans, env_variants, sol_time, time_rotated  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy._compile import _options, inline_source, read_source  # noqa: E402
 from kbitcupy.quantize import CTYPE  # noqa: E402
@@ -41,15 +41,6 @@ def make_baseline(rev):
     with open(path, "w") as fh:
         fh.write(f"// kbit_gemv.cu at {rev} (headers inlined): the A/B baseline of profiling/gemv_ab.py\n" + src)
     print("wrote", path)
-
-
-def cb_struct(codebook):
-    """The codebook as kbit_gemv's by-value KbitCbParam (-DKBIT_CB_PARAM): a one-element NumPy
-    array of a 128-byte structured dtype, which CuPy passes by value."""
-    s = np.zeros(1, dtype=np.dtype({"names": ["v"], "formats": [(np.float32, (32,))]}))
-    cb = cp.asnumpy(codebook).astype(np.float32)
-    s["v"][0, : cb.size] = cb
-    return s
 
 
 def baseline_kernel(path, k, tname, tiles):

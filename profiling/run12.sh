@@ -25,7 +25,7 @@ cbprobe|first)
   grep -E "^#|^TOTAL|gateup" "$W/cb_gemv_warm.log"
   KBIT_BENCH_COLD_CB=1 KS=4,5 MS=1,4 SHAPES=gateup,down,Q,O,KV AB_VARIANTS="$VG" timeout 150 python3 profiling/gemv_ab.py > "$W/cb_gemv_cold.log" 2>&1
   grep -E "^TOTAL|gateup" "$W/cb_gemv_cold.log"
-  KBIT_BENCH_COLD_CB=1 SHAPES=gateup,down,KV KS=4 MS=1,16,32 VARIANTS="$V" timeout 150 python3 profiling/stream_probe.py > "$W/cb_stream_cold.log" 2>&1
+  KBIT_BENCH_COLD_CB=1 SHAPES=gateup,down,KV KS=4 MS=1,16,32 VARIANTS="$VG" timeout 200 python3 profiling/stream_probe.py > "$W/cb_stream_cold.log" 2>&1
   grep -v "^   trace" "$W/cb_stream_cold.log"
   SHAPES=gateup,down,KV KS=4,5 timeout 60 python3 profiling/gemv_trace.py > "$W/gemv_trace.log" 2>&1
   TRACE_OPTS=-DKBIT_EXPERIMENT_CB_CONST SHAPES=gateup,KV KS=4 timeout 60 python3 profiling/gemv_trace.py > "$W/gemv_trace_cbconst.log" 2>&1
