@@ -568,6 +568,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except ImportError as e:
             print(f"kbitcupy: error: the profiling harness (kbitcupy.bench) is not available: {e}", file=sys.stderr)
             return 1
+        if not {"-h", "--help"} & set(argv[1:]):
+            ok, why = gpu_status()
+            if not ok:  # it times kernels: nothing to do without a GPU (its --help still works)
+                print(f"kbitcupy: error: bench times the GPU kernels and needs a CUDA GPU ({why})", file=sys.stderr)
+                return 1
         r = bench.main(argv[1:])
         return int(r) if isinstance(r, int) else 0
     args = build_parser().parse_args(argv)

@@ -186,3 +186,17 @@ def test_compile_offline_and_errors(capsys):
     assert main(["compile", "--family", "quant", "--arch", "sm_90", "-q"]) == 0
     out = capsys.readouterr().out
     assert "compiling offline" in out and "kbit_quantize<" in out
+
+
+def test_bench_without_gpu_says_so(monkeypatch, capsys):
+    """No GPU: bench stops with one line naming why (its --help still works), before any timing."""
+    seen = []
+    fake = types.ModuleType("kbitcupy.bench")
+    fake.main = lambda argv: seen.append(list(argv)) or 0
+    monkeypatch.setitem(sys.modules, "kbitcupy.bench", fake)
+    monkeypatch.setattr(kb, "bench", fake, raising=False)
+    monkeypatch.setattr(cli, "gpu_status", lambda: (False, "no CUDA device"))
+    assert main(["bench", "--M", "1"]) == 1
+    assert "needs a CUDA GPU (no CUDA device)" in capsys.readouterr().err and seen == []
+    monkeypatch.setattr(cli, "gpu_status", lambda: (True, "a GPU"))
+    assert main(["bench", "--M", "1"]) == 0 and seen == [["--M", "1"]]
