@@ -172,7 +172,12 @@ class KbitLinear:
         """Quantize W[N, K] (or a list of weights sharing K, fused) on ``device``
         (default: where the weight lives; NumPy -> reference, CuPy/CUDA torch -> GPU)."""
         ws = list(weight) if isinstance(weight, (list, tuple)) else [weight]
+        if not ws:
+            raise ValueError("weight must be an array [N, K] or a non-empty list of them")
         arrs = [to_backend(w, "weight")[0] for w in ws]
+        if any(a.ndim != 2 for a in arrs) or len({a.shape[1] for a in arrs}) != 1:
+            raise ValueError(f"weights must be 2-D [N, K] and share K to be fused, got shapes "
+                             f"{[tuple(a.shape) for a in arrs]}")
         gpu = _want_gpu(device, is_cupy(arrs[0]))
         arrs = [_array(a, gpu) for a in arrs]
         xp = _xp(arrs[0])
@@ -184,6 +189,8 @@ class KbitLinear:
     def from_quantized(cls, weight, bias=None, device=None) -> "KbitLinear":
         """From stored KbitWeight(s) (e.g. ``kbitcupy.io.load``); a list is fused."""
         ws = list(weight) if isinstance(weight, (list, tuple)) else [weight]
+        if not ws or not all(isinstance(w, KbitWeight) for w in ws):
+            raise TypeError("weight must be a KbitWeight or a non-empty list of them")
         gpu = _want_gpu(device, ws[0].on_gpu)
         ws = [_move(w, gpu) for w in ws]
         return cls(fuse(ws), _fuse_bias(bias, [w.N for w in ws], gpu), [w.N for w in ws])

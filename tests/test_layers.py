@@ -232,3 +232,18 @@ def test_moe_errors(rng):
     assert moe(np.zeros((0, 128), np.float16)).shape == (0, 128)
     with pytest.raises(ValueError, match="experts"):
         KbitMoE(router, moe.experts["down"][:3], 2, gate_up=moe.experts["gate_up"][:3])
+
+
+def test_from_float_and_from_quantized_bad_lists(rng):
+    """Empty lists, weights that do not share K and non-KbitWeights are named, before any work."""
+    W = (rng.standard_normal((64, 128)) * 0.02).astype(np.float16)
+    with pytest.raises(ValueError, match="non-empty list"):
+        kb.KbitLinear.from_float([], k=4)
+    with pytest.raises(ValueError, match=r"share K to be fused, got shapes \[\(64, 128\), \(64, 96\)\]"):
+        kb.KbitLinear.from_float([W, W[:, :96]], k=4)
+    with pytest.raises(ValueError, match="2-D"):
+        kb.KbitLinear.from_float(W[0], k=4)
+    with pytest.raises(TypeError, match="KbitWeight or a non-empty list"):
+        kb.KbitLinear.from_quantized([])
+    with pytest.raises(TypeError, match="KbitWeight or a non-empty list"):
+        kb.KbitLinear.from_quantized([kb.quantize(W, 4), W])
