@@ -29,6 +29,7 @@ import threading
 
 import numpy as np
 
+from ._checks import check_kernel_call
 from .reference import bfloat16
 
 _BUFFERS: dict = {}
@@ -245,13 +246,17 @@ def dequant_lut(qw, dtype_name: str, out):
     return _dequant_lut(qw, dtype_name, out, out.device.id)
 
 
-def dequant_matmul(A, qw, out):
+def dequant_matmul(A, qw, out, *, validate=True):
     """out[M, N] = A[M, K] @ W^T: dequantize (tiled or flat weight) into the reused buffer,
-    then cuBLAS.  A, out: contiguous CuPy fp16/bf16 arrays of one dtype (validated by matmul).
+    then cuBLAS.  A, out: contiguous CuPy fp16/bf16 arrays of one dtype (validate=False:
+    already checked, as kbitcupy.matmul does).
     A tiled weight with E4M4 absmax goes through dequant_lut (gate/up k = 4 on an H200,
     2026-11-25: 7.6 us against kbitcupy.dequantize's 12.7) and the tensor scale becomes
     cuBLAS' alpha."""
     import cupy as cp
+
+    if validate:
+        check_kernel_call(A, qw, out, "dequant_matmul")
 
     from .quantize import dequantize
 

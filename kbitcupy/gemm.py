@@ -38,6 +38,7 @@ import threading
 
 import numpy as np
 
+from ._checks import check_kernel_call
 from . import _pdl
 from ._compile import Family, register
 from .gemv import lut_bytes
@@ -287,19 +288,20 @@ def set_smem(fn, smem: int) -> None:
 
 
 # ----------------------------------------------------------------------------- launch
-def gemm(A, qw, out, k_splits=None, tile_n=None):
+def gemm(A, qw, out, k_splits=None, tile_n=None, *, validate=True):
     """out[M, N] = A[M, K] @ W^T with the fused kernel.
 
     A: contiguous CuPy float16/bfloat16 [M, K] (16-byte aligned); qw: KbitWeight, tiled,
     on A's device; out: contiguous [M, N] of A's dtype.  Runs on the current stream.
     k_splits / tile_n override the heuristic (k_splits in 1..ceil(K/128), tile_n 64/128).
+    validate=False skips the argument checks (kbitcupy._checks) for callers that made them.
     """
+    if validate:
+        check_kernel_call(A, qw, out, "gemm")
     M, K = A.shape
     N = qw.shape[0]
     if qw.layout != "tiled" or qw.absmax.dtype != np.uint8:
         raise ValueError("gemm needs a tiled weight with E4M4 absmax (kbitcupy.repack)")
-    if qw.shape[1] != K or out.shape != (M, N) or out.dtype != A.dtype:
-        raise ValueError(f"shape/dtype mismatch: A {A.shape} {A.dtype}, W {qw.shape}, out {out.shape} {out.dtype}")
     if A.data.ptr % 16 or qw.packed.data.ptr % 16 or qw.absmax.data.ptr % 16:
         raise ValueError("A, packed and absmax must be 16-byte aligned")
     if M == 0:
@@ -314,7 +316,7 @@ def gemm(A, qw, out, k_splits=None, tile_n=None):
         # e.g. k = 5 (64 KB pair table) on a GPU with < 110 KB of shared memory per block
         from .dequant_matmul import dequant_matmul
 
-        return dequant_matmul(A, qw, out)
+        return dequant_matmul(A, qw, out, validate=False)
     vec2 = 1 if (N % 2 == 0 and out.data.ptr % 4 == 0) else 0
     return launch_fused(p, THREADS, A, qw, out, vec2, _pdl.active(dev))
 

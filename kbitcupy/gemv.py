@@ -5,6 +5,7 @@ import functools
 
 import numpy as np
 
+from ._checks import check_kernel_call
 from . import _pdl
 from ._compile import Family, register
 from .quantize import CTYPE
@@ -168,13 +169,16 @@ def launch_args(A, qw, out, plan_override=None):
                                    (np.float32(qw.tensor_scale), np.int32(pdl)))
 
 
-def gemv(A, qw, out, plan_override=None):
-    """C[M, N] = A[M, K] @ W^T on CuPy arrays already validated by matmul(); out given.
+def gemv(A, qw, out, plan_override=None, *, validate=True):
+    """C[M, N] = A[M, K] @ W^T (M = 1..16) on CuPy arrays; out given.
 
     No allocation, no host synchronisation: capturable in a CUDA graph.  The launch
     configuration is cached per (device, shape, k, dtype, layout), so a call is a dict
     lookup and the kernel launch.  (kbitcupy.matmul's repeated calls skip even this:
-    kbitcupy._launch.)"""
+    kbitcupy._launch.)  validate=False skips the argument checks (kbitcupy._checks) for
+    callers that made them already."""
+    if validate:
+        check_kernel_call(A, qw, out, "gemv", MAX_M, 1)
     fn, grid, block, smem, args = launch_args(A, qw, out, plan_override)
     _pdl.launch(fn, grid, block, args, smem, pdl=args[-1])  # the kernel's pdl argument
     return out

@@ -24,6 +24,7 @@ import os
 
 import numpy as np
 
+from ._checks import check_kernel_call
 from . import _pdl
 from ._compile import Family, register
 from .gemm import _workspace, device_info
@@ -132,9 +133,11 @@ def launch_args(A, qw, out, plan_override=None):
                                         np.int32(_pdl.active(dev)))
 
 
-def gemv_stream(A, qw, out, plan_override=None):
-    """out[M, N] = A[M, K] @ W^T (M <= 64) with the streaming kernel, on the current
-    stream; validated CuPy arrays (kbitcupy.matmul checks them)."""
+def gemv_stream(A, qw, out, plan_override=None, *, validate=True):
+    """out[M, N] = A[M, K] @ W^T (M = 1..64) with the streaming kernel, on the current
+    stream; CuPy arrays (validate=False: already checked, as kbitcupy.matmul does)."""
+    if validate:
+        check_kernel_call(A, qw, out, "gemv_stream", MAX_M, 1)
     fn, grid, block, smem, args = launch_args(A, qw, out, plan_override)
     _pdl.launch(fn, grid, block, args, smem, pdl=args[-1])
     return out

@@ -30,26 +30,26 @@ def _dispatch_gpu(A, qw, out):
     kind_ = choose(M, N, K, qw.k, A.dtype) if tiled else ("gemv" if M <= GEMV_MAX_M else "dq")
     if kind_ == "gemv":
         if fits(N, K, M, qw.k, A.data.device_id):
-            gemv(A, qw, out)
+            gemv(A, qw, out, validate=False)
             return "gemv"
         kind_ = "gemm" if tiled else "dq"  # staged A too large for shared memory
     if kind_ == "stream":
         if M <= ST.MAX_M and ST.supported(A.data.device_id):
-            ST.gemv_stream(A, qw, out)
+            ST.gemv_stream(A, qw, out, validate=False)
             return "stream"
         kind_ = "wgmma"
     if kind_ == "wgmma":
         if WG.supported(A.data.device_id):
             try:
-                WG.wgmma_gemm(A, qw, out)
+                WG.wgmma_gemm(A, qw, out, validate=False)
                 return "wgmma"
             except WG.DoesNotFit:
                 pass
         kind_ = "gemm"
     if kind_ == "gemm":
-        gemm(A, qw, out)
+        gemm(A, qw, out, validate=False)
         return "gemm"
-    dequant_matmul(A, qw, out)
+    dequant_matmul(A, qw, out, validate=False)
     return "dq"
 
 

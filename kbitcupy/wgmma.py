@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from ._checks import check_kernel_call
 from . import _pdl
 from ._compile import Family, register
 from .gemm import DoesNotFit, _workspace, best_stages, device_info, launch_fused, plan_workspace, set_smem
@@ -195,19 +196,20 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok
 
 
 # ----------------------------------------------------------------------------- launch
-def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None):
+def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, validate=True):
     """out[M, N] = A[M, K] @ W^T with the wgmma kernel (sm_90 only).
 
     A: contiguous CuPy float16/bfloat16 [M, K] (16-byte aligned); qw: KbitWeight, tiled,
     on A's device; out: contiguous [M, N] of A's dtype.  Runs on the current stream.
-    k_splits / tok / stages override the heuristic.
+    k_splits / tok / stages override the heuristic.  validate=False skips the argument checks
+    (kbitcupy._checks) for callers that made them.
     """
+    if validate:
+        check_kernel_call(A, qw, out, "wgmma_gemm")
     M, K = A.shape
     N = qw.shape[0]
     if qw.layout != "tiled" or qw.absmax.dtype != np.uint8:
         raise ValueError("wgmma_gemm needs a tiled weight with E4M4 absmax (kbitcupy.repack)")
-    if qw.shape[1] != K or out.shape != (M, N) or out.dtype != A.dtype:
-        raise ValueError(f"shape/dtype mismatch: A {A.shape} {A.dtype}, W {qw.shape}, out {out.shape} {out.dtype}")
     if A.data.ptr % 16 or qw.packed.data.ptr % 16 or qw.absmax.data.ptr % 16:
         raise ValueError("A, packed and absmax must be 16-byte aligned")
     dev = A.device.id
