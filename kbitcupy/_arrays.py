@@ -115,6 +115,10 @@ def torch_stream(x):
 _FROM_EXTERNAL = [True]
 
 
+# The activation dtypes the GPU kernels take (fp16, bf16).
+ACT_DTYPES = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None else ())
+
+
 def stream_ctx(orig):
     if is_torch(orig) and orig.is_cuda:
         return torch_stream(orig)

@@ -5,12 +5,7 @@ kernel read past the weight's words; nothing may reach a launch unchecked.  matm
 dispatch passes ``validate=False`` (it has checked already; its general path stays as cheap)."""
 from __future__ import annotations
 
-import numpy as np
-
-from ._arrays import dtype_name, is_cupy, is_numpy
-from .reference import bfloat16
-
-_ACT = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None else ())
+from ._arrays import ACT_DTYPES, dtype_name, is_cupy, is_numpy
 
 
 def check_kernel_call(A, qw, out, fn: str, max_m: int | None = None, min_m: int = 0) -> None:
@@ -32,7 +27,7 @@ def check_kernel_call(A, qw, out, fn: str, max_m: int | None = None, min_m: int 
     M = int(A.shape[0])
     if M < min_m or (max_m is not None and M > max_m):
         raise ValueError(f"{fn} handles M = {min_m}..{max_m} rows of A, got M = {M}; use kbitcupy.matmul")
-    if A.dtype not in _ACT:
+    if A.dtype not in ACT_DTYPES:
         raise ValueError(f"{fn}: A must be float16 or bfloat16, got {dtype_name(A.dtype)}")
     if tuple(out.shape) != (M, N) or out.dtype != A.dtype:
         raise ValueError(f"{fn}: out must be a {dtype_name(A.dtype)} array of shape {(M, N)}, got "

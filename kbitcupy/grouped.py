@@ -27,7 +27,7 @@ from . import _pdl
 from . import reference as R
 from . import wgmma as WG
 from .gemv import GROUPED_MAX_TOKENS, grouped_gemv, lut_bytes
-from ._arrays import check_same_device, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
+from ._arrays import ACT_DTYPES, check_same_device, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
 from .reference import bfloat16
@@ -65,7 +65,6 @@ ERR_EXPERT_ID, ERR_OFFSETS, ERR_MAX_TOKENS = 1, 2, 4
 MAX_TOKENS_KERNEL = 64
 MAX_WARPS = 8
 SM_COUNT = 132
-_ACT_DTYPES = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None else ())
 
 
 # ----------------------------------------------------------------------------- bank
@@ -526,7 +525,7 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
         raise ValueError(f"A_sorted must be 2-D [rows, K], got shape {tuple(A_.shape)}")
     if A_.shape[1] != K:
         raise ValueError(f"A_sorted's last dimension ({A_.shape[1]}) must equal the experts' K ({K})")
-    if A_.dtype not in _ACT_DTYPES:
+    if A_.dtype not in ACT_DTYPES:
         raise ValueError(f"A_sorted must be float16 or bfloat16, got {dtype_name(A_.dtype)}")
     if not A_.flags.c_contiguous:
         raise ValueError("A_sorted must be C-contiguous")

@@ -9,15 +9,13 @@ from . import _launch as _fast
 from . import reference as R
 from . import gemv_stream as ST
 from . import wgmma as WG
-from ._arrays import cpu_result, from_backend, out_array, stream_ctx, to_backend
+from ._arrays import ACT_DTYPES, cpu_result, from_backend, out_array, stream_ctx, to_backend
 from .dequant_matmul import dequant_matmul
 from .dispatch import choose
 from .gemm import gemm
 from .gemv import MAX_M as GEMV_MAX_M, fits, gemv
-from .reference import bfloat16
 from .weight import KbitWeight
 
-_ACT_DTYPES = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None else ())
 
 
 def _dispatch_gpu(A, qw, out):
@@ -61,7 +59,7 @@ def _check(A, qw: KbitWeight, out):
     N, K = qw.shape
     if A.shape[-1] != K:
         raise ValueError(f"A's last dimension ({A.shape[-1]}) must equal the weight's K ({K})")
-    if A.dtype not in _ACT_DTYPES:
+    if A.dtype not in ACT_DTYPES:
         raise ValueError(f"A must be float16 or bfloat16, got {A.dtype}")
     if not A.flags.c_contiguous:
         raise ValueError("A must be C-contiguous")

@@ -22,12 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _pdl
-from ._arrays import cpu_result, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
+from ._arrays import ACT_DTYPES, cpu_result, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
 from .grouped import (ERR_EXPERT_ID, GROUPED, KbitExpertBank, _err_buffer, choose_impl, dequantize_experts,
                       grouped_gemv_fused, grouped_matmul)
-from .reference import bfloat16
 
-_ACT_DTYPES = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None else ())
 
 
 @dataclass(frozen=True, eq=False)
@@ -217,7 +215,7 @@ def silu_mul(gate, up, out=None):
         r = (g / (np.float32(1) + np.exp(-g)) * u_.astype(np.float32)).astype(g_.dtype)
         return cpu_result(r, out, kd)
 
-    if g_.dtype not in _ACT_DTYPES:
+    if g_.dtype not in ACT_DTYPES:
         raise ValueError(f"gate/up must be float16 or bfloat16 on the GPU, got {dtype_name(g_.dtype)}")
     for nm, a in (("gate", g_), ("up", u_)):
         if a.strides[1] != a.itemsize or (rows > 1 and a.strides[0] % a.itemsize):
@@ -251,7 +249,7 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None):
     wdt = dtype_name(w_.dtype)
     if wdt not in ("float32", "float16", "bfloat16"):
         raise ValueError(f"topk_weights must be float32, float16 or bfloat16 on the GPU, got {wdt}")
-    if c_.dtype not in _ACT_DTYPES or not c_.flags.c_contiguous:
+    if c_.dtype not in ACT_DTYPES or not c_.flags.c_contiguous:
         raise ValueError("C_sorted must be a contiguous float16 or bfloat16 array")
     if not w_.flags.c_contiguous:
         raise ValueError("topk_weights must be contiguous")
@@ -351,7 +349,7 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
     x_, kd = to_backend(x, "x")
     if x_.ndim != 2:
         raise ValueError(f"x must be 2-D [tokens, hidden], got shape {tuple(x_.shape)}")
-    if x_.dtype not in _ACT_DTYPES:
+    if x_.dtype not in ACT_DTYPES:
         raise ValueError(f"x must be float16 or bfloat16, got {dtype_name(x_.dtype)}")
     if not x_.flags.c_contiguous:
         raise ValueError("x must be C-contiguous")
