@@ -18,8 +18,9 @@ typedef unsigned char u8;
 #define KBIT_ERR_OFFSETS 2
 #define KBIT_ERR_MAX_TOKENS 4
 
-// The 2^k codebook levels by value, as a kernel parameter (the -DKBIT_CB_PARAM experiment builds of
-// kbit_gemv / kbit_gemv_stream: no global load before the pair table; profiling/NOTES.md, twelfth session).
+// The 2^k codebook levels by value, as a kernel parameter (kbit_gemv's cbp; kbitcupy.weight.LEVELS_DTYPE
+// is its host twin): no global load before the pair table.  The streaming GEMV's -DKBIT_CB_PARAM hook
+// measured no gain (H100, 2026-11-25, profiling/NOTES.md thirteenth session).
 struct KbitCbParam {
     float v[32];
 };

@@ -42,6 +42,14 @@ def cb_struct(codebook):
     return s
 
 
+def without_levels(q):
+    """A copy of weight q without the host levels: the decode GEMV then reads the codebook from
+    device memory (the path before the thirteenth session; gemv_ab's AB_CBPTR column)."""
+    c = replace(q)
+    object.__setattr__(c, "levels", None)
+    return c
+
+
 def rand_f16(rng, shape, scale=1.0):
     """fp16 CuPy array of standard-normal values times scale (weights: 0.02, activations: 1)."""
     return cp.asarray(rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(cp.float16)

@@ -2,8 +2,10 @@
 
 Columns: the baseline kernel (profiling/baseline_gemv_<rev>.cu with the plan rule of
 that revision), the current plan, optional variants of the current source built with
-extra -D flags (AB_VARIANTS="name:-DFLAG=1;..."), and the speed-of-light read of the
-same bytes.  Env: KS (k list), MS (M list), SHAPES (names).
+extra -D flags (AB_VARIANTS="name:-DFLAG=1;..."), AB_CBPTR=1: the current kernel with the
+codebook read from device memory (weights without host levels, as before 2026-11-25's
+thirteenth session), and the speed-of-light read of the same bytes.  Env: KS (k list),
+MS (M list), SHAPES (names).
 usage: python3 profiling/gemv_ab.py --make-baseline REV   (here, with git: writes the file)
        python3 profiling/gemv_ab.py [--out DIR]            (GPU machine)
 """
@@ -19,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
-from bench_foundation import SHAPES, cb_struct, dense_cases, env_plans, env_variants, sol_time, time_rotated  # noqa: E402
+from bench_foundation import SHAPES, dense_cases, without_levels, env_plans, env_variants, sol_time, time_rotated  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy._compile import _options, inline_source, read_source  # noqa: E402
 from kbitcupy.quantize import CTYPE  # noqa: E402
@@ -80,6 +82,7 @@ def main():
     variants = env_variants("AB_VARIANTS")
     # AB_PLANS="name:warps=16,dual=1;..." -> columns of the current kernels with a plan override
     plans = tuple(env_plans("AB_PLANS"))
+    extra = [vn for vn, _ in variants + list(plans)] + (["cbptr"] if os.environ.get("AB_CBPTR") else [])
     for name, N, K, k, M, q, Wd, nb0, cps, A, ref, out in dense_cases(rng, names, ks, Ms):
         row = dict(shape=name, k=k, M=M)
         warps, smem, grid, tiles = baseline_plan(N, K, M, k)
@@ -98,6 +101,12 @@ def main():
             err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
             row[col] = time_rotated([lambda c=c: G.gemv(A, c, out, ov) for c in cps])
             row[col + "_err"] = err
+        if os.environ.get("AB_CBPTR"):  # the codebook from device memory: copies without host levels
+            pcs = [without_levels(c) for c in cps]
+            out.fill(np.nan)
+            G.gemv(A, pcs[0], out)
+            row["cbptr_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+            row["cbptr"] = time_rotated([lambda c=c: G.gemv(A, c, out) for c in pcs])
         for vname, vtoks in variants:  # the current source built with extra -D flags
             ov = tuple((t[1:].split("=")[0], int(t.split("=")[1])) for t in vtoks if t.startswith("+")) or None
             vopts = tuple(t for t in vtoks if not t.startswith("+"))
@@ -115,11 +124,8 @@ def main():
                                           name_expressions=[expr]).get_function(expr)
             vf = _VMOD[key]
             vf.max_dynamic_shared_size_bytes = smem
-            # -DKBIT_CB_PARAM: the levels by value as a last argument (struct KbitCbParam { float v[32]; })
-            cbp = (cb_struct(cps[0].codebook),) if "-DKBIT_CB_PARAM" in vopts else ()
-            vcall = lambda c: vf(grid, block, (A, c.packed, c.absmax, c.codebook, out, np.int32(M), np.int32(N),  # noqa: E731
-                                               np.int32(K), np.float32(c.tensor_scale), np.int32(0)) + cbp,
-                                 shared_mem=smem)
+            # the current source's arguments, as kbitcupy.gemv passes them (the levels by value included)
+            vcall = lambda c: vf(grid, block, G.launch_args(A, c, out)[4], shared_mem=smem)  # noqa: E731
             out.fill(np.nan)
             vcall(cps[0])
             row[vname + "_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
@@ -128,7 +134,7 @@ def main():
         rows.append(row)
         f = lambda v: f"{v:7.2f}" if isinstance(v, float) else f"{'-':>7}"  # noqa: E731
         print(f"{name:9} {k:>2} {M:>2} {f(row.get('base'))} {f(row['new'])} "
-              + "".join(f"{vn}={row[vn]:.2f}({row[vn + '_err']:.0e}) " for vn, _ in variants + list(plans)) +
+              + "".join(f"{vn}={row[vn]:.2f}({row[vn + '_err']:.0e}) " for vn in extra) +
               f"{row['sol']:6.2f} {100 * row['sol'] / row['new']:5.0f} "
               f"{row['new'] / row['base'] if 'base' in row else float('nan'):8.3f}"
               f"  err {row['new_err']:.1e}", flush=True)
@@ -139,7 +145,7 @@ def main():
                 n = sum(r["new"] for r in sel)
                 b = f"base {sum(r['base'] for r in sel):.2f} " if all("base" in r for r in sel) else ""
                 print(f"TOTAL k={k} M={M}: {b}new {n:.2f} "
-                      + " ".join(f"{vn} {sum(r[vn] for r in sel):.2f}" for vn, _ in variants + list(plans)))
+                      + " ".join(f"{vn} {sum(r[vn] for r in sel):.2f}" for vn in extra))
     if args.out:
         with open(os.path.join(args.out, "gemv_ab.json"), "w") as fh:
             json.dump(dict(device=dev, rows=rows), fh, indent=1)

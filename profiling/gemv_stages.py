@@ -41,8 +41,7 @@ for name in args.shapes.split(","):
             mod = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(opts), name_expressions=[expr])
             fn = mod.get_function(expr)
             fn.max_dynamic_shared_size_bytes = smem
-            a = lambda c: (A, c.packed, c.absmax, c.codebook, out, np.int32(1), np.int32(N), np.int32(K),  # noqa: E731
-                           np.float32(1.0), np.int32(0))
+            a = lambda c: G.launch_args(A, c, out)[4]  # noqa: E731  (the kernel's arguments as kbitcupy passes them)
             row.append(time_rotated([lambda c=c: fn((grid,), (warps * 32, gpb), a(c), shared_mem=smem) for c in cps]))
         print(f"{name:8} {k:2d} " + " ".join(f"{t:13.2f}" for t in row) + f"   ({warps} warps, {grid} blocks)",
               flush=True)

@@ -55,8 +55,7 @@ def main():
                 cp.cuda.runtime.deviceSynchronize()
                 e0, e1 = cp.cuda.Event(), cp.cuda.Event()
                 e0.record()
-                fn((grid,), (warps * 32,), (A, q.packed, q.absmax, q.codebook, out, np.int32(1), np.int32(N),
-                                            np.int32(K), np.float32(q.tensor_scale), np.int32(0)), shared_mem=smem)
+                fn((grid,), (warps * 32,), G.launch_args(A, q, out)[4], shared_mem=smem)
                 e1.record()
                 e1.synchronize()
                 runs.append((cp.cuda.get_elapsed_time(e0, e1) * 1e3, tr[:grid * STRIDE].get().reshape(grid, STRIDE)))

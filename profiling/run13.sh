@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Thirteenth session's device run: the decode GEMV with the codebook levels by value (default now).
+#   STEP=ab: the GPU tests the change touches (dense GEMV, launch / PDL fast paths, layers, torch,
+#     argument checks, out=), compute-sanitizer memcheck of the GEMV paths, then gemv_ab's same-run A/B
+#     of levels by value ('new') against the codebook from device memory ('cbptr': weights without host
+#     levels, the kernel as before), with the bench's shared codebook, with one codebook per weight copy
+#     (KBIT_BENCH_COLD_CB=1) and with PDL
+#   STEP=bench: the dense table at M = 1, 2, 4 (tag final19)
+#   OUT=/tmp/out STEP=ab bash profiling/run13.sh   (then STEP=bench in a second call)
+. profiling/run_env.sh
+W=$OUT/work; mkdir -p $W
+GPU=$(python3 -c "import cupy as c; print(c.cuda.runtime.getDeviceProperties(0)['name'].decode())")
+echo "# $GPU, $(date -I), git $(cat .git_rev 2>/dev/null || echo '?'), STEP=${STEP:-ab}" | tee "$W/header.txt"
+case "${STEP:-ab}" in
+ab)
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  echo "# $GPU, $(date -I): pytest -q -m gpu (GEMV-related files)" > "$W/gpu_tests.log"
+  timeout 240 python3 -m pytest -q -m gpu tests/test_gemv_gpu.py tests/test_launch_gpu.py tests/test_pdl_gpu.py \
+      tests/test_checks_gpu.py tests/test_quantize_gpu.py tests/test_layers_gpu.py tests/test_torch_ops.py >> "$W/gpu_tests.log" 2>&1
+  tail -2 "$W/gpu_tests.log"
+  compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/memcheck.txt" 2>&1
+  echo "memcheck: exit $? ($(grep -c 'rel err' "$W/memcheck.txt") checks; $(grep -E 'ERROR SUMMARY|BAD' "$W/memcheck.txt" | tr '\n' ' '))"
+  AB_CBPTR=1 KS=2,4,5 MS=1,2,4 timeout 120 python3 profiling/gemv_ab.py > "$W/ab_warm.log" 2>&1
+  grep -E "^#|^TOTAL" "$W/ab_warm.log"
+  KBIT_BENCH_COLD_CB=1 AB_CBPTR=1 KS=2,4,5 MS=1,2,4 timeout 120 python3 profiling/gemv_ab.py > "$W/ab_cold.log" 2>&1
+  grep -E "^TOTAL" "$W/ab_cold.log"
+  KBITCUPY_PDL=1 AB_CBPTR=1 KS=4 MS=1 timeout 60 python3 profiling/gemv_ab.py > "$W/ab_pdl.log" 2>&1
+  grep -E "^TOTAL" "$W/ab_pdl.log" ;;
+bench)
+  python3 profiling/warm_cache.py gemv gemv_stream 2>&1 | tail -1
+  timeout 400 python3 profiling/bench.py --out "$W" --M 1,2,4 --k 2,3,4,5 --columns GEMV,STREAM,matmul,matmul+PDL \
+      --reps 15 --tag final19 > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log" ;;
+esac
+tar -czf "$OUT/run13_${STEP:-ab}.tgz" -C "$W" . && rm -rf "$W"
