@@ -5,7 +5,7 @@
 #     of levels by value ('new') against the codebook from device memory ('cbptr': weights without host
 #     levels, the kernel as before), with the bench's shared codebook, with one codebook per weight copy
 #     (KBIT_BENCH_COLD_CB=1) and with PDL
-#   STEP=bench: the dense table at M = 1, 2, 4 (tag final19)
+#   STEP=bench: a one-kernel-module variant of the GEMV (ab_solo), the dense table at M = 1, 2, 4 (tag final19)
 #   OUT=/tmp/out STEP=ab bash profiling/run13.sh   (then STEP=bench in a second call)
 . profiling/run_env.sh
 W=$OUT/work; mkdir -p $W
@@ -28,6 +28,10 @@ ab)
   grep -E "^TOTAL" "$W/ab_pdl.log" ;;
 bench)
   python3 profiling/warm_cache.py gemv gemv_stream 2>&1 | tail -1
+  # 'solo': the same source and arguments as 'new', built as a one-kernel module (as the twelfth
+  # session's probe variants were): is the probe's 3 % a module effect rather than the codebook load?
+  AB_VARIANTS="solo:" AB_CBPTR=1 KS=4,5 MS=1,4 timeout 90 python3 profiling/gemv_ab.py > "$W/ab_solo.log" 2>&1
+  grep -E "^TOTAL|gateup" "$W/ab_solo.log"
   timeout 400 python3 profiling/bench.py --out "$W" --M 1,2,4 --k 2,3,4,5 --columns GEMV,STREAM,matmul,matmul+PDL \
       --reps 15 --tag final19 > "$W/bench.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench.log" ;;
