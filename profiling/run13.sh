@@ -35,5 +35,16 @@ bench)
   timeout 400 python3 profiling/bench.py --out "$W" --M 1,2,4 --k 2,3,4,5 --columns GEMV,STREAM,matmul,matmul+PDL \
       --reps 15 --tag final19 > "$W/bench.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench.log" ;;
+cbcheck)
+  # the twelfth session's probe columns beside the shipped paths, one run: new (levels by value, LDC),
+  # cbptr (same binary, codebook from memory), solo (one-kernel module of new), cbconst (no load at all)
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  V="solo:;cbconst:-DKBIT_EXPERIMENT_CB_CONST"
+  AB_VARIANTS="$V" AB_CBPTR=1 KS=4,5 MS=1 timeout 120 python3 profiling/gemv_ab.py > "$W/cbcheck_warm.log" 2>&1
+  grep -E "^TOTAL" "$W/cbcheck_warm.log"
+  KBIT_BENCH_COLD_CB=1 AB_VARIANTS="$V" AB_CBPTR=1 KS=4,5 MS=1 timeout 120 python3 profiling/gemv_ab.py > "$W/cbcheck_cold.log" 2>&1
+  grep -E "^TOTAL" "$W/cbcheck_cold.log"
+  AB_VARIANTS="$V" AB_CBPTR=1 KS=4 MS=1 timeout 120 python3 profiling/gemv_ab.py > "$W/cbcheck_warm2.log" 2>&1
+  grep -E "^TOTAL" "$W/cbcheck_warm2.log" ;;
 esac
 tar -czf "$OUT/run13_${STEP:-ab}.tgz" -C "$W" . && rm -rf "$W"
