@@ -18,13 +18,6 @@ typedef unsigned char u8;
 #define KBIT_ERR_OFFSETS 2
 #define KBIT_ERR_MAX_TOKENS 4
 
-// The 2^k codebook levels by value, as a kernel parameter (kbit_gemv's cbp; kbitcupy.weight.LEVELS_DTYPE
-// is its host twin): no global load before the pair table.  The streaming GEMV's -DKBIT_CB_PARAM hook
-// measured no gain (H100, 2026-11-25, profiling/NOTES.md thirteenth session).
-struct KbitCbParam {
-    float v[32];
-};
-
 // ---------------------------------------------------------------- dtype traits
 template <typename T> struct KbitType;
 template <> struct KbitType<__half> {

@@ -48,8 +48,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
                                            int grp_stride, int ngroups, bool pdl = false,
-                                           const int* __restrict__ a_rows = nullptr, int a_nrows = 0,
-                                           const float* cb_param = nullptr) {
+                                           const int* __restrict__ a_rows = nullptr, int a_nrows = 0) {
     extern __shared__ __align__(16) unsigned char smem[];
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) {
@@ -121,13 +120,15 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // LATE another 3-5 % where its registers cost no occupancy; profiling/NOTES.md).
     // Single-group blocks re-read blockIdx instead of keeping the group in a register.
     int grp = grp0;  // the launchers keep grid.x <= ngroups
+#ifdef KBIT_CB_EARLY  // experiment: the codebook requested before the step-0 weights
+    const float cb_v = tid < (1u << K) ? __ldg(codebook + tid) : 0.0f;
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
-#ifndef KBIT_EXPERIMENT_CB_CONST
-    // The levels: from the kernel's parameter space where the launcher passed them by value
-    // (kbit_gemv's cbp, codebook == nullptr: one LDC, no global load before the pair table),
-    // else from global memory.  The callers without cbp pass cb_param = nullptr, which folds
-    // this to the __ldg.
-    const float cb_v = tid < (1u << K) ? ((cb_param && !codebook) ? cb_param[tid] : __ldg(codebook + tid)) : 0.0f;
+#else
+    start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
+#endif
+#if defined(KBIT_CB_EARLY)
+#elif !defined(KBIT_EXPERIMENT_CB_CONST)
+    const float cb_v = tid < (1u << K) ? __ldg(codebook + tid) : 0.0f;
 #else  // experiment: no codebook load (wrong levels; times the load's share of the prologue)
     const float cb_v = tid < (1u << K) ? (float)(2 * (int)tid + 1 - (1 << K)) / (float)(1 << K) : 0.0f;
 #endif
@@ -296,16 +297,13 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #define KBIT_GROUPED_BOUNDS 512, 1
 #endif
 // SLICES: blockDim.y column groups per block (kbitcupy.gemv.plan's gpb > 1).
-// cbp: the 2^k levels by value (kbitcupy.weight's host copy), read when codebook is null.  The
-// codebook's global load sat on the prologue's critical path: H100, 2026-11-25 (thirteenth session,
-// profiling/NOTES.md), dense TOTAL k = 4 M = 1 26.06 -> 25.26 us, the same as no load at all.
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE, bool SLICES = false>
 __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
-              const __grid_constant__ KbitCbParam cbp, int pdl) {
+              int pdl) {
     gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES>(A, packed, absmax, codebook, C, M, N, Kdim, tensor_scale, blockIdx.x,
-                                        gridDim.x, (N + 15) / 16, pdl != 0, nullptr, 0, cbp.v);
+                                        gridDim.x, (N + 15) / 16, pdl != 0);
 }
 
 // MoE: grid.y = expert slot; slot s multiplies rows offsets[s]..offsets[s+1] of A (tokens

@@ -148,11 +148,7 @@ template <int K, typename T, int MT>
 __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     kbit_gemv_stream(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
                      const float* __restrict__ codebook, T* __restrict__ C, float* __restrict__ ws,
-                     int* __restrict__ counters, int M, int N, int Kdim, int stages, float tensor_scale, int pdl
-#ifdef KBIT_CB_PARAM  // experiment hook (profiling/stream_probe.py): the levels by value, read from here
-                     , const __grid_constant__ KbitCbParam cbp
-#endif
-                     ) {
+                     int* __restrict__ counters, int M, int N, int Kdim, int stages, float tensor_scale, int pdl) {
     using namespace kbit_stream_detail;
     typedef StageLayout<K, MT> SL;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -269,9 +265,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     }
 
     // ------------------------------------------------------------------ consumers
-#if defined(KBIT_CB_PARAM)
-    if (tid < 32) cb_s[tid] = tid < (1 << K) ? cbp.v[tid] : 0.0f;
-#elif !defined(KBIT_EXPERIMENT_CB_CONST)
+#ifndef KBIT_EXPERIMENT_CB_CONST
     if (tid < 32) cb_s[tid] = tid < (1 << K) ? __ldg(codebook + tid) : 0.0f;
 #else  // experiment: no codebook load (wrong levels; times the load's share of the prologue)
     if (tid < 32) cb_s[tid] = tid < (1 << K) ? (float)(2 * tid + 1 - (1 << K)) / (float)(1 << K) : 0.0f;

@@ -78,9 +78,8 @@ class DevPtr(int):
 
 def arg_bytes(a):
     """(raw bytes, alignment, is_pointer) of one kernel argument, as CuPy's RawKernel
-    passes it: CuPy arrays (and DevPtr) as 8-byte pointers, NumPy scalars and one-element
-    structured NumPy arrays (a struct by value) as their own bytes; Python bool / int /
-    float as CuPy converts them (bool, int64, float64)."""
+    passes it: CuPy arrays (and DevPtr) as 8-byte pointers, NumPy scalars as their own
+    bytes; Python bool / int / float as CuPy converts them (bool, int64, float64)."""
     if isinstance(a, DevPtr):
         return int(a).to_bytes(8, sys.byteorder), 8, True
     if is_cupy(a):
@@ -92,8 +91,6 @@ def arg_bytes(a):
     elif isinstance(a, float):
         a = np.float64(a)
     if isinstance(a, np.generic):
-        return a.tobytes(), max(1, min(int(a.dtype.alignment), 8)), False
-    if type(a) is np.ndarray and a.dtype.names is not None and a.size == 1:  # a struct by value (CuPy's rule)
         return a.tobytes(), max(1, min(int(a.dtype.alignment), 8)), False
     raise TypeError(f"kernel argument of type {type(a).__name__} is not supported by the fast launch path")
 

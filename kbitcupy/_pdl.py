@@ -35,8 +35,6 @@ import ctypes
 import os
 import threading
 
-import numpy as np
-
 ENABLED = os.environ.get("KBITCUPY_PDL", "").strip().lower() in ("1", "true", "yes", "on")
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 _CC: dict = {}
@@ -158,13 +156,6 @@ def _packed_params(args):
         if c is not None:
             codes.append(c)
             vals.append(a.item() if hasattr(a, "item") else a)  # NumPy scalar, or a Python bool / int / float
-        elif type(a) is np.ndarray:  # a struct of float32 by value (kbitcupy.weight.LEVELS_DTYPE)
-            if a.dtype.names is None or a.size != 1 or a.dtype.itemsize % 4 or a.dtype.alignment != 4:
-                raise TypeError("kernel argument: a NumPy array passes by value only as a one-element, 4-aligned "
-                                f"struct of 4-byte fields, got {a.dtype} x {a.size}")
-            f = a.view(np.float32)
-            codes.append(f"{f.size}f")
-            vals.extend(f.tolist())
         else:  # CuPy array or kbitcupy._launch.DevPtr: an 8-byte pointer
             codes.append("Q")
             vals.append(int(a) if not hasattr(a, "data") else int(a.data.ptr))
@@ -177,8 +168,8 @@ def _packed_params(args):
         buf = (ctypes.c_uint64 * max(1, -(-st.size // 8)))()
         base, off, offs = ctypes.addressof(buf), 0, []
         for c in codes:
-            size, align = struct.calcsize("@" + c), struct.calcsize("@" + c[-1])  # "32f": 128 bytes, 4-aligned
-            off = -(-off // align) * align
+            size = struct.calcsize("@" + c)
+            off = -(-off // size) * size
             offs.append(off)
             off += size
         argv = (ctypes.c_void_p * max(1, len(codes)))(*[base + o for o in offs])

@@ -10,7 +10,6 @@ from . import _pdl
 from ._compile import Family, register
 from .quantize import CTYPE
 from .reference import bfloat16
-from .weight import NO_LEVELS
 
 MAX_M = 16
 DEPTHS = (2,)  # register ring depth (4 measured slower on H200, 2026-11-21)
@@ -166,11 +165,8 @@ def launch_args(A, qw, out, plan_override=None):
     if cfg is None:
         cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override, pdl)
     fn, grid, block, smem, dims = cfg
-    # the levels by value where the weight has a host copy (the kernel then takes a null codebook)
-    lv = getattr(qw, "levels", None)
-    cb, lv = (qw.codebook, NO_LEVELS) if lv is None else (np.uint64(0), lv)
-    return fn, grid, block, smem, ((A, qw.packed, qw.absmax, cb, out) + dims +
-                                   (np.float32(qw.tensor_scale), lv, np.int32(pdl)))
+    return fn, grid, block, smem, ((A, qw.packed, qw.absmax, qw.codebook, out) + dims +
+                                   (np.float32(qw.tensor_scale), np.int32(pdl)))
 
 
 def gemv(A, qw, out, plan_override=None, *, validate=True):

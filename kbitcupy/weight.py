@@ -1,7 +1,6 @@
 """The quantized weight object."""
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -12,62 +11,6 @@ from ._arrays import is_cupy, kind, to_backend
 LAYOUTS = ("flat", "tiled")
 FORMAT_VERSION = 1
 
-# struct KbitCbParam (cuda_src/kbit_common.cuh): the 2^k levels by value, zero-padded to 32.  The
-# decode GEMV takes them as a kernel parameter: its codebook load sat on the prologue's critical
-# path (profiling/NOTES.md, thirteenth session).  A one-element array of this dtype is what CuPy
-# passes by value.
-LEVELS_DTYPE = np.dtype({"names": ["v"], "formats": [(np.float32, (32,))]}, align=True)  # 4-aligned, as C
-NO_LEVELS = np.zeros(1, dtype=LEVELS_DTYPE)  # passed with the codebook pointer when there is no host copy
-_LEVELS: dict = {}  # id(GPU codebook array) -> (weakref to it, levels): one read per codebook array
-
-
-def levels_param(codebook_host) -> np.ndarray:
-    """The KbitCbParam of a host codebook (float32, at most 32 levels)."""
-    s = np.zeros(1, dtype=LEVELS_DTYPE)
-    cb = np.asarray(codebook_host, dtype=np.float32).reshape(-1)
-    s["v"][0, : cb.size] = cb
-    s.flags.writeable = False
-    return s
-
-
-def _capturing() -> bool:
-    """Whether a CUDA graph capture runs on CuPy's or torch's current stream (a device-to-host
-    copy then would break it)."""
-    import cupy as cp
-
-    if cp.cuda.get_current_stream().is_capturing():
-        return True
-    torch = sys.modules.get("torch")
-    try:
-        return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
-    except RuntimeError:  # the query itself refused (a capture elsewhere): do not copy
-        return True
-
-
-def _host_levels(codebook):
-    """KbitCbParam of a codebook, or None (not a codebook, or a GPU one that cannot be read now).
-    A GPU codebook array is read once (a 128-byte copy, ordered on the current stream) and
-    remembered while that array lives: copies of a weight (``replace``, ``bank.expert(e)``) share
-    it.  So the codebook is read-only once a KbitWeight holds it (README)."""
-    if kind(codebook) == "numpy":
-        ok = codebook.dtype == np.float32 and codebook.ndim == 1 and 2 <= codebook.size <= 32
-        return levels_param(codebook) if ok else None
-    if not is_cupy(codebook) or codebook.dtype != np.float32 or codebook.ndim != 1 or not 2 <= codebook.size <= 32:
-        return None
-    hit = _LEVELS.get(id(codebook))
-    if hit is not None and hit[0]() is codebook:
-        return hit[1]
-    if _capturing():
-        return None
-    import weakref
-
-    lv = levels_param(codebook.get())
-    key = id(codebook)
-    if len(_LEVELS) > 65536:
-        _LEVELS.clear()
-    _LEVELS[key] = (weakref.ref(codebook, lambda _r, key=key: _LEVELS.pop(key, None)), lv)
-    return lv
-
 
 @dataclass(frozen=True)
 class KbitWeight:
@@ -75,8 +18,7 @@ class KbitWeight:
 
     packed:   uint32 bit-plane words, flat [N*K/32*k] or tiled (see reference.py)
     absmax:   per-block scales: uint8 E4M4 codes (flat or tiled) or float32 (flat only)
-    codebook: float32 [2^k]; read-only once the weight holds it (a host copy, ``levels``, is
-              taken at construction and passed to the decode GEMV by value)
+    codebook: float32 [2^k]
     tensor_scale: power of two multiplying every block scale (1.0 = plain seed format)
     dtype:    dtype of the weight it came from (default output dtype of dequantize)
     Arrays are all NumPy (CPU backend) or all CuPy (GPU backend).
@@ -90,10 +32,6 @@ class KbitWeight:
     layout: str = "tiled"
     tensor_scale: float = 1.0
     dtype: object = np.dtype(np.float16)
-
-    def __post_init__(self):
-        # the levels by value for the decode GEMV (None: it reads the codebook from device memory)
-        object.__setattr__(self, "levels", _host_levels(self.codebook))
 
     # ------------------------------------------------------------------ properties
     @property

@@ -33,23 +33,6 @@ def env_plans(var):
             for v in os.environ.get(var, "").split(";") if v]
 
 
-def cb_struct(codebook):
-    """The codebook as the kernels' by-value KbitCbParam (-DKBIT_CB_PARAM builds): a one-element
-    NumPy array of a 128-byte structured dtype, which CuPy passes by value."""
-    s = np.zeros(1, dtype=np.dtype({"names": ["v"], "formats": [(np.float32, (32,))]}))
-    cb = cp.asnumpy(codebook).astype(np.float32)
-    s["v"][0, : cb.size] = cb
-    return s
-
-
-def without_levels(q):
-    """A copy of weight q without the host levels: the decode GEMV then reads the codebook from
-    device memory (the path before the thirteenth session; gemv_ab's AB_CBPTR column)."""
-    c = replace(q)
-    object.__setattr__(c, "levels", None)
-    return c
-
-
 def rand_f16(rng, shape, scale=1.0):
     """fp16 CuPy array of standard-normal values times scale (weights: 0.02, activations: 1)."""
     return cp.asarray(rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(cp.float16)

@@ -2,10 +2,8 @@
 
 Columns: the baseline kernel (profiling/baseline_gemv_<rev>.cu with the plan rule of
 that revision), the current plan, optional variants of the current source built with
-extra -D flags (AB_VARIANTS="name:-DFLAG=1;..."), AB_CBPTR=1: the current kernel with the
-codebook read from device memory (weights without host levels, as before 2026-11-25's
-thirteenth session), and the speed-of-light read of the same bytes.  Env: KS (k list),
-MS (M list), SHAPES (names).
+extra -D flags (AB_VARIANTS="name:-DFLAG=1;..."), and the speed-of-light read of the
+same bytes.  Env: KS (k list), MS (M list), SHAPES (names).
 usage: python3 profiling/gemv_ab.py --make-baseline REV   (here, with git: writes the file)
        python3 profiling/gemv_ab.py [--out DIR]            (GPU machine)
 """
@@ -21,8 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
-from bench_foundation import SHAPES, dense_cases, without_levels, env_plans, env_variants, sol_time, time_rotated  # noqa: E402
+from bench_foundation import SHAPES, dense_cases, env_plans, env_variants, sol_time, time_rotated  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
+from kbitcupy import _pdl  # noqa: E402
 from kbitcupy._compile import _options, inline_source, read_source  # noqa: E402
 from kbitcupy.quantize import CTYPE  # noqa: E402
 
@@ -43,6 +42,10 @@ def make_baseline(rev):
     with open(path, "w") as fh:
         fh.write(f"// kbit_gemv.cu at {rev} (headers inlined): the A/B baseline of profiling/gemv_ab.py\n" + src)
     print("wrote", path)
+
+
+def _pdl_launch(fn, grid, block, args):
+    _pdl.launch(fn, grid, block, args, fn.max_dynamic_shared_size_bytes, pdl=bool(args[-1]))
 
 
 def baseline_kernel(path, k, tname, tiles):
@@ -82,7 +85,7 @@ def main():
     variants = env_variants("AB_VARIANTS")
     # AB_PLANS="name:warps=16,dual=1;..." -> columns of the current kernels with a plan override
     plans = tuple(env_plans("AB_PLANS"))
-    extra = [vn for vn, _ in variants + list(plans)] + (["cbptr"] if os.environ.get("AB_CBPTR") else [])
+    extra = [vn for vn, _ in variants + list(plans)]
     for name, N, K, k, M, q, Wd, nb0, cps, A, ref, out in dense_cases(rng, names, ks, Ms):
         row = dict(shape=name, k=k, M=M)
         warps, smem, grid, tiles = baseline_plan(N, K, M, k)
@@ -101,12 +104,6 @@ def main():
             err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
             row[col] = time_rotated([lambda c=c: G.gemv(A, c, out, ov) for c in cps])
             row[col + "_err"] = err
-        if os.environ.get("AB_CBPTR"):  # the codebook from device memory: copies without host levels
-            pcs = [without_levels(c) for c in cps]
-            out.fill(np.nan)
-            G.gemv(A, pcs[0], out)
-            row["cbptr_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
-            row["cbptr"] = time_rotated([lambda c=c: G.gemv(A, c, out) for c in pcs])
         for vname, vtoks in variants:  # the current source built with extra -D flags
             ov = tuple((t[1:].split("=")[0], int(t.split("=")[1])) for t in vtoks if t.startswith("+")) or None
             vopts = tuple(t for t in vtoks if not t.startswith("+"))
@@ -124,8 +121,9 @@ def main():
                                           name_expressions=[expr]).get_function(expr)
             vf = _VMOD[key]
             vf.max_dynamic_shared_size_bytes = smem
-            # the current source's arguments, as kbitcupy.gemv passes them (the levels by value included)
-            vcall = lambda c: vf(grid, block, G.launch_args(A, c, out)[4], shared_mem=smem)  # noqa: E731
+            # the current source's arguments, as kbitcupy.gemv passes them
+            # (and launched as it does: a programmatic dependent where KBITCUPY_PDL=1)
+            vcall = lambda c: _pdl_launch(vf, grid, block, G.launch_args(A, c, out)[4])  # noqa: E731
             out.fill(np.nan)
             vcall(cps[0])
             row[vname + "_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))

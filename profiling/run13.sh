@@ -46,5 +46,16 @@ cbcheck)
   grep -E "^TOTAL" "$W/cbcheck_cold.log"
   AB_VARIANTS="$V" AB_CBPTR=1 KS=4 MS=1 timeout 120 python3 profiling/gemv_ab.py > "$W/cbcheck_warm2.log" 2>&1
   grep -E "^TOTAL" "$W/cbcheck_warm2.log" ;;
+early)
+  # -DKBIT_CB_EARLY: the codebook's load issued before the step-0 weight loads (cbcheck: no load at
+  # all, cbconst, was 2.6-2.8 % faster, the levels by value were not): is it the load's place in the queue?
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  V="solo:;early:-DKBIT_CB_EARLY;cbconst:-DKBIT_EXPERIMENT_CB_CONST"
+  AB_VARIANTS="$V" KS=2,4,5 MS=1,4 timeout 150 python3 profiling/gemv_ab.py > "$W/early_warm.log" 2>&1
+  grep -E "^TOTAL" "$W/early_warm.log"
+  KBIT_BENCH_COLD_CB=1 AB_VARIANTS="$V" KS=4,5 MS=1,4 timeout 120 python3 profiling/gemv_ab.py > "$W/early_cold.log" 2>&1
+  grep -E "^TOTAL" "$W/early_cold.log"
+  KBITCUPY_PDL=1 AB_VARIANTS="$V" KS=4,5 MS=1 timeout 90 python3 profiling/gemv_ab.py > "$W/early_pdl.log" 2>&1
+  grep -E "^TOTAL" "$W/early_pdl.log" ;;
 esac
 tar -czf "$OUT/run13_${STEP:-ab}.tgz" -C "$W" . && rm -rf "$W"

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
-from bench_foundation import cb_struct, dense_cases, env_plans, env_variants, sol_time, time_rotated  # noqa: E402
+from bench_foundation import dense_cases, env_plans, env_variants, sol_time, time_rotated  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy import gemv_stream as S  # noqa: E402
 from kbitcupy._compile import load_arch_module  # noqa: E402
@@ -62,8 +62,6 @@ def trace(A, q, out, key, opts=()):
     buf = mod.get_global("kbit_stream_trace")
     tr = cp.ndarray((1024, 16), cp.uint64, buf)
     assert grid[0] <= 1024, "the trace buffer holds 1024 CTAs"
-    if "-DKBIT_CB_PARAM" in opts:  # the levels by value
-        args = tuple(args) + (cb_struct(q.codebook),)
     for _ in range(3):  # L2 is warm for the weights of this copy after the first: use the last
         tr.fill(0)
         fn(grid, block, args, shared_mem=smem)
@@ -109,11 +107,10 @@ def main():
             _, grid, block, smem, a0 = S.launch_args(A, cps[0], out, _plan(opts))
             block = _block(opts)
             fn.max_dynamic_shared_size_bytes = smem
-            cbp = (cb_struct(cps[0].codebook),) if "-DKBIT_CB_PARAM" in opts else ()  # the levels by value
             out.fill(np.nan)
-            fn(grid, block, (A, cps[0].packed, cps[0].absmax, cps[0].codebook) + a0[4:] + cbp, shared_mem=smem)
+            fn(grid, block, (A, cps[0].packed, cps[0].absmax, cps[0].codebook) + a0[4:], shared_mem=smem)
             row[vname + " err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
-            row[vname] = time_rotated([lambda c=c: fn(grid, block, (A, c.packed, c.absmax, c.codebook) + a0[4:] + cbp,
+            row[vname] = time_rotated([lambda c=c: fn(grid, block, (A, c.packed, c.absmax, c.codebook) + a0[4:],
                                                       shared_mem=smem) for c in cps])
         row["sol"] = sol_time(nb0 + A.nbytes)
         plan = S.plan(N, K, M, k, 0)

@@ -141,26 +141,3 @@ def test_out_argument_cpu(rng):
     np.testing.assert_array_equal(o, silu_mul(g, u))
     with pytest.raises(ValueError, match="out must be"):
         silu_mul(g, u, out=np.empty((3, 8), np.float32))
-
-
-def test_weight_levels_cpu(rng):
-    """A weight keeps its levels as the decode GEMV's by-value struct (32 floats, zero-padded),
-    taken from its own codebook: a copy with another codebook has that one's levels."""
-    from dataclasses import replace
-
-    from kbitcupy.weight import LEVELS_DTYPE
-
-    W = rng.standard_normal((64, 128)).astype(np.float32)
-    for k in (2, 3, 4, 5):
-        q = kb.quantize(W, k)
-        assert q.levels.dtype == LEVELS_DTYPE and q.levels.shape == (1,) and q.levels.nbytes == 128
-        np.testing.assert_array_equal(q.levels["v"][0, : 1 << k], q.codebook)
-        assert not q.levels["v"][0, 1 << k:].any()
-        cb2 = np.sort(rng.standard_normal(1 << k).astype(np.float32))
-        q2 = replace(q, codebook=cb2)
-        np.testing.assert_array_equal(q2.levels["v"][0, : 1 << k], cb2)
-        assert not q.levels.flags.writeable
-    with pytest.raises(ValueError, match="codebook"):  # a malformed codebook: no levels, validate names it
-        bad = replace(q, codebook=np.zeros(64, np.float32))
-        assert bad.levels is None
-        bad.validate()

@@ -146,57 +146,6 @@ def test_codebook_nondefault(rng):
         assert _run(cp, q, Wd, 2, dt, rng) < TOL[np.dtype(dt).name]
 
 
-@pytest.mark.parametrize("k", [2, 3, 4, 5])
-def test_levels_by_value_and_from_memory(k, rng):
-    """The decode GEMV takes the levels by value (the weight's host copy) or, for a weight
-    without one, from the codebook in device memory: both give the reference's result, for a
-    fresh non-uniform codebook (so a wrong level or a level of another k shows)."""
-    import cupy as cp
-    from dataclasses import replace
-
-    cb = np.sort(rng.standard_normal(1 << k).astype(np.float32))
-    cb /= np.abs(cb).max()
-    W = cp.asarray(rng.standard_normal((1024, 2048), dtype=np.float32) * 0.02)
-    q = kb.quantize(W, k, codebook=cp.asarray(cb))  # a GPU codebook: read to the host once
-    assert q.levels is not None
-    np.testing.assert_array_equal(q.levels["v"][0, : 1 << k], cb)
-    assert not q.levels["v"][0, 1 << k:].any()
-    Wd = kb.dequantize(q, np.float32).astype(cp.float64)
-    qp = replace(q)
-    object.__setattr__(qp, "levels", None)  # as a weight made during a graph capture
-    for dt in (np.float16, kb.bfloat16):
-        for M in (1, 3):
-            for w in (q, qp):
-                assert _run(cp, w, Wd, M, dt, rng) < TOL[np.dtype(dt).name]
-
-
-def test_levels_not_read_during_capture(rng):
-    """A weight made while a CUDA graph is captured does not copy its codebook to the host
-    (that would break the capture): it reads it from device memory, and the result agrees."""
-    import cupy as cp
-
-    q, Wd = _weight(cp, (2048, 2048), 4, "tiled", rng)
-    A = cp.asarray(rng.standard_normal((1, 2048), dtype=np.float32)).astype(cp.float16)
-    out = cp.empty((1, 2048), cp.float16)
-    kb.matmul(A, q, out=out)
-    expect = out.copy()
-    cb = q.codebook.copy()  # a codebook array no weight has read yet
-    s = cp.cuda.Stream(non_blocking=True)
-    with s:
-        s.synchronize()
-        s.begin_capture()
-        q2 = kb.from_packed(q.packed, q.absmax, cb, q.shape, q.k, "tiled", q.tensor_scale)
-        kb.matmul(A, q2, out=out)
-        g = s.end_capture()
-        assert q2.levels is None
-        out.fill(np.nan)
-        g.launch(s)
-    s.synchronize()
-    cp.testing.assert_array_equal(out, expect)
-    q3 = kb.from_packed(q.packed, q.absmax, cb, q.shape, q.k, "tiled", q.tensor_scale)  # outside: read
-    assert q3.levels is not None and bytes(q3.levels) == bytes(q.levels)
-
-
 def test_large_activations_no_overflow(rng):
     """fp32 accumulation: activations near fp16's limit must not overflow."""
     import cupy as cp
