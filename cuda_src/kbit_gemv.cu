@@ -127,6 +127,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
 #endif
 #if defined(KBIT_CB_EARLY)
+#elif defined(KBIT_CB_REPL)  // experiment: block b reads copy b % KBIT_CB_REPL of a codebook replicated 128 floats apart
+    const float cb_v = tid < (1u << K) ? __ldg(codebook + (blockIdx.x % KBIT_CB_REPL) * 128 + tid) : 0.0f;
 #elif !defined(KBIT_EXPERIMENT_CB_CONST)
     const float cb_v = tid < (1u << K) ? __ldg(codebook + tid) : 0.0f;
 #else  // experiment: no codebook load (wrong levels; times the load's share of the prologue)

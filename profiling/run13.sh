@@ -57,5 +57,16 @@ early)
   grep -E "^TOTAL" "$W/early_cold.log"
   KBITCUPY_PDL=1 AB_VARIANTS="$V" KS=4,5 MS=1 timeout 90 python3 profiling/gemv_ab.py > "$W/early_pdl.log" 2>&1
   grep -E "^TOTAL" "$W/early_pdl.log" ;;
+repl)
+  # -DKBIT_CB_REPL=R: block b reads the codebook from copy b % R (its own L2 line): is the no-load
+  # bound's 2.5 % the L2 slice that every block's codebook request queues on?
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  V="solo:;r8:-DKBIT_CB_REPL=8;r64:-DKBIT_CB_REPL=64;r512:-DKBIT_CB_REPL=512;cbconst:-DKBIT_EXPERIMENT_CB_CONST"
+  AB_VARIANTS="$V" KS=4,5 MS=1,4 timeout 150 python3 profiling/gemv_ab.py > "$W/repl_warm.log" 2>&1
+  grep -E "^TOTAL" "$W/repl_warm.log"
+  KBIT_BENCH_COLD_CB=1 AB_VARIANTS="$V" KS=4 MS=1 timeout 120 python3 profiling/gemv_ab.py > "$W/repl_cold.log" 2>&1
+  grep -E "^TOTAL" "$W/repl_cold.log"
+  KBITCUPY_PDL=1 AB_VARIANTS="$V" KS=4,5 MS=1 timeout 90 python3 profiling/gemv_ab.py > "$W/repl_pdl.log" 2>&1
+  grep -E "^TOTAL" "$W/repl_pdl.log" ;;
 esac
 tar -czf "$OUT/run13_${STEP:-ab}.tgz" -C "$W" . && rm -rf "$W"
