@@ -68,5 +68,14 @@ repl)
   grep -E "^TOTAL" "$W/repl_cold.log"
   KBITCUPY_PDL=1 AB_VARIANTS="$V" KS=4,5 MS=1 timeout 90 python3 profiling/gemv_ab.py > "$W/repl_pdl.log" 2>&1
   grep -E "^TOTAL" "$W/repl_pdl.log" ;;
+imm)
+  # the no-load bound again, split: 'zeroldg' = cbconst's uniform levels but still dependent on the load
+  # (values vs load); 'imm' = the default codebook's levels as immediates (correct results: err = new's)
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  V="solo:;imm:-DKBIT_CB_IMM;zeroldg:-DKBIT_CB_ZEROLDG;cbconst:-DKBIT_EXPERIMENT_CB_CONST"
+  AB_VARIANTS="$V" KS=2,4,5 MS=1,4 timeout 200 python3 profiling/gemv_ab.py > "$W/imm_warm.log" 2>&1
+  grep -E "^TOTAL" "$W/imm_warm.log"
+  KBITCUPY_PDL=1 AB_VARIANTS="$V" KS=4,5 MS=1 timeout 100 python3 profiling/gemv_ab.py > "$W/imm_pdl.log" 2>&1
+  grep -E "^TOTAL" "$W/imm_pdl.log" ;;
 esac
 tar -czf "$OUT/run13_${STEP:-ab}.tgz" -C "$W" . && rm -rf "$W"
