@@ -202,6 +202,13 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
 #endif
 #if defined(KBIT_CB_EARLY)
+#elif defined(KBIT_CB_ASYNC)  // experiment: the codebook by cp.async into cb_s, its own commit group
+    // (hypothesis: the register load's wait shares a scoreboard with the step-0 weight loads)
+    if (tid < (1u << K)) {
+        const u32 dst = (u32)__cvta_generic_to_shared(cb_s + tid);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(codebook + tid));
+    }
+    cp_async_commit();
 #elif defined(KBIT_CB_IMM)
     const float cb_v = tid < (1u << K) ? kbit_default_level<K>(tid) : 0.0f;
 #elif defined(KBIT_CB_ZEROLDG)  // experiment: cbconst's uniform levels, but kept dependent on the codebook load
@@ -257,7 +264,13 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     if (!pdl) stage_A();
     // Codebook to shared memory, then the pair table; A lands meanwhile.
     {
+#ifdef KBIT_CB_ASYNC
+        if (tid >= (1u << K) && tid < 32) cb_s[tid] = 0.0f;
+        if (pdl) cp_async_wait<0>();  // only the codebook's group is out
+        else cp_async_wait<1>();      // the codebook's group, not A's
+#else
         if (tid < 32) cb_s[tid] = cb_v;
+#endif
         __syncthreads();
 #ifdef KBIT_TRACE
         if (threadIdx.x == 0) KTR(46, probe_clock());

@@ -77,5 +77,16 @@ imm)
   grep -E "^TOTAL" "$W/imm_warm.log"
   KBITCUPY_PDL=1 AB_VARIANTS="$V" KS=4,5 MS=1 timeout 100 python3 profiling/gemv_ab.py > "$W/imm_pdl.log" 2>&1
   grep -E "^TOTAL" "$W/imm_pdl.log" ;;
+async)
+  # -DKBIT_CB_ASYNC: the codebook by cp.async (its own commit group) instead of a register load whose
+  # wait may share a scoreboard with the step-0 weight loads; imm (no load) beside it
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  V="solo:;async:-DKBIT_CB_ASYNC;imm:-DKBIT_CB_IMM"
+  AB_VARIANTS="$V" KS=2,4,5 MS=1,4 timeout 200 python3 profiling/gemv_ab.py > "$W/async_warm.log" 2>&1
+  grep -E "^TOTAL" "$W/async_warm.log"
+  KBIT_BENCH_COLD_CB=1 AB_VARIANTS="$V" KS=4 MS=1 timeout 100 python3 profiling/gemv_ab.py > "$W/async_cold.log" 2>&1
+  grep -E "^TOTAL" "$W/async_cold.log"
+  KBITCUPY_PDL=1 AB_VARIANTS="$V" KS=4,5 MS=1 timeout 100 python3 profiling/gemv_ab.py > "$W/async_pdl.log" 2>&1
+  grep -E "^TOTAL" "$W/async_pdl.log" ;;
 esac
 tar -czf "$OUT/run13_${STEP:-ab}.tgz" -C "$W" . && rm -rf "$W"
