@@ -98,6 +98,86 @@ __device__ __forceinline__ long tiled_absmax_offset(int n, int kblock, int n_til
     return tile * (KBIT_TILE_N * KBIT_KB_PER_TILE) + (n & 127) * KBIT_KB_PER_TILE + kb;
 }
 
+// ---------------------------------------------------------------- default codebook
+// The default codebook's levels (kbitcupy.reference.create_codebook(k), float32 bit patterns;
+// tests/test_compile.py checks them) as immediates in a select chain: for a weight with that
+// codebook the decode GEMV needs no memory access before its pair table.  Every memory access
+// there (a global load, cp.async, a by-value parameter's constant-cache fill, issued first or
+// from a per-block copy) cost the same ~0.13 us per launch (H100, 2026-11-25, profiling/NOTES.md).
+template <int K>
+__device__ __forceinline__ float kbit_default_level(unsigned t) {
+    u32 v = 0u;
+    if constexpr (K == 2) {
+        v = t == 0u ? 0xbf800000u : v;
+        v = t == 1u ? 0xbe8dd21au : v;
+        v = t == 2u ? 0x3e8dd21au : v;
+        v = t == 3u ? 0x3f800000u : v;
+    }
+    if constexpr (K == 3) {
+        v = t == 0u ? 0xbf800000u : v;
+        v = t == 1u ? 0xbf1409f5u : v;
+        v = t == 2u ? 0xbea32005u : v;
+        v = t == 3u ? 0xbdd20129u : v;
+        v = t == 4u ? 0x3dd20129u : v;
+        v = t == 5u ? 0x3ea32005u : v;
+        v = t == 6u ? 0x3f1409f5u : v;
+        v = t == 7u ? 0x3f800000u : v;
+    }
+    if constexpr (K == 4) {
+        v = t == 0u ? 0xbf800000u : v;
+        v = t == 1u ? 0xbf35233bu : v;
+        v = t == 2u ? 0xbf0ace38u : v;
+        v = t == 3u ? 0xbed56949u : v;
+        v = t == 4u ? 0xbe9f2ee8u : v;
+        v = t == 5u ? 0xbe5d2107u : v;
+        v = t == 6u ? 0xbe0265adu : v;
+        v = t == 7u ? 0xbd2c6c36u : v;
+        v = t == 8u ? 0x3d2c6c36u : v;
+        v = t == 9u ? 0x3e0265adu : v;
+        v = t == 10u ? 0x3e5d2107u : v;
+        v = t == 11u ? 0x3e9f2ee8u : v;
+        v = t == 12u ? 0x3ed56949u : v;
+        v = t == 13u ? 0x3f0ace38u : v;
+        v = t == 14u ? 0x3f35233bu : v;
+        v = t == 15u ? 0x3f800000u : v;
+    }
+    if constexpr (K == 5) {
+        v = t == 0u ? 0xbf800000u : v;
+        v = t == 1u ? 0xbf4731dcu : v;
+        v = t == 2u ? 0xbf288359u : v;
+        v = t == 3u ? 0xbf122cf2u : v;
+        v = t == 4u ? 0xbf001198u : v;
+        v = t == 5u ? 0xbee10f82u : v;
+        v = t == 6u ? 0xbec56bf3u : v;
+        v = t == 7u ? 0xbeac39a3u : v;
+        v = t == 8u ? 0xbe94d4a9u : v;
+        v = t == 9u ? 0xbe7d9849u : v;
+        v = t == 10u ? 0xbe539bdbu : v;
+        v = t == 11u ? 0xbe2b36bau : v;
+        v = t == 12u ? 0xbe04052du : v;
+        v = t == 13u ? 0xbdbb691du : v;
+        v = t == 14u ? 0xbd5ff631u : v;
+        v = t == 15u ? 0xbc950060u : v;
+        v = t == 16u ? 0x3c950060u : v;
+        v = t == 17u ? 0x3d5ff631u : v;
+        v = t == 18u ? 0x3dbb691du : v;
+        v = t == 19u ? 0x3e04052du : v;
+        v = t == 20u ? 0x3e2b36bau : v;
+        v = t == 21u ? 0x3e539bdbu : v;
+        v = t == 22u ? 0x3e7d9849u : v;
+        v = t == 23u ? 0x3e94d4a9u : v;
+        v = t == 24u ? 0x3eac39a3u : v;
+        v = t == 25u ? 0x3ec56bf3u : v;
+        v = t == 26u ? 0x3ee10f82u : v;
+        v = t == 27u ? 0x3f001198u : v;
+        v = t == 28u ? 0x3f122cf2u : v;
+        v = t == 29u ? 0x3f288359u : v;
+        v = t == 30u ? 0x3f4731dcu : v;
+        v = t == 31u ? 0x3f800000u : v;
+    }
+    return __uint_as_float(v);
+}
+
 // ---------------------------------------------------------------- pair lookup table
 // A pair key interleaves the index bits of two neighbouring elements e0 (even) and
 // e1 (odd): key bit 2b = bit b of idx(e0), key bit 2b+1 = bit b of idx(e1).  This is

@@ -26,81 +26,6 @@ __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
 #define KTR(i, v) kbit_trace[(long)blockIdx.x * KBIT_TRACE_STRIDE + (i)] = (v)
 #endif
 
-#if defined(KBIT_CB_IMM)  // experiment: the default codebook's levels (create_codebook) as immediates
-// float32 bit patterns of kbitcupy.reference.create_codebook(k); a select chain, no memory access
-template <int K> __device__ __forceinline__ float kbit_default_level(unsigned t) {
-    u32 v = 0u;
-    if constexpr (K == 2) {
-        v = t == 0u ? 0xbf800000u : v;
-        v = t == 1u ? 0xbe8dd21au : v;
-        v = t == 2u ? 0x3e8dd21au : v;
-        v = t == 3u ? 0x3f800000u : v;
-    }
-    if constexpr (K == 3) {
-        v = t == 0u ? 0xbf800000u : v;
-        v = t == 1u ? 0xbf1409f5u : v;
-        v = t == 2u ? 0xbea32005u : v;
-        v = t == 3u ? 0xbdd20129u : v;
-        v = t == 4u ? 0x3dd20129u : v;
-        v = t == 5u ? 0x3ea32005u : v;
-        v = t == 6u ? 0x3f1409f5u : v;
-        v = t == 7u ? 0x3f800000u : v;
-    }
-    if constexpr (K == 4) {
-        v = t == 0u ? 0xbf800000u : v;
-        v = t == 1u ? 0xbf35233bu : v;
-        v = t == 2u ? 0xbf0ace38u : v;
-        v = t == 3u ? 0xbed56949u : v;
-        v = t == 4u ? 0xbe9f2ee8u : v;
-        v = t == 5u ? 0xbe5d2107u : v;
-        v = t == 6u ? 0xbe0265adu : v;
-        v = t == 7u ? 0xbd2c6c36u : v;
-        v = t == 8u ? 0x3d2c6c36u : v;
-        v = t == 9u ? 0x3e0265adu : v;
-        v = t == 10u ? 0x3e5d2107u : v;
-        v = t == 11u ? 0x3e9f2ee8u : v;
-        v = t == 12u ? 0x3ed56949u : v;
-        v = t == 13u ? 0x3f0ace38u : v;
-        v = t == 14u ? 0x3f35233bu : v;
-        v = t == 15u ? 0x3f800000u : v;
-    }
-    if constexpr (K == 5) {
-        v = t == 0u ? 0xbf800000u : v;
-        v = t == 1u ? 0xbf4731dcu : v;
-        v = t == 2u ? 0xbf288359u : v;
-        v = t == 3u ? 0xbf122cf2u : v;
-        v = t == 4u ? 0xbf001198u : v;
-        v = t == 5u ? 0xbee10f82u : v;
-        v = t == 6u ? 0xbec56bf3u : v;
-        v = t == 7u ? 0xbeac39a3u : v;
-        v = t == 8u ? 0xbe94d4a9u : v;
-        v = t == 9u ? 0xbe7d9849u : v;
-        v = t == 10u ? 0xbe539bdbu : v;
-        v = t == 11u ? 0xbe2b36bau : v;
-        v = t == 12u ? 0xbe04052du : v;
-        v = t == 13u ? 0xbdbb691du : v;
-        v = t == 14u ? 0xbd5ff631u : v;
-        v = t == 15u ? 0xbc950060u : v;
-        v = t == 16u ? 0x3c950060u : v;
-        v = t == 17u ? 0x3d5ff631u : v;
-        v = t == 18u ? 0x3dbb691du : v;
-        v = t == 19u ? 0x3e04052du : v;
-        v = t == 20u ? 0x3e2b36bau : v;
-        v = t == 21u ? 0x3e539bdbu : v;
-        v = t == 22u ? 0x3e7d9849u : v;
-        v = t == 23u ? 0x3e94d4a9u : v;
-        v = t == 24u ? 0x3eac39a3u : v;
-        v = t == 25u ? 0x3ec56bf3u : v;
-        v = t == 26u ? 0x3ee10f82u : v;
-        v = t == 27u ? 0x3f001198u : v;
-        v = t == 28u ? 0x3f122cf2u : v;
-        v = t == 29u ? 0x3f288359u : v;
-        v = t == 30u ? 0x3f4731dcu : v;
-        v = t == 31u ? 0x3f800000u : v;
-    }
-    return __uint_as_float(v);
-}
-#endif
 // One block computes 16-column groups grp0, grp0 + grp_stride, ... < ngroups of
 // C[M, N] (row stride N) = A[M, K] * W^T, or (SLICES: kbit_gemv, kbit_gemv_grouped_sl)
 // blockDim.y groups side by side: slice y = threadIdx.y computes group blockIdx.x *
@@ -123,7 +48,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
                                            int grp_stride, int ngroups, bool pdl = false,
-                                           const int* __restrict__ a_rows = nullptr, int a_nrows = 0) {
+                                           const int* __restrict__ a_rows = nullptr, int a_nrows = 0,
+                                           bool cb_default = false) {
     extern __shared__ __align__(16) unsigned char smem[];
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) {
@@ -195,28 +121,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // LATE another 3-5 % where its registers cost no occupancy; profiling/NOTES.md).
     // Single-group blocks re-read blockIdx instead of keeping the group in a register.
     int grp = grp0;  // the launchers keep grid.x <= ngroups
-#ifdef KBIT_CB_EARLY  // experiment: the codebook requested before the step-0 weights
-    const float cb_v = tid < (1u << K) ? __ldg(codebook + tid) : 0.0f;
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
-#else
-    start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
-#endif
-#if defined(KBIT_CB_EARLY)
-#elif defined(KBIT_CB_ASYNC)  // experiment: the codebook by cp.async into cb_s, its own commit group
-    // (hypothesis: the register load's wait shares a scoreboard with the step-0 weight loads)
-    if (tid < (1u << K)) {
-        const u32 dst = (u32)__cvta_generic_to_shared(cb_s + tid);
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(codebook + tid));
-    }
-    cp_async_commit();
-#elif defined(KBIT_CB_IMM)
-    const float cb_v = tid < (1u << K) ? kbit_default_level<K>(tid) : 0.0f;
-#elif defined(KBIT_CB_ZEROLDG)  // experiment: cbconst's uniform levels, but kept dependent on the codebook load
-    const float cb_v = tid < (1u << K) ? (float)(2 * (int)tid + 1 - (1 << K)) / (float)(1 << K) + 0.0f * __ldg(codebook + tid) : 0.0f;
-#elif defined(KBIT_CB_REPL)  // experiment: block b reads copy b % KBIT_CB_REPL of a codebook replicated 128 floats apart
-    const float cb_v = tid < (1u << K) ? __ldg(codebook + (blockIdx.x % KBIT_CB_REPL) * 128 + tid) : 0.0f;
-#elif !defined(KBIT_EXPERIMENT_CB_CONST)
-    const float cb_v = tid < (1u << K) ? __ldg(codebook + tid) : 0.0f;
+#ifndef KBIT_EXPERIMENT_CB_CONST
+    // cb_default: the weight's codebook is the default one, whose levels are immediates (no load)
+    const float cb_v = tid < (1u << K) ? (cb_default ? kbit_default_level<K>(tid) : __ldg(codebook + tid)) : 0.0f;
 #else  // experiment: no codebook load (wrong levels; times the load's share of the prologue)
     const float cb_v = tid < (1u << K) ? (float)(2 * (int)tid + 1 - (1 << K)) / (float)(1 << K) : 0.0f;
 #endif
@@ -264,13 +172,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     if (!pdl) stage_A();
     // Codebook to shared memory, then the pair table; A lands meanwhile.
     {
-#ifdef KBIT_CB_ASYNC
-        if (tid >= (1u << K) && tid < 32) cb_s[tid] = 0.0f;
-        if (pdl) cp_async_wait<0>();  // only the codebook's group is out
-        else cp_async_wait<1>();      // the codebook's group, not A's
-#else
         if (tid < 32) cb_s[tid] = cb_v;
-#endif
         __syncthreads();
 #ifdef KBIT_TRACE
         if (threadIdx.x == 0) KTR(46, probe_clock());
@@ -391,13 +293,15 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #define KBIT_GROUPED_BOUNDS 512, 1
 #endif
 // SLICES: blockDim.y column groups per block (kbitcupy.gemv.plan's gpb > 1).
+// flags: bit 0 launched as a programmatic dependent (pdl), bit 1 the codebook is the default one
+// (kbit_default_level: no codebook load; H100, 2026-11-25: k = 4 M = 1 dense TOTAL -2.5 %).
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE, bool SLICES = false>
 __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
-              int pdl) {
+              int flags) {
     gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES>(A, packed, absmax, codebook, C, M, N, Kdim, tensor_scale, blockIdx.x,
-                                        gridDim.x, (N + 15) / 16, pdl != 0);
+                                        gridDim.x, (N + 15) / 16, (flags & 1) != 0, nullptr, 0, (flags & 2) != 0);
 }
 
 // MoE: grid.y = expert slot; slot s multiplies rows offsets[s]..offsets[s+1] of A (tokens

@@ -165,8 +165,10 @@ def launch_args(A, qw, out, plan_override=None):
     if cfg is None:
         cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override, pdl)
     fn, grid, block, smem, dims = cfg
+    # the kernel's flags: bit 0 pdl, bit 1 the default codebook (its levels from immediates)
+    flags = int(pdl) | (2 if getattr(qw, "default_codebook", False) else 0)
     return fn, grid, block, smem, ((A, qw.packed, qw.absmax, qw.codebook, out) + dims +
-                                   (np.float32(qw.tensor_scale), np.int32(pdl)))
+                                   (np.float32(qw.tensor_scale), np.int32(flags)))
 
 
 def gemv(A, qw, out, plan_override=None, *, validate=True):
@@ -180,7 +182,7 @@ def gemv(A, qw, out, plan_override=None, *, validate=True):
     if validate:
         check_kernel_call(A, qw, out, "gemv", MAX_M, 1)
     fn, grid, block, smem, args = launch_args(A, qw, out, plan_override)
-    _pdl.launch(fn, grid, block, args, smem, pdl=args[-1])  # the kernel's pdl argument
+    _pdl.launch(fn, grid, block, args, smem, pdl=bool(args[-1] & 1))  # the kernel's flags: bit 0 pdl
     return out
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from . import reference as R
 from ._arrays import cpu_result, from_backend, normalize_dtype, out_array, stream_ctx, to_backend
 from ._compile import Family, register
-from .weight import KbitWeight
+from .weight import KbitWeight, note_codebook
 
 # ----------------------------------------------------------------------------- kernels
 CTYPE = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "uint8": "unsigned char"}
@@ -62,14 +62,22 @@ def _check_weight_input(W, name="W"):
 
 def _check_codebook(codebook, k, xp):
     if codebook is None:
-        return xp.asarray(R.create_codebook(k))
+        return _on(xp, R.create_codebook(k))
     cb, _ = to_backend(codebook, "codebook")
     cb = np.asarray(cb.get() if hasattr(cb, "get") else cb, dtype=np.float32)
     if cb.shape != (1 << k,):
         raise ValueError(f"codebook must have 2^k = {1 << k} entries for k={k}, got shape {cb.shape}")
     if not np.all(np.isfinite(cb)) or np.abs(cb).max() > 1.0:
         raise ValueError("codebook levels must be finite and lie in [-1, 1]")
-    return xp.asarray(cb)
+    return _on(xp, cb)
+
+
+def _on(xp, cb):
+    """The host codebook cb on xp's device; a GPU copy is noted as default or not (no read-back)."""
+    out = xp.asarray(cb)
+    if xp is not np:
+        note_codebook(out, cb)
+    return out
 
 
 # ----------------------------------------------------------------------------- public API

@@ -1,6 +1,8 @@
 """The quantized weight object."""
 from __future__ import annotations
 
+import sys
+import weakref
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -11,6 +13,73 @@ from ._arrays import is_cupy, kind, to_backend
 LAYOUTS = ("flat", "tiled")
 FORMAT_VERSION = 1
 
+# Whether a codebook is the default one (reference.create_codebook): the decode GEMV then takes
+# its levels from immediates instead of loading them (cuda_src/kbit_common.cuh,
+# kbit_default_level; profiling/NOTES.md, thirteenth session).
+_DEFAULT_BITS: dict = {}  # k -> bytes of create_codebook(k) as float32
+_GPU_DEFAULT: dict = {}   # id(GPU codebook array) -> (weakref to it, is default): one read per array
+
+
+def _default_bits(k: int) -> bytes:
+    b = _DEFAULT_BITS.get(k)
+    if b is None:
+        b = _DEFAULT_BITS[k] = R.create_codebook(k).astype(np.float32).tobytes()
+    return b
+
+
+def note_codebook(gpu_codebook, host_codebook) -> None:
+    """Record whether a GPU codebook array, just made from ``host_codebook``, is the default
+    one, so the weights holding it need not read it back."""
+    cb = np.asarray(host_codebook, dtype=np.float32)
+    k = int(cb.size).bit_length() - 1
+    if 2 <= k <= 5 and cb.shape == (1 << k,):
+        _remember(gpu_codebook, cb.tobytes() == _default_bits(k))
+
+
+def _remember(arr, flag: bool) -> bool:
+    key = id(arr)
+    if len(_GPU_DEFAULT) > 65536:
+        _GPU_DEFAULT.clear()
+    _GPU_DEFAULT[key] = (weakref.ref(arr, lambda _r, key=key: _GPU_DEFAULT.pop(key, None)), flag)
+    return flag
+
+
+def _capturing() -> bool:
+    """Whether a CUDA graph capture runs on CuPy's or torch's current stream (a device-to-host
+    copy then would break it)."""
+    import cupy as cp
+
+    if cp.cuda.get_current_stream().is_capturing():
+        return True
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+    except RuntimeError:  # the query itself refused (a capture elsewhere): do not copy
+        return True
+
+
+def is_default_codebook(codebook, k) -> bool:
+    """Whether ``codebook`` holds exactly the default levels of k bits.  A GPU codebook array is
+    read once (2^k floats, ordered on the current stream) and the answer kept while the array
+    lives; while a CUDA graph is captured it is not read and the answer is False (the kernels
+    then load the codebook, which is always correct).  So a codebook must not be changed in
+    place once a KbitWeight holds it."""
+    if not isinstance(k, (int, np.integer)) or not 2 <= int(k) <= 5:
+        return False
+    n = 1 << int(k)
+    if getattr(codebook, "dtype", None) != np.float32 or getattr(codebook, "shape", None) != (n,):
+        return False
+    if kind(codebook) == "numpy":
+        return np.ascontiguousarray(codebook).tobytes() == _default_bits(int(k))
+    if not is_cupy(codebook):
+        return False
+    hit = _GPU_DEFAULT.get(id(codebook))
+    if hit is not None and hit[0]() is codebook:
+        return hit[1]
+    if _capturing():
+        return False
+    return _remember(codebook, codebook.get().tobytes() == _default_bits(int(k)))
+
 
 @dataclass(frozen=True)
 class KbitWeight:
@@ -18,7 +87,8 @@ class KbitWeight:
 
     packed:   uint32 bit-plane words, flat [N*K/32*k] or tiled (see reference.py)
     absmax:   per-block scales: uint8 E4M4 codes (flat or tiled) or float32 (flat only)
-    codebook: float32 [2^k]
+    codebook: float32 [2^k]; not to be changed in place once the weight holds it (whether it
+              is the default codebook is decided at construction: ``default_codebook``)
     tensor_scale: power of two multiplying every block scale (1.0 = plain seed format)
     dtype:    dtype of the weight it came from (default output dtype of dequantize)
     Arrays are all NumPy (CPU backend) or all CuPy (GPU backend).
@@ -32,6 +102,10 @@ class KbitWeight:
     layout: str = "tiled"
     tensor_scale: float = 1.0
     dtype: object = np.dtype(np.float16)
+
+    def __post_init__(self):
+        # the decode GEMV's levels from immediates where this is the default codebook
+        object.__setattr__(self, "default_codebook", is_default_codebook(self.codebook, self.k))
 
     # ------------------------------------------------------------------ properties
     @property
@@ -65,8 +139,9 @@ class KbitWeight:
             return self
         import cupy as cp
 
-        return replace(self, packed=cp.asarray(self.packed), absmax=cp.asarray(self.absmax),
-                       codebook=cp.asarray(self.codebook))
+        cb = cp.asarray(self.codebook)
+        note_codebook(cb, self.codebook)
+        return replace(self, packed=cp.asarray(self.packed), absmax=cp.asarray(self.absmax), codebook=cb)
 
     def cpu(self) -> "KbitWeight":
         if not self.on_gpu:
@@ -124,7 +199,9 @@ def from_packed(packed, absmax, codebook, shape, k: int, layout: str = "tiled", 
 
     packed may be int32 or uint32 (int32 is viewed as uint32); torch CUDA tensors are
     viewed through DLPack.  Flat layout: float32 absmax, or uint8 E4M4 codes; tiled
-    layout: uint8 E4M4 codes.
+    layout: uint8 E4M4 codes.  A GPU codebook is read back once (2^k floats) to see whether
+    it is the default one (``KbitWeight.default_codebook``), except during a CUDA graph capture;
+    do not change it in place afterwards.
     """
     arrs = []
     for nm, a in (("packed", packed), ("absmax", absmax), ("codebook", codebook)):

@@ -12,7 +12,6 @@ import glob
 import json
 import os
 import sys
-from dataclasses import replace
 
 import numpy as np
 
@@ -46,7 +45,7 @@ def make_baseline(rev):
 
 
 def _pdl_launch(fn, grid, block, args):
-    _pdl.launch(fn, grid, block, args, fn.max_dynamic_shared_size_bytes, pdl=bool(args[-1]))
+    _pdl.launch(fn, grid, block, args, fn.max_dynamic_shared_size_bytes, pdl=bool(args[-1] & 1))
 
 
 def baseline_kernel(path, k, tname, tiles):
@@ -125,15 +124,10 @@ def main():
             # the current source's arguments, as kbitcupy.gemv passes them
             # (and launched as it does: a programmatic dependent where KBITCUPY_PDL=1)
             vcall = lambda c: _pdl_launch(vf, grid, block, G.launch_args(A, c, out)[4])  # noqa: E731
-            vcps = cps
-            rep = [int(t.split("=")[1]) for t in vopts if t.startswith("-DKBIT_CB_REPL=")]
-            if rep:  # -DKBIT_CB_REPL=R: each copy's codebook replicated R times, 128 floats apart
-                vcps = [replace(c, codebook=cp.tile(cp.pad(c.codebook, (0, 128 - c.codebook.size)), rep[0]))
-                        for c in cps]
             out.fill(np.nan)
-            vcall(vcps[0])
+            vcall(cps[0])
             row[vname + "_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
-            row[vname] = time_rotated([lambda c=c: vcall(c) for c in vcps])
+            row[vname] = time_rotated([lambda c=c: vcall(c) for c in cps])
         row["sol"] = sol_time(nb0 + A.nbytes)
         rows.append(row)
         f = lambda v: f"{v:7.2f}" if isinstance(v, float) else f"{'-':>7}"  # noqa: E731

@@ -141,3 +141,21 @@ def test_out_argument_cpu(rng):
     np.testing.assert_array_equal(o, silu_mul(g, u))
     with pytest.raises(ValueError, match="out must be"):
         silu_mul(g, u, out=np.empty((3, 8), np.float32))
+
+
+def test_default_codebook_flag_cpu(rng):
+    """KbitWeight.default_codebook is true exactly for create_codebook(k)'s levels, bit for bit,
+    and follows the codebook through replace / from_packed."""
+    from dataclasses import replace
+
+    W = rng.standard_normal((64, 128)).astype(np.float32)
+    for k in (2, 3, 4, 5):
+        q = kb.quantize(W, k)
+        assert q.default_codebook
+        cb = R.create_codebook(k).astype(np.float32)
+        assert kb.from_packed(q.packed, q.absmax, cb.copy(), q.shape, k).default_codebook  # same levels, new array
+        near = cb.copy()
+        near[3] = np.nextafter(near[3], np.float32(0))  # one ulp off
+        assert not replace(q, codebook=near).default_codebook
+        assert not kb.quantize(W, k, codebook=near).default_codebook
+    assert not replace(q, k=4).default_codebook  # a 32-level codebook is not k = 4's

@@ -66,3 +66,26 @@ def test_family_function_one_kernel_object_per_device(monkeypatch):
     b = fam.function((1,))
     assert b is not a and fam.function((1,)) is b
     assert made == ["f<1>", "f<2>", "f<1>"] and len(fam.cached_groups()) == 2
+
+
+def test_default_codebook_immediates_match_reference():
+    """cuda_src/kbit_common.cuh's kbit_default_level holds create_codebook(k) bit for bit, for
+    every k and every level in order (the decode GEMV uses it instead of the weight's codebook
+    when KbitWeight.default_codebook is true)."""
+    import os
+    import re
+
+    import numpy as np
+
+    from kbitcupy import reference as R
+
+    src = open(os.path.join(os.path.dirname(__file__), "..", "cuda_src", "kbit_common.cuh")).read()
+    body = src[src.index("kbit_default_level(unsigned t)"):]
+    body = body[:body.index("return __uint_as_float")]
+    for k in (2, 3, 4, 5):
+        blk = body[body.index(f"if constexpr (K == {k})"):]
+        blk = blk[:blk.index("}")]
+        pairs = re.findall(r"t == (\d+)u \? 0x([0-9a-f]{8})u", blk)
+        assert [int(i) for i, _ in pairs] == list(range(1 << k))
+        bits = np.array([int(h, 16) for _, h in pairs], dtype=np.uint32)
+        np.testing.assert_array_equal(bits, R.create_codebook(k).astype(np.float32).view(np.uint32))

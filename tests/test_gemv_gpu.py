@@ -146,6 +146,66 @@ def test_codebook_nondefault(rng):
         assert _run(cp, q, Wd, 2, dt, rng) < TOL[np.dtype(dt).name]
 
 
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_default_codebook_levels(k, rng):
+    """A weight with the default codebook takes its levels from the kernel's immediates: the
+    flag is set for quantize's default, for a GPU copy of the default levels given by the
+    caller, and the result matches the reference.  Forcing the flag onto a weight with another
+    codebook gives the default-codebook result, not its own: the fast path is really taken."""
+    import cupy as cp
+    from dataclasses import replace
+
+    from kbitcupy import reference as R
+
+    W = cp.asarray(rng.standard_normal((1024, 2048), dtype=np.float32) * 0.02)
+    q = kb.quantize(W, k)
+    assert q.default_codebook
+    q2 = kb.from_packed(q.packed, q.absmax, cp.asarray(R.create_codebook(k)), q.shape, k)  # read back once
+    assert q2.default_codebook
+    Wd = kb.dequantize(q, np.float32).astype(cp.float64)
+    for dt in (np.float16, kb.bfloat16):
+        assert _run(cp, q2, Wd, 1, dt, rng) < TOL[np.dtype(dt).name]
+    other = cp.asarray(np.linspace(-1, 1, 1 << k, dtype=np.float32) ** 3)  # not the default levels
+    qo = replace(q, codebook=other)
+    assert not qo.default_codebook
+    Wo = kb.dequantize(qo, np.float32).astype(cp.float64)
+    assert _run(cp, qo, Wo, 2, np.float16, rng) < TOL["float16"]  # its own codebook, loaded
+    forced = replace(q, codebook=other)
+    object.__setattr__(forced, "default_codebook", True)
+    A = cp.asarray(rng.standard_normal((1, 2048), dtype=np.float32)).astype(cp.float16)
+    out = cp.full((1, 1024), np.nan, cp.float16)
+    gemv(A, forced, out)
+    A64 = A.astype(cp.float64)
+    assert _rel_err(out, A64 @ Wd.T) < TOL["float16"] < _rel_err(out, A64 @ Wo.T)
+
+
+def test_codebook_not_read_during_capture(rng):
+    """A weight made while a CUDA graph is captured does not read its codebook back (that would
+    break the capture): it is not flagged default, its kernels load the codebook, and the
+    replayed result equals the one outside the capture."""
+    import cupy as cp
+
+    q, Wd = _weight(cp, (2048, 2048), 4, "tiled", rng)
+    A = cp.asarray(rng.standard_normal((1, 2048), dtype=np.float32)).astype(cp.float16)
+    out = cp.empty((1, 2048), cp.float16)
+    kb.matmul(A, q, out=out)
+    expect = out.copy()
+    cb = q.codebook.copy()  # a codebook array no weight has looked at yet
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        s.synchronize()
+        s.begin_capture()
+        q2 = kb.from_packed(q.packed, q.absmax, cb, q.shape, q.k, "tiled", q.tensor_scale)
+        kb.matmul(A, q2, out=out)
+        g = s.end_capture()
+        assert not q2.default_codebook
+        out.fill(np.nan)
+        g.launch(s)
+    s.synchronize()
+    cp.testing.assert_array_equal(out, expect)
+    assert kb.from_packed(q.packed, q.absmax, cb, q.shape, q.k, "tiled", q.tensor_scale).default_codebook
+
+
 def test_large_activations_no_overflow(rng):
     """fp32 accumulation: activations near fp16's limit must not overflow."""
     import cupy as cp
