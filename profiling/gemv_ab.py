@@ -2,7 +2,8 @@
 
 Columns: the baseline kernel (profiling/baseline_gemv_<rev>.cu with the plan rule of
 that revision), the current plan, optional variants of the current source built with
-extra -D flags (AB_VARIANTS="name:-DFLAG=1;..."), and the speed-of-light read of the
+extra -D flags (AB_VARIANTS="name:-DFLAG=1;..."), AB_CBLOAD=1: the weights not flagged
+default-codebook (the kernel loads the codebook), and the speed-of-light read of the
 same bytes.  Env: KS (k list), MS (M list), SHAPES (names).
 usage: python3 profiling/gemv_ab.py --make-baseline REV   (here, with git: writes the file)
        python3 profiling/gemv_ab.py [--out DIR]            (GPU machine)
@@ -12,6 +13,7 @@ import glob
 import json
 import os
 import sys
+from dataclasses import replace
 
 import numpy as np
 
@@ -85,7 +87,7 @@ def main():
     variants = env_variants("AB_VARIANTS")
     # AB_PLANS="name:warps=16,dual=1;..." -> columns of the current kernels with a plan override
     plans = tuple(env_plans("AB_PLANS"))
-    extra = [vn for vn, _ in variants + list(plans)]
+    extra = [vn for vn, _ in variants + list(plans)] + (["cbload"] if os.environ.get("AB_CBLOAD") else [])
     for name, N, K, k, M, q, Wd, nb0, cps, A, ref, out in dense_cases(rng, names, ks, Ms):
         row = dict(shape=name, k=k, M=M)
         warps, smem, grid, tiles = baseline_plan(N, K, M, k)
@@ -104,6 +106,14 @@ def main():
             err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
             row[col] = time_rotated([lambda c=c: G.gemv(A, c, out, ov) for c in cps])
             row[col + "_err"] = err
+        if os.environ.get("AB_CBLOAD"):  # the same kernel loading the codebook: copies not flagged default
+            lcs = [replace(c) for c in cps]
+            for c in lcs:
+                object.__setattr__(c, "default_codebook", False)
+            out.fill(np.nan)
+            G.gemv(A, lcs[0], out)
+            row["cbload_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+            row["cbload"] = time_rotated([lambda c=c: G.gemv(A, c, out) for c in lcs])
         for vname, vtoks in variants:  # the current source built with extra -D flags
             ov = tuple((t[1:].split("=")[0], int(t.split("=")[1])) for t in vtoks if t.startswith("+")) or None
             vopts = tuple(t for t in vtoks if not t.startswith("+"))

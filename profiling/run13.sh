@@ -88,5 +88,22 @@ async)
   grep -E "^TOTAL" "$W/async_cold.log"
   KBITCUPY_PDL=1 AB_VARIANTS="$V" KS=4,5 MS=1 timeout 100 python3 profiling/gemv_ab.py > "$W/async_pdl.log" 2>&1
   grep -E "^TOTAL" "$W/async_pdl.log" ;;
+final)
+  # the default-codebook immediates (shipped): GEMV-related GPU tests, memcheck, same-run A/B against the
+  # codebook load (cbload), then the dense table at M = 1, 2, 4 (final19b)
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  echo "# $GPU, $(date -I): pytest -q -m gpu (GEMV-related files)" > "$W/gpu_tests.log"
+  timeout 240 python3 -m pytest -q -m gpu tests/test_gemv_gpu.py tests/test_launch_gpu.py tests/test_pdl_gpu.py \
+      tests/test_checks_gpu.py tests/test_quantize_gpu.py tests/test_layers_gpu.py tests/test_torch_ops.py >> "$W/gpu_tests.log" 2>&1
+  tail -2 "$W/gpu_tests.log"
+  compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/memcheck.txt" 2>&1
+  echo "memcheck: exit $? ($(grep -c 'rel err' "$W/memcheck.txt") checks; $(grep -E 'ERROR SUMMARY|BAD' "$W/memcheck.txt" | tr '\n' ' '))"
+  AB_CBLOAD=1 KS=2,3,4,5 MS=1,2,4 timeout 120 python3 profiling/gemv_ab.py > "$W/final_ab.log" 2>&1
+  grep -E "^TOTAL" "$W/final_ab.log"
+  KBITCUPY_PDL=1 AB_CBLOAD=1 KS=4,5 MS=1 timeout 60 python3 profiling/gemv_ab.py > "$W/final_ab_pdl.log" 2>&1
+  grep -E "^TOTAL" "$W/final_ab_pdl.log"
+  timeout 200 python3 profiling/bench.py --out "$W" --M 1,2,4 --k 2,3,4,5 --columns GEMV,STREAM,matmul,matmul+PDL \
+      --reps 15 --tag final19b > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log" ;;
 esac
 tar -czf "$OUT/run13_${STEP:-ab}.tgz" -C "$W" . && rm -rf "$W"
