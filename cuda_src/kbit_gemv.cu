@@ -43,13 +43,12 @@ __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
 // parameter: the runtime form cost the plain grouped GEMV 4-9 % at 4-8 tokens (H200,
 // 2026-11-24, moe-final10 vs moe-final11).
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0,
-          bool SLICES = false>
+          bool SLICES = false, bool CBD = false>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
                                            int grp_stride, int ngroups, bool pdl = false,
-                                           const int* __restrict__ a_rows = nullptr, int a_nrows = 0,
-                                           bool cb_default = false) {
+                                           const int* __restrict__ a_rows = nullptr, int a_nrows = 0) {
     extern __shared__ __align__(16) unsigned char smem[];
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) {
@@ -123,8 +122,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     int grp = grp0;  // the launchers keep grid.x <= ngroups
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
 #ifndef KBIT_EXPERIMENT_CB_CONST
-    // cb_default: the weight's codebook is the default one, whose levels are immediates (no load)
-    const float cb_v = tid < (1u << K) ? (cb_default ? kbit_default_level<K>(tid) : __ldg(codebook + tid)) : 0.0f;
+    // CBD: the weight's codebook is the default one, whose levels are immediates: no load.  A
+    // compile-time choice: the same select chain behind a runtime flag, beside the load, measured
+    // no gain (H100, 2026-11-25, profiling/NOTES.md thirteenth session).
+    const float cb_v = tid < (1u << K) ? (CBD ? kbit_default_level<K>(tid) : __ldg(codebook + tid)) : 0.0f;
 #else  // experiment: no codebook load (wrong levels; times the load's share of the prologue)
     const float cb_v = tid < (1u << K) ? (float)(2 * (int)tid + 1 - (1 << K)) / (float)(1 << K) : 0.0f;
 #endif
@@ -293,15 +294,16 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #define KBIT_GROUPED_BOUNDS 512, 1
 #endif
 // SLICES: blockDim.y column groups per block (kbitcupy.gemv.plan's gpb > 1).
-// flags: bit 0 launched as a programmatic dependent (pdl), bit 1 the codebook is the default one
-// (kbit_default_level: no codebook load; H100, 2026-11-25: k = 4 M = 1 dense TOTAL -2.5 %).
-template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE, bool SLICES = false>
+// CBD: the default codebook (kbit_default_level; codebook is not read).  H100, 2026-11-25: k = 4
+// M = 1 dense TOTAL -2.5 %, k = 5 -2.3 % (profiling/NOTES.md, thirteenth session).
+template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE, bool SLICES = false,
+          bool CBD = false>
 __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
-              int flags) {
-    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES>(A, packed, absmax, codebook, C, M, N, Kdim, tensor_scale, blockIdx.x,
-                                        gridDim.x, (N + 15) / 16, (flags & 1) != 0, nullptr, 0, (flags & 2) != 0);
+              int pdl) {
+    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD>(A, packed, absmax, codebook, C, M, N, Kdim,
+                                        tensor_scale, blockIdx.x, gridDim.x, (N + 15) / 16, pdl != 0);
 }
 
 // MoE: grid.y = expert slot; slot s multiplies rows offsets[s]..offsets[s+1] of A (tokens

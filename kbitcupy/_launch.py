@@ -378,7 +378,7 @@ def _build(A, qw, A2, o2, tag, kind="gemv"):
     # the streaming GEMV's plan is used on its own stream only, and keeps its workspace alive
     p.ws_stream = cp.cuda.get_current_stream().ptr if kind == "stream" else None
     p.keep = args if kind == "stream" else None
-    if int(args[-1]) & 1:  # the kernel's pdl argument (the GEMV's flags bit 0): a programmatic dependent
+    if args[-1]:  # the kernel's pdl argument: launched as a programmatic dependent
         from ._pdl import Launcher
 
         p.pdl = Launcher(p.func, grid, block, p.smem)

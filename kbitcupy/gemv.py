@@ -30,10 +30,14 @@ def _instances():
                                 # slices (several column groups per block, plan's gpb > 1): where
                                 # the plan uses them, k = 5 at one token tile with one chain
                                 for sl in ((False, True) if k == 5 and mt == 1 and not du else (False,)):
-                                    inst[(k, t, a, tiled, d, mt, du, late, sl)] = (
-                                        f"kbit_gemv<{k}, {CTYPE[t]}, {CTYPE[a]}, {'true' if tiled else 'false'}, {d}, "
-                                        f"{mt}, {'true' if du else 'false'}, {'true' if late else 'false'}"
-                                        + (", true>" if sl else ">"))
+                                    # cbd: the default codebook's levels compiled in (the runtime
+                                    # format only: tiled, E4M4)
+                                    for cbd in ((False, True) if tiled else (False,)):
+                                        inst[(k, t, a, tiled, d, mt, du, late, sl, cbd)] = (
+                                            f"kbit_gemv<{k}, {CTYPE[t]}, {CTYPE[a]}, {'true' if tiled else 'false'}, "
+                                            f"{d}, {mt}, {'true' if du else 'false'}, {'true' if late else 'false'}"
+                                            + (f", {'true' if sl else 'false'}, true>" if cbd else
+                                               ", true>" if sl else ">"))
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for mt in (1, 2):
@@ -143,7 +147,9 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=False):
     if not fits(N, K, M, qw.k, dev):
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
                          "use kbitcupy.matmul (it dispatches to the GEMM)")
-    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late, gpb > 1))
+    tiled = qw.layout == "tiled"
+    cbd = tiled and bool(getattr(qw, "default_codebook", False))  # the default levels compiled in
+    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, tiled, depth, tiles, dual, late, gpb > 1, cbd))
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
     return fn, (grid,), (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K))
@@ -160,15 +166,14 @@ def launch_args(A, qw, out, plan_override=None):
         raise ValueError(f"gemv handles M = 1..{MAX_M} rows of A, got M = {M}; use kbitcupy.matmul")
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     pdl = _pdl.active(A.data.device_id)
-    key = (A.data.device_id, M, N, K, qw.k, tname, qw.absmax.dtype.char, qw.layout, plan_override, pdl)
+    key = (A.data.device_id, M, N, K, qw.k, tname, qw.absmax.dtype.char, qw.layout, plan_override, pdl,
+           bool(getattr(qw, "default_codebook", False)))
     cfg = _LAUNCH.get(key)
     if cfg is None:
         cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override, pdl)
     fn, grid, block, smem, dims = cfg
-    # the kernel's flags: bit 0 pdl, bit 1 the default codebook (its levels from immediates)
-    flags = int(pdl) | (2 if getattr(qw, "default_codebook", False) else 0)
     return fn, grid, block, smem, ((A, qw.packed, qw.absmax, qw.codebook, out) + dims +
-                                   (np.float32(qw.tensor_scale), np.int32(flags)))
+                                   (np.float32(qw.tensor_scale), np.int32(pdl)))
 
 
 def gemv(A, qw, out, plan_override=None, *, validate=True):
@@ -182,7 +187,7 @@ def gemv(A, qw, out, plan_override=None, *, validate=True):
     if validate:
         check_kernel_call(A, qw, out, "gemv", MAX_M, 1)
     fn, grid, block, smem, args = launch_args(A, qw, out, plan_override)
-    _pdl.launch(fn, grid, block, args, smem, pdl=bool(args[-1] & 1))  # the kernel's flags: bit 0 pdl
+    _pdl.launch(fn, grid, block, args, smem, pdl=args[-1])  # the kernel's pdl argument
     return out
 
 

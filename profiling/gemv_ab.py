@@ -3,7 +3,7 @@
 Columns: the baseline kernel (profiling/baseline_gemv_<rev>.cu with the plan rule of
 that revision), the current plan, optional variants of the current source built with
 extra -D flags (AB_VARIANTS="name:-DFLAG=1;..."), AB_CBLOAD=1: the weights not flagged
-default-codebook (the kernel loads the codebook), and the speed-of-light read of the
+default-codebook (the instantiation that loads the codebook), and the speed-of-light read of the
 same bytes.  Env: KS (k list), MS (M list), SHAPES (names).
 usage: python3 profiling/gemv_ab.py --make-baseline REV   (here, with git: writes the file)
        python3 profiling/gemv_ab.py [--out DIR]            (GPU machine)
@@ -47,7 +47,7 @@ def make_baseline(rev):
 
 
 def _pdl_launch(fn, grid, block, args):
-    _pdl.launch(fn, grid, block, args, fn.max_dynamic_shared_size_bytes, pdl=bool(args[-1] & 1))
+    _pdl.launch(fn, grid, block, args, fn.max_dynamic_shared_size_bytes, pdl=bool(args[-1]))
 
 
 def baseline_kernel(path, k, tname, tiles):
@@ -121,7 +121,8 @@ def main():
             grid, block, smem = (pl[3],), (pl[0] * 32, pl[7]), pl[2]
             # formatted here, not looked up: a probe may use a depth the package does not instantiate
             expr = (f"kbit_gemv<{k}, __half, unsigned char, true, {pl[1]}, {pl[4]}, "
-                    f"{str(pl[5]).lower()}, {str(pl[6]).lower()}, {str(pl[7] > 1).lower()}>")
+                    f"{str(pl[5]).lower()}, {str(pl[6]).lower()}, {str(pl[7] > 1).lower()}, "
+                    f"{str(bool(cps[0].default_codebook)).lower()}>")
             for t in vopts:  # a k = 5 table of another size (1024 entries x copies x 4 bytes): plan its smem
                 if t.startswith("-DKBIT_K5_LOG2_COPIES=") and k == 5:
                     smem += 1024 * (1 << int(t.split("=")[1])) * 4 - G.lut_bytes(5)

@@ -35,7 +35,7 @@ for name in args.shapes.split(","):
     for k in map(int, args.k.split(",")):
         q, _, _, cps = quantized_case(W, k)
         warps, depth, smem, grid, tiles, dual, late, gpb = G.plan(N, K, 1, k)
-        expr = G.GEMV.instances[(k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1)]
+        expr = G.GEMV.instances[(k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1, q.default_codebook)]
         row = []
         for v, opts in VARIANTS.items():
             mod = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(opts), name_expressions=[expr])

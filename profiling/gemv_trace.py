@@ -41,7 +41,7 @@ def main():
             out = cp.empty((1, N), cp.float16)
             p = G.plan(N, K, 1, k)
             warps, depth, smem, grid, tiles = p[:5]
-            expr = G.GEMV.instances[(k, "float16", "uint8", True) + (depth, tiles) + tuple(p[5:7]) + (False,)]
+            expr = G.GEMV.instances[(k, "float16", "uint8", True) + (depth, tiles) + tuple(p[5:7]) + (False, q.default_codebook)]
             mod = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(("-DKBIT_TRACE",) + tuple(os.environ.get("TRACE_OPTS", "").split())),
                                name_expressions=[expr])
             fn = mod.get_function(expr)

@@ -35,7 +35,7 @@ def main():
 
         def order_only(c):
             fn, grid, block, smem, args = G.launch_args(A, c, out)
-            return lambda: fn(grid, block, args[:-1] + (np.int32(args[-1] | 1),), shared_mem=smem)  # flags: pdl on
+            return lambda: fn(grid, block, args[:-1] + (np.int32(1),), shared_mem=smem)
         row = {}
         for col in cols:
             kb.set_pdl(col == "pdl")

@@ -105,5 +105,21 @@ final)
   timeout 200 python3 profiling/bench.py --out "$W" --M 1,2,4 --k 2,3,4,5 --columns GEMV,STREAM,matmul,matmul+PDL \
       --reps 15 --tag final19b > "$W/bench.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench.log" ;;
+final2)
+  # the default codebook compiled in (template CBD): the whole GPU suite, memcheck, same-run A/B against
+  # the codebook-loading instantiation (cbload), the dense table at M = 1, 2, 4 (final19c)
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  echo "# $GPU, $(date -I): pytest -q -m gpu tests/" > "$W/gpu_tests.log"
+  timeout 340 python3 -m pytest -q -m gpu tests/ >> "$W/gpu_tests.log" 2>&1
+  tail -2 "$W/gpu_tests.log"
+  compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/memcheck.txt" 2>&1
+  echo "memcheck: exit $? ($(grep -c 'rel err' "$W/memcheck.txt") checks; $(grep -E 'ERROR SUMMARY|BAD' "$W/memcheck.txt" | tr '\n' ' '))"
+  AB_CBLOAD=1 KS=2,3,4,5 MS=1,2,4 timeout 90 python3 profiling/gemv_ab.py > "$W/final2_ab.log" 2>&1
+  grep -E "^TOTAL" "$W/final2_ab.log"
+  KBITCUPY_PDL=1 AB_CBLOAD=1 KS=4,5 MS=1 timeout 40 python3 profiling/gemv_ab.py > "$W/final2_ab_pdl.log" 2>&1
+  grep -E "^TOTAL" "$W/final2_ab_pdl.log"
+  timeout 60 python3 profiling/bench.py --out "$W" --M 1,2,4 --k 2,3,4,5 --columns GEMV,STREAM,matmul,matmul+PDL \
+      --reps 15 --tag final19c > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log" ;;
 esac
 tar -czf "$OUT/run13_${STEP:-ab}.tgz" -C "$W" . && rm -rf "$W"

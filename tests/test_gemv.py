@@ -23,8 +23,9 @@ def test_plan_invariants(k, M, shape):
     assert not (late and tiles == 2)  # LATE is only instantiated for one token tile
     assert not (dual and k == 5)      # k = 5: one chain (measured)
     assert smem == G.lut_bytes(k) + M * -(-K // 128) * 128 * 2 + gpb * warps * 128 * tiles * 4 + 128
-    key = (k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1)
-    assert key in G.GEMV.instances  # every plan names a compiled instantiation
+    for cbd in (False, True):  # the codebook loaded, or the default one compiled in
+        key = (k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1, cbd)
+        assert key in G.GEMV.instances  # every plan names a compiled instantiation
 
 
 def test_k5_wide_shapes_put_an_sms_share_of_groups_in_one_block():
