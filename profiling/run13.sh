@@ -121,5 +121,18 @@ final2)
   timeout 60 python3 profiling/bench.py --out "$W" --M 1,2,4 --k 2,3,4,5 --columns GEMV,STREAM,matmul,matmul+PDL \
       --reps 15 --tag final19c > "$W/bench.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench.log" ;;
+h200)
+  # the same change on the H200 (the issues' reference GPU): GEMV tests, same-run A/B, the dense table
+  python3 profiling/warm_cache.py gemv gemv_stream 2>&1 | tail -1
+  echo "# $GPU, $(date -I): pytest -q -m gpu tests/test_gemv_gpu.py tests/test_launch_gpu.py" > "$W/gpu_tests.log"
+  timeout 150 python3 -m pytest -q -m gpu tests/test_gemv_gpu.py tests/test_launch_gpu.py >> "$W/gpu_tests.log" 2>&1
+  tail -1 "$W/gpu_tests.log"
+  AB_CBLOAD=1 KS=2,3,4,5 MS=1,2,4 timeout 90 python3 profiling/gemv_ab.py > "$W/h200_ab.log" 2>&1
+  grep -E "^TOTAL" "$W/h200_ab.log"
+  KBITCUPY_PDL=1 AB_CBLOAD=1 KS=4,5 MS=1 timeout 40 python3 profiling/gemv_ab.py > "$W/h200_ab_pdl.log" 2>&1
+  grep -E "^TOTAL" "$W/h200_ab_pdl.log"
+  timeout 90 python3 profiling/bench.py --out "$W" --M 1,2,4 --k 2,3,4,5 --columns GEMV,STREAM,matmul,matmul+PDL \
+      --reps 15 --tag final19c > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log" ;;
 esac
 tar -czf "$OUT/run13_${STEP:-ab}.tgz" -C "$W" . && rm -rf "$W"
