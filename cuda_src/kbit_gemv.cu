@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 #ifndef KBIT_GROUPED_SL_DEPTH
 #define KBIT_GROUPED_SL_DEPTH 2
 #endif
-template <int K, typename T, int MT, int AMODE, bool SL, bool CBD>
+template <int K, typename T, int MT, int AMODE, bool SL>
 __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const u32* __restrict__ packed,
                                                   const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                                   const float* __restrict__ tscale, const int* __restrict__ expert_ids,
@@ -348,7 +348,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // are [gate | up] (2 Kdim) and the kernel multiplies silu(gate) * up (kbitcupy/moe.py)
     for (int c0 = r0; c0 < r1; c0 += 8 * MT) {
         // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
-        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, false, AMODE, SL, CBD>(
+        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, false, AMODE, SL>(
             AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
             codebook, C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim, tscale[e], blockIdx.x, gridDim.x,
             (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows);
@@ -363,10 +363,9 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
         long long ape, int max_tokens, int *__restrict__ err, int pdl, const int *__restrict__ a_rows, int a_nrows
 #define KBIT_GROUPED_PASS A, packed, absmax, codebook, tscale, expert_ids, offsets, C, N, Kdim, E, rows, wpe, ape, \
                           max_tokens, err, pdl, a_rows, a_nrows
-// CBD: the bank's codebook is the default one, compiled in (as kbit_gemv's CBD).
-template <int K, typename T, int MT, int AMODE, bool CBD = false>
+template <int K, typename T, int MT, int AMODE>
 __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS) kbit_gemv_grouped(KBIT_GROUPED_ARGS) {
-    grouped_gemv_body<K, T, MT, AMODE, false, CBD>(KBIT_GROUPED_PASS);
+    grouped_gemv_body<K, T, MT, AMODE, false>(KBIT_GROUPED_PASS);
 }
 // The slices form (grouped_plan's gpb).  At most 128 registers, so its 16-warp blocks launch
 // (uncapped it would take more).  KBIT_GROUPED_SL_MAXNREG=80 (an experiment: three 256-thread
@@ -374,7 +373,7 @@ __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS) kbit_gemv_grouped(KBIT_GR
 #ifndef KBIT_GROUPED_SL_MAXNREG
 #define KBIT_GROUPED_SL_MAXNREG 128
 #endif
-template <int K, typename T, int MT, int AMODE, bool CBD = false>
+template <int K, typename T, int MT, int AMODE>
 __global__ void __maxnreg__(KBIT_GROUPED_SL_MAXNREG) kbit_gemv_grouped_sl(KBIT_GROUPED_ARGS) {
-    grouped_gemv_body<K, T, MT, AMODE, true, CBD>(KBIT_GROUPED_PASS);
+    grouped_gemv_body<K, T, MT, AMODE, true>(KBIT_GROUPED_PASS);
 }

@@ -31,7 +31,7 @@ from ._arrays import ACT_DTYPES, check_same_device, dtype_name, from_backend, ki
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
 from .reference import bfloat16
-from .weight import KbitWeight, is_default_codebook, note_codebook
+from .weight import KbitWeight
 
 # ----------------------------------------------------------------------------- kernels
 MCS = (1, 2, 4)  # 16-row MMA chunks held in registers: 16, 32, 64 token rows per pass
@@ -88,10 +88,6 @@ class KbitExpertBank:
     shape: tuple
     dtype: object = np.dtype(np.float16)
     tensor_scale_host: np.ndarray = field(default=None, repr=False)
-
-    def __post_init__(self):
-        # the grouped GEMV's levels compiled in where this is the default codebook (KbitWeight's rule)
-        object.__setattr__(self, "default_codebook", is_default_codebook(self.codebook, self.k))
 
     @property
     def num_experts(self) -> int:
@@ -156,10 +152,9 @@ class KbitExpertBank:
             return self
         import cupy as cp
 
-        cb = cp.asarray(self.codebook)
-        note_codebook(cb, self.codebook)
-        return replace(self, packed=cp.asarray(self.packed), absmax=cp.asarray(self.absmax), codebook=cb,
-                       tensor_scale=cp.asarray(self.tensor_scale), tensor_scale_host=self._ts_host())
+        return replace(self, packed=cp.asarray(self.packed), absmax=cp.asarray(self.absmax),
+                       codebook=cp.asarray(self.codebook), tensor_scale=cp.asarray(self.tensor_scale),
+                       tensor_scale_host=self._ts_host())
 
     def cpu(self) -> "KbitExpertBank":
         if not self.on_gpu:

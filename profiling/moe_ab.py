@@ -6,8 +6,7 @@ Env: MOE_VARIANTS="name:-DFLAG=1 +per_block=2 +warps=4;..." (a column "new" = cu
 plan and source unless MOE_GEMV=0, and "mma" = the grouped MMA kernel unless MOE_MMA=0),
 MOE_WG="name:+tok=32 +ks_div=2 +stages=4;..." grouped wgmma kernel columns (plan overrides;
 ks_div divides the default split-K count), KS (default 4), MS (tokens per expert, default 1,4,8,16),
-ES (active experts, default 8,10), SHAPES (moe_gu_fused,moe_dn), MOE_CBLOAD=1: a column of the grouped
-GEMV loading the codebook (the bank not flagged default_codebook).
+ES (active experts, default 8,10), SHAPES (moe_gu_fused,moe_dn).
 usage (GPU machine): python3 profiling/moe_ab.py [--out DIR]
 """
 import argparse
@@ -15,7 +14,6 @@ import functools
 import json
 import os
 import sys
-from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
@@ -47,22 +45,6 @@ def column(name, toks):
     return B.MoeColumn(name, launch)
 
 
-_LOADING = {}
-
-
-def cbload_column():
-    """The grouped GEMV on a copy of the bank not flagged default_codebook: the instantiation that
-    loads the codebook (the kernel before the thirteenth session)."""
-    def launch(c):
-        b = _LOADING.get(id(c.bank))
-        if b is None or b[0] is not c.bank:
-            nb = replace(c.bank)
-            object.__setattr__(nb, "default_codebook", False)
-            b = _LOADING[id(c.bank)] = (c.bank, nb)
-        return G.grouped_gemv(c.A, b[1], c.ids, c.offsets, c.out, c.M, _err_buffer())
-    return B.MoeColumn("cbload", launch)
-
-
 def wg_column(name, toks):
     """The grouped wgmma kernel with plan overrides +tok=, +ks_div=, +stages=."""
     from kbitcupy import wgmma as WG
@@ -87,8 +69,6 @@ def main():
                 if v]
     cols = ([column("new", ())] if os.environ.get("MOE_GEMV", "1") == "1" else []) + [column(n, t) for n, t in variants]
     cols += [wg_column(v.split(":")[0], v.split(":", 1)[1].split()) for v in os.environ.get("MOE_WG", "").split(";") if v]
-    if os.environ.get("MOE_CBLOAD"):  # the codebook loaded instead of compiled in
-        cols.append(cbload_column())
     if os.environ.get("MOE_MMA", "1") == "1":  # the grouped MMA kernel (kbit_grouped.cu) beside it
         cols.append(B.MoeColumn("mma", lambda c: _launch(c.A, c.bank, c.ids, c.offsets, c.out, c.M, plan_override={})))
     ks = [int(x) for x in os.environ.get("KS", "4").split(",")]

@@ -5,8 +5,6 @@
 #     weights not flagged default_codebook), with and without PDL, then the dense table at
 #     M = 1, 2, 4 (TAG, default final19c).  ~5.5 min.
 #   STEP=quick: the same without the whole suite (the GEMV and launch tests only).
-#   STEP=moe: the grouped GEMV's default-codebook instantiations: grouped / layer GPU tests and
-#     moe_ab's A/B against the codebook-loading ones (cbload), k = 4 / 5, 1 / 4 / 8 tokens, 8 / 10 experts.
 #   OUT=/tmp/out STEP=final bash profiling/run13.sh
 # The session's probe steps (ab, bench, cbcheck, early, repl, imm, async, final) used hooks that are
 # gone; each ran at the commit named in profiling/results/nvidia-h100-80gb-hbm3_2026-11-25_codebook_ab13.log.
@@ -15,20 +13,6 @@ W=$OUT/work; mkdir -p $W
 GPU=$(python3 -c "import cupy as c; print(c.cuda.runtime.getDeviceProperties(0)['name'].decode())")
 STEP=${STEP:-final}
 echo "# $GPU, $(date -I), git $(cat .git_rev 2>/dev/null || echo '?'), STEP=$STEP" | tee "$W/header.txt"
-if [ "$STEP" = moe ]; then
-  # the grouped (MoE) GEMV with the bank's default codebook compiled in: the grouped GPU tests,
-  # then moe_ab's same-run A/B against the instantiation that loads the codebook (cbload)
-  python3 profiling/warm_cache.py 2>&1 | tail -1
-  echo "# $GPU, $(date -I): pytest -q -m gpu tests/test_grouped_gpu.py tests/test_layers_gpu.py" > "$W/gpu_tests.log"
-  timeout 200 python3 -m pytest -q -m gpu tests/test_grouped_gpu.py tests/test_layers_gpu.py >> "$W/gpu_tests.log" 2>&1
-  tail -1 "$W/gpu_tests.log"
-  MOE_CBLOAD=1 MOE_MMA=0 KS=4,5 MS=1,4,8 timeout 150 python3 profiling/moe_ab.py > "$W/moe_ab.log" 2>&1
-  grep -E "^#|^TOTAL" "$W/moe_ab.log"
-  KBITCUPY_PDL=1 MOE_CBLOAD=1 MOE_MMA=0 KS=4 MS=1 timeout 60 python3 profiling/moe_ab.py > "$W/moe_ab_pdl.log" 2>&1
-  grep -E "^TOTAL" "$W/moe_ab_pdl.log"
-  tar -czf "$OUT/run13_$STEP.tgz" -C "$W" . && rm -rf "$W"
-  exit 0
-fi
 if [ "$STEP" = final ]; then
   python3 profiling/warm_cache.py 2>&1 | tail -1
   echo "# $GPU, $(date -I): pytest -q -m gpu tests/" > "$W/gpu_tests.log"

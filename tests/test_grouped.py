@@ -502,23 +502,3 @@ def test_plan_tokens():
     assert plan_tokens(r(256, 10, 512, 256)) == 256  # 5 per expert: planned for the bound
     assert plan_tokens(r(1, 10, 512, 1)) == 1 and plan_tokens(r(8, 10, 512, 8)) == 8
     assert plan_tokens(r(9, 4, 16, 9)) == 8 and plan_tokens(r(40, 4, 16, 40)) == 40
-
-
-def test_bank_default_codebook_flag(rng):
-    """KbitExpertBank.default_codebook: true for quantize_experts' default codebook, false for
-    another one or after replacing the codebook (the grouped GEMV's compiled-in levels)."""
-    from dataclasses import replace
-
-    import numpy as np
-
-    from kbitcupy.grouped import quantize_experts
-    from kbitcupy.reference import create_codebook
-
-    W = rng.standard_normal((3, 64, 128)).astype(np.float32)
-    for k in (2, 4, 5):
-        b = quantize_experts(W, k)
-        assert b.default_codebook
-        other = (np.linspace(-1, 1, 1 << k) ** 3).astype(np.float32)
-        assert not quantize_experts(W, k, codebook=other).default_codebook
-        assert not replace(b, codebook=other).default_codebook
-        assert replace(b, codebook=create_codebook(k).astype(np.float32)).default_codebook

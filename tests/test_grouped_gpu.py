@@ -276,54 +276,6 @@ def test_grouped_gemv_slices(rng, k):
             _check(_dev(got[plans[1]].view(dtype)), Ax, bank, ids, offs, dtype)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("k", [2, 3, 4, 5])
-def test_grouped_gemv_default_codebook(rng, k):
-    """A bank with the default codebook runs the grouped GEMV with its levels compiled in: the
-    same bits as the kernel that loads the codebook (the group loop, the slices, the fused row
-    gather and SwiGLU).  Forcing the flag onto a bank with another codebook gives the default
-    codebook's bits, not its own: the compiled-in path is really taken."""
-    from dataclasses import replace
-
-    from kbitcupy.gemv import grouped_gemv
-    from kbitcupy.grouped import _err_buffer
-
-    cp = _cp()
-    E, N, K = 5, 272, 416
-    bank = _bank(rng, E, N, K, k)
-    assert bank.default_codebook
-    loading = replace(bank)
-    object.__setattr__(loading, "default_codebook", False)
-    ids = np.array([3, 0, 4, 1], np.int32)
-    offs = _offsets([2, 1, 4, 3])
-    ids_d, offs_d = cp.asarray(ids), cp.asarray(offs)
-    x = rng.standard_normal((offs[-1], K)).astype(np.float16)
-    rows_idx = rng.integers(0, offs[-1], size=offs[-1]).astype(np.int32)
-    h = rng.standard_normal((offs[-1], 2 * K)).astype(np.float16)
-    cases = [(x, {}, (("gpb", 0), ("warps", 4))), (x, {}, (("gpb", 3), ("warps", 4))),
-             (x, dict(a_rows=cp.asarray(rows_idx)), None), (h, dict(a_silu=True), None)]
-
-    def run(b, src, kw, ov):
-        out = _nan((offs[-1], N), np.float16)
-        grouped_gemv(_dev(src), b, ids_d, offs_d, out, 8, _err_buffer(), plan_override=ov, **kw)
-        return _host(out).view(np.uint16)
-
-    for src, kw, ov in cases:
-        got = run(bank, src, kw, ov)
-        np.testing.assert_array_equal(got, run(loading, src, kw, ov))
-        if not kw:
-            _check(_dev(got.view(np.float16)), src, bank, ids, offs, np.float16)
-    other = cp.asarray(np.linspace(-1, 1, 1 << k, dtype=np.float32) ** 3)
-    ob = replace(bank, codebook=other)
-    assert not ob.default_codebook
-    forced = replace(bank, codebook=other)
-    object.__setattr__(forced, "default_codebook", True)
-    src, kw, ov = cases[0]
-    ref = run(bank, src, kw, ov)
-    np.testing.assert_array_equal(run(forced, src, kw, ov), ref)
-    assert not np.array_equal(run(ob, src, kw, ov), ref)
-
-
 # ----------------------------------------------------------------------------- guards
 @pytest.mark.gpu
 def test_bad_host_offsets_rejected_before_any_kernel(rng):
