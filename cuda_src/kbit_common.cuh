@@ -103,7 +103,7 @@ __device__ __forceinline__ long tiled_absmax_offset(int n, int kblock, int n_til
 // tests/test_compile.py checks them) as immediates in a select chain: for a weight with that
 // codebook the decode GEMV needs no memory access before its pair table.  Every memory access
 // there (a global load, cp.async, a by-value parameter's constant-cache fill, issued first or
-// from a per-block copy) cost the same ~0.13 us per launch (H100, 2026-11-25, profiling/NOTES.md).
+// from a per-block copy) cost the same ~0.15 us per launch (H100, 2026-11-25, profiling/NOTES.md).
 template <int K>
 __device__ __forceinline__ float kbit_default_level(unsigned t) {
     u32 v = 0u;

@@ -295,7 +295,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #endif
 // SLICES: blockDim.y column groups per block (kbitcupy.gemv.plan's gpb > 1).
 // CBD: the default codebook (kbit_default_level; codebook is not read).  H100, 2026-11-25: k = 4
-// M = 1 dense TOTAL -2.5 %, k = 5 -2.3 % (profiling/NOTES.md, thirteenth session).
+// M = 1 dense TOTAL -2.8 %, k = 5 -2.6 % (profiling/NOTES.md, thirteenth session).
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE, bool SLICES = false,
           bool CBD = false>
 __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)

@@ -140,16 +140,16 @@ def fits(N: int, K: int, M: int, k: int, device_id: int) -> bool:
 _LAUNCH: dict = {}
 
 
-def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=False):
-    """(kernel, grid, block, smem, scalar args) for one call shape, built once."""
+def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=False, cbd=False):
+    """(kernel, grid, block, smem, scalar args) for one call shape, built once.  cbd: the
+    instantiation with the default codebook compiled in."""
     p = plan(N, K, M, qw.k, **{"pdl": pdl, **dict(plan_override or ())})
     warps, depth, smem, grid, tiles, dual, late, gpb = p
     if not fits(N, K, M, qw.k, dev):
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
                          "use kbitcupy.matmul (it dispatches to the GEMM)")
-    tiled = qw.layout == "tiled"
-    cbd = tiled and bool(getattr(qw, "default_codebook", False))  # the default levels compiled in
-    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, tiled, depth, tiles, dual, late, gpb > 1, cbd))
+    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late, gpb > 1,
+                        cbd))
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
     return fn, (grid,), (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K))
@@ -166,11 +166,11 @@ def launch_args(A, qw, out, plan_override=None):
         raise ValueError(f"gemv handles M = 1..{MAX_M} rows of A, got M = {M}; use kbitcupy.matmul")
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     pdl = _pdl.active(A.data.device_id)
-    key = (A.data.device_id, M, N, K, qw.k, tname, qw.absmax.dtype.char, qw.layout, plan_override, pdl,
-           bool(getattr(qw, "default_codebook", False)))
+    cbd = qw.default_codebook and qw.layout == "tiled"  # instantiated for the runtime format only
+    key = (A.data.device_id, M, N, K, qw.k, tname, qw.absmax.dtype.char, qw.layout, plan_override, pdl, cbd)
     cfg = _LAUNCH.get(key)
     if cfg is None:
-        cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override, pdl)
+        cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override, pdl, cbd)
     fn, grid, block, smem, dims = cfg
     return fn, grid, block, smem, ((A, qw.packed, qw.absmax, qw.codebook, out) + dims +
                                    (np.float32(qw.tensor_scale), np.int32(pdl)))

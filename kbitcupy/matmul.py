@@ -17,7 +17,6 @@ from .gemv import MAX_M as GEMV_MAX_M, fits, gemv
 from .weight import KbitWeight
 
 
-
 def _dispatch_gpu(A, qw, out):
     """Run the kernel picked for this call from the measured crossovers (kbitcupy.dispatch);
     returns which one ran: 'gemv', 'stream', 'gemm', 'wgmma' or 'dq'."""

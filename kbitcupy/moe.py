@@ -27,7 +27,6 @@ from .grouped import (ERR_EXPERT_ID, GROUPED, KbitExpertBank, _err_buffer, choos
                       grouped_gemv_fused, grouped_matmul)
 
 
-
 @dataclass(frozen=True, eq=False)
 class MoeRouting:
     """Expert-sorted layout of T tokens x topk choices (arrays on the routing's backend).

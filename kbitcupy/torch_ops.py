@@ -24,7 +24,7 @@ from . import _launch
 from ._arrays import kind, stream_ctx
 from .layers import KbitLinear
 from .matmul import matmul
-from .weight import KbitWeight, from_packed
+from .weight import KbitWeight, from_packed, no_codebook_reads
 
 if not hasattr(torch.library, "custom_op"):  # pragma: no cover
     raise ImportError(f"kbitcupy.torch_ops needs torch >= 2.4 (torch.library.custom_op); found {torch.__version__}")
@@ -67,8 +67,9 @@ def kbit_matmul(x: Tensor, packed: Tensor, absmax: Tensor, codebook: Tensor, k: 
     if qw is not None and _launch.ENABLED and _launch.matmul_fast(x, qw, out) is not _launch.MISS:
         return out  # launched on torch's current stream through a cached plan
     with stream_ctx(x):  # DLPack views + launches on torch's current stream: no cross-stream sync
-        if qw is None:
-            qw = from_packed(packed, absmax, codebook, (n, x.shape[-1]), k, "tiled", tensor_scale)
+        if qw is None:  # a wrapper per call: no codebook read-back (a host sync) for it
+            with no_codebook_reads():
+                qw = from_packed(packed, absmax, codebook, (n, x.shape[-1]), k, "tiled", tensor_scale)
         matmul(x, qw, out=out)
     return out
 

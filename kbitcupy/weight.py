@@ -1,7 +1,10 @@
 """The quantized weight object."""
 from __future__ import annotations
 
+import contextlib
+import functools
 import sys
+import threading
 import weakref
 from dataclasses import dataclass, replace
 
@@ -16,15 +19,26 @@ FORMAT_VERSION = 1
 # Whether a codebook is the default one (reference.create_codebook): the decode GEMV then takes
 # its levels from immediates instead of loading them (cuda_src/kbit_common.cuh,
 # kbit_default_level; profiling/NOTES.md, thirteenth session).
-_DEFAULT_BITS: dict = {}  # k -> bytes of create_codebook(k) as float32
 _GPU_DEFAULT: dict = {}   # id(GPU codebook array) -> (weakref to it, is default): one read per array
+_NO_READS = threading.local()  # .on: within no_codebook_reads()
 
 
+@functools.lru_cache(maxsize=None)
 def _default_bits(k: int) -> bytes:
-    b = _DEFAULT_BITS.get(k)
-    if b is None:
-        b = _DEFAULT_BITS[k] = R.create_codebook(k).astype(np.float32).tobytes()
-    return b
+    """create_codebook(k) as float32 bytes."""
+    return R.create_codebook(k).astype(np.float32).tobytes()
+
+
+@contextlib.contextmanager
+def no_codebook_reads():
+    """Weights made within do not read an unseen GPU codebook back (default_codebook False,
+    the kernels load it): for wrappers made per call (kbitcupy.torch_ops), where the read would
+    be a host synchronisation on every call."""
+    old, _NO_READS.on = getattr(_NO_READS, "on", False), True
+    try:
+        yield
+    finally:
+        _NO_READS.on = old
 
 
 def note_codebook(gpu_codebook, host_codebook) -> None:
@@ -44,12 +58,12 @@ def _remember(arr, flag: bool) -> bool:
     return flag
 
 
-def _capturing() -> bool:
-    """Whether a CUDA graph capture runs on CuPy's or torch's current stream (a device-to-host
-    copy then would break it)."""
+def _no_read_now() -> bool:
+    """Whether a device-to-host read must not happen now: within no_codebook_reads(), or while a
+    CUDA graph is captured on CuPy's or torch's current stream (the read would break it)."""
     import cupy as cp
 
-    if cp.cuda.get_current_stream().is_capturing():
+    if getattr(_NO_READS, "on", False) or cp.cuda.get_current_stream().is_capturing():
         return True
     torch = sys.modules.get("torch")
     try:
@@ -61,8 +75,8 @@ def _capturing() -> bool:
 def is_default_codebook(codebook, k) -> bool:
     """Whether ``codebook`` holds exactly the default levels of k bits.  A GPU codebook array is
     read once (2^k floats, ordered on the current stream) and the answer kept while the array
-    lives; while a CUDA graph is captured it is not read and the answer is False (the kernels
-    then load the codebook, which is always correct).  So a codebook must not be changed in
+    lives; while a CUDA graph is captured (or within no_codebook_reads) it is not read and the
+    answer is False (the kernels then load the codebook, which is always correct).  So a codebook must not be changed in
     place once a KbitWeight holds it."""
     if not isinstance(k, (int, np.integer)) or not 2 <= int(k) <= 5:
         return False
@@ -76,7 +90,7 @@ def is_default_codebook(codebook, k) -> bool:
     hit = _GPU_DEFAULT.get(id(codebook))
     if hit is not None and hit[0]() is codebook:
         return hit[1]
-    if _capturing():
+    if _no_read_now():
         return False
     return _remember(codebook, codebook.get().tobytes() == _default_bits(int(k)))
 

@@ -159,3 +159,20 @@ def test_default_codebook_flag_cpu(rng):
         assert not replace(q, codebook=near).default_codebook
         assert not kb.quantize(W, k, codebook=near).default_codebook
     assert not replace(q, k=4).default_codebook  # a 32-level codebook is not k = 4's
+
+
+def test_no_codebook_reads_skips_the_read_back(monkeypatch):
+    """Within weight.no_codebook_reads() (kbitcupy.torch_ops' per-call wrappers) an unseen GPU
+    codebook is not read back, which would be a host sync per call: default_codebook is False."""
+    from kbitcupy import weight as Wt
+
+    class FakeGpuCodebook:  # what the check sees of a CuPy array, and a read that must not happen
+        dtype, shape = np.dtype(np.float32), (16,)
+
+        def get(self):
+            raise AssertionError("read back within no_codebook_reads()")
+
+    monkeypatch.setattr(Wt, "kind", lambda a: "cupy")
+    monkeypatch.setattr(Wt, "is_cupy", lambda a: True)
+    with Wt.no_codebook_reads():
+        assert Wt.is_default_codebook(FakeGpuCodebook(), 4) is False
