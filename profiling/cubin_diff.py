@@ -46,13 +46,20 @@ def main():
         with ThreadPoolExecutor(jobs) as ex:
             futs = [(w, ex.submit(cubin, w[2], w[4].source, w[1], w[4].arch or arch, w[4].options),
                      ex.submit(cubin, w[3], w[4].source, w[1], w[4].arch or arch, w[4].options)) for w in work]
-            changed = 0
+            changed = added = 0
             for (fname, names, old, new, _), a, b in futs:
-                same = a.result() == b.result()
+                try:
+                    ca = a.result()
+                except Exception:  # the group's kernels do not exist at REV
+                    added += 1
+                    print(f"NEW {fname}: {names[0]}" + (f" (+{len(names) - 1})" if len(names) > 1 else ""))
+                    continue
+                same = ca == b.result()
                 changed += not same
                 if not same:
                     print(f"CHANGED {fname}: {names[0]}" + (f" (+{len(names) - 1})" if len(names) > 1 else ""))
-    print(f"{len(work) - changed} of {len(work)} groups byte-identical against {rev} ({arch})")
+    print(f"{len(work) - changed - added} of {len(work) - added} groups byte-identical against {rev} ({arch}); "
+          f"{added} new")
     return 1 if changed else 0
 
 
