@@ -69,6 +69,19 @@ __device__ __forceinline__ u32 e4m4_encode(float a) {
 __device__ __forceinline__ float load_scale(const u8* p, long i) { return e4m4_decode(p[i]); }
 __device__ __forceinline__ float load_scale(const float* p, long i) { return p[i]; }
 __device__ __forceinline__ float load_scale(const __half* p, long i) { return __half2float(p[i]); }
+// The same as raw storage bits (0 decodes to 0.0 in every format), decoded where the scale is
+// used (scale_from_raw): a ring slot's loads sit in a branch (past K or N: zeros), and a decode
+// there made the warp wait for its absmax byte right after issuing the load, before the
+// prologue or the step it overlaps (SASS: the decode next to the LDG.U8).
+__device__ __forceinline__ u32 load_scale_raw(const u8* p, long i) { return p[i]; }
+__device__ __forceinline__ u32 load_scale_raw(const float* p, long i) { return __float_as_uint(p[i]); }
+__device__ __forceinline__ u32 load_scale_raw(const __half* p, long i) { return __half_as_ushort(p[i]); }
+template <typename ABS> __device__ __forceinline__ float scale_from_raw(u32 r);
+template <> __device__ __forceinline__ float scale_from_raw<u8>(u32 r) { return e4m4_decode(r); }
+template <> __device__ __forceinline__ float scale_from_raw<float>(u32 r) { return __uint_as_float(r); }
+template <> __device__ __forceinline__ float scale_from_raw<__half>(u32 r) {
+    return __half2float(__ushort_as_half((unsigned short)r));
+}
 
 // ---------------------------------------------------------------- bit planes
 // Index of element j from k bit-plane words.

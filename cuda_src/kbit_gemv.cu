@@ -89,7 +89,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     long woff[2];
     bool col_ok[2];
     u32 wr[D][2][K];
-    float sc[D][2];
+    u32 sc[D][2];  // absmax, raw (scale_from_raw at use)
     auto load_step = [&](int j, int sl) {
         const int kblock = 4 * (kw + sl * KW) + t;
 #pragma unroll
@@ -97,11 +97,11 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             if (col_ok[c] && kblock < KB) {
                 const long w = woff[c] + sl * wstep;
                 load_planes<K>(wr[j][c], packed + w);
-                sc[j][c] = load_scale(absmax, w / K);
+                sc[j][c] = load_scale_raw(absmax, w / K);
             } else {
 #pragma unroll
                 for (int b = 0; b < K; b++) wr[j][c][b] = 0u;
-                sc[j][c] = 0.0f;
+                sc[j][c] = 0u;
             }
         }
     };
@@ -240,7 +240,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #pragma unroll
                         for (int r = 0; r < 4; r++) a[mt][r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
                     }
-                    const u32 sA = scale_pair<T>(sc[j][0]), sB = scale_pair<T>(sc[j][1]);
+                    const u32 sA = scale_pair<T>(scale_from_raw<ABS>(sc[j][0]));
+                    const u32 sB = scale_pair<T>(scale_from_raw<ABS>(sc[j][1]));
                     u32 wA[K], wB[K];
 #pragma unroll
                     for (int b = 0; b < K; b++) { wA[b] = wr[j][0][b]; wB[b] = wr[j][1][b]; }

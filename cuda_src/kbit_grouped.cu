@@ -161,16 +161,16 @@ __global__ void __launch_bounds__(KBIT_GROUPED_MAX_THREADS, KBIT_GROUPED_MINB(K,
     const int S = kw < KS ? (KS - kw + KW - 1) / KW : 0;
 
     u32 wr[D][K];
-    float sc[D];
+    u32 sc[D];  // absmax, raw (scale_from_raw at use)
     auto load_step = [&](int j, int sl) {
         const int kblock = 4 * (kw + sl * KW) + t;
         if (col_ok && kblock < KB) {
             load_planes<K>(wr[j], pk + woff + sl * wstep);
-            sc[j] = load_scale(am, aoff + sl * astep);
+            sc[j] = load_scale_raw(am, aoff + sl * astep);
         } else {
 #pragma unroll
             for (int b = 0; b < K; b++) wr[j][b] = 0u;
-            sc[j] = 0.0f;
+            sc[j] = 0u;
         }
     };
     // Stage rows [rbase, rbase + nrows) of this expert's A (cp.async, 16 bytes each).
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(KBIT_GROUPED_MAX_THREADS, KBIT_GROUPED_MINB(K,
                 if (sl < S) {
                     const int step = kw + sl * KW;
                     const bool kok = 4 * step + t < KB;
-                    const u32 s2 = scale_pair<T>(sc[j]);
+                    const u32 s2 = scale_pair<T>(scale_from_raw<u8>(sc[j]));
                     u32 wj[K];
 #pragma unroll
                     for (int b = 0; b < K; b++) wj[b] = wr[j][b];

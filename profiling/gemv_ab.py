@@ -2,7 +2,8 @@
 
 Columns: the baseline kernel (profiling/baseline_gemv_<rev>.cu with the plan rule of
 that revision), the current plan, optional variants of the current source built with
-extra -D flags (AB_VARIANTS="name:-DFLAG=1;..."), AB_CBLOAD=1: the weights not flagged
+extra -D flags (AB_VARIANTS="name:-DFLAG=1 +plan_key=1 src=FILE;...": src= builds that file, e.g. a
+revision's source written by --make-baseline and renamed), AB_CBLOAD=1: the weights not flagged
 default-codebook (the instantiation that loads the codebook), and the speed-of-light read of the
 same bytes.  Env: KS (k list), MS (M list), SHAPES (names).
 usage: python3 profiling/gemv_ab.py --make-baseline REV   (here, with git: writes the file)
@@ -122,7 +123,8 @@ def main():
             row["cbload"] = time_rotated([lambda c=c: G.gemv(A, c, out) for c in lcs])
         for vname, vtoks in variants:  # the current source built with extra -D flags
             ov = tuple((t[1:].split("=")[0], int(t.split("=")[1])) for t in vtoks if t.startswith("+")) or None
-            vopts = tuple(t for t in vtoks if not t.startswith("+"))
+            vopts = tuple(t for t in vtoks if not t.startswith("+") and not t.startswith("src="))
+            vsrc = [t[4:] for t in vtoks if t.startswith("src=")]  # another source file (e.g. a revision's)
             pl = G.plan(N, K, M, k, **dict(ov or ()))
             grid, block, smem = (pl[3],), (pl[0] * 32, pl[7]), pl[2]
             # formatted here, not looked up: a probe may use a depth the package does not instantiate
@@ -134,7 +136,8 @@ def main():
                     smem += 1024 * (1 << int(t.split("=")[1])) * 4 - G.lut_bytes(5)
             key = (vname, expr)
             if key not in _VMOD:
-                _VMOD[key] = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(vopts),
+                _VMOD[key] = cp.RawModule(code=open(vsrc[0]).read() if vsrc else read_source("kbit_gemv.cu"),
+                                          options=_options(vopts),
                                           name_expressions=[expr]).get_function(expr)
             vf = _VMOD[key]
             vf.max_dynamic_shared_size_bytes = smem

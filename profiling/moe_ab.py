@@ -2,7 +2,7 @@
 current source built with extra -D flags and/or grouped_plan overrides, beside the fp16
 contiguous bmm and the speed-of-light read, with the benchmark's cold-L2 expert rotation.
 
-Env: MOE_VARIANTS="name:-DFLAG=1 +per_block=2 +warps=4;..." (a column "new" = current
+Env: MOE_VARIANTS="name:-DFLAG=1 +per_block=2 +warps=4 src=FILE;..." (a column "new" = current
 plan and source unless MOE_GEMV=0, and "mma" = the grouped MMA kernel unless MOE_MMA=0),
 MOE_WG="name:+tok=32 +ks_div=2 +stages=4;..." grouped wgmma kernel columns (plan overrides;
 ks_div divides the default split-K count), KS (default 4), MS (tokens per expert, default 1,4,8,16),
@@ -27,10 +27,13 @@ _MODS = {}
 
 
 def variant_kernel(opts, key):
-    """kbit_gemv_grouped of the current source built with extra options."""
+    """kbit_gemv_grouped of the current source (or of the file named by a src=FILE token, e.g. an
+    earlier revision's source from `gemv_ab.py --make-baseline`) built with extra options."""
     expr = G.GEMV.instances[key]
     if (opts, expr) not in _MODS:
-        _MODS[(opts, expr)] = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(opts),
+        src = [o[4:] for o in opts if o.startswith("src=")]
+        code = open(src[0]).read() if src else read_source("kbit_gemv.cu")
+        _MODS[(opts, expr)] = cp.RawModule(code=code, options=_options(tuple(o for o in opts if not o.startswith("src="))),
                                            name_expressions=[expr]).get_function(expr)
     return _MODS[(opts, expr)]
 
