@@ -320,39 +320,6 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 #endif
 }
 
-// Thread block clusters (sm_90): the split barrier and distributed shared memory, for the
-// decode GEMV's K split over a cluster's CTAs (kbit_gemv_ks).  The arrive / wait pairs are
-// .aligned: every thread of a warp executes them together.
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_arrive_release() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-// The shared-window address of `local` (a shared-memory pointer of this CTA) in CTA `rank`
-// of the cluster, and a float store there.
-__device__ __forceinline__ u32 cluster_map(const void* local, u32 rank) {
-    u32 r = 0u;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"((u32)__cvta_generic_to_shared(local)), "r"(rank));
-#endif
-    return r;
-}
-__device__ __forceinline__ void st_cluster(u32 addr, float v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
-#endif
-}
-
 // Set an error bit of a grouped kernel's flag.  A programmatic dependent that has not
 // waited yet (wait_first) waits first: the previous kernel may be the one that resets
 // the flag (kbitcupy.grouped.read_errors), and a bit set before that reset would be lost.

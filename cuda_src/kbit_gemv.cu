@@ -43,17 +43,13 @@ __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
 // parameter: the runtime form cost the plain grouped GEMV 4-9 % at 4-8 tokens (H200,
 // 2026-11-24, moe-final10 vs moe-final11).
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0,
-          bool SLICES = false, bool CBD = false, int KSPLIT = 1>
+          bool SLICES = false, bool CBD = false>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
                                            int grp_stride, int ngroups, bool pdl = false,
                                            const int* __restrict__ a_rows = nullptr, int a_nrows = 0) {
     extern __shared__ __align__(16) unsigned char smem[];
-    static_assert(KSPLIT == 1 || (!SLICES && !MULTI && AMODE == 0), "a K split is for single-group dense blocks");
-    // KSPLIT > 1: the cluster's CTAs share the group's K steps; its partial sums meet in CTA 0's
-    // shared memory, which must have started before they are stored there (the wait before them).
-    if (KSPLIT > 1) cluster_arrive_relaxed();
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) {
         KTR(0, probe_gtime()); KTR(1, probe_clock()); KTR(2, probe_smid());
@@ -61,11 +57,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #endif
     u32* lut = reinterpret_cast<u32*>(smem);
     const int KS = (Kdim + 127) >> 7;  // steps of 128
-    // Staged steps of A: all KS, or with a K split the CTA's own, local step sl * W + warp
-    const int KSL = KSPLIT > 1 ? (KS + KSPLIT * (int)(blockDim.x >> 5) - 1) / (KSPLIT * (int)(blockDim.x >> 5)) *
-                                     (int)(blockDim.x >> 5) : KS;
     T* a_s = reinterpret_cast<T*>(smem + PairLut<K>::WORDS * 4);
-    float* red = reinterpret_cast<float*>(a_s + (long)M * KSL * 128);
+    float* red = reinterpret_cast<float*>(a_s + (long)M * KS * 128);
     // 1-D blocks unless SLICES (the constants keep the other instantiations' code as it was)
     const int ny = SLICES ? (int)blockDim.y : 1, ty = SLICES ? (int)threadIdx.y : 0;
     const unsigned nthr = SLICES ? blockDim.x * blockDim.y : blockDim.x;
@@ -76,14 +69,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     const int g = lane >> 2, t = lane & 3;
     const int KB = Kdim >> 5;
     const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
-    // The steps are dealt over the cluster's KW = KSPLIT * W warps: this CTA's warp w is warp
-    // kw = kr * W + w of them (KSPLIT = 1: kw = warp, KW = W).
-    const int kr = KSPLIT > 1 ? (int)(blockIdx.x % KSPLIT) : 0;
-    const int kw = kr * W + warp, KW = KSPLIT * W;
-    const int S = kw < KS ? (KS - kw + KW - 1) / KW : 0;
+    const int S = warp < KS ? (KS - warp + W - 1) / W : 0;
     // In both layouts a block's absmax index is its word offset / K, so only the word
     // offsets are kept (registers are at the cap).
-    const long wstep = TILED ? 2L * KW * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K) : 4L * KW * K;
+    const long wstep = TILED ? 2L * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K) : 4L * W * K;
 
     // Per column (c = 0: n0+g, c = 1: n0+g+8): word offset of local step 0.
     long woff[2];
@@ -91,7 +80,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     u32 wr[D][2][K];
     u32 sc[D][2];  // absmax, raw (scale_from_raw at use)
     auto load_step = [&](int j, int sl) {
-        const int kblock = 4 * (kw + sl * KW) + t;
+        const int kblock = 4 * (warp + sl * W) + t;
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             if (col_ok[c] && kblock < KB) {
@@ -111,7 +100,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             const int n = grp * 16 + g + 8 * c;
             // tiled buffers are padded to 128 columns; a slice past the last group loads nothing
             col_ok[c] = (!SLICES || grp < ngroups) && (TILED || n < N);
-            woff[c] = TILED ? tiled_word_offset<K>(n, 4 * kw + t, n_tiles) : ((long)n * KB + 4 * kw + t) * K;
+            woff[c] = TILED ? tiled_word_offset<K>(n, 4 * warp + t, n_tiles) : ((long)n * KB + 4 * warp + t) * K;
         }
 #pragma unroll
         for (int j = 0; j < D; j++)
@@ -131,7 +120,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // LATE another 3-5 % where its registers cost no occupancy; profiling/NOTES.md).
     // Single-group blocks re-read blockIdx instead of keeping the group in a register.
     int grp = grp0;  // the launchers keep grid.x <= ngroups
-    start_group(MULTI ? grp : (int)(blockIdx.x / KSPLIT) * ny + ty);
+    start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
 #ifndef KBIT_EXPERIMENT_CB_CONST
     // CBD: the weight's codebook is the default one, whose levels are immediates: no load.  A
     // compile-time choice: the same select chain behind a runtime flag, beside the load, measured
@@ -145,13 +134,11 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // [gate | up] of Kdim each (stride 2 Kdim) and the staged value is silu(gate) * up,
     // rounded once (as kbit_silu_mul).
     auto stage_A = [&]() {
-        const int kpad = KSL * 128;
+        const int kpad = KS * 128;
         const int chunks = M * (kpad / 8);
         for (int c = tid; c < chunks; c += nthr) {
-            const int m = c / (kpad / 8), kl = (c % (kpad / 8)) * 8;
-            // local step ls = kl / 128 is the cluster's step kr W + (ls / W) KW + ls % W
-            const int kk = KSPLIT > 1 ? (kr * W + (kl >> 7) / W * KW + (kl >> 7) % W) * 128 + (kl & 127) : kl;
-            uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + kl);
+            const int m = c / (kpad / 8), kk = (c % (kpad / 8)) * 8;
+            uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + kk);
             if constexpr (AMODE == 0) {
                 if (kk < Kdim) cp_async16(dst, A + (long)m * Kdim + kk);
                 else *dst = make_uint4(0u, 0u, 0u, 0u);
@@ -212,10 +199,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     if (!MULTI && !LATE) fill_ring();
 
     const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
-    const T* a_row = a_s + (long)g * KSL * 128 + t * 32;
+    const T* a_row = a_s + (long)g * KS * 128 + t * 32;
     constexpr int TOK = 8 * MT;
     do {
-        const int n0 = (MULTI ? grp : (int)(blockIdx.x / KSPLIT) * ny + ty) * 16;
+        const int n0 = (MULTI ? grp : (int)blockIdx.x * ny + ty) * 16;
         float acc[MT][4];
         // DUAL: a second accumulator set halves the mma dependency chain (its registers
         // cost occupancy only where a block has the SM to itself)
@@ -235,7 +222,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
                         const uint4* ap =
-                            reinterpret_cast<const uint4*>(a_row + ((long)8 * mt * KSL + warp + sl * W) * 128);
+                            reinterpret_cast<const uint4*>(a_row + ((long)8 * mt * KS + warp + sl * W) * 128);
                         const bool row_ok = g + 8 * mt < M;
 #pragma unroll
                         for (int r = 0; r < 4; r++) a[mt][r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
@@ -284,36 +271,11 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         grp = MULTI ? grp + grp_stride : ngroups;  // MULTI: several groups per block
         if (MULTI && grp < ngroups) start_group(grp);  // next group's loads fly during the reduction
         __syncthreads();
-        if constexpr (KSPLIT > 1) {
-            // Each CTA's sum over its warps goes to slot kr of CTA 0's xr (distributed shared
-            // memory); after the cluster barrier CTA 0 adds the slots in rank order and writes C.
-            float* xr = cb_s + 32;
-            cluster_wait();  // the arrive at entry: CTA 0 has started
-            const u32 xr0 = cluster_map(xr, 0u);
-            for (int i = threadIdx.x; i < M * 16; i += blockDim.x) {
-                const int m = i >> 4, c = i & 15;
-                float s = 0.f;
-                for (int w = 0; w < W; w++) s += red_y[w * 16 * TOK + c * TOK + m];
-                st_cluster(xr0 + 4u * (u32)(kr * M * 16 + i), s);
-            }
-            cluster_arrive_release();
-            cluster_wait();
-            if (kr == 0) {
-                for (int i = threadIdx.x; i < M * 16; i += blockDim.x) {
-                    const int m = i >> 4, c = i & 15, nn = n0 + c;
-                    float s = 0.f;
-#pragma unroll
-                    for (int r = 0; r < KSPLIT; r++) s += xr[r * M * 16 + i];
-                    if (nn < N) C[(long)m * N + nn] = KbitType<T>::from_float(s * tensor_scale);
-                }
-            }
-        } else {
-            for (int i = threadIdx.x; i < M * 16; i += blockDim.x) {
-                const int m = i >> 4, c = i & 15, nn = n0 + c;
-                float s = 0.f;
-                for (int w = 0; w < W; w++) s += red_y[w * 16 * TOK + c * TOK + m];
-                if (nn < N) C[(long)m * N + nn] = KbitType<T>::from_float(s * tensor_scale);
-            }
+        for (int i = threadIdx.x; i < M * 16; i += blockDim.x) {
+            const int m = i >> 4, c = i & 15, nn = n0 + c;
+            float s = 0.f;
+            for (int w = 0; w < W; w++) s += red_y[w * 16 * TOK + c * TOK + m];
+            if (nn < N) C[(long)m * N + nn] = KbitType<T>::from_float(s * tensor_scale);
         }
 #ifdef KBIT_TRACE
         if (threadIdx.x == 0) { KTR(44, probe_clock()); KTR(45, probe_gtime()); }
@@ -343,18 +305,6 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
               int pdl) {
     gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD>(A, packed, absmax, codebook, C, M, N, Kdim,
                                         tensor_scale, blockIdx.x, gridDim.x, (N + 15) / 16, pdl != 0);
-}
-// The same with each group's K steps split over a cluster of KSPLIT CTAs (grid.x = groups x
-// KSPLIT), their partial sums added in CTA 0's shared memory: no workspace, no atomics, the
-// same sum order on every call.  For grids that leave SMs idle or unevenly loaded (KV: 32
-// groups on 132 SMs; gate/up: 320 groups, 2 or 3 per SM).
-template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE, bool CBD, int KSPLIT>
-__global__ void __launch_bounds__(KBIT_GEMV_BOUNDS) __cluster_dims__(KSPLIT, 1, 1)
-    kbit_gemv_ks(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
-                 const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
-                 int pdl) {
-    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, false, CBD, KSPLIT>(
-        A, packed, absmax, codebook, C, M, N, Kdim, tensor_scale, 0, 1, (N + 15) / 16, pdl != 0);
 }
 
 // MoE: grid.y = expert slot; slot s multiplies rows offsets[s]..offsets[s+1] of A (tokens

@@ -15,7 +15,6 @@ MAX_M = 16
 DEPTHS = (2,)  # register ring depth (4 measured slower on H200, 2026-11-21)
 TILES = (1, 2)  # token tiles of 8 per MMA
 DUALS = (False, True)  # one or two mma accumulator chains
-KSPLITS = (1, 2, 4)  # CTAs per column group (a thread block cluster sharing its K steps)
 _VARIANTS = (("uint8", True), ("float32", False), ("uint8", False))
 
 
@@ -39,17 +38,6 @@ def _instances():
                                             f"{d}, {mt}, {'true' if du else 'false'}, {'true' if late else 'false'}"
                                             + (f", {'true' if sl else 'false'}, true>" if cbd else
                                                ", true>" if sl else ">"))
-    # the K split over a cluster (kbit_gemv_ks): the runtime format (tiled, E4M4), one token tile,
-    # ring depth 2
-    for k in (2, 3, 4, 5):
-        for t in ("float16", "bfloat16"):
-            for du in DUALS:
-                for late in (False, True):
-                    for cbd in (False, True):
-                        for ksp in KSPLITS[1:]:
-                            inst[("ks", k, t, "uint8", True, du, late, cbd, ksp)] = (
-                                f"kbit_gemv_ks<{k}, {CTYPE[t]}, unsigned char, true, 2, 1, {'true' if du else 'false'}, "
-                                f"{'true' if late else 'false'}, {'true' if cbd else 'false'}, {ksp}>")
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for mt in (1, 2):
@@ -64,7 +52,7 @@ def _instances():
 
 
 GEMV = register("gemv", Family("kbit_gemv.cu", _instances(),
-                               group_of=lambda key: key[:3] if key[0] in ("grouped", "grouped_fused", "grouped_sl", "ks")
+                               group_of=lambda key: key[:3] if key[0] in ("grouped", "grouped_fused", "grouped_sl")
                                else key[:2]))
 
 # Hopper has 132 SMs; the plan aims for enough warps to keep ~all weight bytes in flight.
@@ -80,23 +68,17 @@ def lut_bytes(k: int) -> int:
     return (1 << (2 * k)) * copies * 4
 
 
-def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int = 2, ksplit: int = 1) -> int:
+def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int = 2) -> int:
     """Dynamic shared memory of one GEMV block: pair table, `rows` staged rows of A (K
-    padded to ks steps of 128), the warps' partial sums, the codebook (and with a K split
-    over a cluster, its CTAs' partial sums)."""
-    xr = ksplit * rows * 16 * 4 if ksplit > 1 else 0
-    if ksplit > 1:  # a CTA stages only its own steps of A
-        ks = -(-ks // (warps * ksplit)) * warps
-    return lut_bytes(k) + rows * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4 + xr
+    padded to ks steps of 128), the warps' partial sums, the codebook."""
+    return lut_bytes(k) + rows * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4
 
 
 def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = None, depth: int | None = None,
-         dual: bool | None = None, late: bool | None = None, gpb: int | None = None, pdl: bool = False,
-         ksplit: int | None = None):
+         dual: bool | None = None, late: bool | None = None, gpb: int | None = None, pdl: bool = False):
     """(warps per group, register ring depth, dynamic smem bytes, grid, token tiles,
-    two accumulator chains, ring filled once step 0 landed, groups per block, K split).  A
-    block is warps x 32 by gpb threads: gpb column groups side by side over one pair table;
-    with a K split of s > 1, s blocks (a thread block cluster) share each group's K steps."""
+    two accumulator chains, ring filled once step 0 landed, groups per block).  A block is
+    warps x 32 by gpb threads: gpb column groups side by side over one pair table."""
     groups = -(-N // 16)
     tiles = 1 if M <= 8 else 2
     ks = -(-K // 128)
@@ -142,13 +124,8 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
     gpb = int(gpb)
     if not 1 <= gpb or warps * gpb > 16:
         raise ValueError(f"gemv plan: {gpb} groups of {warps} warps exceed the kernel's 512 threads")
-    ksplit = 1 if ksplit is None else int(ksplit)
-    if ksplit not in KSPLITS:
-        raise ValueError(f"gemv plan: ksplit must be one of {KSPLITS}, got {ksplit}")
-    if ksplit > 1 and (gpb > 1 or tiles > 1):
-        raise ValueError("gemv plan: a K split is instantiated for one group per block and one token tile")
-    return (warps, depth, smem_bytes(k, M, ks, warps * gpb, tiles, itemsize, ksplit), -(-groups // gpb) * ksplit,
-            tiles, bool(dual), late, gpb, ksplit)
+    return (warps, depth, smem_bytes(k, M, ks, warps * gpb, tiles, itemsize), -(-groups // gpb), tiles, bool(dual),
+            late, gpb)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -167,18 +144,12 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=False, cbd=False)
     """(kernel, grid, block, smem, scalar args) for one call shape, built once.  cbd: the
     instantiation with the default codebook compiled in."""
     p = plan(N, K, M, qw.k, **{"pdl": pdl, **dict(plan_override or ())})
-    warps, depth, smem, grid, tiles, dual, late, gpb, ksplit = p
+    warps, depth, smem, grid, tiles, dual, late, gpb = p
     if not fits(N, K, M, qw.k, dev):
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
                          "use kbitcupy.matmul (it dispatches to the GEMM)")
-    if ksplit > 1:
-        if qw.layout != "tiled" or qw.absmax.dtype.name != "uint8":
-            raise ValueError("gemv: a K split (plan ksplit > 1) is instantiated for the tiled layout with E4M4 "
-                             "absmax only")
-        fn = GEMV.function(("ks", qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", dual, late, cbd, ksplit))
-    else:
-        fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late, gpb > 1,
-                            cbd))
+    fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late, gpb > 1,
+                        cbd))
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
     return fn, (grid,), (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K))

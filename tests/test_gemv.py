@@ -16,46 +16,25 @@ DENSE = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "O": (
 @pytest.mark.parametrize("shape", list(DENSE))
 def test_plan_invariants(k, M, shape):
     N, K = DENSE[shape]
-    warps, depth, smem, grid, tiles, dual, late, gpb, ksplit = G.plan(N, K, M, k)
-    assert grid == -(-N // (16 * gpb)) * ksplit and depth in G.DEPTHS and tiles == (1 if M <= 8 else 2)
+    warps, depth, smem, grid, tiles, dual, late, gpb = G.plan(N, K, M, k)
+    assert grid == -(-N // (16 * gpb)) and depth in G.DEPTHS and tiles == (1 if M <= 8 else 2)
     assert 1 <= gpb and warps * gpb <= 16  # the kernel's 512-thread launch bound
     assert warps in (4, 8, 16) and warps <= -(-K // 128)
     assert not (late and tiles == 2)  # LATE is only instantiated for one token tile
     assert not (dual and k == 5)      # k = 5: one chain (measured)
-    ks = -(-K // 128) if ksplit == 1 else -(-K // (128 * warps * ksplit)) * warps  # staged steps of A
-    xr = 0 if ksplit == 1 else ksplit * M * 16 * 4
-    assert smem == G.lut_bytes(k) + M * ks * 128 * 2 + gpb * warps * 128 * tiles * 4 + 128 + xr
+    assert smem == G.lut_bytes(k) + M * -(-K // 128) * 128 * 2 + gpb * warps * 128 * tiles * 4 + 128
     for cbd in (False, True):  # the codebook loaded, or the default one compiled in
-        key = ((k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1, cbd) if ksplit == 1 else
-               ("ks", k, "float16", "uint8", True, dual, late, cbd, ksplit))
+        key = (k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1, cbd)
         assert key in G.GEMV.instances  # every plan names a compiled instantiation
-
-
-def test_ksplit_plans():
-    """A K split over a cluster: grid = groups x ksplit, the CTA stages only its own steps of A
-    plus ksplit x M x 16 partial sums; only 1, 2, 4 and one group per block, one token tile."""
-    N, K = DENSE["KV"]
-    p = G.plan(N, K, 1, 4, ksplit=4, warps=4)
-    assert p[3] == 32 * 4 and p[8] == 4 and p[0] == 4
-    assert p[2] == G.lut_bytes(4) + 1 * 4 * 128 * 2 + 4 * 128 * 4 + 128 + 4 * 16 * 4
-    assert G.plan(*DENSE["down"], 2, 4, ksplit=2, warps=8)[2] == (
-        G.lut_bytes(4) + 2 * 24 * 128 * 2 + 8 * 128 * 4 + 128 + 2 * 2 * 16 * 4)  # 40 steps: 3 of 16 warps -> 24
-    for bad in (dict(ksplit=3, warps=4), dict(ksplit=8, warps=4)):
-        with pytest.raises(ValueError, match="ksplit"):
-            G.plan(N, K, 1, 4, **bad)
-    with pytest.raises(ValueError, match="K split"):
-        G.plan(N, K, 9, 4, ksplit=2, warps=4)  # two token tiles
-    with pytest.raises(ValueError, match="K split"):
-        G.plan(N, K, 1, 5, ksplit=2, warps=4, gpb=2)
 
 
 def test_k5_wide_shapes_put_an_sms_share_of_groups_in_one_block():
     # k = 5: gate/up's 320 groups as 107 blocks of 3 x 4 warps, Q's 256 as 128 blocks of 2 x 8
     # (one pair table per SM), at one token tile; k = 4 and the narrow shapes one group per block
     for M in (1, 2, 4, 8):
-        warps, _, smem, grid, _, _, _, gpb, _ = G.plan(*DENSE["gateup"], M, 5)
+        warps, _, smem, grid, _, _, _, gpb = G.plan(*DENSE["gateup"], M, 5)
         assert (warps, gpb, grid) == (4, 3, 107) and smem <= SMEM_LIMIT
-        warps, _, smem, grid, _, _, _, gpb, _ = G.plan(*DENSE["Q"], M, 5)
+        warps, _, smem, grid, _, _, _, gpb = G.plan(*DENSE["Q"], M, 5)
         assert (warps, gpb, grid) == (8, 2, 128) and smem <= SMEM_LIMIT
     assert G.plan(*DENSE["gateup"], 9, 5)[7] == 1  # two token tiles: not instantiated with slices
     # launched with PDL, M <= 2 keeps one group per block (the table build overlaps the previous kernel)

@@ -135,49 +135,6 @@ def test_gemv_slices(layout, rng):
                     assert err < TOL[np.dtype(dt).name], (name, M, pdl)
 
 
-@pytest.mark.parametrize("k", [2, 3, 4, 5])
-def test_gemv_ksplit(k, rng):
-    """A group's K steps split over a cluster of 2 or 4 CTAs (kbit_gemv_ks): against the
-    reference for every warp count, chain and ring order, fp16 / bf16, the default codebook
-    (compiled in) and another one (loaded); K tails (K % 128 == 64, K % 64 == 32); more of the
-    cluster's warps than steps (CTAs with no steps); a repeat is bit-identical; with PDL."""
-    import cupy as cp
-    from dataclasses import replace
-
-    other = cp.asarray(np.linspace(-1, 1, 1 << k, dtype=np.float32) ** 3)
-    plans = [(("ksplit", s), ("warps", w), ("dual", d), ("late", lt)) for s in (2, 4) for w in (1, 3, 4, 8)
-             for d in (False, True) for lt in (False, True)]
-    for N, K in ((1040, 2080), (272, 2112), (144, 4160), (8, 160)):
-        q, Wd = _weight(cp, (N, K), k, "tiled", rng)
-        qo = replace(q, codebook=other)
-        Wo = kb.dequantize(qo, np.float32).astype(cp.float64)
-        for M in (1, 3, 8):
-            for dt in (np.float16, kb.bfloat16):
-                A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
-                A64 = A.astype(cp.float64)
-                for w, W_ in ((q, Wd), (qo, Wo)):
-                    ref, mag = A64 @ W_.T, cp.abs(A64) @ cp.abs(W_).T
-                    for ov in (plans if w is q else plans[::5]):
-                        out = cp.full((M, N), np.nan, dtype=dt)
-                        gemv(A, w, out, plan_override=ov)
-                        assert not bool(cp.isnan(out).any()), (N, K, M, ov)
-                        assert _rel_err(out, ref, mag, K) < TOL[np.dtype(dt).name], (N, K, M, ov)
-                        again = cp.full((M, N), np.nan, dtype=dt)
-                        gemv(A, w, again, plan_override=ov)
-                        assert bool((again.view(cp.uint16) == out.view(cp.uint16)).all()), (N, K, M, ov)
-    q, Wd = _weight(cp, DENSE["KV"], k, "tiled", rng)
-    A = cp.asarray(rng.standard_normal((2, 2048), dtype=np.float32)).astype(cp.float16)
-    out = cp.full((2, 512), np.nan, dtype=cp.float16)
-    with kb.pdl(True):
-        gemv(A, q, out, plan_override=(("ksplit", 4), ("warps", 4)))
-    assert _rel_err(out, A.astype(cp.float64) @ Wd.T) < TOL["float16"]
-    with pytest.raises(ValueError, match="ksplit"):
-        gemv(A, q, out, plan_override=(("ksplit", 3), ("warps", 4)))
-    qf, _ = _weight(cp, DENSE["KV"], k, "flat_f32", rng)
-    with pytest.raises(ValueError, match="K split"):
-        gemv(A, qf, out, plan_override=(("ksplit", 2), ("warps", 4)))
-
-
 def test_codebook_nondefault(rng):
     import cupy as cp
 
