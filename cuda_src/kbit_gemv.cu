@@ -121,6 +121,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // Single-group blocks re-read blockIdx instead of keeping the group in a register.
     int grp = grp0;  // the launchers keep grid.x <= ngroups
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
+#ifdef KBIT_EXPERIMENT_RING_EARLY  // experiment: the whole ring requested before the prologue
+    if (!MULTI) fill_ring();
+#endif
 #ifndef KBIT_EXPERIMENT_CB_CONST
     // CBD: the weight's codebook is the default one, whose levels are immediates: no load.  A
     // compile-time choice: the same select chain behind a runtime flag, beside the load, measured
@@ -133,6 +136,25 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // row outside [0, a_nrows) reading as zeros; AMODE 2 (SwiGLU fused in): the row holds
     // [gate | up] of Kdim each (stride 2 Kdim) and the staged value is silu(gate) * up,
     // rounded once (as kbit_silu_mul).
+    // AMODE 2 without pdl: the thread's first chunk of gate / up is requested before the pair
+    // table is built (prefetch_A2) and combined after it, so the table build overlaps that load
+    // instead of waiting behind it.
+    uint4 pre_g = make_uint4(0u, 0u, 0u, 0u), pre_u = pre_g;
+    bool pre_ok = false;
+    auto prefetch_A2 = [&]() {
+        const int kpad = KS * 128;
+        if constexpr (AMODE == 2) {
+            if ((int)tid < M * (kpad / 8)) {
+                const int m = (int)tid / (kpad / 8), kk = ((int)tid % (kpad / 8)) * 8;
+                if (kk < Kdim) {
+                    const T* src = A + (long)m * (2 * Kdim) + kk;
+                    pre_g = *reinterpret_cast<const uint4*>(src);
+                    pre_u = *reinterpret_cast<const uint4*>(src + Kdim);
+                }
+                pre_ok = true;
+            }
+        }
+    };
     auto stage_A = [&]() {
         const int kpad = KS * 128;
         const int chunks = M * (kpad / 8);
@@ -149,8 +171,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             } else {
                 if (kk < Kdim) {
                     const T* src = A + (long)m * (2 * Kdim) + kk;
-                    const uint4 gw = *reinterpret_cast<const uint4*>(src);
-                    const uint4 uw = *reinterpret_cast<const uint4*>(src + Kdim);
+                    const bool pre = pre_ok && c == (int)tid;
+                    const uint4 gw = pre ? pre_g : *reinterpret_cast<const uint4*>(src);
+                    const uint4 uw = pre ? pre_u : *reinterpret_cast<const uint4*>(src + Kdim);
                     const T* g8 = reinterpret_cast<const T*>(&gw);
                     const T* u8v = reinterpret_cast<const T*>(&uw);
                     uint4 r;
@@ -170,7 +193,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // A): weights, codebook and pair table first, A only after griddepcontrol.wait.
     // Otherwise A is requested first, so it lands while the table is built (pdl's
     // order costs ~6 % without the overlap; H200, 2026-11-22, profiling/pdl_ab.py).
-    if (!pdl) stage_A();
+    if (!pdl) {
+        if (AMODE == 2) prefetch_A2();  // staged after the table build
+        else stage_A();
+    }
     // Codebook to shared memory, then the pair table; A lands meanwhile.
     {
         if (tid < 32) cb_s[tid] = cb_v;
@@ -185,6 +211,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         if (pdl) {  // A may come from the previous grid: wait for it only now
             griddep_wait();
             stage_A();
+        } else if (AMODE == 2) {
+            stage_A();
         }
         cp_async_wait<0>();
         __syncthreads();
@@ -196,7 +224,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) KTR(3, probe_clock());
 #endif
+#ifndef KBIT_EXPERIMENT_RING_EARLY
     if (!MULTI && !LATE) fill_ring();
+#endif
 
     const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
     const T* a_row = a_s + (long)g * KS * 128 + t * 32;
@@ -236,7 +266,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                     if (lane == 0 && warp < 8 && sl < 2) KTR(4 + 4 * warp + 2 * sl, probe_clock_after(wA[0] ^ wB[0]));
 #endif
                     if (sl + D < S) load_step(j, sl + D);
+#ifndef KBIT_EXPERIMENT_RING_EARLY
                     if (LATE && !MULTI && sl == 0) fill_ring();  // once step 0 has landed
+#endif
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
                     block_pair_mma<K, T, MT>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive

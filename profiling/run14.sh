@@ -12,6 +12,11 @@
 #   STEP=final: the whole GPU suite and compute-sanitizer memcheck (~6 min).
 #   STEP=tables: the dense table M = 1..16 (GEMV, STREAM, WGMMA, matmul, matmul+PDL; TAG, default
 #     final20) and the MoE table + layer step (moe-TAG).  ~5 min.
+#   STEP=ring: with the absmax stall gone, the ring order decisions again (they were measured with it):
+#     gemv_ab variants -DKBIT_EXPERIMENT_RING_EARLY (the whole register ring requested before the
+#     prologue), with ring depth 3 / 4; and the MoE layer step (the fused SwiGLU staging's first
+#     chunk requested before the pair table) against the previous tree (ab_prev = git archive of
+#     95bac27's kbitcupy, cuda_src and bench scripts; carried).  GEMV / grouped GPU tests first.
 #   OUT=/tmp/out STEP=final bash profiling/run14.sh
 . profiling/run_env.sh
 W=$OUT/work; mkdir -p $W
@@ -31,6 +36,21 @@ if [ "$STEP" = scale ]; then
   grep "TOTAL" "$W/ab_pdl.log"
   MOE_VARIANTS="prev:src=$PREV" KS=4 MS=1,4,8,16 timeout 100 python3 profiling/moe_ab.py --out "$W" > "$W/moe_ab.log" 2>&1
   tail -30 "$W/moe_ab.log"
+fi
+if [ "$STEP" = ring ]; then
+  python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1
+  echo "# $GPU, $(date -I): pytest -q -m gpu tests/test_gemv_gpu.py -k 'plans_agree or slices or edge' tests/test_grouped_gpu.py -k 'moe_forward or fused or uneven or slices'" > "$W/gpu_tests.log"
+  timeout 150 python3 -m pytest -q -m gpu tests/test_gemv_gpu.py tests/test_grouped_gpu.py \
+      -k "plans_agree or slices or edge or moe_forward or fused or uneven" >> "$W/gpu_tests.log" 2>&1
+  tail -1 "$W/gpu_tests.log"
+  V="early:-DKBIT_EXPERIMENT_RING_EARLY;early_d3:-DKBIT_EXPERIMENT_RING_EARLY +depth=3;early_d4:-DKBIT_EXPERIMENT_RING_EARLY +depth=4"
+  AB_VARIANTS="$V" KS=2,4,5 MS=1,4 timeout 120 python3 profiling/gemv_ab.py --out "$W" > "$W/ab.log" 2>&1
+  grep -E "^TOTAL" "$W/ab.log"
+  KBITCUPY_PDL=1 AB_VARIANTS="$V" KS=4,5 MS=1 timeout 50 python3 profiling/gemv_ab.py > "$W/ab_pdl.log" 2>&1
+  grep -E "^TOTAL" "$W/ab_pdl.log"
+  OUT=$W PREV_TREE=ab_prev AB_TAG=layer14 WARM="grouped gemv" AB_TIMEOUT=80 \
+      AB_ARGS="--shapes none --moe-layer --k 4 --layer-T 1,8 --reps 15" bash profiling/tree_ab.sh 2>&1 | tail -3
+  grep -h -E "^\| (1|8) \| 4" "$W"/*layer14-*.md
 fi
 if [ "$STEP" = final ]; then
   python3 profiling/warm_cache.py 2>&1 | tail -1
