@@ -121,7 +121,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // Single-group blocks re-read blockIdx instead of keeping the group in a register.
     int grp = grp0;  // the launchers keep grid.x <= ngroups
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
-#ifdef KBIT_EXPERIMENT_RING_EARLY  // experiment: the whole ring requested before the prologue
+// Experiment hook: the whole ring requested before the prologue.  H100, 2026-11-25 (after the
+// absmax fix): k = 4 M = 1 TOTAL 3 % slower, k = 2 / 5 equal, with PDL 1 % faster (run14.sh ring).
+#ifdef KBIT_EXPERIMENT_RING_EARLY
     if (!MULTI) fill_ring();
 #endif
 #ifndef KBIT_EXPERIMENT_CB_CONST
@@ -136,25 +138,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // row outside [0, a_nrows) reading as zeros; AMODE 2 (SwiGLU fused in): the row holds
     // [gate | up] of Kdim each (stride 2 Kdim) and the staged value is silu(gate) * up,
     // rounded once (as kbit_silu_mul).
-    // AMODE 2 without pdl: the thread's first chunk of gate / up is requested before the pair
-    // table is built (prefetch_A2) and combined after it, so the table build overlaps that load
-    // instead of waiting behind it.
-    uint4 pre_g = make_uint4(0u, 0u, 0u, 0u), pre_u = pre_g;
-    bool pre_ok = false;
-    auto prefetch_A2 = [&]() {
-        const int kpad = KS * 128;
-        if constexpr (AMODE == 2) {
-            if ((int)tid < M * (kpad / 8)) {
-                const int m = (int)tid / (kpad / 8), kk = ((int)tid % (kpad / 8)) * 8;
-                if (kk < Kdim) {
-                    const T* src = A + (long)m * (2 * Kdim) + kk;
-                    pre_g = *reinterpret_cast<const uint4*>(src);
-                    pre_u = *reinterpret_cast<const uint4*>(src + Kdim);
-                }
-                pre_ok = true;
-            }
-        }
-    };
     auto stage_A = [&]() {
         const int kpad = KS * 128;
         const int chunks = M * (kpad / 8);
@@ -171,9 +154,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             } else {
                 if (kk < Kdim) {
                     const T* src = A + (long)m * (2 * Kdim) + kk;
-                    const bool pre = pre_ok && c == (int)tid;
-                    const uint4 gw = pre ? pre_g : *reinterpret_cast<const uint4*>(src);
-                    const uint4 uw = pre ? pre_u : *reinterpret_cast<const uint4*>(src + Kdim);
+                    const uint4 gw = *reinterpret_cast<const uint4*>(src);
+                    const uint4 uw = *reinterpret_cast<const uint4*>(src + Kdim);
                     const T* g8 = reinterpret_cast<const T*>(&gw);
                     const T* u8v = reinterpret_cast<const T*>(&uw);
                     uint4 r;
@@ -193,10 +175,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // A): weights, codebook and pair table first, A only after griddepcontrol.wait.
     // Otherwise A is requested first, so it lands while the table is built (pdl's
     // order costs ~6 % without the overlap; H200, 2026-11-22, profiling/pdl_ab.py).
-    if (!pdl) {
-        if (AMODE == 2) prefetch_A2();  // staged after the table build
-        else stage_A();
-    }
+    if (!pdl) stage_A();
     // Codebook to shared memory, then the pair table; A lands meanwhile.
     {
         if (tid < 32) cb_s[tid] = cb_v;
@@ -210,8 +189,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #endif
         if (pdl) {  // A may come from the previous grid: wait for it only now
             griddep_wait();
-            stage_A();
-        } else if (AMODE == 2) {
             stage_A();
         }
         cp_async_wait<0>();
