@@ -15,8 +15,10 @@
 #   STEP=ring: with the absmax stall gone, the ring order decisions again (they were measured with it):
 #     gemv_ab variants -DKBIT_EXPERIMENT_RING_EARLY (the whole register ring requested before the
 #     prologue), with ring depth 3 / 4; and the MoE layer step (the fused SwiGLU staging's first
-#     chunk requested before the pair table) against the previous tree (ab_prev = git archive of
+#     chunk requested before the pair table; reverted after) against the previous tree (ab_prev = git archive of
 #     95bac27's kbitcupy, cuda_src and bench scripts; carried).  GEMV / grouped GPU tests first.
+#   STEP=plans: the plan rules were tuned with the absmax stall in place: gemv_ab with plan overrides
+#     (late, dual, warps) on every dense shape, k = 2, 4, 5, M = 1, 4.
 #   OUT=/tmp/out STEP=final bash profiling/run14.sh
 . profiling/run_env.sh
 W=$OUT/work; mkdir -p $W
@@ -51,6 +53,12 @@ if [ "$STEP" = ring ]; then
   OUT=$W PREV_TREE=ab_prev AB_TAG=layer14 WARM="grouped gemv" AB_TIMEOUT=80 \
       AB_ARGS="--shapes none --moe-layer --k 4 --layer-T 1,8 --reps 15" bash profiling/tree_ab.sh 2>&1 | tail -3
   grep -h -E "^\| (1|8) \| 4" "$W"/*layer14-*.md
+fi
+if [ "$STEP" = plans ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  P="l0:late=0;l1:late=1;d0:dual=0;d1:dual=1;w4:warps=4;w8:warps=8;w16:warps=16"
+  AB_PLANS="$P" KS=2,4,5 MS=1,4 timeout 200 python3 profiling/gemv_ab.py --out "$W" > "$W/ab.log" 2>&1
+  grep -v "^#" "$W/ab.log"
 fi
 if [ "$STEP" = final ]; then
   python3 profiling/warm_cache.py 2>&1 | tail -1
