@@ -19,6 +19,8 @@
 #     95bac27's kbitcupy, cuda_src and bench scripts; carried).  GEMV / grouped GPU tests first.
 #   STEP=plans: the plan rules were tuned with the absmax stall in place: gemv_ab with plan overrides
 #     (late, dual, warps) on every dense shape, k = 2, 4, 5, M = 1, 4.
+#   STEP=trace: the decode GEMV's timeline after the absmax fix (gemv_trace.py: KV, gate/up, Q at k = 4)
+#     and check_kv_matmul.py (matmul vs the GEMV column on KV).
 #   OUT=/tmp/out STEP=final bash profiling/run14.sh
 . profiling/run_env.sh
 W=$OUT/work; mkdir -p $W
@@ -59,6 +61,12 @@ if [ "$STEP" = plans ]; then
   P="l0:late=0;l1:late=1;d0:dual=0;d1:dual=1;w4:warps=4;w8:warps=8;w16:warps=16"
   AB_PLANS="$P" KS=2,4,5 MS=1,4 timeout 200 python3 profiling/gemv_ab.py --out "$W" > "$W/ab.log" 2>&1
   grep -v "^#" "$W/ab.log"
+fi
+if [ "$STEP" = trace ]; then
+  SHAPES=KV,gateup,Q KS=4 timeout 100 python3 profiling/gemv_trace.py > "$W/trace.log" 2>&1
+  cat "$W/trace.log"
+  timeout 100 python3 profiling/check_kv_matmul.py > "$W/kv_matmul.log" 2>&1
+  cat "$W/kv_matmul.log"
 fi
 if [ "$STEP" = final ]; then
   python3 profiling/warm_cache.py 2>&1 | tail -1
