@@ -7,7 +7,9 @@
 #     shape, k = 2, 4, 5, M = 1, 4, and k = 4 M = 1 with PDL (..._ksplit14.log).
 #   STEP=scale: the absmax decode moved from the load to the use (no stall on the absmax byte
 #     right after the ring's loads): GEMV + grouped GPU tests, gemv_ab against the previous source
-#     (profiling/prev_gemv_d50b44d.cu, the same plan), k = 2..5, M = 1, 2, 4
+#     (profiling/prev_gemv_d50b44d.cu, the same plan; not kept in the tree: write it here first with
+#     `python3 profiling/gemv_ab.py --make-baseline d50b44d && mv profiling/baseline_gemv_d50b44d.cu
+#     profiling/prev_gemv_d50b44d.cu`, and it travels as an untracked file), k = 2..5, M = 1, 2, 4
 #     (k = 4, 5 M = 1 with PDL), moe_ab against the previous grouped GEMV.  ~6 min.
 #   STEP=final: the whole GPU suite and compute-sanitizer memcheck (~6 min).
 #   STEP=tables: the dense table M = 1..16 (GEMV, STREAM, WGMMA, matmul, matmul+PDL; TAG, default
