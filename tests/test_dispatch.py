@@ -155,16 +155,19 @@ def test_shapes_from_timings_stream_band(tables):
         t[(4, "float16", 512, 2048, M)] = {n: (x if n != "stream" else x + 100) for n, x in us.items()}
         t[(3, "float16", 512, 2048, M)] = {n: x for n, x in us.items() if n != "wgmma"}
     sh = D.shapes_from_timings(t)
-    assert sh[(4, 2048, 5120)] == (8, 64, 16, 64, 16, 32)
-    assert sh[(4, 512, 2048)] == (8, 64, 16, 64)
-    assert sh[(3, 512, 2048)] == (8, 32, 1, 0, 16, 32)  # no wgmma band: (1, 0)
+    # the GEMV's band ends at 8 rows and the stream / wgmma kernel wins the next measured M (16):
+    # their bands start at 9 (M = 9..15 costs every kernel the tiles of M = 16)
+    assert sh[(4, 2048, 5120)] == (8, 64, 9, 64, 9, 32)
+    assert sh[(4, 512, 2048)] == (8, 64, 9, 64)
+    assert sh[(3, 512, 2048)] == (8, 32, 1, 0, 9, 32)  # no wgmma band: (1, 0)
     e = D.entry_from_timings(t, gemv_max_m=8)
     e["shapes"] = sh
     D.set_table("T", e)
     c = lambda M, N, K, k=4: D.choose(M, N, K, k, family="T")  # noqa: E731
     assert [c(M, 2048, 5120) for M in (1, 8, 9, 16, 24, 32, 33, 64, 65)] == \
-        ["gemv", "gemv", "gemm", "stream", "stream", "stream", "wgmma", "wgmma", "dq"]
-    assert [c(M, 512, 2048, 3) for M in (8, 12, 16, 32, 33)] == ["gemv", "gemm", "stream", "stream", "dq"]
+        ["gemv", "gemv", "stream", "stream", "stream", "stream", "wgmma", "wgmma", "dq"]
+    assert [c(M, 512, 2048, 3) for M in (8, 12, 16, 32, 33)] == ["gemv", "stream", "stream", "stream", "dq"]
+    assert [c(M, 512, 2048) for M in (8, 9, 15, 16, 32)] == ["gemv", "wgmma", "wgmma", "wgmma", "wgmma"]
     assert c(16, 3000, 3000) != "stream"  # size bands: never the streaming GEMV
 
 
@@ -227,8 +230,9 @@ def test_h100_table_is_measured():
     after the GEMV's absmax decode moved to its use), not the default's."""
     assert D.TABLES["H100"] != D.TABLES["default"]
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
-    # gate/up M = 8 (final20, H100): GEMV 7.65 vs stream 7.88 us
-    assert [c(M, 5120, 2048, 4) for M in (1, 4, 8, 16, 32, 64)] == ["gemv", "gemv", "gemv", "stream", "stream", "stream"]
+    # gate/up M = 8 (final20, H100): GEMV 7.65 vs stream 7.88 us; M = 9..15 the stream (8.4 us at 16)
+    assert [c(M, 5120, 2048, 4) for M in (1, 4, 8, 9, 12, 16, 32, 64)] == \
+        ["gemv", "gemv", "gemv", "stream", "stream", "stream", "stream", "stream"]
     # k = 2 down M = 8 (final20): GEMV 6.22 vs stream 6.96 us
     assert [c(M, 2048, 5120, 2) for M in (8, 16, 24)] == ["gemv", "stream", "stream"]
     # down M = 128 (final18, H100): wgmma 17.79 vs dq 22.17 us
