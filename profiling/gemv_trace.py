@@ -41,8 +41,15 @@ def main():
             out = cp.empty((1, N), cp.float16)
             p = G.plan(N, K, 1, k)
             warps, depth, smem, grid, tiles = p[:5]
-            expr = G.GEMV.instances[(k, "float16", "uint8", True) + (depth, tiles) + tuple(p[5:7]) + (False, q.default_codebook)]
-            mod = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(("-DKBIT_TRACE",) + tuple(os.environ.get("TRACE_OPTS", "").split())),
+            key = (k, "float16", "uint8", True) + (depth, tiles) + tuple(p[5:7]) + (False, q.default_codebook)
+            expr = G.GEMV.instances[key]
+            # The trace build takes more registers (gate/up k = 4: 88 against 76), which cost it the
+            # third block per SM that the kernel itself gets: cap it at the kernel's blocks per SM.
+            prod = G.GEMV.function(key)
+            per_warp = -(-prod.num_regs * 32 // 256) * 256
+            minb = max(1, min(65536 // (per_warp * warps), (228 * 1024) // (smem + 1024), 32))
+            opts = ("-DKBIT_TRACE", f"-DKBIT_GEMV_BOUNDS={warps * 32},{minb}")
+            mod = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(opts + tuple(os.environ.get("TRACE_OPTS", "").split())),
                                name_expressions=[expr])
             fn = mod.get_function(expr)
             fn.max_dynamic_shared_size_bytes = smem
@@ -63,7 +70,8 @@ def main():
             g0, c0 = t[:, 0].astype(np.int64), t[:, 1].astype(np.int64)
             start = (g0 - g0.min())
             span = (t[:, 45].astype(np.int64).max() - g0.min())
-            print(f"\n## {name} k={k} M=1: grid {grid} x {warps} warps, smem {smem}; event {ev:.2f} us "
+            print(f"\n## {name} k={k} M=1: grid {grid} x {warps} warps, smem {smem}; registers {fn.num_regs} (the "
+                  f"kernel: {prod.num_regs}; capped for {minb} blocks per SM); event {ev:.2f} us "
                   f"(runs: {' '.join(f'{r[0]:.1f}' for r in runs)}); globaltimer span {span} ns")
             sms = np.bincount(t[:, 2].astype(np.int64), minlength=132)
             print(f"blocks per SM: {np.bincount(sms)}")
