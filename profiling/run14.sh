@@ -23,6 +23,9 @@
 #     (late, dual, warps) on every dense shape, k = 2, 4, 5, M = 1, 4.
 #   STEP=trace: the decode GEMV's timeline after the absmax fix (gemv_trace.py: KV, gate/up, Q at k = 4)
 #     and check_kv_matmul.py (matmul vs the GEMV column on KV).
+#   STEP=gap (prepared, not run): the M between the GEMV's band and the next measured M, which the
+#     dispatch rule now gives to the kernel that wins M = 16: bench at M = 9, 12, 15, every kernel
+#     column and matmul (TAG, default gap15).
 #   OUT=/tmp/out STEP=final bash profiling/run14.sh
 . profiling/run_env.sh
 W=$OUT/work; mkdir -p $W
@@ -69,6 +72,12 @@ if [ "$STEP" = trace ]; then
   cat "$W/trace.log"
   timeout 100 python3 profiling/check_kv_matmul.py > "$W/kv_matmul.log" 2>&1
   cat "$W/kv_matmul.log"
+fi
+if [ "$STEP" = gap ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm 2>&1 | tail -1
+  timeout 300 python3 profiling/bench.py --out "$W" --M 9,12,15 --k 2,4,5 --columns GEMV,STREAM,WGMMA,GEMM,matmul \
+      --reps 15 --tag ${TAG:-gap15} > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log"
 fi
 if [ "$STEP" = final ]; then
   python3 profiling/warm_cache.py 2>&1 | tail -1
