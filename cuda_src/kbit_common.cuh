@@ -65,15 +65,12 @@ __device__ __forceinline__ u32 e4m4_encode(float a) {
     return (u32)__float2int_rn(a * 16384.0f);
 }
 
-// absmax in its storage formats -> float scale
-__device__ __forceinline__ float load_scale(const u8* p, long i) { return e4m4_decode(p[i]); }
-__device__ __forceinline__ float load_scale(const float* p, long i) { return p[i]; }
-__device__ __forceinline__ float load_scale(const __half* p, long i) { return __half2float(p[i]); }
-// The same as raw storage bits (0 decodes to 0.0 in every format), decoded where the scale is
-// used (scale_from_raw): a ring slot's loads sit in a branch (past K or N: zeros), and a decode
-// there made the warp wait for its absmax byte right after issuing the load, before the
-// prologue or the step it overlaps (SASS: the decode next to the LDG.U8).  H100, 2026-11-25: decode
-// GEMV dense TOTAL k = 4 M = 1 -3.6 % (-9.2 % with PDL), k = 2 -7.9 %; grouped GEMV -6..-8 %
+// absmax in its storage formats: the raw storage bits (0 decodes to 0.0 in every format), and
+// the float scale from them.  Ring buffers keep the raw bits and decode where the scale is used
+// (scale_from_raw): a ring slot's loads sit in a branch (past K or N: zeros), and a decode there
+// made the warp wait for its absmax byte right after issuing the load, before the prologue or
+// the step it overlaps (SASS: the decode next to the LDG.U8).  H100, 2026-11-25: decode GEMV
+// dense TOTAL k = 4 M = 1 -3.6 % (-9.2 % with PDL), k = 2 -7.9 %; grouped GEMV -6..-8 %
 // (profiling/NOTES.md, fourteenth session).
 __device__ __forceinline__ u32 load_scale_raw(const u8* p, long i) { return p[i]; }
 __device__ __forceinline__ u32 load_scale_raw(const float* p, long i) { return __float_as_uint(p[i]); }
@@ -84,6 +81,9 @@ template <> __device__ __forceinline__ float scale_from_raw<float>(u32 r) { retu
 template <> __device__ __forceinline__ float scale_from_raw<__half>(u32 r) {
     return __half2float(__ushort_as_half((unsigned short)r));
 }
+// Load and decode at once (where nothing else could overlap the load).
+template <typename ABS>
+__device__ __forceinline__ float load_scale(const ABS* p, long i) { return scale_from_raw<ABS>(load_scale_raw(p, i)); }
 
 // ---------------------------------------------------------------- bit planes
 // Index of element j from k bit-plane words.
