@@ -27,6 +27,18 @@ def env_variants(var):
     return [(v.split(":")[0], tuple(v.split(":", 1)[1].split())) for v in os.environ.get(var, "").split(";") if v]
 
 
+def variant_parts(tokens, source):
+    """A variant's tokens -> (plan override ((key, int), ...) or None, compiler options, source text):
+    '+key=int' overrides the plan, 'src=FILE' builds FILE (e.g. a revision's source written by
+    gemv_ab.py --make-baseline) instead of cuda_src/<source>, every other token is an option."""
+    from kbitcupy._compile import read_source
+
+    ov = tuple((t[1:].split("=")[0], int(t.split("=")[1])) for t in tokens if t.startswith("+")) or None
+    opts = tuple(t for t in tokens if not t.startswith(("+", "src=")))
+    src = [t[4:] for t in tokens if t.startswith("src=")]
+    return ov, opts, open(src[0]).read() if src else read_source(source)
+
+
 def env_plans(var):
     """$var = "name:key=1,other=2;..." -> [(name, ((key, 1), (other, 2)))] (A/B columns with a plan override)."""
     return [(v.split(":")[0], tuple((a.split("=")[0], int(a.split("=")[1])) for a in v.split(":")[1].split(",")))

@@ -22,10 +22,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
-from bench_foundation import SHAPES, dense_cases, env_plans, env_variants, sol_time, time_rotated  # noqa: E402
+from bench_foundation import (SHAPES, dense_cases, env_plans, env_variants, sol_time, time_rotated,  # noqa: E402
+                              variant_parts)
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy import _pdl  # noqa: E402
-from kbitcupy._compile import _options, inline_source, read_source  # noqa: E402
+from kbitcupy._compile import _options, inline_source  # noqa: E402
 from kbitcupy.quantize import CTYPE  # noqa: E402
 
 _VMOD = {}
@@ -122,9 +123,7 @@ def main():
             row["cbload_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
             row["cbload"] = time_rotated([lambda c=c: G.gemv(A, c, out) for c in lcs])
         for vname, vtoks in variants:  # the current source built with extra -D flags
-            ov = tuple((t[1:].split("=")[0], int(t.split("=")[1])) for t in vtoks if t.startswith("+")) or None
-            vopts = tuple(t for t in vtoks if not t.startswith("+") and not t.startswith("src="))
-            vsrc = [t[4:] for t in vtoks if t.startswith("src=")]  # another source file (e.g. a revision's)
+            ov, vopts, vcode = variant_parts(vtoks, "kbit_gemv.cu")
             pl = G.plan(N, K, M, k, **dict(ov or ()))
             grid, block, smem = (pl[3],), (pl[0] * 32, pl[7]), pl[2]
             # formatted here, not looked up: a probe may use a depth the package does not instantiate
@@ -136,9 +135,7 @@ def main():
                     smem += 1024 * (1 << int(t.split("=")[1])) * 4 - G.lut_bytes(5)
             key = (vname, expr)
             if key not in _VMOD:
-                _VMOD[key] = cp.RawModule(code=open(vsrc[0]).read() if vsrc else read_source("kbit_gemv.cu"),
-                                          options=_options(vopts),
-                                          name_expressions=[expr]).get_function(expr)
+                _VMOD[key] = cp.RawModule(code=vcode, options=_options(vopts), name_expressions=[expr]).get_function(expr)
             vf = _VMOD[key]
             vf.max_dynamic_shared_size_bytes = smem
             # the current source's arguments, as kbitcupy.gemv passes them

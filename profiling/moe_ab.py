@@ -15,33 +15,33 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
 from kbitcupy import bench as B  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
-from kbitcupy._compile import _options, read_source  # noqa: E402
+from bench_foundation import variant_parts  # noqa: E402
+from kbitcupy._compile import _options  # noqa: E402
 from kbitcupy.grouped import _err_buffer, _launch  # noqa: E402
 
 _MODS = {}
 
 
-def variant_kernel(opts, key):
-    """kbit_gemv_grouped of the current source (or of the file named by a src=FILE token, e.g. an
-    earlier revision's source from `gemv_ab.py --make-baseline`) built with extra options."""
+def variant_kernel(toks, key):
+    """kbit_gemv_grouped of the current source (or of a src=FILE token's file) built with a variant's
+    extra options (bench_foundation.variant_parts)."""
     expr = G.GEMV.instances[key]
-    if (opts, expr) not in _MODS:
-        src = [o[4:] for o in opts if o.startswith("src=")]
-        code = open(src[0]).read() if src else read_source("kbit_gemv.cu")
-        _MODS[(opts, expr)] = cp.RawModule(code=code, options=_options(tuple(o for o in opts if not o.startswith("src="))),
+    if (toks, expr) not in _MODS:
+        _, opts, code = variant_parts(toks, "kbit_gemv.cu")
+        _MODS[(toks, expr)] = cp.RawModule(code=code, options=_options(opts),
                                            name_expressions=[expr]).get_function(expr)
-    return _MODS[(opts, expr)]
+    return _MODS[(toks, expr)]
 
 
 def column(name, toks):
-    ov = tuple((t[1:].split("=")[0], int(t.split("=")[1])) for t in toks if t.startswith("+")) or None
-    opts = tuple(t for t in toks if not t.startswith("+"))
-    kern = functools.partial(variant_kernel, opts) if opts else None
+    ov = variant_parts(toks, "kbit_gemv.cu")[0]
+    kern = functools.partial(variant_kernel, toks) if any(not t.startswith("+") for t in toks) else None
 
     def launch(c):
         return G.grouped_gemv(c.A, c.bank, c.ids, c.offsets, c.out, c.M, _err_buffer(), ov, kern)
