@@ -29,6 +29,11 @@ def _default_bits(k: int) -> bytes:
     return R.create_codebook(k).astype(np.float32).tobytes()
 
 
+def _host_is_default(cb, k: int) -> bool:
+    """A host float32 codebook of 2^k levels holds exactly create_codebook(k)."""
+    return np.ascontiguousarray(cb, dtype=np.float32).tobytes() == _default_bits(k)
+
+
 @contextlib.contextmanager
 def no_codebook_reads():
     """Weights made within do not read an unseen GPU codebook back (default_codebook False,
@@ -47,7 +52,7 @@ def note_codebook(gpu_codebook, host_codebook) -> None:
     cb = np.asarray(host_codebook, dtype=np.float32)
     k = int(cb.size).bit_length() - 1
     if 2 <= k <= 5 and cb.shape == (1 << k,):
-        _remember(gpu_codebook, cb.tobytes() == _default_bits(k))
+        _remember(gpu_codebook, _host_is_default(cb, k))
 
 
 def _remember(arr, flag: bool) -> bool:
@@ -84,7 +89,7 @@ def is_default_codebook(codebook, k) -> bool:
     if getattr(codebook, "dtype", None) != np.float32 or getattr(codebook, "shape", None) != (n,):
         return False
     if kind(codebook) == "numpy":
-        return np.ascontiguousarray(codebook).tobytes() == _default_bits(int(k))
+        return _host_is_default(codebook, int(k))
     if not is_cupy(codebook):
         return False
     hit = _GPU_DEFAULT.get(id(codebook))
@@ -92,7 +97,7 @@ def is_default_codebook(codebook, k) -> bool:
         return hit[1]
     if _no_read_now():
         return False
-    return _remember(codebook, codebook.get().tobytes() == _default_bits(int(k)))
+    return _remember(codebook, _host_is_default(codebook.get(), int(k)))
 
 
 @dataclass(frozen=True)
