@@ -8,7 +8,6 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import cupy  # noqa: E402,F401  (CuPy first: the scripts run on the GPU machine)
 
 import kbitcupy as kb  # noqa: E402
 from bench_foundation import dense_cases, time_rotated  # noqa: E402

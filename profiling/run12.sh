@@ -16,9 +16,7 @@ echo "# $GPU, $(date -I), git $(cat .git_rev 2>/dev/null || echo '?'), STEP=${ST
 case "${STEP:-cbprobe}" in
 tests)
   python3 profiling/warm_cache.py 2>&1 | tail -1
-  echo "# $GPU, $(date -I): pytest -q -m gpu tests/" > "$W/gpu_tests.log"
-  timeout 500 python3 -m pytest -q -m gpu tests/ >> "$W/gpu_tests.log" 2>&1
-  tail -3 "$W/gpu_tests.log" ;;
+  gpu_tests "$W/gpu_tests.log" 500 tests/ ;;
 cbprobe)
   V="cbconst:-DKBIT_EXPERIMENT_CB_CONST"
   VG="$V;cbparam:-DKBIT_CB_PARAM"  # cbparam: the real change (levels by value), its err must equal new's

@@ -15,16 +15,12 @@ STEP=${STEP:-final}
 echo "# $GPU, $(date -I), git $(cat .git_rev 2>/dev/null || echo '?'), STEP=$STEP" | tee "$W/header.txt"
 if [ "$STEP" = final ]; then
   python3 profiling/warm_cache.py 2>&1 | tail -1
-  echo "# $GPU, $(date -I): pytest -q -m gpu tests/" > "$W/gpu_tests.log"
-  timeout 340 python3 -m pytest -q -m gpu tests/ >> "$W/gpu_tests.log" 2>&1
-  compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/memcheck.txt" 2>&1
-  echo "memcheck: exit $? ($(grep -c 'rel err' "$W/memcheck.txt") checks; $(grep -E 'ERROR SUMMARY|BAD' "$W/memcheck.txt" | tr '\n' ' '))"
+  gpu_tests "$W/gpu_tests.log" 340 tests/
+  memcheck "$W/memcheck.txt"
 else
   python3 profiling/warm_cache.py gemv gemv_stream 2>&1 | tail -1
-  echo "# $GPU, $(date -I): pytest -q -m gpu tests/test_gemv_gpu.py tests/test_launch_gpu.py" > "$W/gpu_tests.log"
-  timeout 150 python3 -m pytest -q -m gpu tests/test_gemv_gpu.py tests/test_launch_gpu.py >> "$W/gpu_tests.log" 2>&1
+  gpu_tests "$W/gpu_tests.log" 150 tests/test_gemv_gpu.py tests/test_launch_gpu.py
 fi
-tail -1 "$W/gpu_tests.log"
 AB_CBLOAD=1 KS=2,3,4,5 MS=1,2,4 timeout 90 python3 profiling/gemv_ab.py > "$W/ab.log" 2>&1
 grep -E "^TOTAL" "$W/ab.log"
 KBITCUPY_PDL=1 AB_CBLOAD=1 KS=4,5 MS=1 timeout 40 python3 profiling/gemv_ab.py > "$W/ab_pdl.log" 2>&1

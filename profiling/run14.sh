@@ -34,9 +34,7 @@ STEP=${STEP:-probe}
 echo "# $GPU, $(date -I), git $(cat .git_rev 2>/dev/null || echo '?'), STEP=$STEP" | tee "$W/header.txt"
 if [ "$STEP" = scale ]; then
   python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1
-  echo "# $GPU, $(date -I): pytest -q -m gpu tests/test_gemv_gpu.py tests/test_grouped_gpu.py" > "$W/gpu_tests.log"
-  timeout 200 python3 -m pytest -q -m gpu tests/test_gemv_gpu.py tests/test_grouped_gpu.py >> "$W/gpu_tests.log" 2>&1
-  tail -3 "$W/gpu_tests.log"
+  gpu_tests "$W/gpu_tests.log" 200 tests/test_gemv_gpu.py tests/test_grouped_gpu.py
   PREV=profiling/prev_gemv_d50b44d.cu
   # (at d4e9103 also AB_PLANS="s2w4:ksplit=2,warps=4;s4w4:ksplit=4,warps=4;s2w8:ksplit=2,warps=8")
   AB_VARIANTS="prev:src=$PREV" KS=2,3,4,5 MS=1,2,4 timeout 200 python3 profiling/gemv_ab.py --out "$W" > "$W/ab.log" 2>&1
@@ -48,10 +46,7 @@ if [ "$STEP" = scale ]; then
 fi
 if [ "$STEP" = ring ]; then
   python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1
-  echo "# $GPU, $(date -I): pytest -q -m gpu tests/test_gemv_gpu.py -k 'plans_agree or slices or edge' tests/test_grouped_gpu.py -k 'moe_forward or fused or uneven or slices'" > "$W/gpu_tests.log"
-  timeout 150 python3 -m pytest -q -m gpu tests/test_gemv_gpu.py tests/test_grouped_gpu.py \
-      -k "plans_agree or slices or edge or moe_forward or fused or uneven" >> "$W/gpu_tests.log" 2>&1
-  tail -1 "$W/gpu_tests.log"
+  gpu_tests "$W/gpu_tests.log" 150 tests/test_gemv_gpu.py tests/test_grouped_gpu.py -k "plans_agree or slices or edge or moe_forward or fused or uneven"
   V="early:-DKBIT_EXPERIMENT_RING_EARLY;early_d3:-DKBIT_EXPERIMENT_RING_EARLY +depth=3;early_d4:-DKBIT_EXPERIMENT_RING_EARLY +depth=4"
   AB_VARIANTS="$V" KS=2,4,5 MS=1,4 timeout 120 python3 profiling/gemv_ab.py --out "$W" > "$W/ab.log" 2>&1
   grep -E "^TOTAL" "$W/ab.log"
@@ -81,11 +76,8 @@ if [ "$STEP" = gap ]; then
 fi
 if [ "$STEP" = final ]; then
   python3 profiling/warm_cache.py 2>&1 | tail -1
-  echo "# $GPU, $(date -I): pytest -q -m gpu tests/" > "$W/gpu_tests.log"
-  timeout 360 python3 -m pytest -q -m gpu tests/ >> "$W/gpu_tests.log" 2>&1
-  tail -1 "$W/gpu_tests.log"
-  compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/memcheck.txt" 2>&1
-  echo "memcheck: exit $? ($(grep -c 'rel err' "$W/memcheck.txt") checks; $(grep -E 'ERROR SUMMARY|BAD' "$W/memcheck.txt" | tr '\n' ' '))"
+  gpu_tests "$W/gpu_tests.log" 360 tests/
+  memcheck "$W/memcheck.txt"
 fi
 if [ "$STEP" = tables ]; then
   python3 profiling/warm_cache.py gemv gemv_stream wgmma grouped 2>&1 | tail -1
