@@ -143,8 +143,9 @@ def out_array(out, shape, dtype, name: str = "out"):
     if out is None:
         return cupy.empty(shape, dtype=dtype)
     o = check_out(out, shape, dtype, name)
-    if o.data.device_id != cupy.cuda.Device().id:  # the kernels run on the current device
-        raise ValueError(f"{name} is on device {o.data.device_id}, not on the current device {cupy.cuda.Device().id}")
+    dev = cupy.cuda.runtime.getDevice()  # the kernels run on the current device
+    if o.data.device_id != dev:
+        raise ValueError(f"{name} is on device {o.data.device_id}, not on the current device {dev}")
     return o
 
 
