@@ -98,6 +98,25 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
+// Thread block cluster helpers (the split-K sum over DSMEM, see wgmma_cta's fixup).
+#define KBIT_WG_MAX_CLUSTER 8  // portable cluster size limit; more splits use the workspace
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ u32 cluster_map(u32 saddr, int rank) {
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(saddr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ float4 ld_cluster_f4(u32 a) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(a)
+                 : "memory");
+    return v;
+}
+
 // Keep the accumulators in registers across the asm statements (no reordering of
 // reads of d around the async MMA).
 template <int N>
@@ -188,7 +207,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
                                           const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                           T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
                                           int M, int N, int Kdim, int mt, int nt, int split, int k_splits, int stages,
-                                          float tensor_scale, int vec8, int tile, int tiles, bool pdl = false) {
+                                          float tensor_scale, int vec8, int tile, int tiles, bool pdl = false,
+                                          bool cl = false) {
     static_assert(TOK == 16 || TOK == 32 || TOK == 64 || TOK == 128 || TOK == 192 || TOK == 256, "TOK");
     constexpr int NACC = TOK / 2;                   // fp32 accumulators per thread (m64 x TOK / 128)
     constexpr int NSUB = TOK >= 64 ? TOK / 64 : 1;  // n64 sub-MMAs per k16 (TOK >= 64)
@@ -442,7 +462,62 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     cp_async_wait<0>();
     KBIT_WG_T(3, clock64());  // main loop done
 
-    // ---------------------------------------------------------------- split-K fixup
+    // ---------------------------------------------------------------- split-K sum, cluster
+    // cl: the tile's k_splits CTAs are one thread block cluster (rank = split).  Each puts its
+    // fp32 partial in its own (now idle) stage buffers; CTA r sums the r-th share of the
+    // tile's 4-column chunks from all of them through DSMEM, in split order (the workspace
+    // path's order, so the same bits), and writes C.  No workspace, fence or counter, and the
+    // sum and the stores are spread over the splits instead of left to the last CTA.  The
+    // second cluster barrier keeps every CTA's partial in place until the others have read it.
+    if (k_splits > 1 && cl) {
+        constexpr int RS = 128 + 4;  // fp32 row stride: a warp's accumulator stores hit 32 banks
+        static_assert(4 * STAGE_BYTES >= TOK * RS * 4, "the partial fits the stage buffers (>= 4 stages)");
+        __syncthreads();             // every warp is done with the stage buffers
+        float* red = reinterpret_cast<float*>(stage0);
+        // accumulator 4 b + e: token 8 b + 2 t + (e & 1), column 16 warp + g + 8 (e >> 1)
+#pragma unroll
+        for (int b = 0; b < TOK / 8; b++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) red[(8 * b + 2 * t + (e & 1)) * RS + col_lo + 8 * (e >> 1)] = acc[4 * b + e];
+        cluster_sync();
+        const int nch = min(TOK, M - m0) * 32;  // 4-column chunks of the tile's real tokens
+        const int c1 = (int)((long)nch * (split + 1) / k_splits);
+        for (int i = (int)((long)nch * split / k_splits) + tid; i < c1; i += 256) {
+            const int r = i >> 5, c4 = (i & 31) * 4;
+            const int col = n0 + c4;
+            if (col >= N) continue;
+            const u32 la = stage0_s + 4u * (u32)(r * RS + c4);
+            float4 x[KBIT_WG_MAX_CLUSTER];  // every split's loads in flight at once
+#pragma unroll
+            for (int sp = 0; sp < KBIT_WG_MAX_CLUSTER; sp++)
+                if (sp < k_splits) x[sp] = ld_cluster_f4(cluster_map(la, sp));
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int sp = 0; sp < KBIT_WG_MAX_CLUSTER; sp++) {
+                if (sp < k_splits) {
+                    v.x += x[sp].x; v.y += x[sp].y; v.z += x[sp].z; v.w += x[sp].w;
+                }
+            }
+            const float s4[4] = {v.x, v.y, v.z, v.w};
+            T* dst = C + (long)(m0 + r) * N + col;
+            if (vec8 && col + 4 <= N) {  // 8-byte aligned: N % 8 == 0, 16-byte aligned base
+                __align__(8) T o[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[e] = KbitType<T>::from_float(s4[e] * tensor_scale);
+                *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(o);
+            } else {
+                for (int e = 0; e < 4 && col + e < N; e++) dst[e] = KbitType<T>::from_float(s4[e] * tensor_scale);
+            }
+        }
+        cluster_sync();
+        KBIT_WG_T(4, clock64());
+        KBIT_WG_T(9, split == 0 ? 1ull : 0ull);
+        KBIT_WG_T(5, clock64());
+        KBIT_WG_T(7, probe_gtime());
+        return true;
+    }
+
+    // ---------------------------------------------------------------- split-K fixup, workspace
     if (k_splits > 1) {
         float4 v[NACC / 4];
 #pragma unroll
@@ -500,21 +575,31 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
 }  // namespace kbit_wgmma_detail
 
 // Dense GEMM.  Grid: 1-D, m_tiles * n_tiles * k_splits CTAs; CTA b -> token tile
-// b % m_tiles, split (b / m_tiles) % k_splits, column strip b / (m_tiles * k_splits).
+// b % m_tiles, split (b / m_tiles) % k_splits, column strip b / (m_tiles * k_splits); with
+// `cluster` (launched in clusters of k_splits CTAs, 2..8) split b % k_splits, token tile
+// (b / k_splits) % m_tiles, strip b / (k_splits * m_tiles), and the split-K sum over DSMEM.
 template <int K, typename T, int TOK>
 __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, const u32* __restrict__ packed,
                                                      const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                                      T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
                                                      int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
-                                                     float tensor_scale, int vec8, int pdl) {
+                                                     float tensor_scale, int vec8, int pdl, int cluster) {
     const int bid = blockIdx.x;
-    const int mt = bid % m_tiles;
-    const int rest = bid / m_tiles;
-    const int split = rest % k_splits;
-    const int nt = rest / k_splits;
+    int mt, split, nt;
+    if (cluster) {  // launched with clusters of k_splits CTAs: a tile's splits, rank = split
+        split = bid % k_splits;
+        const int rest = bid / k_splits;
+        mt = rest % m_tiles;
+        nt = rest / m_tiles;
+    } else {
+        mt = bid % m_tiles;
+        const int rest = bid / m_tiles;
+        split = rest % k_splits;
+        nt = rest / k_splits;
+    }
     kbit_wgmma_detail::wgmma_cta<K, T, TOK>(A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt, split,
                                             k_splits, stages, tensor_scale, vec8, nt * m_tiles + mt,
-                                            gridDim.x / k_splits, pdl != 0);
+                                            gridDim.x / k_splits, pdl != 0, cluster != 0);
 }
 
 // Grouped (MoE) GEMM over an expert bank (kbitcupy/grouped.py has the contract): for
@@ -524,6 +609,7 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
 // as kbit_grouped: a bad expert id or bad offsets write nothing and set an error bit.  A
 // slot with more tokens than m_tiles * TOK (max_tokens too small) is still computed:
 // split 0 of each token tile does the extra tiles m_tiles apart, whole K, no split-K.
+// `cluster`: as the dense kernel (a slot's CTAs split-major within a token tile and strip).
 template <int K, typename T, int TOK>
 __global__ void __launch_bounds__(256, 1)
     kbit_wgmma_grouped(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
@@ -531,7 +617,7 @@ __global__ void __launch_bounds__(256, 1)
                        const int* __restrict__ expert_ids, const int* __restrict__ offsets, T* __restrict__ C,
                        float* __restrict__ ws, int* __restrict__ counters, int N, int Kdim, int E, int rows,
                        long long wpe, long long ape, int m_tiles, int k_splits, int stages, int max_tokens, int vec8,
-                       int* __restrict__ err, int pdl) {
+                       int* __restrict__ err, int pdl, int cluster) {
     // pdl (launched as a programmatic dependent): 1 = the expert ids and offsets may come
     // from the previous grid (device routing), so wait for it before anything (only the
     // launch overlaps); 2 = the caller guarantees they do not (kbitcupy.grouped
@@ -546,10 +632,18 @@ __global__ void __launch_bounds__(256, 1)
     const int bid = blockIdx.x;
     const int slot = bid / per_slot;
     const int in_slot = bid - slot * per_slot;
-    const int mt = in_slot % m_tiles;
-    const int rest = in_slot / m_tiles;
-    const int split = rest % k_splits;
-    const int nt = rest / k_splits;
+    int mt, split, nt;
+    if (cluster) {  // clusters of k_splits CTAs (per_slot is a multiple: none spans two slots)
+        split = in_slot % k_splits;
+        const int rest = in_slot / k_splits;
+        mt = rest % m_tiles;
+        nt = rest / m_tiles;
+    } else {
+        mt = in_slot % m_tiles;
+        const int rest = in_slot / m_tiles;
+        split = rest % k_splits;
+        nt = rest / k_splits;
+    }
     const bool reporter = in_slot == 0 && threadIdx.x == 0;  // one error report per slot
     const int e = expert_ids[slot];
     const int r0 = offsets[slot], r1 = offsets[slot + 1];
@@ -580,6 +674,6 @@ __global__ void __launch_bounds__(256, 1)
         }
         kbit_wgmma_detail::wgmma_cta<K, T, TOK>(Ae, pe, ae, codebook, Ce, ws, counters, ntok, N, Kdim, m, nt,
                                                 first ? split : 0, first ? k_splits : 1, stages, ts, vec8, tile,
-                                                tiles, pdl == 2 && first);
+                                                tiles, pdl == 2 && first, cluster != 0 && first);
     }
 }

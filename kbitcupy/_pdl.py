@@ -37,6 +37,7 @@ import threading
 
 ENABLED = os.environ.get("KBITCUPY_PDL", "").strip().lower() in ("1", "true", "yes", "on")
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
+_CLUSTER_DIMENSION = 4  # CUlaunchAttributeID (value: unsigned x, y, z)
 _CC: dict = {}
 _LIB: list = []
 _lock = threading.Lock()
@@ -80,7 +81,8 @@ def active(device_id: int) -> bool:
 
 
 class _AttrValue(ctypes.Union):
-    _fields_ = [("pad", ctypes.c_char * 64), ("ptr", ctypes.c_void_p), ("i", ctypes.c_int)]
+    _fields_ = [("pad", ctypes.c_char * 64), ("ptr", ctypes.c_void_p), ("i", ctypes.c_int),
+                ("dim", ctypes.c_uint * 3)]
 
 
 class _Attr(ctypes.Structure):  # CUlaunchAttribute: id, pad to 8, 64-byte value
@@ -106,26 +108,35 @@ def _lib():
 
 
 class Launcher:
-    """cuLaunchKernelEx of one kernel and configuration with the PDL attribute; the
-    caller passes the stream and a kernelParams address (e.g. ParamBlock.address)."""
+    """cuLaunchKernelEx of one kernel and configuration with the PDL attribute (pdl) and / or
+    thread block clusters of `cluster` CTAs along x (cluster > 1); the caller passes the
+    stream and a kernelParams address (e.g. ParamBlock.address)."""
 
-    __slots__ = ("_cfg", "_attr", "_fn", "_call")
+    __slots__ = ("_cfg", "_attrs", "_fn", "_call", "_what")
 
-    def __init__(self, func_ptr: int, grid, block, smem: int):
+    def __init__(self, func_ptr: int, grid, block, smem: int, pdl: bool = True, cluster: int = 1):
         grid = tuple(grid) + (1,) * (3 - len(grid))
         block = tuple(block) + (1,) * (3 - len(block))
-        self._attr = _Attr(id=_PROGRAMMATIC_STREAM_SERIALIZATION)
-        self._attr.value.i = 1
+        attrs = []
+        if pdl:
+            attrs.append(_Attr(id=_PROGRAMMATIC_STREAM_SERIALIZATION))
+            attrs[-1].value.i = 1
+        if cluster > 1:
+            attrs.append(_Attr(id=_CLUSTER_DIMENSION))
+            attrs[-1].value.dim[:] = (int(cluster), 1, 1)
+        self._attrs = (_Attr * max(1, len(attrs)))(*attrs)
         self._cfg = _Config(*(int(x) for x in grid), *(int(x) for x in block), int(smem), None,
-                            ctypes.pointer(self._attr), 1)
+                            self._attrs, len(attrs))
         self._fn = ctypes.c_void_p(int(func_ptr))
         self._call = _lib().cuLaunchKernelEx
+        self._what = " and ".join((["programmatic dependent launch"] if pdl else [])
+                                  + ([f"clusters of {cluster}"] if cluster > 1 else [])) or "plain launch"
 
     def __call__(self, stream_ptr: int, params_address: int) -> None:
         self._cfg.stream = stream_ptr
         r = self._call(ctypes.byref(self._cfg), self._fn, params_address, None)
         if r:
-            raise RuntimeError(f"kbitcupy: cuLaunchKernelEx (programmatic dependent launch) failed: CUresult {r}")
+            raise RuntimeError(f"kbitcupy: cuLaunchKernelEx ({self._what}) failed: CUresult {r}")
 
 
 _LAUNCHERS: dict = {}
@@ -191,12 +202,13 @@ def grouped_mode(device_id: int, ids_stable: bool) -> int:
     return GROUPED_EARLY if ids_stable else GROUPED_WAIT
 
 
-def launch(fn, grid, block, args, smem: int, pdl=True) -> None:
+def launch(fn, grid, block, args, smem: int, pdl=True, cluster: int = 1) -> None:
     """Launch CuPy kernel ``fn`` (a RawKernel of the current device) with ``args`` on the
-    current stream: as a programmatic dependent where ``pdl`` is true, else the plain CuPy
-    launch.  The Launcher of a (kernel, grid, block, smem) and the parameter buffer of an
-    argument signature are cached (the driver copies the parameters at launch)."""
-    if not pdl:
+    current stream: as a programmatic dependent where ``pdl`` is true and / or in thread
+    block clusters of ``cluster`` CTAs along x, else the plain CuPy launch.  The Launcher of
+    a (kernel, grid, block, smem, pdl, cluster) and the parameter buffer of an argument
+    signature are cached (the driver copies the parameters at launch)."""
+    if not pdl and cluster <= 1:
         fn(grid, block, args, shared_mem=smem)
         return
     import cupy as cp
@@ -204,12 +216,12 @@ def launch(fn, grid, block, args, smem: int, pdl=True) -> None:
     grid = (grid,) if isinstance(grid, int) else tuple(grid)
     block = (block,) if isinstance(block, int) else tuple(block)
     ptr = int(fn.kernel.ptr)
-    key = (ptr, grid, block, int(smem))
+    key = (ptr, grid, block, int(smem), bool(pdl), int(cluster))
     lau = _LAUNCHERS.get(key)
     if lau is None:
         if len(_LAUNCHERS) > 4096:
             _LAUNCHERS.clear()
-        lau = _LAUNCHERS[key] = Launcher(ptr, grid, block, smem)
+        lau = _LAUNCHERS[key] = Launcher(ptr, grid, block, smem, bool(pdl), int(cluster))
     st, buf, argv, lock, vals = _packed_params(args)
     with lock:
         st.pack_into(buf, 0, *vals)

@@ -331,16 +331,20 @@ def plan_workspace(p, dev_id: int, out):
     return _workspace(dev_id, cp.cuda.get_current_stream(), p.ws_floats, p.tiles)
 
 
-def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: bool = False):
-    """Launch a fused-GEMM plan (kbit_gemm or kbit_wgmma: the same argument list) on the
-    current stream, with this stream's split-K workspace; pdl: as a programmatic
-    dependent (kbitcupy/_pdl.py)."""
+def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: bool = False, cluster=None):
+    """Launch a fused-GEMM plan (kbit_gemm or kbit_wgmma: the same argument list, and
+    kbit_wgmma's `cluster` flag after it where cluster is not None) on the current stream,
+    with this stream's split-K workspace; pdl: as a programmatic dependent
+    (kbitcupy/_pdl.py); cluster true: in thread block clusters of the plan's k_splits CTAs
+    (the wgmma split-K sum over DSMEM, no workspace)."""
     M, K = A.shape
     N = out.shape[1]
     set_smem(p.fn, p.smem)
-    ws, cnt = plan_workspace(p, A.device.id, out)
+    ws, cnt = (out, out) if cluster else plan_workspace(p, A.device.id, out)
     args = (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N), np.int32(K),
             np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages), np.float32(qw.tensor_scale), np.int32(vec),
             np.int32(bool(pdl)))
-    _pdl.launch(p.fn, (p.grid,), (threads,), args, p.smem, pdl=pdl)
+    if cluster is not None:
+        args += (np.int32(bool(cluster)),)
+    _pdl.launch(p.fn, (p.grid,), (threads,), args, p.smem, pdl=pdl, cluster=p.k_splits if cluster else 1)
     return out

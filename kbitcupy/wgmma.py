@@ -12,7 +12,10 @@ Configuration (see the .cu header for the design):
   * K tiles of 64 through a `stages`-deep cp.async pipeline (MIN_STAGES..MAX_STAGES), the most
     CTAs per SM first (at most 2), then the deepest pipeline that fits.
   * split-K over K tiles to fill one wave of resident CTAs, >= MIN_TILES_PER_SPLIT
-    tiles each; partial sums as in kbitcupy.gemm (per-split slots, last CTA sums).
+    tiles each.  With 2..8 splits (CLUSTER) a tile's splits run as one thread block
+    cluster and sum their partials through distributed shared memory, each CTA a share
+    of the tile (no workspace); more splits: per-split workspace slots, the last CTA
+    sums, as in kbitcupy.gemm.
 """
 from __future__ import annotations
 
@@ -41,6 +44,11 @@ MIN_TILES_PER_SPLIT = 2   # K tiles of 64 per split-K slice (default heuristic)
 # (10 experts, 32 tokens, gate/up + down 30.2 -> 28.4 us); a split holds 2-8 K tiles.
 GROUPED_MAX_STAGES = 4
 MAX_OCCUPANCY = int(os.environ.get("KBIT_WG_MAXOCC", "2"))  # CTAs per SM the stage choice aims for (env: experiment)
+# Split-K sum over a thread block cluster (DSMEM) where 2 <= k_splits <= MAX_CLUSTER (the
+# portable cluster size; KBIT_WG_MAX_CLUSTER in the .cu); env KBIT_WG_CLUSTER=0: the
+# workspace sum everywhere (A/B).
+CLUSTER = os.environ.get("KBIT_WG_CLUSTER", "1").strip() not in ("0", "false", "no", "off")
+MAX_CLUSTER = 8
 
 
 def _instances():
@@ -100,18 +108,18 @@ def choose_stages(info: dict, k: int, tok: int, regs: int):
 
 # ----------------------------------------------------------------------------- plan
 class Plan:
-    __slots__ = ("fn", "grid", "smem", "tok", "m_tiles", "k_splits", "stages", "tiles", "ws_floats", "occ")
+    __slots__ = ("fn", "grid", "smem", "tok", "m_tiles", "k_splits", "stages", "tiles", "ws_floats", "occ", "cluster")
 
     def __repr__(self):
         return (f"WgmmaPlan(TOK={self.tok}, m_tiles={self.m_tiles}, k_splits={self.k_splits}, stages={self.stages}, "
-                f"grid={self.grid}, smem={self.smem}, occ={self.occ})")
+                f"grid={self.grid}, smem={self.smem}, occ={self.occ}, cluster={self.cluster})")
 
 
 _PLANS: dict = {}
 
 
 def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_splits, stages, label: str,
-                 max_stages: int = MAX_STAGES) -> Plan:
+                 max_stages: int = MAX_STAGES, cluster=None) -> Plan:
     """Fill split-K count, pipeline depth, grid and workspace of a plan over `tiles`
     (token tile x column strip) work tiles (dense and grouped kernels alike)."""
     st, occ = choose_stages(info, k, tok, p.fn.num_regs)
@@ -135,7 +143,11 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
     p.smem = smem_bytes(k, tok, st)
     if p.smem > info["smem_block"]:
         raise DoesNotFit(f"{label} with {st} stages needs {p.smem} bytes of shared memory")
-    p.ws_floats = ks * tiles * 128 * tok if ks > 1 else 0
+    # cluster: None = CLUSTER where the split count fits a cluster; a given True needs it to
+    p.cluster = (CLUSTER if cluster is None else bool(cluster)) and 2 <= ks <= MAX_CLUSTER
+    if cluster and not p.cluster and ks > 1:
+        raise ValueError(f"cluster=True needs 2..{MAX_CLUSTER} splits, got k_splits={ks}")
+    p.ws_floats = ks * tiles * 128 * tok if ks > 1 and not p.cluster else 0
     return p
 
 
@@ -146,8 +158,8 @@ def _check_tok(tok, choices=TOK_CHOICES):
 
 
 def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tok=None,
-         stages=None) -> Plan:
-    key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages)
+         stages=None, cluster=None) -> Plan:
+    key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages, cluster, CLUSTER)
     p = _PLANS.get(key)
     if p is not None:
         return p
@@ -156,16 +168,16 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     p.fn = WGMMA.function((k, dtype_name, tok))
     p.m_tiles = -(-M // tok)
     p = _finish_plan(p, device_info(dev_id), k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
-                     f"kbit_wgmma<k={k}, TOK={tok}>")
+                     f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster)
     _PLANS[key] = p
     return p
 
 
 def grouped_plan(N: int, K: int, k: int, dtype_name: str, dev_id: int, n_slots: int, max_tokens: int,
-                 k_splits=None, tok=None, stages=None) -> Plan:
+                 k_splits=None, tok=None, stages=None, cluster=None) -> Plan:
     """Plan of the grouped kernel: every slot gets ceil(max_tokens / TOK) token tiles x
     the column strips of one expert; split-K fills one wave as for the dense kernel."""
-    key = ("grouped", dev_id, N, K, k, dtype_name, n_slots, max_tokens, k_splits, tok, stages)
+    key = ("grouped", dev_id, N, K, k, dtype_name, n_slots, max_tokens, k_splits, tok, stages, cluster, CLUSTER)
     p = _PLANS.get(key)
     if p is not None:
         return p
@@ -175,7 +187,7 @@ def grouped_plan(N: int, K: int, k: int, dtype_name: str, dev_id: int, n_slots: 
     p.fn = WGMMA.function(("grouped", k, dtype_name, tok))
     p.m_tiles = -(-mt // tok)
     p = _finish_plan(p, device_info(dev_id), k, K, tok, n_slots * p.m_tiles * -(-N // TILE_N), k_splits, stages,
-                     f"kbit_wgmma_grouped<k={k}, TOK={tok}>", GROUPED_MAX_STAGES)
+                     f"kbit_wgmma_grouped<k={k}, TOK={tok}>", GROUPED_MAX_STAGES, cluster)
     _PLANS[key] = p
     return p
 
@@ -190,19 +202,20 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok
     p = plan(M, N, K, k, tname, dev, k_splits, tok)
     set_smem(p.fn, p.smem)
     stream = stream or cp.cuda.get_current_stream()
-    if p.k_splits > 1:
+    if p.k_splits > 1 and not p.cluster:
         _workspace(dev, stream, p.ws_floats, p.tiles)
     return p
 
 
 # ----------------------------------------------------------------------------- launch
-def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, validate=True):
+def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None, validate=True):
     """out[M, N] = A[M, K] @ W^T with the wgmma kernel (sm_90 only).
 
     A: contiguous CuPy float16/bfloat16 [M, K] (16-byte aligned); qw: KbitWeight, tiled,
     on A's device; out: contiguous [M, N] of A's dtype.  Runs on the current stream.
-    k_splits / tok / stages override the heuristic.  validate=False skips the argument checks
-    (kbitcupy._checks) for callers that made them.
+    k_splits / tok / stages override the heuristic; cluster: True / False forces the split-K
+    sum over a thread block cluster or through the workspace (None: CLUSTER where it fits).
+    validate=False skips the argument checks (kbitcupy._checks) for callers that made them.
     """
     if validate:
         check_kernel_call(A, qw, out, "wgmma_gemm")
@@ -218,8 +231,8 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, validate=Tru
     if M == 0:
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages)
-    return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.active(dev))
+    p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster)
+    return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.active(dev), p.cluster)
 
 
 def _vec8(out) -> int:
@@ -228,7 +241,7 @@ def _vec8(out) -> int:
 
 
 def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, tok=None, stages=None,
-                  ids_stable: bool = False):
+                  ids_stable: bool = False, cluster=None):
     """C_sorted = per-slot A_sorted @ W_e^T (kbitcupy.grouped contract) with the grouped
     wgmma kernel, one launch.  Validated CuPy arrays (grouped.grouped_matmul checks them);
     err: the grouped kernels' int32 error flag.  No allocation after the first call of a
@@ -244,13 +257,13 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
     if n_slots == 0 or A.shape[0] == 0:
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages)
+    p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages, cluster)
     set_smem(p.fn, p.smem)
-    ws, cnt = plan_workspace(p, dev, out)
+    ws, cnt = (out, out) if p.cluster else plan_workspace(p, dev, out)
     pdl = _pdl.grouped_mode(dev, ids_stable)
     args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws, cnt, np.int32(N),
             np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]), np.int64(bank.words_per_expert),
             np.int64(bank.absmax_per_expert), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
-            np.int32(max_tokens), np.int32(_vec8(out)), err, np.int32(pdl))
-    _pdl.launch(p.fn, (p.grid,), (THREADS,), args, p.smem, pdl=pdl)
+            np.int32(max_tokens), np.int32(_vec8(out)), err, np.int32(pdl), np.int32(p.cluster))
+    _pdl.launch(p.fn, (p.grid,), (THREADS,), args, p.smem, pdl=pdl, cluster=p.k_splits if p.cluster else 1)
     return out

@@ -3,7 +3,8 @@ default plan and forced split-K counts (SPLITS), and the dequant + cuBLAS path
 with its two dequantize kernels alone.  The full tables (with fp16 cuBLAS) come from bench.py.  Env: KS (bit widths), MS, SHAPES_ (names of
 bench_foundation.SHAPES), SPLITS (forced k_splits); ONE="shape,k,M,k_splits" runs 5 plain launches of one gemm
 (the ncu target of profiling/ncu_gemm.sh).  WG=1 adds the Hopper wgmma kernel at its default plan and
-WGSPLITS / WGTOKS / WGSTAGES forced variants; ONE_WG=1 makes ONE launch it instead of kbit_gemm."""
+WGSPLITS / WGTOKS / WGSTAGES forced variants (WGNOCL=1: each also with the workspace split-K sum,
+cluster=False); ONE_WG=1 makes ONE launch it instead of kbit_gemm."""
 import os
 import sys
 
@@ -61,15 +62,18 @@ for name, N, K, k, M, q, Wd, _, cps, A, ref, out in dense_cases(rng, names, ks, 
         wgs = [("wg", {})] + [(f"wg/ks{s}", dict(k_splits=s)) for s in envl("WGSPLITS")] + \
             [(f"wg/tok{t}", dict(tok=t)) for t in envl("WGTOKS")] + \
             [(f"wg/st{t}", dict(stages=t)) for t in envl("WGSTAGES")]
+        if os.environ.get("WGNOCL", "0") == "1":  # each variant also with the workspace split-K sum
+            wgs = [v for label, kw in wgs for v in ((label, kw), (label + "/ws", dict(kw, cluster=False)))]
         for label, kw in wgs:
             try:
                 out.fill(np.nan)
                 WGM.wgmma_gemm(A, q, out, **kw)
                 err = float(cp.abs(out.astype(cp.float64) - ref).max() / cp.abs(ref).max())
                 t = time_rotated([lambda c=c: WGM.wgmma_gemm(A, c, out, **kw) for c in cps])
-                p = WGM.plan(M, N, K, k, "float16", dev, kw.get("k_splits"), kw.get("tok"), kw.get("stages"))
+                p = WGM.plan(M, N, K, k, "float16", dev, kw.get("k_splits"), kw.get("tok"), kw.get("stages"),
+                             kw.get("cluster"))
                 row[label] = (f"{t:7.2f}{'!' if not err < 1e-2 else ''} (tok={p.tok} ks={p.k_splits} "
-                              f"st={p.stages} g={p.grid} occ={p.occ})")
+                              f"st={p.stages} g={p.grid} occ={p.occ}{' cl' if p.cluster else ''})")
             except Exception as e:  # noqa: BLE001
                 row[label] = f"err {type(e).__name__}: {str(e)[:80]}"
     if os.environ.get("DQ", "1") == "1":

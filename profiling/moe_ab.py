@@ -4,8 +4,8 @@ contiguous bmm and the speed-of-light read, with the benchmark's cold-L2 expert 
 
 Env: MOE_VARIANTS="name:-DFLAG=1 +per_block=2 +warps=4 src=FILE;..." (a column "new" = current
 plan and source unless MOE_GEMV=0, and "mma" = the grouped MMA kernel unless MOE_MMA=0),
-MOE_WG="name:+tok=32 +ks_div=2 +stages=4;..." grouped wgmma kernel columns (plan overrides;
-ks_div divides the default split-K count), KS (default 4), MS (tokens per expert, default 1,4,8,16),
+MOE_WG="name:+tok=32 +ks_div=2 +ks=3 +stages=4 +cluster=0;..." grouped wgmma kernel columns (plan
+overrides; ks_div divides the default split-K count, ks sets it, cluster=0 sums through the workspace), KS (default 4), MS (tokens per expert, default 1,4,8,16),
 ES (active experts, default 8,10), SHAPES (moe_gu_fused,moe_dn).
 usage (GPU machine): python3 profiling/moe_ab.py [--out DIR]
 """
@@ -49,13 +49,16 @@ def column(name, toks):
 
 
 def wg_column(name, toks):
-    """The grouped wgmma kernel with plan overrides +tok=, +ks_div=, +stages=."""
+    """The grouped wgmma kernel with plan overrides +tok=, +ks_div=, +ks= (split count), +stages=,
+    +cluster=0/1 (split-K sum through the workspace / over a thread block cluster)."""
     from kbitcupy import wgmma as WG
 
     ov = {t[1:].split("=")[0]: int(t.split("=")[1]) for t in toks if t.startswith("+")}
 
     def launch(c):
-        kw = dict(tok=ov.get("tok"), stages=ov.get("stages"))
+        kw = dict(tok=ov.get("tok"), stages=ov.get("stages"), k_splits=ov.get("ks"))
+        if "cluster" in ov:
+            kw["cluster"] = bool(ov["cluster"])
         if "ks_div" in ov:
             tname = "bfloat16" if c.A.dtype == WG.bfloat16 else "float16"
             p = WG.grouped_plan(*c.bank.shape, c.bank.k, tname, c.A.device.id, int(c.ids.size), c.M, tok=kw["tok"])

@@ -45,12 +45,12 @@ for k in (2, 4, 5):
         if cp.cuda.Device().compute_capability == "90":  # Hopper wgmma kernel, every TOK variant
             from kbitcupy.wgmma import TOK_CHOICES, wgmma_gemm
 
-            for tok in TOK_CHOICES:
-                for splits in (1, 3):
+            for tok in TOK_CHOICES:  # split-K: over a cluster (the default) and through the workspace
+                for splits, cl in ((1, None), (3, None), (3, False)):
                     out = cp.full((M, N), np.nan, cp.float16)
-                    wgmma_gemm(A, q, out, k_splits=splits, tok=tok)
-                    wgmma_gemm(A, q, out, k_splits=splits, tok=tok)
-                    check(f"wgmma k={k} M={M} tok={tok} splits={splits}", out, ref)
+                    wgmma_gemm(A, q, out, k_splits=splits, tok=tok, cluster=cl)
+                    wgmma_gemm(A, q, out, k_splits=splits, tok=tok, cluster=cl)
+                    check(f"wgmma k={k} M={M} tok={tok} splits={splits}{' workspace' if cl is False else ''}", out, ref)
         out = cp.full((M, N), np.nan, cp.float16)  # dequant (pair table) + cuBLAS
         check(f"dequant_matmul k={k} M={M}", dequant_matmul(A, q, out), ref)
 # programmatic dependent launch: a chain of GEMVs, each reading the previous one's output

@@ -262,11 +262,17 @@ def test_grouped_wgmma_plan(monkeypatch):
     p = WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32)
     assert (p.tok, p.m_tiles, p.tiles, p.occ) == (32, 1, 32, 2)
     assert p.k_splits == 264 // 32 and p.grid == 32 * p.k_splits
-    assert p.ws_floats == p.k_splits * p.tiles * 128 * 32
+    # 8 splits: one thread block cluster per tile sums them (no workspace) unless told not to
+    assert p.cluster == WG.CLUSTER and p.ws_floats == (0 if WG.CLUSTER else p.k_splits * p.tiles * 128 * 32)
+    p = WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32, cluster=False)
+    assert not p.cluster and p.ws_floats == p.k_splits * p.tiles * 128 * 32
+    assert WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32, k_splits=9).cluster is False  # > 8: the workspace
+    with pytest.raises(ValueError, match="cluster=True needs 2..8 splits"):
+        WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32, k_splits=9, cluster=True)
     assert p.smem == WG.smem_bytes(4, 32, p.stages) and WG.MIN_STAGES <= p.stages <= WG.GROUPED_MAX_STAGES
     # down (N = 2048: 16 strips, K = 512: 8 K tiles), 10 slots x 2 token tiles of 128
     p = WG.grouped_plan(2048, 512, 4, "bfloat16", 0, 10, 200)
-    assert (p.tok, p.m_tiles, p.tiles, p.k_splits, p.ws_floats) == (128, 2, 320, 1, 0)
+    assert (p.tok, p.m_tiles, p.tiles, p.k_splits, p.ws_floats, p.cluster) == (128, 2, 320, 1, 0, False)
     assert WG.grouped_plan(2048, 512, 4, "bfloat16", 0, 10, 0).tok == 16  # no tokens: one 16-token tile
     with pytest.raises(ValueError, match="tok must be one of"):
         WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32, tok=192)

@@ -615,6 +615,32 @@ def test_grouped_wgmma_forced_splits_toks_deterministic(rng):
                 outs.append(out)
             _check(outs[0], A_h, bank, ids, offs, dtype)
             np.testing.assert_array_equal(_host(outs[0]).view(np.uint16), _host(outs[1]).view(np.uint16))
+            if 2 <= ks <= 8:  # the cluster sum (the default here) and the workspace sum: the same bits
+                out = _nan((offs[-1], N), dtype)
+                grouped_wgmma(A, bank, ids_d, offs_d, out, 45, _err_buffer(), k_splits=ks, tok=tok, cluster=False)
+                np.testing.assert_array_equal(_host(outs[0]).view(np.uint16), _host(out).view(np.uint16))
+
+
+@pytest.mark.gpu
+def test_grouped_wgmma_cluster_sum_understated_max_tokens(rng):
+    """Split-K over a cluster, then split 0 alone on the token tiles max_tokens left out."""
+    _need_sm90()
+    from kbitcupy.grouped import _err_buffer
+    from kbitcupy.wgmma import grouped_wgmma
+
+    cp = _cp()
+    dtype = bfloat16
+    bank = _bank(rng, 4, 256, 1024, 3)
+    counts = [3, 150, 40, 0]
+    ids, offs = np.array([2, 0, 3, 1], np.int32), _offsets(counts)
+    A_h = rng.standard_normal((offs[-1], 1024)).astype(dtype)
+    A, ids_d, offs_d = _dev(A_h), cp.asarray(ids), cp.asarray(offs)
+    for ks in (2, 4):
+        read_errors(reset=True)
+        out = _nan((offs[-1], 256), dtype)
+        grouped_wgmma(A, bank, ids_d, offs_d, out, 32, _err_buffer(), k_splits=ks, tok=32, cluster=True)
+        _check(out, A_h, bank, ids, offs, dtype)
+        assert read_errors(reset=True) == ERR_MAX_TOKENS
 
 
 @pytest.mark.gpu

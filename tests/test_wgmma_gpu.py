@@ -126,6 +126,36 @@ def test_wgmma_forced_splits_and_stages(rng):
                         assert bool((out2.view(cp.uint16) == out.view(cp.uint16)).all()), ((N, K), M, ks, st)
 
 
+def test_wgmma_cluster_sum_matches_workspace_sum(rng):
+    """The split-K sum over a thread block cluster (DSMEM) adds the splits in the order the
+    workspace path does, so both give the same bits, and the reference's error; token tails,
+    N not a multiple of 128 / 8 (the scalar stores) and K % 64 == 32, every cluster size."""
+    import cupy as cp
+
+    from kbitcupy.wgmma import MAX_CLUSTER, plan, wgmma_gemm
+
+    for (N, K, k) in ((5120, 2048, 4), (201, 160, 3), (136, 544, 5), (2048, 512, 2)):
+        q, Wd = _weight(N, K, k, rng)
+        KT = -(-K // 64)
+        for dt in DTYPES:
+            for M in (5, 33, 130):
+                A = _A(M, K, dt, rng)
+                ref = A.astype(cp.float64) @ Wd.T
+                for ks in sorted({2, 3, 5, MAX_CLUSTER} & set(range(2, KT + 1))):
+                    p = plan(M, N, K, k, _dn(dt), cp.cuda.Device().id, ks, cluster=True)
+                    assert p.cluster and p.ws_floats == 0
+                    outs = []
+                    for cl in (True, False):
+                        out = cp.full((M, N), np.nan, dtype=dt)
+                        wgmma_gemm(A, q, out, k_splits=ks, cluster=cl)
+                        outs.append(out)
+                    err = _rel(outs[0], ref)
+                    assert err < TOL[_dn(dt)], ((N, K, k), _dn(dt), M, ks, err)
+                    assert bool((outs[0].view(cp.uint16) == outs[1].view(cp.uint16)).all()), ((N, K, k), M, ks)
+    with pytest.raises(ValueError, match="cluster"):
+        plan(64, 4096, 4096, 4, "float16", cp.cuda.Device().id, MAX_CLUSTER + 1, cluster=True)
+
+
 def test_wgmma_no_writes_outside_out(rng):
     import cupy as cp
 

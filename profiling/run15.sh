@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Fifteenth session's device run: the wgmma kernels' split-K sum over a thread block cluster.
+#   STEP=cluster: smoke (profiling/sanitize_cluster.py), the wgmma GPU tests (dense + grouped),
+#     gemm_probe A/B at M = 16..128 (default plan and k_splits 2 / 4 / 8, each with the cluster
+#     sum and with the workspace sum, cluster=False), moe_ab A/B of the grouped wgmma at 16 / 32 /
+#     64 tokens per expert (cluster, workspace, k_splits 1 / 2 / 4 / 8), then compute-sanitizer
+#     memcheck and racecheck over sanitize_cluster.py.  ~8 min.
+#   OUT=/tmp/out STEP=cluster bash profiling/run15.sh
+. profiling/run_env.sh
+W=$OUT/work; mkdir -p $W
+GPU=$(python3 -c "import cupy as c; print(c.cuda.runtime.getDeviceProperties(0)['name'].decode())")
+STEP=${STEP:-cluster}
+echo "# $GPU, $(date -I), git $(cat .git_rev 2>/dev/null || echo '?'), STEP=$STEP" | tee "$W/header.txt"
+if [ "$STEP" = cluster ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  timeout 120 python3 profiling/sanitize_cluster.py > "$W/smoke.log" 2>&1; echo "smoke: exit $? $(tail -1 $W/smoke.log)"
+  gpu_tests "$W/gpu_tests.log" 200 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py -k wgmma
+  GEMM=0 DQ=0 WG=1 WGNOCL=1 WGSPLITS=2,4,8 KS=4 MS=16,32,64,128 SHAPES_=gateup,down,Q,O,KV \
+      timeout 200 python3 profiling/gemm_probe.py > "$W/probe.log" 2>&1
+  cat "$W/probe.log"
+  MOE_GEMV=0 MOE_MMA=0 MS=16,32,64 ES=8,10 MOE_WG="cl:;ws:+cluster=0;ks1:+ks=1;ks2:+ks=2;ks4:+ks=4;ks8:+ks=8" \
+      timeout 150 python3 profiling/moe_ab.py --out "$W" > "$W/moe_ab.log" 2>&1
+  grep -v "^#" "$W/moe_ab.log" | tail -30
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_cluster.py > "$W/memcheck.txt" 2>&1
+  echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY|BAD' $W/memcheck.txt | tr '\n' ' ')"
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 3 python3 profiling/sanitize_cluster.py > "$W/racecheck.txt" 2>&1
+  echo "racecheck: exit $? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|BAD' $W/racecheck.txt | tr '\n' ' ')"
+fi
+tar -czf "$OUT/run15_$STEP.tgz" -C "$W" . && rm -rf "$W"
