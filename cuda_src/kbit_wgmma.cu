@@ -487,15 +487,16 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
             const int col = n0 + c4;
             if (col >= N) continue;
             const u32 la = stage0_s + 4u * (u32)(r * RS + c4);
-            float4 x[KBIT_WG_MAX_CLUSTER];  // every split's loads in flight at once
-#pragma unroll
-            for (int sp = 0; sp < KBIT_WG_MAX_CLUSTER; sp++)
-                if (sp < k_splits) x[sp] = ld_cluster_f4(cluster_map(la, sp));
+            // splits in pairs, two DSMEM loads in flight (all of them in flight cost the grouped
+            // kernel ~27 registers under CUDA 13, and with them its second CTA per SM)
             float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-            for (int sp = 0; sp < KBIT_WG_MAX_CLUSTER; sp++) {
-                if (sp < k_splits) {
-                    v.x += x[sp].x; v.y += x[sp].y; v.z += x[sp].z; v.w += x[sp].w;
+#pragma unroll 1
+            for (int sp = 0; sp < k_splits; sp += 2) {
+                const float4 x0 = ld_cluster_f4(cluster_map(la, sp));
+                const float4 x1 = sp + 1 < k_splits ? ld_cluster_f4(cluster_map(la, sp + 1)) : make_float4(0.f, 0.f, 0.f, 0.f);
+                v.x += x0.x; v.y += x0.y; v.z += x0.z; v.w += x0.w;
+                if (sp + 1 < k_splits) {
+                    v.x += x1.x; v.y += x1.y; v.z += x1.z; v.w += x1.w;
                 }
             }
             const float s4[4] = {v.x, v.y, v.z, v.w};

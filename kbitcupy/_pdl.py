@@ -103,8 +103,24 @@ def _lib():
                 lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.c_void_p,
                                                  ctypes.c_void_p]
                 lib.cuLaunchKernelEx.restype = ctypes.c_int
+                lib.cuOccupancyMaxActiveClusters.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
+                                                             ctypes.POINTER(_Config)]
+                lib.cuOccupancyMaxActiveClusters.restype = ctypes.c_int
                 _LIB.append(lib)
     return _LIB[0]
+
+
+def max_active_clusters(func_ptr: int, grid: int, threads: int, smem: int, cluster: int) -> int:
+    """How many clusters of `cluster` CTAs (threads each, smem dynamic bytes) of the kernel can
+    be resident on the current device at once (cuOccupancyMaxActiveClusters)."""
+    attr = _Attr(id=_CLUSTER_DIMENSION)
+    attr.value.dim[:] = (int(cluster), 1, 1)
+    cfg = _Config(int(grid), 1, 1, int(threads), 1, 1, int(smem), None, ctypes.pointer(attr), 1)
+    n = ctypes.c_int(0)
+    r = _lib().cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(int(func_ptr)), ctypes.byref(cfg))
+    if r:
+        raise RuntimeError(f"kbitcupy: cuOccupancyMaxActiveClusters failed: CUresult {r}")
+    return n.value
 
 
 class Launcher:

@@ -339,12 +339,13 @@ def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: bool = False, clust
     (the wgmma split-K sum over DSMEM, no workspace)."""
     M, K = A.shape
     N = out.shape[1]
-    set_smem(p.fn, p.smem)
+    smem = getattr(p, "launch_smem", p.smem)  # a wgmma plan may launch with more than it uses
+    set_smem(p.fn, smem)
     ws, cnt = (out, out) if cluster else plan_workspace(p, A.device.id, out)
     args = (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N), np.int32(K),
             np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages), np.float32(qw.tensor_scale), np.int32(vec),
             np.int32(bool(pdl)))
     if cluster is not None:
         args += (np.int32(bool(cluster)),)
-    _pdl.launch(p.fn, (p.grid,), (threads,), args, p.smem, pdl=pdl, cluster=p.k_splits if cluster else 1)
+    _pdl.launch(p.fn, (p.grid,), (threads,), args, smem, pdl=pdl, cluster=p.k_splits if cluster else 1)
     return out

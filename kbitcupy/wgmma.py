@@ -108,18 +108,20 @@ def choose_stages(info: dict, k: int, tok: int, regs: int):
 
 # ----------------------------------------------------------------------------- plan
 class Plan:
-    __slots__ = ("fn", "grid", "smem", "tok", "m_tiles", "k_splits", "stages", "tiles", "ws_floats", "occ", "cluster")
+    __slots__ = ("fn", "grid", "smem", "tok", "m_tiles", "k_splits", "stages", "tiles", "ws_floats", "occ", "cluster",
+                 "launch_smem")
 
     def __repr__(self):
         return (f"WgmmaPlan(TOK={self.tok}, m_tiles={self.m_tiles}, k_splits={self.k_splits}, stages={self.stages}, "
-                f"grid={self.grid}, smem={self.smem}, occ={self.occ}, cluster={self.cluster})")
+                f"grid={self.grid}, smem={self.smem}, occ={self.occ}, cluster={self.cluster}"
+                + (f", launch_smem={self.launch_smem}" if self.launch_smem != self.smem else "") + ")")
 
 
 _PLANS: dict = {}
 
 
 def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_splits, stages, label: str,
-                 max_stages: int = MAX_STAGES, cluster=None) -> Plan:
+                 max_stages: int = MAX_STAGES, cluster=None, spread=None) -> Plan:
     """Fill split-K count, pipeline depth, grid and workspace of a plan over `tiles`
     (token tile x column strip) work tiles (dense and grouped kernels alike)."""
     st, occ = choose_stages(info, k, tok, p.fn.num_regs)
@@ -148,6 +150,11 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
     if cluster and not p.cluster and ks > 1:
         raise ValueError(f"cluster=True needs 2..{MAX_CLUSTER} splits, got k_splits={ks}")
     p.ws_floats = ks * tiles * 128 * tok if ks > 1 and not p.cluster else 0
+    # spread: launched with enough (unused) dynamic shared memory that one CTA fills an SM's,
+    # so a clustered grid cannot be packed two CTAs to an SM (experiment: profiling/cluster_probe.py)
+    p.launch_smem = p.smem
+    if spread:
+        p.launch_smem = max(p.smem, info["smem_sm"] // 2 - info["smem_reserved"] + 1)
     return p
 
 
@@ -158,8 +165,8 @@ def _check_tok(tok, choices=TOK_CHOICES):
 
 
 def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tok=None,
-         stages=None, cluster=None) -> Plan:
-    key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages, cluster, CLUSTER)
+         stages=None, cluster=None, spread=None) -> Plan:
+    key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages, cluster, CLUSTER, spread)
     p = _PLANS.get(key)
     if p is not None:
         return p
@@ -168,16 +175,16 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     p.fn = WGMMA.function((k, dtype_name, tok))
     p.m_tiles = -(-M // tok)
     p = _finish_plan(p, device_info(dev_id), k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
-                     f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster)
+                     f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster, spread=spread)
     _PLANS[key] = p
     return p
 
 
 def grouped_plan(N: int, K: int, k: int, dtype_name: str, dev_id: int, n_slots: int, max_tokens: int,
-                 k_splits=None, tok=None, stages=None, cluster=None) -> Plan:
+                 k_splits=None, tok=None, stages=None, cluster=None, spread=None) -> Plan:
     """Plan of the grouped kernel: every slot gets ceil(max_tokens / TOK) token tiles x
     the column strips of one expert; split-K fills one wave as for the dense kernel."""
-    key = ("grouped", dev_id, N, K, k, dtype_name, n_slots, max_tokens, k_splits, tok, stages, cluster, CLUSTER)
+    key = ("grouped", dev_id, N, K, k, dtype_name, n_slots, max_tokens, k_splits, tok, stages, cluster, CLUSTER, spread)
     p = _PLANS.get(key)
     if p is not None:
         return p
@@ -187,7 +194,7 @@ def grouped_plan(N: int, K: int, k: int, dtype_name: str, dev_id: int, n_slots: 
     p.fn = WGMMA.function(("grouped", k, dtype_name, tok))
     p.m_tiles = -(-mt // tok)
     p = _finish_plan(p, device_info(dev_id), k, K, tok, n_slots * p.m_tiles * -(-N // TILE_N), k_splits, stages,
-                     f"kbit_wgmma_grouped<k={k}, TOK={tok}>", GROUPED_MAX_STAGES, cluster)
+                     f"kbit_wgmma_grouped<k={k}, TOK={tok}>", GROUPED_MAX_STAGES, cluster, spread)
     _PLANS[key] = p
     return p
 
@@ -200,7 +207,7 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok
     dev = cp.cuda.Device().id
     tname = "bfloat16" if np.dtype(dtype) == bfloat16 else "float16"
     p = plan(M, N, K, k, tname, dev, k_splits, tok)
-    set_smem(p.fn, p.smem)
+    set_smem(p.fn, p.launch_smem)
     stream = stream or cp.cuda.get_current_stream()
     if p.k_splits > 1 and not p.cluster:
         _workspace(dev, stream, p.ws_floats, p.tiles)
@@ -208,13 +215,14 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok
 
 
 # ----------------------------------------------------------------------------- launch
-def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None, validate=True):
+def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None, spread=None, validate=True):
     """out[M, N] = A[M, K] @ W^T with the wgmma kernel (sm_90 only).
 
     A: contiguous CuPy float16/bfloat16 [M, K] (16-byte aligned); qw: KbitWeight, tiled,
     on A's device; out: contiguous [M, N] of A's dtype.  Runs on the current stream.
     k_splits / tok / stages override the heuristic; cluster: True / False forces the split-K
-    sum over a thread block cluster or through the workspace (None: CLUSTER where it fits).
+    sum over a thread block cluster or through the workspace (None: CLUSTER where it fits);
+    spread: launch with one CTA per SM's worth of shared memory (experiment).
     validate=False skips the argument checks (kbitcupy._checks) for callers that made them.
     """
     if validate:
@@ -231,7 +239,7 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None
     if M == 0:
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster)
+    p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster, spread)
     return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.active(dev), p.cluster)
 
 
@@ -241,7 +249,7 @@ def _vec8(out) -> int:
 
 
 def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, tok=None, stages=None,
-                  ids_stable: bool = False, cluster=None):
+                  ids_stable: bool = False, cluster=None, spread=None):
     """C_sorted = per-slot A_sorted @ W_e^T (kbitcupy.grouped contract) with the grouped
     wgmma kernel, one launch.  Validated CuPy arrays (grouped.grouped_matmul checks them);
     err: the grouped kernels' int32 error flag.  No allocation after the first call of a
@@ -257,13 +265,13 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
     if n_slots == 0 or A.shape[0] == 0:
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages, cluster)
-    set_smem(p.fn, p.smem)
+    p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages, cluster, spread)
+    set_smem(p.fn, p.launch_smem)
     ws, cnt = (out, out) if p.cluster else plan_workspace(p, dev, out)
     pdl = _pdl.grouped_mode(dev, ids_stable)
     args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws, cnt, np.int32(N),
             np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]), np.int64(bank.words_per_expert),
             np.int64(bank.absmax_per_expert), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
             np.int32(max_tokens), np.int32(_vec8(out)), err, np.int32(pdl), np.int32(p.cluster))
-    _pdl.launch(p.fn, (p.grid,), (THREADS,), args, p.smem, pdl=pdl, cluster=p.k_splits if p.cluster else 1)
+    _pdl.launch(p.fn, (p.grid,), (THREADS,), args, p.launch_smem, pdl=pdl, cluster=p.k_splits if p.cluster else 1)
     return out

@@ -5,6 +5,11 @@
 #     sum and with the workspace sum, cluster=False), moe_ab A/B of the grouped wgmma at 16 / 32 /
 #     64 tokens per expert (cluster, workspace, k_splits 1 / 2 / 4 / 8), then compute-sanitizer
 #     memcheck and racecheck over sanitize_cluster.py.  ~8 min.
+#     (ran at 39f8af4: the grouped kernel then took 153 registers under CUDA 13 instead of 126, one
+#     CTA per SM instead of two, so its MoE numbers are not the cluster sum's; fixed after)
+#   STEP=probe: profiling/cluster_probe.py (workspace / cluster / cluster + spread per split count,
+#     with the max active clusters), moe_ab (cluster, workspace, spread, split counts), the wgmma
+#     GPU tests.  ~6 min.
 #   OUT=/tmp/out STEP=cluster bash profiling/run15.sh
 . profiling/run_env.sh
 W=$OUT/work; mkdir -p $W
@@ -25,5 +30,15 @@ if [ "$STEP" = cluster ]; then
   echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY|BAD' $W/memcheck.txt | tr '\n' ' ')"
   timeout 150 compute-sanitizer --tool racecheck --error-exitcode 3 python3 profiling/sanitize_cluster.py > "$W/racecheck.txt" 2>&1
   echo "racecheck: exit $? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|BAD' $W/racecheck.txt | tr '\n' ' ')"
+fi
+if [ "$STEP" = probe ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  timeout 200 python3 profiling/cluster_probe.py > "$W/cluster_probe.log" 2>&1
+  cat "$W/cluster_probe.log"
+  MOE_GEMV=0 MOE_MMA=0 MS=16,32,64 ES=8,10 \
+      MOE_WG="ws:+cluster=0;cl:+cluster=1;clsp:+cluster=1 +spread=1;ks2:+ks=2;ks2ws:+ks=2 +cluster=0;ks4:+ks=4;ks4ws:+ks=4 +cluster=0" \
+      timeout 150 python3 profiling/moe_ab.py --out "$W" > "$W/moe_ab.log" 2>&1
+  grep -v "^#" "$W/moe_ab.log" | tail -14
+  gpu_tests "$W/gpu_tests.log" 200 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py -k wgmma
 fi
 tar -czf "$OUT/run15_$STEP.tgz" -C "$W" . && rm -rf "$W"
