@@ -39,6 +39,10 @@ GROUPED_TOK_CHOICES = (16, 32, 64, 128)
 MAX_STAGES = 8
 MIN_STAGES = 4  # the loop waits for tile it + 1 while tiles it - 1 and it are in use (kbit_wgmma.cu)
 MIN_TILES_PER_SPLIT = 2   # K tiles of 64 per split-K slice (default heuristic)
+# At most 8 splits by default: H100, 2026-11-25 (profiling/cluster_probe.py, k = 4): where "fill
+# one wave" asked for 16 (down, O, KV at M = 16..128) 8 was faster in every cell, 6-39 %
+# (O M = 64 17.71 -> 12.14 us, KV M = 128 16.15 -> 9.88 with the cluster sum).
+MAX_SPLITS = 8
 # Grouped kernel: at most 4 stages.  H200 (profiling/results/nvidia-h200_2026-11-22_moe_ab.log):
 # 4 stages beat the deepest pipeline that fits in 16 of 18 MoE cells, by 1-6 %
 # (10 experts, 32 tokens, gate/up + down 30.2 -> 28.4 us); a split holds 2-8 K tiles.
@@ -118,6 +122,39 @@ class Plan:
 
 
 _PLANS: dict = {}
+_CAPACITY: dict = {}
+
+
+def spread_smem(info: dict) -> int:
+    """Dynamic shared memory that leaves room for one CTA per SM."""
+    return info["smem_sm"] // 2 - info["smem_reserved"] + 1
+
+
+def cluster_capacity(fn, smem: int, ks: int, info: dict):
+    """(CTAs resident at once, CTAs resident one per SM) for clusters of ks CTAs of kernel fn
+    launched with `smem` bytes: cuOccupancyMaxActiveClusters x ks, at smem and at spread_smem.
+    The GPCs' granularity costs clusters capacity (H100: 117..248 of 264 CTAs at two per SM)."""
+    key = (id(fn), smem, ks)
+    cap = _CAPACITY.get(key)
+    if cap is None:
+        from ._pdl import max_active_clusters
+
+        ptr = int(fn.kernel.ptr)
+        set_smem(fn, max(smem, spread_smem(info)))
+        cap = tuple(max_active_clusters(ptr, ks, THREADS, s, ks) * ks for s in (smem, max(smem, spread_smem(info))))
+        _CAPACITY[key] = cap
+        _CAPACITY[("keep", id(fn))] = fn  # keep fn alive so its id stays unique
+    return cap
+
+
+def cluster_pays(fn, smem: int, ks: int, grid: int, info: dict) -> bool:
+    """Whether a grid of `grid` CTAs should sum its ks splits over clusters.  H100, 2026-11-25
+    (profiling/cluster_probe.py, every dense shape, M = 16..128, 2..8 splits): the cluster sum
+    is 0-29 % faster than the workspace sum, except where the clustered grid is less resident:
+    a second wave the plain launch does not need (15-70 % slower), or, while the plain grid
+    gives every CTA its own SM, two CTAs sharing an SM (g = 120 / 128 CTAs: 14-23 % slower)."""
+    full, one_per_sm = cluster_capacity(fn, smem, ks, info)
+    return grid <= full and (grid > info["sms"] or grid <= one_per_sm)
 
 
 def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_splits, stages, label: str,
@@ -128,7 +165,7 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
     st = min(st, max_stages)
     k_tiles = -(-K // TILE_K)
     if k_splits is None:
-        ks = max(1, min(k_tiles // MIN_TILES_PER_SPLIT, (info["sms"] * occ) // max(1, tiles)))
+        ks = max(1, min(MAX_SPLITS, k_tiles // MIN_TILES_PER_SPLIT, (info["sms"] * occ) // max(1, tiles)))
     else:
         ks = int(k_splits)
         if not 1 <= ks <= k_tiles:
@@ -145,16 +182,20 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
     p.smem = smem_bytes(k, tok, st)
     if p.smem > info["smem_block"]:
         raise DoesNotFit(f"{label} with {st} stages needs {p.smem} bytes of shared memory")
-    # cluster: None = CLUSTER where the split count fits a cluster; a given True needs it to
-    p.cluster = (CLUSTER if cluster is None else bool(cluster)) and 2 <= ks <= MAX_CLUSTER
-    if cluster and not p.cluster and ks > 1:
-        raise ValueError(f"cluster=True needs 2..{MAX_CLUSTER} splits, got k_splits={ks}")
+    # cluster: None = CLUSTER where the split count fits a cluster and the launch keeps its
+    # CTAs as resident as the plain one (cluster_pays); a given True needs the split count to fit
+    if cluster is None:
+        p.cluster = CLUSTER and 2 <= ks <= MAX_CLUSTER and cluster_pays(p.fn, p.smem, ks, tiles * ks, info)
+    else:
+        p.cluster = bool(cluster) and 2 <= ks <= MAX_CLUSTER
+        if cluster and not p.cluster and ks > 1:
+            raise ValueError(f"cluster=True needs 2..{MAX_CLUSTER} splits, got k_splits={ks}")
     p.ws_floats = ks * tiles * 128 * tok if ks > 1 and not p.cluster else 0
     # spread: launched with enough (unused) dynamic shared memory that one CTA fills an SM's,
     # so a clustered grid cannot be packed two CTAs to an SM (experiment: profiling/cluster_probe.py)
     p.launch_smem = p.smem
     if spread:
-        p.launch_smem = max(p.smem, info["smem_sm"] // 2 - info["smem_reserved"] + 1)
+        p.launch_smem = max(p.smem, spread_smem(info))
     return p
 
 

@@ -10,6 +10,9 @@
 #   STEP=probe: profiling/cluster_probe.py (workspace / cluster / cluster + spread per split count,
 #     with the max active clusters), moe_ab (cluster, workspace, spread, split counts), the wgmma
 #     GPU tests.  ~6 min.
+#   STEP=tune: after the plan rules (at most 8 splits; the cluster sum where cluster_pays): the wgmma,
+#     grouped-wgmma and dispatch GPU tests, then the WGMMA / WGMMA+PDL sweep for the dispatch tables
+#     (M = 16..128, k = 2..5; tag wg-tune15, overlaid last by retune_tables.py).  ~8 min.
 #   OUT=/tmp/out STEP=cluster bash profiling/run15.sh
 . profiling/run_env.sh
 W=$OUT/work; mkdir -p $W
@@ -40,5 +43,12 @@ if [ "$STEP" = probe ]; then
       timeout 150 python3 profiling/moe_ab.py --out "$W" > "$W/moe_ab.log" 2>&1
   grep -v "^#" "$W/moe_ab.log" | tail -14
   gpu_tests "$W/gpu_tests.log" 200 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py -k wgmma
+fi
+if [ "$STEP" = tune ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests.log" 200 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py tests/test_dispatch.py -k "wgmma or dispatch"
+  timeout 330 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,3,4,5 --columns WGMMA,WGMMA+PDL \
+      --reps 15 --tag ${TAG:-wg-tune15} > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log"
 fi
 tar -czf "$OUT/run15_$STEP.tgz" -C "$W" . && rm -rf "$W"

@@ -257,6 +257,8 @@ def test_grouped_wgmma_plan(monkeypatch):
                 threads_sm=2048, blocks_sm=32)
     monkeypatch.setattr(WG, "device_info", lambda dev: info)
     monkeypatch.setattr(WG.WGMMA, "function", lambda key: FakeFn())
+    cap = {"full": 264, "one": 132}  # cluster_capacity's answer (CTAs resident, one per SM)
+    monkeypatch.setattr(WG, "cluster_capacity", lambda fn, smem, ks, info: (cap["full"], cap["one"]))
     WG._PLANS.clear()
     # moe gate/up (N = 512: 4 strips, K = 2048: 32 K tiles), 8 slots, 32 tokens
     p = WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32)
@@ -266,6 +268,17 @@ def test_grouped_wgmma_plan(monkeypatch):
     assert p.cluster == WG.CLUSTER and p.ws_floats == (0 if WG.CLUSTER else p.k_splits * p.tiles * 128 * 32)
     p = WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32, cluster=False)
     assert not p.cluster and p.ws_floats == p.k_splits * p.tiles * 128 * 32
+    # ... but not where the clusters would need a second wave (256 CTAs > 240 resident) ...
+    WG._PLANS.clear()
+    cap["full"] = 240
+    assert not WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32).cluster
+    # ... nor put two CTAs on an SM where the plain grid has one each (128 CTAs, 120 one per SM)
+    cap["full"], cap["one"] = 264, 120
+    assert not WG.grouped_plan(512, 2048, 4, "float16", 0, 4, 32).cluster  # 16 tiles x 8 splits
+    cap["one"] = 132
+    assert WG.grouped_plan(512, 2048, 4, "float16", 0, 4, 32, stages=4).cluster == WG.CLUSTER
+    # at most MAX_SPLITS splits by default (one tile: 16 would fill the wave)
+    assert WG.grouped_plan(512, 2048, 4, "float16", 0, 1, 32).k_splits == WG.MAX_SPLITS
     assert WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32, k_splits=9).cluster is False  # > 8: the workspace
     with pytest.raises(ValueError, match="cluster=True needs 2..8 splits"):
         WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32, k_splits=9, cluster=True)
