@@ -13,6 +13,9 @@
 #   STEP=tune: after the plan rules (at most 8 splits; the cluster sum where cluster_pays): the wgmma,
 #     grouped-wgmma and dispatch GPU tests, then the WGMMA / WGMMA+PDL sweep for the dispatch tables
 #     (M = 16..128, k = 2..5; tag wg-tune15, overlaid last by retune_tables.py).  ~8 min.
+#   STEP=ab: same-run A/B against the session's starting tree (ab_prev = git archive 92d331c kbitcupy
+#     cuda_src profiling; carried): dense WGMMA at M = 16 / 32, k = 2..5, and the MoE table's grouped
+#     wgmma (g-WGMMA) at 16..64 tokens per expert.  ~5 min.
 #   OUT=/tmp/out STEP=cluster bash profiling/run15.sh
 . profiling/run_env.sh
 W=$OUT/work; mkdir -p $W
@@ -50,5 +53,11 @@ if [ "$STEP" = tune ]; then
   timeout 330 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,3,4,5 --columns WGMMA,WGMMA+PDL \
       --reps 15 --tag ${TAG:-wg-tune15} > "$W/bench.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench.log"
+fi
+if [ "$STEP" = ab ]; then
+  OUT=$W PREV_TREE=ab_prev AB_TAG=wgab15 WARM=wgmma AB_TIMEOUT=150 \
+      AB_ARGS="--M 16,32 --k 2,3,4,5 --columns WGMMA --reps 15" bash profiling/tree_ab.sh 2>&1 | tail -12
+  OUT=$W PREV_TREE=ab_prev AB_TAG=moeab15 WARM=wgmma AB_TIMEOUT=150 \
+      AB_ARGS="--shapes moe --k 4 --moe-M 16,32,64 --columns g-WGMMA --reps 15" bash profiling/tree_ab.sh 2>&1 | tail -8
 fi
 tar -czf "$OUT/run15_$STEP.tgz" -C "$W" . && rm -rf "$W"
