@@ -140,8 +140,15 @@ def cluster_capacity(fn, smem: int, ks: int, info: dict):
         from ._pdl import max_active_clusters
 
         ptr = int(fn.kernel.ptr)
-        set_smem(fn, max(smem, spread_smem(info)))
-        cap = tuple(max_active_clusters(ptr, ks, THREADS, s, ks) * ks for s in (smem, max(smem, spread_smem(info))))
+        set_smem(fn, smem)
+        # the spread query needs the kernel's dynamic shared memory limit raised; it goes back
+        # after (the limit the launches see stays the plans' own)
+        old = fn.max_dynamic_shared_size_bytes
+        fn.max_dynamic_shared_size_bytes = max(old, smem, spread_smem(info))
+        try:
+            cap = tuple(max_active_clusters(ptr, ks, THREADS, s, ks) * ks for s in (smem, max(smem, spread_smem(info))))
+        finally:
+            fn.max_dynamic_shared_size_bytes = old
         _CAPACITY[key] = cap
         _CAPACITY[("keep", id(fn))] = fn  # keep fn alive so its id stays unique
     return cap

@@ -16,6 +16,11 @@
 #   STEP=ab: same-run A/B against the session's starting tree (ab_prev = git archive 92d331c kbitcupy
 #     cuda_src profiling; carried): dense WGMMA at M = 16 / 32, k = 2..5, and the MoE table's grouped
 #     wgmma (g-WGMMA) at 16..64 tokens per expert.  ~5 min.
+#   STEP=final: the whole GPU suite, compute-sanitizer memcheck over sanitize_cluster.py and
+#     sanitize_driver.py, and the A/B of the WGMMA column at M = 16, k = 2 / 3 (Q, gate/up, linear value:
+#     +9-15 % in STEP=ab) after cluster_capacity stopped leaving the kernel's shared-memory limit raised.
+#   STEP=tables: dense M = 16..128 (k = 4; STREAM, WGMMA, dq+cuBLAS, matmul, matmul+PDL; TAG, default
+#     final21) and the MoE table + layer step (moe-TAG).  ~5 min.
 #   OUT=/tmp/out STEP=cluster bash profiling/run15.sh
 . profiling/run_env.sh
 W=$OUT/work; mkdir -p $W
@@ -59,5 +64,24 @@ if [ "$STEP" = ab ]; then
       AB_ARGS="--M 16,32 --k 2,3,4,5 --columns WGMMA --reps 15" bash profiling/tree_ab.sh 2>&1 | tail -12
   OUT=$W PREV_TREE=ab_prev AB_TAG=moeab15 WARM=wgmma AB_TIMEOUT=150 \
       AB_ARGS="--shapes moe --k 4 --moe-M 16,32,64 --columns g-WGMMA --reps 15" bash profiling/tree_ab.sh 2>&1 | tail -8
+fi
+if [ "$STEP" = final ]; then
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests.log" 330 tests/
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_cluster.py > "$W/memcheck_cluster.txt" 2>&1
+  echo "memcheck (cluster): exit $? $(grep -E 'ERROR SUMMARY|BAD' $W/memcheck_cluster.txt | tr '\n' ' ')"
+  OUT=$W PREV_TREE=ab_prev AB_TAG=m16ab15 WARM=wgmma AB_TIMEOUT=80 \
+      AB_ARGS="--M 16 --k 2,3 --shapes Q,gateup,lin_value --columns WGMMA --reps 15" bash profiling/tree_ab.sh 2>&1 | tail -6
+  grep -h -E "^\| (Q|gateup|lin_value) " "$W"/m16ab15_*.log
+fi
+if [ "$STEP" = tables ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma grouped quant 2>&1 | tail -1
+  timeout 280 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
+      --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final21} > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log"
+  timeout 200 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
+      --columns Grouped,g-WGMMA,Grouped+PDL --moe-layer --layer-T 1,8,32 --reps 15 --tag moe-${TAG:-final21} \
+      > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL|^\| (1|8|32) \| 4" "$W/bench_moe.log" | head -40
 fi
 tar -czf "$OUT/run15_$STEP.tgz" -C "$W" . && rm -rf "$W"
