@@ -573,6 +573,23 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     return true;
 }
 
+// Token tile mt, split and column strip nt of work item i: token tile fastest, or, launched in
+// clusters of k_splits CTAs (cluster), split fastest (a tile's splits are one cluster, rank = split).
+__device__ __forceinline__ void work_coords(int i, int m_tiles, int k_splits, int cluster, int& mt, int& split,
+                                            int& nt) {
+    if (cluster) {
+        split = i % k_splits;
+        const int rest = i / k_splits;
+        mt = rest % m_tiles;
+        nt = rest / m_tiles;
+    } else {
+        mt = i % m_tiles;
+        const int rest = i / m_tiles;
+        split = rest % k_splits;
+        nt = rest / k_splits;
+    }
+}
+
 }  // namespace kbit_wgmma_detail
 
 // Dense GEMM.  Grid: 1-D, m_tiles * n_tiles * k_splits CTAs; CTA b -> token tile
@@ -585,19 +602,8 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
                                                      T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
                                                      int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
                                                      float tensor_scale, int vec8, int pdl, int cluster) {
-    const int bid = blockIdx.x;
     int mt, split, nt;
-    if (cluster) {  // launched with clusters of k_splits CTAs: a tile's splits, rank = split
-        split = bid % k_splits;
-        const int rest = bid / k_splits;
-        mt = rest % m_tiles;
-        nt = rest / m_tiles;
-    } else {
-        mt = bid % m_tiles;
-        const int rest = bid / m_tiles;
-        split = rest % k_splits;
-        nt = rest / k_splits;
-    }
+    kbit_wgmma_detail::work_coords(blockIdx.x, m_tiles, k_splits, cluster, mt, split, nt);
     kbit_wgmma_detail::wgmma_cta<K, T, TOK>(A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt, split,
                                             k_splits, stages, tensor_scale, vec8, nt * m_tiles + mt,
                                             gridDim.x / k_splits, pdl != 0, cluster != 0);
@@ -633,18 +639,8 @@ __global__ void __launch_bounds__(256, 1)
     const int bid = blockIdx.x;
     const int slot = bid / per_slot;
     const int in_slot = bid - slot * per_slot;
-    int mt, split, nt;
-    if (cluster) {  // clusters of k_splits CTAs (per_slot is a multiple: none spans two slots)
-        split = in_slot % k_splits;
-        const int rest = in_slot / k_splits;
-        mt = rest % m_tiles;
-        nt = rest / m_tiles;
-    } else {
-        mt = in_slot % m_tiles;
-        const int rest = in_slot / m_tiles;
-        split = rest % k_splits;
-        nt = rest / k_splits;
-    }
+    int mt, split, nt;  // clusters of k_splits CTAs: per_slot is a multiple, none spans two slots
+    kbit_wgmma_detail::work_coords(in_slot, m_tiles, k_splits, cluster, mt, split, nt);
     const bool reporter = in_slot == 0 && threadIdx.x == 0;  // one error report per slot
     const int e = expert_ids[slot];
     const int r0 = offsets[slot], r1 = offsets[slot + 1];

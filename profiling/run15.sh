@@ -16,9 +16,9 @@
 #   STEP=ab: same-run A/B against the session's starting tree (ab_prev = git archive 92d331c kbitcupy
 #     cuda_src profiling; carried): dense WGMMA at M = 16 / 32, k = 2..5, and the MoE table's grouped
 #     wgmma (g-WGMMA) at 16..64 tokens per expert.  ~5 min.
-#   STEP=final: the whole GPU suite, compute-sanitizer memcheck over sanitize_cluster.py and
-#     sanitize_driver.py, and the A/B of the WGMMA column at M = 16, k = 2 / 3 (Q, gate/up, linear value:
-#     +9-15 % in STEP=ab) after cluster_capacity stopped leaving the kernel's shared-memory limit raised.
+#   STEP=final: the whole GPU suite, compute-sanitizer memcheck over sanitize_cluster.py, and the A/B
+#     of the WGMMA column at M = 16, k = 2 / 3 (Q, gate/up, linear value: +9-15 % in STEP=ab) after
+#     cluster_capacity stopped leaving the kernel's shared-memory limit raised.
 #   STEP=tables: dense M = 16..128 (k = 4; STREAM, WGMMA, dq+cuBLAS, matmul, matmul+PDL; TAG, default
 #     final21) and the MoE table + layer step (moe-TAG).  ~5 min.
 #     (ran at 6e84cc9: the suite ran past its 330 s with no failure at 95 %; the A/B showed the M = 16

@@ -6,22 +6,13 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sanitize_common import check, finish, rng  # noqa: E402  (puts the package on the path)
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
 from kbitcupy.grouped import _err_buffer, quantize_experts, reference_grouped_matmul  # noqa: E402
 from kbitcupy.wgmma import GROUPED_TOK_CHOICES, TOK_CHOICES, grouped_wgmma, wgmma_gemm  # noqa: E402
-
-rng = np.random.default_rng(0)
-bad = []
-
-
-def check(name, out, ref, tol=3e-3):
-    err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
-    print(f"{name}: rel err {err:.2e}")
-    if not err < tol:
-        bad.append(name)
 
 
 N, K = 200, 544  # N % 128 != 0, K % 64 == 32, 9 K tiles
@@ -49,6 +40,4 @@ for tok in GROUPED_TOK_CHOICES:
             out = cp.full((A.shape[0], N), np.nan, cp.float16)
             grouped_wgmma(A, bank, ids, offs, out, mt, _err_buffer(), k_splits=splits, tok=tok, cluster=True)
             check(f"grouped wgmma cluster tok={tok} splits={splits} max_tokens={mt}", out, ref)
-cp.cuda.runtime.deviceSynchronize()
-print("BAD:", bad if bad else "none")
-sys.exit(1 if bad else 0)
+finish()

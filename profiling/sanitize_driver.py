@@ -7,23 +7,14 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sanitize_common import check, finish, rng  # noqa: E402  (puts the package on the path)
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
 from kbitcupy.dequant_matmul import dequant_matmul  # noqa: E402
 from kbitcupy.gemm import gemm  # noqa: E402
 from kbitcupy.gemv import gemv  # noqa: E402
-
-rng = np.random.default_rng(0)
-bad = []
-
-
-def check(name, out, ref, tol=3e-3):
-    err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
-    print(f"{name}: rel err {err:.2e}")
-    if not err < tol:
-        bad.append(name)
 
 
 for k in (2, 4, 5):
@@ -135,6 +126,4 @@ try:
         check("moe_forward decode (fused), PDL", moe_forward(xt, bgu, bdn, tid, tw), ref, tol=1e-6)
 except ImportError as e:
     print("grouped skipped:", e)
-cp.cuda.runtime.deviceSynchronize()
-print("BAD:", bad if bad else "none")
-sys.exit(1 if bad else 0)
+finish()
