@@ -243,6 +243,12 @@ def compile_group(source: str, names: Sequence[str], arch: str, extra: Sequence[
         lowered = {nvrtc.getLoweredName(prog, n): n for n in names}
     finally:
         nvrtc.destroyProgram(prog)
+    return _ptxas_records(log, lowered, source, arch, names)
+
+
+def _ptxas_records(log: str, lowered: Dict[str, str], source: str, arch: str, names: Sequence[str] | None) -> List[dict]:
+    """One record per kernel of ``names`` (None: every kernel) from a ``ptxas -v`` log; ``lowered``
+    maps the log's (mangled) function names to name expressions."""
     records: Dict[str, dict] = {}
     current = None
     for line in log.splitlines():
@@ -261,11 +267,47 @@ def compile_group(source: str, names: Sequence[str], arch: str, extra: Sequence[
             current["registers"] = int(m.group(1))
             ms = _PTXAS_SMEM.search(line)
             current["smem"] = int(ms.group(1)) if ms else 0
-    return [r for r in records.values() if r["kernel"] in names]
+    return [r for r in records.values() if names is None or r["kernel"] in names]
 
 
-def compile_all(arch: str = "sm_90", families: Sequence[str] | None = None, jobs: int | None = None) -> List[dict]:
-    """Compile every instantiation of every family for ``arch`` without a GPU."""
+def compile_group_nvcc(source: str, names: Sequence[str], arch: str, extra: Sequence[str] = ()) -> List[dict]:
+    """compile_group's records from this machine's nvcc instead of NVRTC (every kernel the names
+    instantiate, named by their full template argument lists).  The GPU machine's CuPy
+    compiles with its own NVRTC (CUDA 13 there), whose register allocation can differ from the
+    NVRTC 12.9 wheel here: the grouped wgmma kernel took 126 registers under NVRTC 12.9 and 153
+    under CUDA 13 after one change (fifteenth session), which cost it its second CTA per SM."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise RuntimeError("nvcc not found")
+    text = read_source(source) + "\nvoid* kbit_instances[] = {" + ", ".join(f"(void*)&{n}" for n in names) + "};\n"
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "kernels.cu")
+        with open(src, "w") as f:
+            f.write(text)
+        cmd = [nvcc, "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-o", os.path.join(d, "kernels.cubin"), src]
+        r = subprocess.run(cmd + list(_options(extra)), capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"nvcc failed for {source} ({arch}):\n{r.stderr[-4000:]}")
+    mangled = _PTXAS_FN.findall(r.stderr)
+    cxxfilt = shutil.which("c++filt") or shutil.which("cu++filt")
+    if cxxfilt is None:
+        raise RuntimeError("c++filt not found")
+    plain = subprocess.run([cxxfilt], input="\n".join(m[0] for m in mangled), capture_output=True,
+                           text=True).stdout.splitlines()
+    # "void kbit_x<4, __half, 64>(args)" -> "kbit_x<4, __half, 64>"; every kernel of the translation
+    # unit, named with all its template arguments (defaulted ones too, so not always as in `names`)
+    lowered = {m[0]: p.split(" ", 1)[-1].split("(", 1)[0] for m, p in zip(mangled, plain)}
+    return _ptxas_records(r.stderr, lowered, source, arch, None)
+
+
+def compile_all(arch: str = "sm_90", families: Sequence[str] | None = None, jobs: int | None = None,
+                nvcc: bool = False) -> List[dict]:
+    """Compile every instantiation of every family for ``arch`` without a GPU (NVRTC, or this
+    machine's nvcc: compile_group_nvcc)."""
     _load_families()
     from concurrent.futures import ThreadPoolExecutor
 
@@ -277,7 +319,8 @@ def compile_all(arch: str = "sm_90", families: Sequence[str] | None = None, jobs
             work.append((fname, fam, [fam.instances[k] for k in keys]))
     jobs = jobs or min(8, os.cpu_count() or 1)
     with ThreadPoolExecutor(jobs) as ex:
-        futs = [ex.submit(compile_group, fam.source, names, fam.arch or arch, fam.options) for _, fam, names in work]
+        group = compile_group_nvcc if nvcc else compile_group
+        futs = [ex.submit(group, fam.source, names, fam.arch or arch, fam.options) for _, fam, names in work]
         results = []
         for (fname, _, _), f in zip(work, futs):
             for r in f.result():
@@ -313,10 +356,11 @@ def format_report(records: List[dict]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m kbitcupy._compile sm_90
+if __name__ == "__main__":  # python -m kbitcupy._compile [sm_90] [--nvcc]
     import sys
 
     # through the package module: the launcher modules register their families there, not in __main__
     from kbitcupy import _compile as _c
 
-    print(_c.format_report(_c.compile_all(sys.argv[1] if len(sys.argv) > 1 else "sm_90")))
+    args = [a for a in sys.argv[1:] if a != "--nvcc"]
+    print(_c.format_report(_c.compile_all(args[0] if args else "sm_90", nvcc="--nvcc" in sys.argv)))
