@@ -27,6 +27,7 @@ from ._checks import check_kernel_call
 from . import _pdl
 from ._compile import Family, register
 from .gemm import DoesNotFit, _workspace, best_stages, device_info, launch_fused, plan_workspace, set_smem
+from .gemm import _LOCK as _SMEM_LOCK
 from .gemv import lut_bytes
 from .quantize import CTYPE
 from .reference import TILE_K, TILE_N, bfloat16
@@ -142,13 +143,16 @@ def cluster_capacity(fn, smem: int, ks: int, info: dict):
         ptr = int(fn.kernel.ptr)
         set_smem(fn, smem)
         # the spread query needs the kernel's dynamic shared memory limit raised; it goes back
-        # after (the limit the launches see stays the plans' own)
-        old = fn.max_dynamic_shared_size_bytes
-        fn.max_dynamic_shared_size_bytes = max(old, smem, spread_smem(info))
-        try:
-            cap = tuple(max_active_clusters(ptr, ks, THREADS, s, ks) * ks for s in (smem, max(smem, spread_smem(info))))
-        finally:
-            fn.max_dynamic_shared_size_bytes = old
+        # after (the limit the launches see stays the plans' own), under set_smem's lock so that
+        # no other thread raises it in between and has it lowered under its launch
+        with _SMEM_LOCK:
+            old = fn.max_dynamic_shared_size_bytes
+            fn.max_dynamic_shared_size_bytes = max(old, smem, spread_smem(info))
+            try:
+                cap = tuple(max_active_clusters(ptr, ks, THREADS, s, ks) * ks
+                            for s in (smem, max(smem, spread_smem(info))))
+            finally:
+                fn.max_dynamic_shared_size_bytes = old
         _CAPACITY[key] = cap
         _CAPACITY[("keep", id(fn))] = fn  # keep fn alive so its id stays unique
     return cap
