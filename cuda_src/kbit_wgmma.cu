@@ -15,7 +15,8 @@
 //
 // CTA: 256 threads = 2 warpgroups, one 128-column layout-tile strip (warpgroup w:
 // columns 64w..64w+63; warp q of it: 16 columns) x TOK tokens, a contiguous range
-// of K tiles (split-K: splitk_fixup in kbit_common.cuh).
+// of K tiles (split-K: with 2..8 splits launched as one thread block cluster, the partials summed
+// through DSMEM, see wgmma_cta's fixup; otherwise splitk_fixup in kbit_common.cuh).
 //
 // A operand (weights) without any K permutation: in the m64k16 register fragment lane
 // (g, t) of warp q holds rows (columns of W) g and g + 8, k slots {2t, 2t+1} (a0, a1)
