@@ -263,7 +263,7 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, til
     p = plan(M, N, K, k, tname, dev, k_splits, tile_n)
     set_smem(p.fn, p.smem)
     stream = stream or cp.cuda.get_current_stream()
-    if p.k_splits > 1:
+    if p.ws_floats:
         _workspace(dev, stream, p.ws_floats, p.tiles)
     return p
 
@@ -323,25 +323,26 @@ def gemm(A, qw, out, k_splits=None, tile_n=None, *, validate=True):
 
 def plan_workspace(p, dev_id: int, out):
     """(ws, counters) for launching fused plan p on the current stream: the stream's
-    split-K workspace, or without split-K `out` as a placeholder the kernel never reads."""
-    if p.k_splits <= 1:
+    split-K workspace, or where the plan needs none (no split-K, or the wgmma kernel's sum
+    over a cluster) `out` as a placeholder the kernel never reads."""
+    if not p.ws_floats:
         return out, out
     import cupy as cp
 
     return _workspace(dev_id, cp.cuda.get_current_stream(), p.ws_floats, p.tiles)
 
 
-def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: bool = False, cluster=None):
-    """Launch a fused-GEMM plan (kbit_gemm or kbit_wgmma: the same argument list, and
-    kbit_wgmma's `cluster` flag after it where cluster is not None) on the current stream,
-    with this stream's split-K workspace; pdl: as a programmatic dependent
-    (kbitcupy/_pdl.py); cluster true: in thread block clusters of the plan's k_splits CTAs
-    (the wgmma split-K sum over DSMEM, no workspace)."""
+def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: bool = False):
+    """Launch a fused-GEMM plan (kbit_gemm or kbit_wgmma: the same argument list, and a wgmma
+    plan's `cluster` flag after it) on the current stream, with this stream's split-K
+    workspace; pdl: as a programmatic dependent (kbitcupy/_pdl.py); a wgmma plan with
+    `cluster` set: in thread block clusters of its k_splits CTAs (the split-K sum over DSMEM)."""
     M, K = A.shape
     N = out.shape[1]
+    cluster = getattr(p, "cluster", None)  # wgmma plans only
     smem = getattr(p, "launch_smem", p.smem)  # a wgmma plan may launch with more than it uses
     set_smem(p.fn, smem)
-    ws, cnt = (out, out) if cluster else plan_workspace(p, A.device.id, out)
+    ws, cnt = plan_workspace(p, A.device.id, out)
     args = (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N), np.int32(K),
             np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages), np.float32(qw.tensor_scale), np.int32(vec),
             np.int32(bool(pdl)))

@@ -265,7 +265,7 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok
     p = plan(M, N, K, k, tname, dev, k_splits, tok)
     set_smem(p.fn, p.launch_smem)
     stream = stream or cp.cuda.get_current_stream()
-    if p.k_splits > 1 and not p.cluster:
+    if p.ws_floats:
         _workspace(dev, stream, p.ws_floats, p.tiles)
     return p
 
@@ -296,7 +296,7 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster, spread)
-    return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.active(dev), p.cluster)
+    return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.active(dev))
 
 
 def _vec8(out) -> int:
@@ -323,7 +323,7 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages, cluster, spread)
     set_smem(p.fn, p.launch_smem)
-    ws, cnt = (out, out) if p.cluster else plan_workspace(p, dev, out)
+    ws, cnt = plan_workspace(p, dev, out)
     pdl = _pdl.grouped_mode(dev, ids_stable)
     args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws, cnt, np.int32(N),
             np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]), np.int64(bank.words_per_expert),

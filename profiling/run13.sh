@@ -9,10 +9,7 @@
 # The session's probe steps (ab, bench, cbcheck, early, repl, imm, async, final) used hooks that are
 # gone; each ran at the commit named in profiling/results/nvidia-h100-80gb-hbm3_2026-11-25_codebook_ab13.log.
 . profiling/run_env.sh
-W=$OUT/work; mkdir -p $W
-GPU=$(python3 -c "import cupy as c; print(c.cuda.runtime.getDeviceProperties(0)['name'].decode())")
-STEP=${STEP:-final}
-echo "# $GPU, $(date -I), git $(cat .git_rev 2>/dev/null || echo '?'), STEP=$STEP" | tee "$W/header.txt"
+start_run final
 if [ "$STEP" = final ]; then
   python3 profiling/warm_cache.py 2>&1 | tail -1
   gpu_tests "$W/gpu_tests.log" 340 tests/

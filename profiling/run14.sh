@@ -28,10 +28,7 @@
 #     column and matmul (TAG, default gap15).
 #   OUT=/tmp/out STEP=final bash profiling/run14.sh
 . profiling/run_env.sh
-W=$OUT/work; mkdir -p $W
-GPU=$(python3 -c "import cupy as c; print(c.cuda.runtime.getDeviceProperties(0)['name'].decode())")
-STEP=${STEP:-probe}
-echo "# $GPU, $(date -I), git $(cat .git_rev 2>/dev/null || echo '?'), STEP=$STEP" | tee "$W/header.txt"
+start_run probe
 if [ "$STEP" = scale ]; then
   python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1
   gpu_tests "$W/gpu_tests.log" 200 tests/test_gemv_gpu.py tests/test_grouped_gpu.py

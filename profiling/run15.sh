@@ -28,10 +28,7 @@
 #     files straight into $OUT (the device time left was short).
 #   OUT=/tmp/out STEP=cluster bash profiling/run15.sh
 . profiling/run_env.sh
-W=$OUT/work; mkdir -p $W
-GPU=$(python3 -c "import cupy as c; print(c.cuda.runtime.getDeviceProperties(0)['name'].decode())")
-STEP=${STEP:-cluster}
-echo "# $GPU, $(date -I), git $(cat .git_rev 2>/dev/null || echo '?'), STEP=$STEP" | tee "$W/header.txt"
+start_run cluster
 if [ "$STEP" = cluster ]; then
   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
   timeout 120 python3 profiling/sanitize_cluster.py > "$W/smoke.log" 2>&1; echo "smoke: exit $? $(tail -1 $W/smoke.log)"

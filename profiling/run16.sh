@@ -13,10 +13,7 @@
 #     dispatch re-tune (stale since the fourteenth session); TAG default h200-final22.
 #   OUT=/tmp/out STEP=verify bash profiling/run16.sh
 . profiling/run_env.sh
-W=$OUT/work; mkdir -p $W
-GPU=$(python3 -c "import cupy as c; print(c.cuda.runtime.getDeviceProperties(0)['name'].decode())")
-STEP=${STEP:-verify}
-echo "# $GPU, $(date -I), git $(cat .git_rev 2>/dev/null || echo '?'), STEP=$STEP" | tee "$W/header.txt"
+start_run verify
 if [ "$STEP" = verify ]; then
   OUT=$W PREV_TREE=ab_prev AB_TAG=capab16 WARM=wgmma AB_TIMEOUT=150 \
       AB_ARGS="--M 16,32 --k 2,3,4,5 --columns WGMMA --reps 15" bash profiling/tree_ab.sh 2>&1 | tail -12

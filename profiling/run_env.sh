@@ -16,3 +16,11 @@ memcheck() {
   compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$1" 2>&1
   echo "memcheck: exit $? ($(grep -c 'rel err' "$1") checks; $(grep -E 'ERROR SUMMARY|BAD' "$1" | tr '\n' ' '))"
 }
+# start_run DEFAULT_STEP: W (work folder under $OUT), GPU (its name), STEP (default DEFAULT_STEP); prints
+# and keeps the run's header (GPU, date, git revision from .git_rev, step).
+start_run() {
+  W=$OUT/work; mkdir -p "$W"
+  GPU=$(python3 -c "import cupy as c; print(c.cuda.runtime.getDeviceProperties(0)['name'].decode())")
+  STEP=${STEP:-$1}
+  echo "# $GPU, $(date -I), git $(cat .git_rev 2>/dev/null || echo '?'), STEP=$STEP" | tee "$W/header.txt"
+}
