@@ -378,7 +378,7 @@ __device__ __forceinline__ u32 probe_smid() {
 // Every CTA of an output tile stores its fp32 partial (NV
 // float4 per thread, of which the first nv_live are real: rows past M are skipped) into
 // its own slot ws[split][tile][i][thread] (coalesced 16-byte stores), then thread 0
-// fences and does one atomicAdd on the tile's counter.  The CTA that sees count == k_splits - 1
+// does one acquire-release atomicAdd on the tile's counter.  The CTA that sees count == k_splits - 1
 // sums the k_splits slots in split order (deterministic: the result does not depend on
 // which CTA arrives last), leaves the sum in v, resets the counter to 0 (so counters are
 // all zero again after every launch, no host memset) and returns true; the others
@@ -415,7 +415,7 @@ __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float
     for (int i = 0; i < NV; i++)
         if (i < nv_live) __stcg(reinterpret_cast<float4*>(ws + (long)tile * TILE_FLOATS + tid * 4 + split * split_stride + i * 4 * NT), v[i]);
     // Release: the barrier orders every thread's partial stores before thread 0's
-    // gpu-scope fence (cumulative) and atomic; acquire: thread 0 fences after the atomic,
+    // gpu-scope release (cumulative) on the counter; acquire: thread 0's atomic acquires,
     // the barrier orders it before everyone's loads (the grid-barrier pattern): one fence
     // per CTA instead of one per warp.  -DKBIT_FIXUP_FENCE_ALL: every thread fences (the
     // previous scheme, an A/B hook).
@@ -424,12 +424,20 @@ __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float
 #endif
     __syncthreads();
     if (tid == 0) {
-#ifndef KBIT_FIXUP_FENCE_ALL
-        __threadfence();
-#endif
+#if defined(KBIT_FIXUP_FENCE_ALL)
         const bool last = atomicAdd(counters + tile, 1) == k_splits - 1;
-#ifndef KBIT_FIXUP_FENCE_ALL
+#elif defined(KBIT_FIXUP_SC_FENCE)
+        __threadfence();
+        const bool last = atomicAdd(counters + tile, 1) == k_splits - 1;
         if (last) __threadfence();
+#else
+        // One acquire-release atomic instead of __threadfence (fence.sc: MEMBAR.SC.GPU) before
+        // and after a relaxed one: release and acquire are all the pattern needs (release is
+        // cumulative over the barrier-ordered stores of the CTA), and SASS drops to one
+        // MEMBAR.ALL.GPU.  -DKBIT_FIXUP_SC_FENCE: the two sc fences (the previous code, A/B).
+        int old;
+        asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(counters + tile) : "memory");
+        const bool last = old == k_splits - 1;
 #endif
         *flag = last;
     }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sixteenth session's device run (2026-11-25).
+#   STEP=a: (1) the clustered launch's shared-memory cap (07f2adc) timed: same-run A/B of the WGMMA column
+#     at M = 16, k = 2 / 3 / 4, every dense shape, against 84d9c7a (ab_prev = git archive 84d9c7a kbitcupy
+#     cuda_src profiling | tar -x -C ab_prev, without profiling/results; carried).  Expected: Q / linear
+#     value / gate/up at k = 2 / 3 back to ~8.2-8.6 us (from 9.5-10.0), k = 4 unchanged.
+#     (2) the grouped wgmma's split / sum grid at 32 / 64 tokens per expert (moe_ab, MOE_WG): the default
+#     plan, 1 split, 2 / 3 splits clustered, 3 / 4 splits through the workspace, TOK = 32.  Expected: at
+#     64 tokens gate/up (default: 4 splits through the workspace, 256 CTAs > the 248 four-CTA clusters
+#     hold) 3 clustered splits ~8-10 % faster; 10 experts (3 splits, 240 > 237) the same with 2 or 3.
+#     (3) the wgmma + grouped GPU tests.  ~7 min.
+#   STEP=fence: the split-K counter with one acquire-release atomic instead of two sc fences (kbit_common.cuh
+#     splitk_fixup; ncu_src16: the CTA's warps wait at the barrier while thread 0 fences, 9-14 % of the warp
+#     samples of grouped gate/up at 64 tokens and dense gate/up at M = 16).  A / B / A in one run: the
+#     previous fences (KBIT_WGMMA_OPTS=-DKBIT_FIXUP_SC_FENCE) / the new atomic / the previous again; dense
+#     WGMMA column M = 16..64 k = 4 and the MoE g-WGMMA column 16..64 tokens.  Expected: cells with a
+#     workspace split-K sum -1..-4 %, clustered / unsplit cells unchanged.  Then the wgmma + grouped GPU tests.
+#   OUT=/tmp/out STEP=a bash profiling/run17.sh
+. profiling/run_env.sh
+start_run a
+if [ "$STEP" = a ]; then
+  OUT=$W PREV_TREE=ab_prev AB_TAG=capab16 WARM=wgmma AB_TIMEOUT=120 \
+      AB_ARGS="--M 16 --k 2,3,4 --columns WGMMA --reps 15" bash profiling/tree_ab.sh 2>&1 | tail -8
+  MOE_GEMV=0 MOE_MMA=0 MS=${MS:-32,64} ES=8,10 KS=4 \
+    MOE_WG="def:;ks1:+ks=1;ks2c:+ks=2 +cluster=1;ks3c:+ks=3 +cluster=1;ks3w:+ks=3 +cluster=0;ks4w:+ks=4 +cluster=0;t32:+tok=32" \
+    timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/moe_grid16.log" 2>&1
+  grep -vE "^\s*$" "$W/moe_grid16.log" | tail -14
+  gpu_tests "$W/gpu_tests.log" 150 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py -k wgmma
+fi
+if [ "$STEP" = fence ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  for v in sc1 acqrel sc2; do
+    o=""; [ $v != acqrel ] && o=-DKBIT_FIXUP_SC_FENCE
+    KBIT_WGMMA_OPTS=$o timeout 100 python3 profiling/bench.py --out "$W" --M 16,32,64 --k 4 --columns WGMMA --reps 15 \
+        --tag fence16-$v > "$W/fence16_$v.log" 2>&1
+    KBIT_WGMMA_OPTS=$o timeout 100 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 16,32,64 \
+        --columns g-WGMMA --reps 15 --tag fence16-moe-$v > "$W/fence16_moe_$v.log" 2>&1
+    echo "== $v"; grep -E "^\| TOTAL" "$W/fence16_$v.log" "$W/fence16_moe_$v.log" | sed 's/.*log://'
+  done
+  gpu_tests "$W/gpu_tests.log" 150 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py -k wgmma
+fi
+tar -czf "$OUT/run17_$STEP.tgz" -C "$W" . && rm -rf "$W"
