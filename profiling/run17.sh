@@ -15,6 +15,10 @@
 #     previous fences (KBIT_WGMMA_OPTS=-DKBIT_FIXUP_SC_FENCE) / the new atomic / the previous again; dense
 #     WGMMA column M = 16..64 k = 4 and the MoE g-WGMMA column 16..64 tokens.  Expected: cells with a
 #     workspace split-K sum -1..-4 %, clustered / unsplit cells unchanged.  Then the wgmma + grouped GPU tests.
+#   STEP=suite: the whole GPU suite (timeout 500 s).
+#   STEP=tables: compute-sanitizer memcheck and racecheck over sanitize_driver.py (split-K with forced split
+#     counts through the new counter, every kernel family), then the dense table M = 16..128 (k = 4; STREAM,
+#     WGMMA, dq+cuBLAS, matmul, matmul+PDL) and the MoE table (TAG, default final22).
 #   OUT=/tmp/out STEP=a bash profiling/run17.sh
 . profiling/run_env.sh
 start_run a
@@ -38,5 +42,20 @@ if [ "$STEP" = fence ]; then
     echo "== $v"; grep -E "^\| TOTAL" "$W/fence16_$v.log" "$W/fence16_moe_$v.log" | sed 's/.*log://'
   done
   gpu_tests "$W/gpu_tests.log" 150 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py -k wgmma
+fi
+if [ "$STEP" = suite ]; then
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests.log" 500 tests/
+fi
+if [ "$STEP" = tables ]; then
+  memcheck "$W/memcheck.txt"
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/racecheck.txt" 2>&1
+  echo "racecheck: exit $? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|BAD' $W/racecheck.txt | tr '\n' ' ')"
+  timeout 110 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
+      --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final22} > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log"
+  timeout 110 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
+      --columns Grouped,g-WGMMA,Grouped+PDL --reps 15 --tag moe-${TAG:-final22} > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | head -20
 fi
 tar -czf "$OUT/run17_$STEP.tgz" -C "$W" . && rm -rf "$W"
