@@ -393,6 +393,14 @@ __device__ __forceinline__ u32 probe_smid() {
 // Both add in split order from 0, as the plain loop does: identical results.  CH: float4
 // loads in flight per thread for NV > 4 (the caller's register budget decides: 4 kept the
 // grouped TOK = 64 kernel at two CTAs per SM; one-CTA-per-SM callers pass more).
+// atomicAdd with acquire-release semantics at GPU scope (the split-K tile counters): one
+// MEMBAR.ALL.GPU + the atomic, where __threadfence() before and after a relaxed atomicAdd
+// is two fence.sc (MEMBAR.SC.GPU).
+__device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
+    int old;
+    asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
 #ifdef KBIT_SERIAL_FIXUP  // experiment hook: the plain row-by-row loop for every NV (A/B)
 #define KBIT_SERIAL_FIXUP_ON true
 #else
@@ -435,9 +443,7 @@ __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float
         // and after a relaxed one: release and acquire are all the pattern needs (release is
         // cumulative over the barrier-ordered stores of the CTA), and SASS drops to one
         // MEMBAR.ALL.GPU.  -DKBIT_FIXUP_SC_FENCE: the two sc fences (the previous code, A/B).
-        int old;
-        asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(counters + tile) : "memory");
-        const bool last = old == k_splits - 1;
+        const bool last = atomic_add_acq_rel(counters + tile, 1) == k_splits - 1;
 #endif
         *flag = last;
     }

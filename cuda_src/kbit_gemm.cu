@@ -36,7 +36,7 @@
 //  * fp32 accumulation in registers.  Epilogue: k_splits == 1 writes C
 //    directly (masked to m < M, n < N).  Split-K: every CTA of an output tile
 //    stores its fp32 partial into its own slot of the workspace (ws[split][tile]
-//    in fragment order, coalesced 16-byte stores), __threadfence(), then one
+//    in fragment order, coalesced 16-byte stores), then one acquire-release
 //    atomicAdd on the tile's counter; the CTA that sees count == k_splits - 1
 //    sums the k_splits slots in split order (deterministic: the result does not
 //    depend on which CTA arrives last), writes C and resets the counter to 0,
@@ -311,12 +311,14 @@ __global__ void __launch_bounds__(128) kbit_gemm(const T* __restrict__ A, const 
                            make_float4(acc[mb][nb][0], acc[mb][nb][1], acc[mb][nb][2], acc[mb][nb][3]));
             }
         }
-        __threadfence();
+        // thread 0's acquire-release atomic orders the CTA's barrier-ordered partial stores
+        // before the count, and the last CTA's loads after it (as splitk_fixup, kbit_common.cuh,
+        // which this loop does not call: its float4 copy of acc cost ptxas up to 32 registers
+        // here, and spills in four instantiations)
         __syncthreads();
-        if (tid == 0) misc[0] = atomicAdd(counters + tile, 1) == k_splits - 1;
+        if (tid == 0) misc[0] = atomic_add_acq_rel(counters + tile, 1) == k_splits - 1;
         __syncthreads();
         if (!misc[0]) return;
-        __threadfence();
 #pragma unroll
         for (int mb = 0; mb < M_BLOCKS; mb++) {
             if (m0 + mb * 16 < M) {

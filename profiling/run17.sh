@@ -20,6 +20,9 @@
 #   STEP=tables: the PDL GPU tests, compute-sanitizer memcheck and racecheck over sanitize_driver.py (split-K with forced split
 #     counts through the new counter, every kernel family), then the dense table M = 16..128 (k = 4; STREAM,
 #     WGMMA, dq+cuBLAS, matmul, matmul+PDL) and the MoE table (TAG, default final22).
+#   STEP=gemm: kbit_gemm's split-K counter as the same acquire-release atomic (atomic_add_acq_rel): its GPU
+#     tests (forced splits, back-to-back launches, two streams), the wgmma split-K tests, memcheck and racecheck
+#     over sanitize_driver.py.
 #   OUT=/tmp/out STEP=a bash profiling/run17.sh
 . profiling/run_env.sh
 start_run a
@@ -60,5 +63,13 @@ if [ "$STEP" = tables ]; then
   timeout 110 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
       --columns Grouped,g-WGMMA,Grouped+PDL --reps 15 --tag moe-${TAG:-final22} > "$W/bench_moe.log" 2>&1
   grep -E "TOTAL" "$W/bench_moe.log" | head -20
+fi
+if [ "$STEP" = gemm ]; then
+  python3 profiling/warm_cache.py gemm wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests.log" 150 tests/test_gemm_gpu.py tests/test_wgmma_gpu.py -k "split or stream or repeat or chain"
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/memcheck.txt" 2>&1
+  echo "memcheck: exit $? ($(grep -c 'rel err' "$W/memcheck.txt") checks; $(grep -E 'ERROR SUMMARY|BAD' "$W/memcheck.txt" | tr '\n' ' '))"
+  timeout 100 compute-sanitizer --tool racecheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/racecheck.txt" 2>&1
+  echo "racecheck: exit $? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|BAD' $W/racecheck.txt | tr '\n' ' ')"
 fi
 tar -czf "$OUT/run17_$STEP.tgz" -C "$W" . && rm -rf "$W"
