@@ -66,7 +66,8 @@ if [ "$STEP" = tables ]; then
 fi
 if [ "$STEP" = gemm ]; then
   python3 profiling/warm_cache.py gemm wgmma 2>&1 | tail -1
-  gpu_tests "$W/gpu_tests.log" 150 tests/test_gemm_gpu.py tests/test_wgmma_gpu.py -k "split or stream or repeat or chain"
+  gpu_tests "$W/gpu_tests.log" 150 tests/test_gemm_gpu.py
+  gpu_tests "$W/gpu_tests_wg.log" 60 tests/test_wgmma_gpu.py -k "split or stream or repeat or chain"
   timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/memcheck.txt" 2>&1
   echo "memcheck: exit $? ($(grep -c 'rel err' "$W/memcheck.txt") checks; $(grep -E 'ERROR SUMMARY|BAD' "$W/memcheck.txt" | tr '\n' ' '))"
   timeout 100 compute-sanitizer --tool racecheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/racecheck.txt" 2>&1
