@@ -1833,11 +1833,20 @@ def parse_ints(s: str, name: str) -> List[int]:
 
 def parse_shapes(s: str) -> List[str]:
     """Comma list of shape names (case-insensitive), 'dense' (the dense shapes), 'moe' (the MoE
-    expert shapes), 'all', or 'none' (nothing: e.g. with --moe-layer alone)."""
+    expert shapes), 'all', 'none' (nothing: e.g. with --moe-layer alone), or KxN (a dense shape
+    of K inputs and N outputs that is not one of the model's, e.g. 4096x14336: added to SHAPES
+    under that name; not in TOTAL)."""
     lower = {n.lower(): n for n in SHAPES}
     out: List[str] = []
     for tok in [t.strip() for t in s.split(",") if t.strip()]:
-        if tok.lower() == "all":
+        kn = tok.lower().split("x")
+        if len(kn) == 2 and all(x.isdigit() and int(x) > 0 for x in kn):
+            if int(kn[0]) % 32:
+                raise ValueError(f"shape {tok!r}: K = {int(kn[0])} must be a multiple of 32 (the quantization block)")
+            name = f"{int(kn[0])}x{int(kn[1])}"
+            SHAPES.setdefault(name, Shape(name, int(kn[0]), int(kn[1])))
+            out.append(name)
+        elif tok.lower() == "all":
             out += list(SHAPES)
         elif tok.lower() == "dense":
             out += [n for n, sh in SHAPES.items() if sh.experts is None]
@@ -1897,7 +1906,7 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{DEFAULTS['M']}; e.g. 1,2,4,8,16,32,64,128,256,512)")
     p.add_argument("--k", default=argparse.SUPPRESS, help=f"comma-separated bit widths (default {DEFAULTS['k']})")
     p.add_argument("--shapes", default="dense",
-                   help=f"comma list of {', '.join(SHAPES)}, or dense, moe, all, none")
+                   help=f"comma list of {', '.join(SHAPES)}, or dense, moe, all, none, or KxN (any dense shape)")
     p.add_argument("--total-shapes", default=",".join(TOTAL_SHAPES), help="dense shapes TOTAL sums (each once)")
     p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16", help="activations and cuBLAS baseline")
     p.add_argument("--columns", default=None,

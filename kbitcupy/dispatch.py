@@ -23,7 +23,10 @@ crossovers per measured (k, N, K): ``(gemv_max_m, gemm_max_m)`` or
 [wgmma_lo, wgmma_hi] runs the wgmma kernel instead of kbit_gemm (only measured shapes
 get it); ``(gemv_max_m, gemm_max_m, wgmma_lo, wgmma_hi, stream_lo, stream_hi)``: M in
 [stream_lo, stream_hi] (<= 64) runs the streaming GEMV, whatever the other bands say
-(``(1, 0)`` = no wgmma band).
+(``(1, 0)`` = no wgmma band).  A shape not in ``"shapes"`` takes the bands of the nearest
+measured shape of the same k (the smallest |log N/N'| + |log K/K'|) where the entry has
+any, so that unmeasured shapes on Hopper also get the wgmma and streaming kernels; the
+size bands serve only entries without measured shapes of that k.
 
 Re-tuning (on the GPU to tune, e.g. after a kernel change):
   1. time gemv / gemm / dq per (k, dtype, shape, M) -- profiling/bench.py does this
@@ -40,6 +43,7 @@ Re-tuning (on the GPU to tune, e.g. after a kernel change):
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Dict, Optional
 
@@ -417,6 +421,25 @@ def _pdl_on() -> bool:
     return _pdl.enabled()
 
 
+def nearest_shape(shapes: dict, k: int, N: int, K: int):
+    """The band tuple of the measured shape (k, N', K') nearest to (N, K) in log scale, or None
+    if none has this k.  Why: on Hopper the size bands know only the GEMV, kbit_gemm and
+    dq + cuBLAS (kbit_gemm loses to both elsewhere), while every measured shape runs the
+    streaming GEMV or the wgmma kernel somewhere in M = 9..128 (H100 k = 4 M = 16: the size
+    bands' dq + cuBLAS ~15 us against the stream's ~8.6 on gate/up); a nearby shape's bands
+    carry that over.  Ties: the smaller (N', K')."""
+    if N <= 0 or K <= 0:
+        return None
+    best = None
+    for (kk, n, kd) in sorted(shapes):
+        if kk != k:
+            continue
+        d = abs(math.log(n / N)) + abs(math.log(kd / K))
+        if best is None or d < best[0] - 1e-12:
+            best = (d, shapes[(kk, n, kd)])
+    return best[1] if best else None
+
+
 def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str] = None,
            pdl: Optional[bool] = None) -> str:
     """'gemv' | 'stream' | 'gemm' | 'wgmma' | 'dq' for C[M, N] = A[M, K] @ W^T with a k-bit weight.
@@ -437,7 +460,10 @@ def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str
     if kind is None:
         e = TABLES.get(fam, TABLES["default"])
         elems = int(N) * int(K)
-        exact = e.get("shapes", {}).get((int(k), int(N), int(K)))  # measured on this very shape
+        shapes = e.get("shapes", {})
+        exact = shapes.get((int(k), int(N), int(K)))  # measured on this very shape
+        if exact is None and shapes:
+            exact = nearest_shape(shapes, int(k), int(N), int(K))
         wg_lo, wg_hi = st_lo, st_hi = 1, 0
         if exact is not None:
             gemv_max, gemm_max = min(exact[0], GEMV_MAX_M), exact[1]

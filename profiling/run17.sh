@@ -23,6 +23,9 @@
 #   STEP=gemm: kbit_gemm's split-K counter as the same acquire-release atomic (atomic_add_acq_rel): its GPU
 #     tests (forced splits, back-to-back launches, two streams), the wgmma split-K tests, memcheck and racecheck
 #     over sanitize_driver.py.
+#   STEP=shapes: dense shapes the model does not have (bench.py KxN), k = 4, M = 9..128, every kernel column and
+#     matmul: whether the nearest measured shape's bands (dispatch.nearest_shape, sixteenth session, not yet
+#     timed) pick a kernel within 5 % of the fastest there, as the measured shapes' tables do.
 #   OUT=/tmp/out STEP=a bash profiling/run17.sh
 . profiling/run_env.sh
 start_run a
@@ -72,5 +75,11 @@ if [ "$STEP" = gemm ]; then
   echo "memcheck: exit $? ($(grep -c 'rel err' "$W/memcheck.txt") checks; $(grep -E 'ERROR SUMMARY|BAD' "$W/memcheck.txt" | tr '\n' ' '))"
   timeout 100 compute-sanitizer --tool racecheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/racecheck.txt" 2>&1
   echo "racecheck: exit $? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|BAD' $W/racecheck.txt | tr '\n' ' ')"
+fi
+if [ "$STEP" = shapes ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm quant 2>&1 | tail -1
+  timeout 300 python3 profiling/bench.py --out "$W" --shapes 2048x1536,3072x3072,4096x14336,14336x4096,1024x1024 \
+      --M 9,16,32,64,128 --k 4 --columns GEMV,STREAM,GEMM,WGMMA,dq+cuBLAS,matmul --reps 15 --tag shapes16 > "$W/bench.log" 2>&1
+  grep -E "^### M|^\| [0-9]" "$W/bench.log" | head -40
 fi
 tar -czf "$OUT/run17_$STEP.tgz" -C "$W" . && rm -rf "$W"

@@ -339,6 +339,22 @@ def test_parse_columns_both_registries():
         B.parse_moe_columns("cutlass")
 
 
+def test_parse_shapes_custom():
+    """KxN names a dense shape the model does not have (K inputs, N outputs), outside TOTAL."""
+    try:
+        assert B.parse_shapes("gateup,4096x14336,1536X2048") == ["gateup", "4096x14336", "1536x2048"]
+        sh = B.SHAPES["4096x14336"]
+        assert (sh.K, sh.N, sh.experts) == (4096, 14336, None) and "4096x14336" not in B.TOTAL_SHAPES
+        for bad in ("0x128", "12x", "x12", "12x34x56"):
+            with pytest.raises(ValueError, match="unknown shape"):
+                B.parse_shapes(bad)
+        with pytest.raises(ValueError, match="multiple of 32"):
+            B.parse_shapes("100x128")
+    finally:
+        B.SHAPES.pop("4096x14336", None)
+        B.SHAPES.pop("1536x2048", None)
+
+
 def test_parse_shapes_moe_none():
     assert B.parse_shapes("moe") == ["moe_gu", "moe_gu_fused", "moe_dn"]
     assert B.parse_shapes("none") == [] and B.parse_shapes("dense,none") == list(B.DENSE_SHAPES)

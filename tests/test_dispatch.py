@@ -120,7 +120,8 @@ def test_entry_from_timings(tables):
 
 def test_shapes_from_timings_wgmma_band(tables):
     """Inside the fused band, the measured M range where the wgmma kernel is fastest runs it;
-    a shape it never wins keeps the 2-tuple (kbit_gemm only); unmeasured shapes never get it."""
+    a shape it never wins keeps the 2-tuple (kbit_gemm only); an unmeasured shape takes the
+    bands of the nearest measured one (log scale)."""
     t = {}
     for M, us in ((1, dict(gemv=3.0, gemm=9.0, wgmma=9.5, dq=20.0)),
                   (16, dict(gemv=11.0, gemm=10.0, wgmma=9.0, dq=20.0)),
@@ -139,7 +140,10 @@ def test_shapes_from_timings_wgmma_band(tables):
     assert [c(M, 2048, 5120) for M in (1, 8, 16, 40, 64, 65, 128)] == \
         ["gemv", "gemm", "wgmma", "wgmma", "wgmma", "dq", "dq"]
     assert [c(M, 512, 2048) for M in (1, 16, 32, 64)] == ["gemv", "gemm", "gemm", "dq"]
-    assert c(40, 3000, 3000) in ("gemm", "dq")  # size bands: never wgmma
+    # unmeasured: 3000 x 3000 is nearer 2048 x 5120 (|log| sum 0.91) than 512 x 2048 (2.15): its bands
+    assert [c(M, 3000, 3000) for M in (1, 8, 16, 40, 64, 65)] == ["gemv", "gemm", "wgmma", "wgmma", "wgmma", "dq"]
+    assert [c(M, 600, 1800) for M in (1, 16, 32, 64)] == ["gemv", "gemm", "gemm", "dq"]  # near 512 x 2048
+    assert D.choose(40, 3000, 3000, 3, family="T") in ("gemm", "dq")  # no measured k = 3 shape: size bands
 
 
 def test_shapes_from_timings_stream_band(tables):
@@ -168,7 +172,8 @@ def test_shapes_from_timings_stream_band(tables):
         ["gemv", "gemv", "stream", "stream", "stream", "stream", "wgmma", "wgmma", "dq"]
     assert [c(M, 512, 2048, 3) for M in (8, 12, 16, 32, 33)] == ["gemv", "stream", "stream", "stream", "dq"]
     assert [c(M, 512, 2048) for M in (8, 9, 15, 16, 32)] == ["gemv", "wgmma", "wgmma", "wgmma", "wgmma"]
-    assert c(16, 3000, 3000) != "stream"  # size bands: never the streaming GEMV
+    assert c(16, 3000, 3000) == "stream"  # unmeasured: the bands of 2048 x 5120, the nearest
+    assert c(16, 600, 2000, 3) == "stream"  # k = 3: 512 x 2048's
 
 
 def test_gpu_family_without_gpu_is_a_string():
@@ -249,7 +254,11 @@ def test_h100_table_is_measured():
     assert [c(M, 4096, 2048, 5) for M in (4, 8, 16, 32, 48, 128)] == ["gemv", "gemv", "stream", "stream", "wgmma", "dq"]
     # k = 5 gate/up: the GEMV to M = 8 since its groups share one table per SM (tenth session, k5-gpb)
     assert [c(M, 5120, 2048, 5) for M in (4, 8, 16)] == ["gemv", "gemv", "stream"]
-    assert c(4, 3000, 3000, 4) == "gemv" and c(500, 3000, 3000, 4) == "dq"  # unmeasured shape: size bands
+    # unmeasured shapes: the bands of the nearest measured one (3000 x 3000: Q / O at equal distance,
+    # the smaller key, N = 2048 x K = 4096, first), not the size bands' kbit_gemm / dq + cuBLAS
+    assert [c(M, 3000, 3000, 4) for M in (4, 16, 32, 500)] == ["gemv", "stream", "stream", "dq"]
+    assert D.nearest_shape(D.TABLES["H100"]["shapes"], 4, 3000, 3000) == D.TABLES["H100"]["shapes"][(4, 2048, 4096)]
+    assert D.nearest_shape(D.TABLES["H100"]["shapes"], 7, 3000, 3000) is None  # no such k
 
 
 def test_h200_table_follows_measurements():
@@ -273,7 +282,7 @@ def test_h200_table_follows_measurements():
     assert [c(M, 2048, 5120, 4) for M in (48, 64, 128)] == ["stream", "stream", "wgmma"]
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 33)] == ["gemv", "stream", "stream", "stream"]
     assert c(32, 512, 2048, 4) == "dq"
-    assert c(32, 3000, 3000, 4) in ("gemm", "dq")  # unmeasured shape: size bands, never wgmma or stream
+    assert c(32, 3000, 3000, 4) == "stream"  # unmeasured shape: the nearest measured shape's bands
     h100 = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
     assert [h100(M, 5120, 2048, 4) for M in (4, 8, 16, 32, 64)] == ["gemv", "gemv", "stream", "stream", "stream"]  # H100
 
