@@ -26,16 +26,15 @@
 #   STEP=shapes: dense shapes the model does not have (bench.py KxN), k = 4, M = 9..128, every kernel column and
 #     matmul: whether the nearest measured shape's bands (dispatch.nearest_shape, sixteenth session, not yet
 #     timed) pick a kernel within 5 % of the fastest there, as the measured shapes' tables do.
+#   (tables / gemm: their commands moved into run_env.sh helpers after they ran: sanitize, final_tables.)
 #   OUT=/tmp/out STEP=a bash profiling/run17.sh
 . profiling/run_env.sh
 start_run a
 if [ "$STEP" = a ]; then
   OUT=$W PREV_TREE=ab_prev AB_TAG=capab16 WARM=wgmma AB_TIMEOUT=120 \
       AB_ARGS="--M 16 --k 2,3,4 --columns WGMMA --reps 15" bash profiling/tree_ab.sh 2>&1 | tail -8
-  MOE_GEMV=0 MOE_MMA=0 MS=${MS:-32,64} ES=8,10 KS=4 \
-    MOE_WG="def:;ks1:+ks=1;ks2c:+ks=2 +cluster=1;ks3c:+ks=3 +cluster=1;ks3w:+ks=3 +cluster=0;ks4w:+ks=4 +cluster=0;t32:+tok=32" \
-    timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/moe_grid16.log" 2>&1
-  grep -vE "^\s*$" "$W/moe_grid16.log" | tail -14
+  MS=${MS:-32,64} ES=8,10 KS=4 moe_wg "$W/moe_grid16.log" 200 \
+      "def:;ks1:+ks=1;ks2c:+ks=2 +cluster=1;ks3c:+ks=3 +cluster=1;ks3w:+ks=3 +cluster=0;ks4w:+ks=4 +cluster=0;t32:+tok=32"
   gpu_tests "$W/gpu_tests.log" 150 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py -k wgmma
 fi
 if [ "$STEP" = fence ]; then
@@ -56,25 +55,16 @@ if [ "$STEP" = suite ]; then
 fi
 if [ "$STEP" = tables ]; then
   gpu_tests "$W/gpu_tests_pdl.log" 90 tests/test_pdl_gpu.py
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/memcheck.txt" 2>&1
-  echo "memcheck: exit $? ($(grep -c 'rel err' "$W/memcheck.txt") checks; $(grep -E 'ERROR SUMMARY|BAD' "$W/memcheck.txt" | tr '\n' ' '))"
-  timeout 120 compute-sanitizer --tool racecheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/racecheck.txt" 2>&1
-  echo "racecheck: exit $? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|BAD' $W/racecheck.txt | tr '\n' ' ')"
-  timeout 110 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
-      --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final22} > "$W/bench.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench.log"
-  timeout 110 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
-      --columns Grouped,g-WGMMA,Grouped+PDL --reps 15 --tag moe-${TAG:-final22} > "$W/bench_moe.log" 2>&1
-  grep -E "TOTAL" "$W/bench_moe.log" | head -20
+  sanitize memcheck "$W/memcheck.txt" 120 profiling/sanitize_driver.py
+  sanitize racecheck "$W/racecheck.txt" 120 profiling/sanitize_driver.py
+  final_tables ${TAG:-final22}
 fi
 if [ "$STEP" = gemm ]; then
   python3 profiling/warm_cache.py gemm wgmma 2>&1 | tail -1
   gpu_tests "$W/gpu_tests.log" 150 tests/test_gemm_gpu.py
   gpu_tests "$W/gpu_tests_wg.log" 60 tests/test_wgmma_gpu.py -k "split or stream or repeat or chain"
-  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/memcheck.txt" 2>&1
-  echo "memcheck: exit $? ($(grep -c 'rel err' "$W/memcheck.txt") checks; $(grep -E 'ERROR SUMMARY|BAD' "$W/memcheck.txt" | tr '\n' ' '))"
-  timeout 100 compute-sanitizer --tool racecheck --error-exitcode 3 python3 profiling/sanitize_driver.py > "$W/racecheck.txt" 2>&1
-  echo "racecheck: exit $? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|BAD' $W/racecheck.txt | tr '\n' ' ')"
+  sanitize memcheck "$W/memcheck.txt" 100 profiling/sanitize_driver.py
+  sanitize racecheck "$W/racecheck.txt" 100 profiling/sanitize_driver.py
 fi
 if [ "$STEP" = shapes ]; then
   python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm quant 2>&1 | tail -1

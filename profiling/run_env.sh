@@ -24,3 +24,24 @@ start_run() {
   STEP=${STEP:-$1}
   echo "# $GPU, $(date -I), git $(cat .git_rev 2>/dev/null || echo '?'), STEP=$STEP" | tee "$W/header.txt"
 }
+# moe_wg LOG TIMEOUT VARIANTS: profiling/moe_ab.py with only the grouped wgmma columns VARIANTS (its MOE_WG;
+# MS / ES / KS / SHAPES from the environment) into LOG; prints the table.
+moe_wg() {
+  MOE_GEMV=0 MOE_MMA=0 MOE_WG="$3" timeout "$2" python3 profiling/moe_ab.py --out "$W" > "$1" 2>&1
+  grep -vE "^\s*$" "$1" | tail -16
+}
+# final_tables TAG: the dense table M = 16..128 (k = 4; STREAM, WGMMA, dq+cuBLAS, matmul, matmul+PDL) tagged TAG
+# and the MoE table (1..64 tokens per expert) tagged moe-TAG into $W; prints their TOTAL rows.
+final_tables() {
+  timeout 110 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
+      --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag "$1" > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log"
+  timeout 110 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
+      --columns Grouped,g-WGMMA,Grouped+PDL --reps 15 --tag "moe-$1" > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | head -20
+}
+# sanitize TOOL FILE TIMEOUT SCRIPT: compute-sanitizer --tool TOOL over python3 SCRIPT into FILE; prints the verdict.
+sanitize() {
+  timeout "$3" compute-sanitizer --tool "$1" --error-exitcode 3 python3 "$4" > "$2" 2>&1
+  echo "$1 $4: exit $? ($(grep -c 'rel err' "$2") checks; $(grep -E 'SUMMARY|BAD' "$2" | tr '\n' ' '))"
+}
