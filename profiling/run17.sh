@@ -26,6 +26,9 @@
 #   STEP=shapes: dense shapes the model does not have (bench.py KxN), k = 4, M = 9..128, every kernel column and
 #     matmul: whether the nearest measured shape's bands (dispatch.nearest_shape, sixteenth session, not yet
 #     timed) pick a kernel within 5 % of the fastest there, as the measured shapes' tables do.
+#   STEP=tok: the dense wgmma kernel at M = 64..256 with TOK = 64 (two m tiles, 107 registers: two CTAs per SM)
+#     against the plan's TOK = 128 (146 registers: one CTA per SM, issue slots 19 % busy in ncu_d128_16) and
+#     192 (profiling/gemm_probe.py WG=1 WGTOKS).  (Prepared, not run.)
 #   (tables / gemm: their commands moved into run_env.sh helpers after they ran: sanitize, final_tables.)
 #   OUT=/tmp/out STEP=a bash profiling/run17.sh
 . profiling/run_env.sh
@@ -71,5 +74,11 @@ if [ "$STEP" = shapes ]; then
   timeout 300 python3 profiling/bench.py --out "$W" --shapes 2048x1536,3072x3072,4096x14336,14336x4096,1024x1024 \
       --M 9,16,32,64,128 --k 4 --columns GEMV,STREAM,GEMM,WGMMA,dq+cuBLAS,matmul --reps 15 --tag shapes16 > "$W/bench.log" 2>&1
   grep -E "^### M|^\| [0-9]" "$W/bench.log" | head -40
+fi
+if [ "$STEP" = tok ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  WG=1 GEMM=0 DQ=0 KS=4 MS=64,128,256 SHAPES_=gateup,down,Q,O WGTOKS=64,128,192 \
+      timeout 300 python3 profiling/gemm_probe.py > "$W/tok_probe.log" 2>&1
+  cat "$W/tok_probe.log" | tail -14
 fi
 tar -czf "$OUT/run17_$STEP.tgz" -C "$W" . && rm -rf "$W"
