@@ -26,6 +26,11 @@
 #   STEP=shapes: dense shapes the model does not have (bench.py KxN), k = 4, M = 9..128, every kernel column and
 #     matmul: whether the nearest measured shape's bands (dispatch.nearest_shape, sixteenth session, not yet
 #     timed) pick a kernel within 5 % of the fastest there, as the measured shapes' tables do.
+#   STEP=pair (needs profiling/patches/wgmma-next.patch applied: git am): pairs (clusters of 2 summed over DSMEM,
+#     the pair sums through the workspace; off by default, plan option pair=True): their GPU tests, moe_ab of
+#     the grouped wgmma at 16..64 tokens, 8 experts (the default plan against 4 splits through the workspace and
+#     4 / 8 splits as pairs), memcheck and racecheck over sanitize_cluster.py.  Expected: grouped gate/up 8
+#     experts x 64 tokens (4 splits, 256 CTAs: the workspace sum) 5-10 % faster.  (Written, not run.)
 #   STEP=tok: the dense wgmma kernel at M = 64..256 with TOK = 64 (two m tiles, 107 registers: two CTAs per SM)
 #     against the plan's TOK = 128 (146 registers: one CTA per SM, issue slots 19 % busy in ncu_d128_16) and
 #     192 (profiling/gemm_probe.py WG=1 WGTOKS).  (Prepared, not run.)
@@ -74,6 +79,13 @@ if [ "$STEP" = shapes ]; then
   timeout 300 python3 profiling/bench.py --out "$W" --shapes 2048x1536,3072x3072,4096x14336,14336x4096,1024x1024 \
       --M 9,16,32,64,128 --k 4 --columns GEMV,STREAM,GEMM,WGMMA,dq+cuBLAS,matmul --reps 15 --tag shapes16 > "$W/bench.log" 2>&1
   grep -E "^### M|^\| [0-9]" "$W/bench.log" | head -40
+fi
+if [ "$STEP" = pair ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_pair.log" 120 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py -k "pair or forced_splits_toks or understated"
+  MS=16,32,64 ES=8 KS=4 moe_wg "$W/moe_pair16.log" 90 "def:;ws4:+ks=4 +cluster=0;pair4:+ks=4 +pair=1;pair8:+ks=8 +pair=1"
+  sanitize memcheck "$W/memcheck_pair.txt" 90 profiling/sanitize_cluster.py
+  sanitize racecheck "$W/racecheck_pair.txt" 120 profiling/sanitize_cluster.py
 fi
 if [ "$STEP" = tok ]; then
   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
