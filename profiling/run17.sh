@@ -26,11 +26,16 @@
 #   STEP=shapes: dense shapes the model does not have (bench.py KxN), k = 4, M = 9..128, every kernel column and
 #     matmul: whether the nearest measured shape's bands (dispatch.nearest_shape, sixteenth session, not yet
 #     timed) pick a kernel within 5 % of the fastest there, as the measured shapes' tables do.
-#   STEP=pair (needs profiling/patches/wgmma-next.patch applied: git am): pairs (clusters of 2 summed over DSMEM,
+#   STEP=pair (needs profiling/patches/session16-prepared.patch applied: git am): pairs (clusters of 2 summed over DSMEM,
 #     the pair sums through the workspace; off by default, plan option pair=True): their GPU tests, moe_ab of
 #     the grouped wgmma at 16..64 tokens, 8 experts (the default plan against 4 splits through the workspace and
 #     4 / 8 splits as pairs), memcheck and racecheck over sanitize_cluster.py.  Expected: grouped gate/up 8
 #     experts x 64 tokens (4 splits, 256 CTAs: the workspace sum) 5-10 % faster.  (Written, not run.)
+#   STEP=safe (needs the same patch): PDL's safe mode (set_pdl("safe"): every kernel a programmatic dependent
+#     that waits before touching memory): its GPU tests and the PDL tests, then the dense table at M = 1..64 and
+#     the MoE table with matmul / matmul+sPDL / matmul+PDL (Grouped / Grouped+sPDL / Grouped+PDL), k = 4.
+#     Expected: sPDL a part of PDL's gain (the launch overlap only: -3..-10 % as the grouped kernels' wait-first
+#     mode measured in the sixth session), bit-exact with the default launch; if so, make it the default.
 #   STEP=tok: the dense wgmma kernel at M = 64..256 with TOK = 64 (two m tiles, 107 registers: two CTAs per SM)
 #     against the plan's TOK = 128 (146 registers: one CTA per SM, issue slots 19 % busy in ncu_d128_16) and
 #     192 (profiling/gemm_probe.py WG=1 WGTOKS).  (Prepared, not run.)
@@ -86,6 +91,16 @@ if [ "$STEP" = pair ]; then
   MS=16,32,64 ES=8 KS=4 moe_wg "$W/moe_pair16.log" 90 "def:;ws4:+ks=4 +cluster=0;pair4:+ks=4 +pair=1;pair8:+ks=8 +pair=1"
   sanitize memcheck "$W/memcheck_pair.txt" 90 profiling/sanitize_cluster.py
   sanitize racecheck "$W/racecheck_pair.txt" 120 profiling/sanitize_cluster.py
+fi
+if [ "$STEP" = safe ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma grouped quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_safe.log" 200 tests/test_pdl_gpu.py tests/test_pdl.py
+  timeout 150 python3 profiling/bench.py --out "$W" --M 1,4,8,16,32,64 --k 4 --columns matmul,matmul+sPDL,matmul+PDL \
+      --reps 15 --tag safe16 > "$W/bench_safe.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_safe.log"
+  timeout 120 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,64 \
+      --columns Grouped,Grouped+sPDL,Grouped+PDL --reps 15 --tag moe-safe16 > "$W/bench_moe_safe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe_safe.log" | head -12
 fi
 if [ "$STEP" = tok ]; then
   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
