@@ -21,29 +21,41 @@ def _dispatch_gpu(A, qw, out):
     """Run the kernel picked for this call from the measured crossovers (kbitcupy.dispatch);
     returns which one ran: 'gemv', 'stream', 'gemm', 'wgmma' or 'dq'."""
     M, K = A.shape
+    # the flat layout has the GEMV and the dequantize path only
+    if qw.layout == "tiled":
+        kind = choose(M, qw.shape[0], K, qw.k, A.dtype)
+    else:
+        kind = "gemv" if M <= GEMV_MAX_M else "dq"
+    return _run_kind(kind, A, qw, out)
+
+
+def _run_kind(kind, A, qw, out):
+    """Run kernel `kind` ('gemv' | 'stream' | 'wgmma' | 'gemm' | 'dq') on validated CuPy
+    arrays, or the next one where it cannot run this call (the GEMV's staged A too large:
+    kbit_gemm, or dq for a flat weight; the streaming GEMV past its M or off sm_90: wgmma;
+    wgmma off sm_90 or not fitting: kbit_gemm); returns which one ran."""
+    M, K = A.shape
     N = qw.shape[0]
     tiled = qw.layout == "tiled"
-    # the flat layout has the GEMV and the dequantize path only
-    kind_ = choose(M, N, K, qw.k, A.dtype) if tiled else ("gemv" if M <= GEMV_MAX_M else "dq")
-    if kind_ == "gemv":
+    if kind == "gemv":
         if fits(N, K, M, qw.k, A.data.device_id):
             gemv(A, qw, out, validate=False)
             return "gemv"
-        kind_ = "gemm" if tiled else "dq"  # staged A too large for shared memory
-    if kind_ == "stream":
+        kind = "gemm" if tiled else "dq"  # staged A too large for shared memory
+    if kind == "stream":
         if M <= ST.MAX_M and ST.supported(A.data.device_id):
             ST.gemv_stream(A, qw, out, validate=False)
             return "stream"
-        kind_ = "wgmma"
-    if kind_ == "wgmma":
+        kind = "wgmma"
+    if kind == "wgmma":
         if WG.supported(A.data.device_id):
             try:
                 WG.wgmma_gemm(A, qw, out, validate=False)
                 return "wgmma"
             except WG.DoesNotFit:
                 pass
-        kind_ = "gemm"
-    if kind_ == "gemm":
+        kind = "gemm"
+    if kind == "gemm":
         gemm(A, qw, out, validate=False)
         return "gemm"
     dequant_matmul(A, qw, out, validate=False)

@@ -59,19 +59,6 @@ def _f32(bits, dt):
     return bits.view(np.float16).astype(np.float32)
 
 
-def _run_kind(kind, A, q, out):
-    """The kernel `kind` ('gemv' | 'stream' | 'gemm' | 'wgmma' | 'dq') alone, as matmul runs it."""
-    from kbitcupy import gemv_stream, wgmma
-    from kbitcupy.dequant_matmul import dequant_matmul
-    from kbitcupy.gemm import gemm
-    from kbitcupy.gemv import gemv
-
-    run = {"gemv": gemv, "stream": gemv_stream.gemv_stream, "gemm": gemm, "wgmma": wgmma.wgmma_gemm,
-           "dq": dequant_matmul}[kind]
-    run(A, q, out)
-    return out
-
-
 @pytest.mark.parametrize("k", [2, 4, 5])
 @pytest.mark.parametrize("M", [1, 3, 8, 16])
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
@@ -81,13 +68,16 @@ def test_pdl_bit_exact(rng, k, M, dt):
     size: dq + cuBLAS by default, kbit_gemm with PDL), so the reference is the kernel PDL's
     table picks, run alone with PDL off; the default matmul must then agree to rounding."""
     from kbitcupy import dispatch as D
+    from kbitcupy.matmul import _run_kind
 
     cp = _cp_hopper()
     N, K = 1536, 2048
     q = _q(cp, rng, N, K, k)
     A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
     kind = D.choose(M, N, K, k, dt, pdl=True)
-    ref = _bits(_run_kind(kind, A, q, cp.full((M, N), np.nan, dt)))
+    ref_out = cp.full((M, N), np.nan, dt)
+    _run_kind(kind, A, q, ref_out)  # what matmul runs for that choice, PDL off
+    ref = _bits(ref_out)
     plain = kb.matmul(A, q)
     if D.choose(M, N, K, k, dt, pdl=False) == kind:
         np.testing.assert_array_equal(_bits(plain), ref)

@@ -1,0 +1,53 @@
+"""CPU tests of kbitcupy.matmul's kernel runner (_run_kind): each kind's fallbacks, with the
+kernels replaced by recorders (the GPU tests run the real ones)."""
+import importlib
+from types import SimpleNamespace
+
+import pytest
+
+mm = importlib.import_module("kbitcupy.matmul")  # the module (the package exports the function)
+
+
+@pytest.fixture
+def ran(monkeypatch):
+    """The kernels matmul._run_kind may launch, recording which one ran; knobs for the
+    conditions its fallbacks test (GEMV fits, sm_90, wgmma fits)."""
+    log, env = [], dict(fits=True, sm90=True, wg_fits=True)
+
+    def rec(name):
+        return lambda A, qw, out, validate=True: log.append(name)
+
+    def wgmma(A, qw, out, validate=True):
+        if not env["wg_fits"]:
+            raise mm.WG.DoesNotFit("too big")
+        log.append("wgmma")
+
+    monkeypatch.setattr(mm, "fits", lambda N, K, M, k, dev: env["fits"])
+    monkeypatch.setattr(mm, "gemv", rec("gemv"))
+    monkeypatch.setattr(mm.ST, "gemv_stream", rec("stream"))
+    monkeypatch.setattr(mm.ST, "supported", lambda dev: env["sm90"])
+    monkeypatch.setattr(mm.WG, "supported", lambda dev: env["sm90"])
+    monkeypatch.setattr(mm.WG, "wgmma_gemm", wgmma)
+    monkeypatch.setattr(mm, "gemm", rec("gemm"))
+    monkeypatch.setattr(mm, "dequant_matmul", rec("dq"))
+    return log, env
+
+
+def _call(kind, M, layout="tiled"):
+    A = SimpleNamespace(shape=(M, 2048), data=SimpleNamespace(device_id=0))
+    qw = SimpleNamespace(shape=(1024, 2048), k=4, layout=layout)
+    return mm._run_kind(kind, A, qw, None)
+
+
+def test_run_kind_and_fallbacks(ran):
+    log, env = ran
+    for kind in ("gemv", "stream", "wgmma", "gemm", "dq"):
+        assert _call(kind, 8) == kind
+    assert log == ["gemv", "stream", "wgmma", "gemm", "dq"]
+    assert _call("stream", mm.ST.MAX_M + 1) == "wgmma"  # past the streaming GEMV's M
+    env["fits"] = False  # the GEMV's staged A too large: kbit_gemm, or dq for a flat weight
+    assert _call("gemv", 4) == "gemm" and _call("gemv", 4, "flat") == "dq"
+    env["wg_fits"] = False
+    assert _call("wgmma", 64) == "gemm" and _call("stream", mm.ST.MAX_M + 1) == "gemm"
+    env["sm90"] = False  # no sm_90: neither the streaming GEMV nor wgmma
+    assert _call("stream", 16) == "gemm" and _call("wgmma", 16) == "gemm"
