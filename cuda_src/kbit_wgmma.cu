@@ -241,8 +241,10 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     const int n0 = nt * KBIT_TILE_N;
     const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
     const int k_tiles = (Kdim + KBIT_TILE_K - 1) / KBIT_TILE_K;
-    const int kt_begin = (int)((long)k_tiles * split / k_splits);
-    const int kt_end = (int)((long)k_tiles * (split + 1) / k_splits);
+    // 32-bit unsigned: the 64-bit division this was is a ~100-instruction subroutine on every
+    // CTA's way to its first load; k_tiles * k_splits < 2^32 (kbitcupy.wgmma: k_tiles < 2^16)
+    const int kt_begin = (int)((unsigned)k_tiles * (unsigned)split / (unsigned)k_splits);
+    const int kt_end = (int)((unsigned)k_tiles * (unsigned)(split + 1) / (unsigned)k_splits);
     const int n_my = kt_end - kt_begin;
 
     // Token copies: copy id i = tid + 256 u (u < A_COPIES) -> token i / 8 = a_r0 + 32 u,
@@ -482,8 +484,9 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
             for (int e = 0; e < 4; e++) red[(8 * b + 2 * t + (e & 1)) * RS + col_lo + 8 * (e >> 1)] = acc[4 * b + e];
         cluster_sync();
         const int nch = min(TOK, M - m0) * 32;  // 4-column chunks of the tile's real tokens
-        const int c1 = (int)((long)nch * (split + 1) / k_splits);
-        for (int i = (int)((long)nch * split / k_splits) + tid; i < c1; i += 256) {
+        const int c0 = (int)((unsigned)nch * (unsigned)split / (unsigned)k_splits);  // nch <= 32 TOK: 32-bit
+        const int c1 = (int)((unsigned)nch * (unsigned)(split + 1) / (unsigned)k_splits);
+        for (int i = c0 + tid; i < c1; i += 256) {
             const int r = i >> 5, c4 = (i & 31) * 4;
             const int col = n0 + c4;
             if (col >= N) continue;

@@ -175,6 +175,8 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
     st, occ = choose_stages(info, k, tok, p.fn.num_regs)
     st = min(st, max_stages)
     k_tiles = -(-K // TILE_K)
+    if k_tiles >= 1 << 16:  # the kernel splits K tiles in 32-bit arithmetic (k_tiles * k_splits < 2^32)
+        raise DoesNotFit(f"{label}: K = {K} has {k_tiles} K tiles of 64, more than the kernel's 65535")
     if k_splits is None:
         ks = max(1, min(MAX_SPLITS, k_tiles // MIN_TILES_PER_SPLIT, (info["sms"] * occ) // max(1, tiles)))
     else:

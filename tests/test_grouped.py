@@ -291,6 +291,10 @@ def test_grouped_wgmma_plan(monkeypatch):
         WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32, tok=192)
     with pytest.raises(ValueError, match="k_splits must be in 1..32"):
         WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32, k_splits=33)
+    # the kernel splits K tiles in 32-bit arithmetic: at most 65535 K tiles of 64
+    assert WG.grouped_plan(512, 64 * 65535, 4, "float16", 0, 1, 1).k_splits >= 1
+    with pytest.raises(WG.DoesNotFit, match="65535"):
+        WG.grouped_plan(512, 64 * 65536, 4, "float16", 0, 1, 1)
     WG._PLANS.clear()
 
 
