@@ -321,6 +321,18 @@ __device__ __forceinline__ void griddep_launch_dependents() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+// Safe PDL (kbitcupy/_pdl.py): the dense kernels' pdl argument KBIT_PDL_SAFE = launched as a
+// programmatic dependent that waits for the previous grid before touching any memory, so only
+// the launch and the block start overlap its tail (safe whatever that grid wrote: weights
+// included); then it lets the next grid launch (which, launched so, waits the same way) and
+// runs in its default order.  pdl == 1 is the early order (weights before the wait).
+#define KBIT_PDL_SAFE 3
+__device__ __forceinline__ void pdl_safe_entry(int pdl) {
+    if (pdl == KBIT_PDL_SAFE) {
+        griddep_wait();
+        griddep_launch_dependents();
+    }
+}
 
 // Set an error bit of a grouped kernel's flag.  A programmatic dependent that has not
 // waited yet (wait_first) waits first: the previous kernel may be the one that resets

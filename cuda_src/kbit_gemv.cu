@@ -312,8 +312,9 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
               int pdl) {
+    pdl_safe_entry(pdl);
     gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD>(A, packed, absmax, codebook, C, M, N, Kdim,
-                                        tensor_scale, blockIdx.x, gridDim.x, (N + 15) / 16, pdl != 0);
+                                        tensor_scale, blockIdx.x, gridDim.x, (N + 15) / 16, pdl == 1);
 }
 
 // MoE: grid.y = expert slot; slot s multiplies rows offsets[s]..offsets[s+1] of A (tokens

@@ -29,8 +29,9 @@
 // A rows are copied kvalid x 64 bytes per row (never past K); lanes whose block lies past
 // K, and token rows >= M, feed zeros to the MMA.
 //
-// pdl (launched as a programmatic dependent): weights, codebook and pair table before
-// griddepcontrol.wait; A, the workspace, the counters and C only after it.
+// pdl (launched as a programmatic dependent): 1 = weights, codebook and pair table before
+// griddepcontrol.wait; A, the workspace, the counters and C only after it; KBIT_PDL_SAFE = wait
+// before anything (kbit_common.cuh).
 #include "kbit_pairlut.cuh"
 
 namespace kbit_stream_detail {
@@ -150,6 +151,8 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
                      const float* __restrict__ codebook, T* __restrict__ C, float* __restrict__ ws,
                      int* __restrict__ counters, int M, int N, int Kdim, int stages, float tensor_scale, int pdl) {
     using namespace kbit_stream_detail;
+    pdl_safe_entry(pdl);           // KBIT_PDL_SAFE: wait before anything (kbit_common.cuh)
+    const bool early = pdl == 1;   // weights before the wait, A after it
     typedef StageLayout<K, MT> SL;
     extern __shared__ __align__(128) unsigned char smem[];
     u32* lut = reinterpret_cast<u32*>(smem);
@@ -239,8 +242,8 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
         };
         const int first = min(nu, stages);
         UnitPos pos(u0, U);
-        for (int i = 0; i < first; i++, pos.next(U, stages)) request(pos, true, !pdl);
-        if (pdl) {  // A may come from the previous grid
+        for (int i = 0; i < first; i++, pos.next(U, stages)) request(pos, true, !early);
+        if (early) {  // A may come from the previous grid
             griddep_wait();
             UnitPos y(u0, U);
             for (int i = 0; i < first; i++, y.next(U, stages)) request(y, false, true);

@@ -606,11 +606,12 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
                                                      T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
                                                      int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
                                                      float tensor_scale, int vec8, int pdl, int cluster) {
+    pdl_safe_entry(pdl);
     int mt, split, nt;
     kbit_wgmma_detail::work_coords(blockIdx.x, m_tiles, k_splits, cluster, mt, split, nt);
     kbit_wgmma_detail::wgmma_cta<K, T, TOK>(A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt, split,
                                             k_splits, stages, tensor_scale, vec8, nt * m_tiles + mt,
-                                            gridDim.x / k_splits, pdl != 0, cluster != 0);
+                                            gridDim.x / k_splits, pdl == 1, cluster != 0);
 }
 
 // Grouped (MoE) GEMM over an expert bank (kbitcupy/grouped.py has the contract): for

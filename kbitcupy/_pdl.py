@@ -27,6 +27,12 @@ that uses it -- true in inference, where weights are written once at load time. 
 On: ``kbitcupy.set_pdl(True)``, ``with kbitcupy.pdl(): ...`` or the environment
 ``KBITCUPY_PDL=1`` (read at import).  Devices below compute capability 9.0 launch as
 usual.  Works under CUDA-graph capture (the dependency becomes a programmatic edge).
+
+Safe mode (``set_pdl("safe")``, ``KBITCUPY_PDL=safe``): every kernel is launched as a
+programmatic dependent but waits for the previous grid before touching any memory (the
+dense kernels' pdl argument KBIT_PDL_SAFE, the grouped kernels' GROUPED_WAIT), so only the
+launch and the blocks' start overlap the previous kernel's tail: safe whatever that kernel
+wrote, weights included.  The dispatch tables are the default ones (no "+PDL" table).
 """
 from __future__ import annotations
 
@@ -35,7 +41,10 @@ import ctypes
 import os
 import threading
 
-ENABLED = os.environ.get("KBITCUPY_PDL", "").strip().lower() in ("1", "true", "yes", "on")
+_ENV = os.environ.get("KBITCUPY_PDL", "").strip().lower()
+ENABLED = _ENV in ("1", "true", "yes", "on")  # full PDL: weights before the wait
+SAFE = _ENV == "safe"  # safe PDL: wait before anything
+PDL_SAFE = 3  # the dense kernels' pdl argument in safe mode (KBIT_PDL_SAFE, cuda_src/kbit_common.cuh)
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 _CLUSTER_DIMENSION = 4  # CUlaunchAttributeID (value: unsigned x, y, z)
 _CC: dict = {}
@@ -47,13 +56,21 @@ def enabled() -> bool:
     return ENABLED
 
 
-def set_pdl(flag: bool) -> bool:
-    """Turn PDL on or off; returns the previous setting."""
-    global ENABLED
+def set_pdl(flag) -> bool | str:
+    """Turn PDL on (True), off (False) or to its safe mode ("safe"); returns the previous
+    setting (True, False or "safe")."""
+    global ENABLED, SAFE
     from . import _launch
 
-    old, ENABLED = ENABLED, bool(flag)
-    if old != ENABLED:
+    if isinstance(flag, str):
+        if flag.strip().lower() != "safe":
+            raise ValueError(f"set_pdl takes True, False or 'safe', got {flag!r}")
+        new = (False, True)
+    else:
+        new = (bool(flag), False)
+    old = "safe" if SAFE else ENABLED
+    if (ENABLED, SAFE) != new:
+        ENABLED, SAFE = new
         _launch.clear_plans()  # a plan's parameter block holds the kernel's pdl argument
     return old
 
@@ -68,10 +85,23 @@ def pdl(flag: bool = True):
         set_pdl(old)
 
 
+def safe_active(device_id: int) -> bool:
+    """Safe PDL is on and this device supports it (compute capability >= 9.0)."""
+    return SAFE and _sm90(device_id)
+
+
+def dense_arg(device_id: int) -> int:
+    """The pdl argument of a dense kernel (GEMV, streaming GEMV, kbit_gemm, wgmma) launched now:
+    1 (full PDL), PDL_SAFE (safe mode) or 0; nonzero = launched as a programmatic dependent."""
+    return 1 if active(device_id) else (PDL_SAFE if safe_active(device_id) else 0)
+
+
 def active(device_id: int) -> bool:
     """PDL is on and this device supports it (compute capability >= 9.0)."""
-    if not ENABLED:
-        return False
+    return ENABLED and _sm90(device_id)
+
+
+def _sm90(device_id: int) -> bool:
     cc = _CC.get(device_id)
     if cc is None:
         import cupy as cp
@@ -212,10 +242,11 @@ GROUPED_OFF, GROUPED_WAIT, GROUPED_EARLY = 0, 1, 2
 
 
 def grouped_mode(device_id: int, ids_stable: bool) -> int:
-    """The pdl argument of a grouped kernel launched now on this device."""
-    if not active(device_id):
-        return GROUPED_OFF
-    return GROUPED_EARLY if ids_stable else GROUPED_WAIT
+    """The pdl argument of a grouped kernel launched now on this device (safe mode: always
+    GROUPED_WAIT)."""
+    if active(device_id):
+        return GROUPED_EARLY if ids_stable else GROUPED_WAIT
+    return GROUPED_WAIT if safe_active(device_id) else GROUPED_OFF
 
 
 def launch(fn, grid, block, args, smem: int, pdl=True, cluster: int = 1) -> None:

@@ -318,7 +318,7 @@ def gemm(A, qw, out, k_splits=None, tile_n=None, *, validate=True):
 
         return dequant_matmul(A, qw, out, validate=False)
     vec2 = 1 if (N % 2 == 0 and out.data.ptr % 4 == 0) else 0
-    return launch_fused(p, THREADS, A, qw, out, vec2, _pdl.active(dev))
+    return launch_fused(p, THREADS, A, qw, out, vec2, _pdl.dense_arg(dev))
 
 
 def plan_workspace(p, dev_id: int, out):
@@ -332,10 +332,11 @@ def plan_workspace(p, dev_id: int, out):
     return _workspace(dev_id, cp.cuda.get_current_stream(), p.ws_floats, p.tiles)
 
 
-def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: bool = False):
+def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: int = 0):
     """Launch a fused-GEMM plan (kbit_gemm or kbit_wgmma: the same argument list, and a wgmma
     plan's `cluster` flag after it) on the current stream, with this stream's split-K
-    workspace; pdl: as a programmatic dependent (kbitcupy/_pdl.py); a wgmma plan with
+    workspace; pdl: the kernel's pdl argument (_pdl.dense_arg; nonzero: launched as a
+    programmatic dependent, kbitcupy/_pdl.py); a wgmma plan with
     `cluster` set: in thread block clusters of its k_splits CTAs (the split-K sum over DSMEM)."""
     M, K = A.shape
     N = out.shape[1]
@@ -345,8 +346,8 @@ def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: bool = False):
     ws, cnt = plan_workspace(p, A.device.id, out)
     args = (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N), np.int32(K),
             np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages), np.float32(qw.tensor_scale), np.int32(vec),
-            np.int32(bool(pdl)))
+            np.int32(int(pdl)))
     if cluster is not None:
         args += (np.int32(bool(cluster)),)
-    _pdl.launch(p.fn, (p.grid,), (threads,), args, smem, pdl=pdl, cluster=p.k_splits if cluster else 1)
+    _pdl.launch(p.fn, (p.grid,), (threads,), args, smem, pdl=bool(pdl), cluster=p.k_splits if cluster else 1)
     return out

@@ -165,12 +165,12 @@ def launch_args(A, qw, out, plan_override=None):
     if not 1 <= M <= MAX_M:
         raise ValueError(f"gemv handles M = 1..{MAX_M} rows of A, got M = {M}; use kbitcupy.matmul")
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    pdl = _pdl.active(A.data.device_id)
+    pdl = _pdl.dense_arg(A.data.device_id)  # 0, 1 (full PDL: its own plan) or safe
     cbd = qw.default_codebook and qw.layout == "tiled"  # instantiated for the runtime format only
     key = (A.data.device_id, M, N, K, qw.k, tname, qw.absmax.dtype.char, qw.layout, plan_override, pdl, cbd)
     cfg = _LAUNCH.get(key)
     if cfg is None:
-        cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override, pdl, cbd)
+        cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override, pdl == 1, cbd)
     fn, grid, block, smem, dims = cfg
     return fn, grid, block, smem, ((A, qw.packed, qw.absmax, qw.codebook, out) + dims +
                                    (np.float32(qw.tensor_scale), np.int32(pdl)))

@@ -130,7 +130,7 @@ def launch_args(A, qw, out, plan_override=None):
         ws, cnt = out, out  # never read: every strip has one CTA
     return fn, (G,), (THREADS,), smem, (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N),
                                         np.int32(K), np.int32(st), np.float32(qw.tensor_scale),
-                                        np.int32(_pdl.active(dev)))
+                                        np.int32(_pdl.dense_arg(dev)))
 
 
 def gemv_stream(A, qw, out, plan_override=None, *, validate=True):

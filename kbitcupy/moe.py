@@ -282,7 +282,8 @@ def _launch_helper(fn, work: int, args):
     import cupy as cp
 
     blocks = int(min(-(-work // 256), 132 * 16))
-    pdl = _pdl.active(cp.cuda.Device().id)
+    dev = cp.cuda.Device().id
+    pdl = _pdl.active(dev) or _pdl.safe_active(dev)  # the helpers wait at entry in either mode
     _pdl.launch(fn, (blocks,), (256,), args + (np.int32(pdl),), 0, pdl=pdl)
 
 

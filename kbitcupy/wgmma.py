@@ -298,7 +298,7 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster, spread)
-    return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.active(dev))
+    return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.dense_arg(dev))
 
 
 def _vec8(out) -> int:

@@ -23,6 +23,42 @@ def test_switch_and_context_manager(monkeypatch):
         kb.set_pdl(old)
 
 
+def test_safe_mode(monkeypatch):
+    """set_pdl("safe"): the dense kernels get the pdl argument PDL_SAFE (wait before anything),
+    the grouped ones GROUPED_WAIT; full PDL's tables and early orders stay off."""
+    import pytest
+
+    cleared = []
+    monkeypatch.setattr(L, "clear_plans", lambda: cleared.append(1))
+    monkeypatch.setattr(P, "_CC", {0: True, 1: False})  # device 0: sm_90, device 1: older
+    old = kb.set_pdl(False)
+    try:
+        assert kb.set_pdl("safe") is False and cleared
+        assert not P.enabled() and not P.active(0) and P.safe_active(0) and not P.safe_active(1)
+        assert (P.dense_arg(0), P.dense_arg(1)) == (P.PDL_SAFE, 0)
+        assert P.grouped_mode(0, True) == P.GROUPED_WAIT and P.grouped_mode(1, True) == P.GROUPED_OFF
+        assert kb.set_pdl(True) == "safe"  # the previous setting
+        assert P.enabled() and not P.safe_active(0) and P.dense_arg(0) == 1
+        assert P.grouped_mode(0, True) == P.GROUPED_EARLY and P.grouped_mode(0, False) == P.GROUPED_WAIT
+        with kb.pdl("safe"):
+            assert P.dense_arg(0) == P.PDL_SAFE
+        assert P.dense_arg(0) == 1  # restored: full
+        kb.set_pdl(False)
+        assert P.dense_arg(0) == 0 and P.grouped_mode(0, True) == P.GROUPED_OFF
+        with pytest.raises(ValueError, match="safe"):
+            kb.set_pdl("fast")
+    finally:
+        kb.set_pdl(old)
+    # the kernels' constant (cuda_src/kbit_common.cuh) is the one the launchers pass
+    import os
+    import re
+
+    from kbitcupy._compile import CUDA_SRC
+
+    src = open(os.path.join(CUDA_SRC, "kbit_common.cuh")).read()
+    assert int(re.search(r"#define KBIT_PDL_SAFE (\d+)", src).group(1)) == P.PDL_SAFE
+
+
 def test_launch_structures_match_cuda_h():
     assert ctypes.sizeof(P._AttrValue) == 64
     assert ctypes.sizeof(P._Attr) == 72 and P._Attr.value.offset == 8

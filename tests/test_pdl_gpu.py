@@ -126,6 +126,96 @@ def test_pdl_chain_reads_previous_output(rng, M):
         _check_graph_replay(cp, step, xs, ref, b3)
 
 
+@pytest.mark.parametrize("M", [1, 4, 16, 40, 100])
+def test_safe_pdl_weight_written_right_before(rng, M):
+    """PDL's safe mode (set_pdl("safe")): every kernel waits for the previous grid before
+    touching memory, so a matmul right after kernels that write its weight (elementwise kernels
+    into the weight's own packed / absmax buffers) sees the new contents -- what the full mode
+    may not -- and the next matmul reads its output.  The dispatched kernel at each M (GEMV,
+    streaming GEMV, wgmma, dq + cuBLAS), eager (both launch paths) and graph-replayed with the
+    weight poisoned before every replay, bit-exact against PDL off."""
+    cp = _cp_hopper()
+    N, K = 2048, 4096
+    qs = [_q(cp, rng, N, K, 4) for _ in range(3)]
+    w = _q(cp, rng, N, K, 4)  # the weight buffer each step writes one of qs into
+    q_back = _q(cp, rng, K, N, 4)
+    xs = [cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16) for _ in range(6)]
+    out, y2 = cp.empty((M, N), cp.float16), cp.empty((M, K), cp.float16)
+
+    def step(x, src):
+        cp.add(src.packed, 0, out=w.packed)  # kernels writing the weight right before its matmul
+        cp.add(src.absmax, 0, out=w.absmax)
+        kb.matmul(x, w, out=out)
+        kb.matmul(out, q_back, out=y2)
+
+    def run_all():
+        res = []
+        for j, x in enumerate(xs):
+            step(x, qs[j % len(qs)])
+            res.append((_bits(out), _bits(y2)))
+        return res
+
+    ref = run_all()
+    gref = []
+    for x in xs:  # the graph's reference: one source weight, PDL off
+        step(x, qs[1])
+        gref.append(_bits(y2))
+    old = kb.set_pdl("safe")
+    try:
+        for _ in range(2):  # general path, then the fast path
+            for g, r in zip(run_all(), ref):
+                np.testing.assert_array_equal(g[0], r[0])
+                np.testing.assert_array_equal(g[1], r[1])
+        xin = cp.empty_like(xs[0])
+        st = cp.cuda.Stream(non_blocking=True)
+        with st:
+            step(xin, qs[1])
+            st.synchronize()
+            st.begin_capture()
+            step(xin, qs[1])
+            graph = st.end_capture()
+            for x, r in zip(xs, gref):
+                xin[...] = x
+                w.packed.fill(0xFFFFFFFF)  # poison: a matmul reading before the copy would see it
+                w.absmax.fill(0xFF)
+                y2.fill(np.nan)
+                graph.launch(st)
+                np.testing.assert_array_equal(_bits(y2), r)
+            st.synchronize()
+    finally:
+        kb.set_pdl(old)
+
+
+def test_safe_pdl_grouped(rng):
+    """grouped_matmul in PDL's safe mode: expert ids and offsets written by a kernel right
+    before (device routing), bit-exact against PDL off, for the grouped GEMV and wgmma sizes."""
+    cp = _cp_hopper()
+    from kbitcupy.grouped import grouped_matmul, quantize_experts
+
+    E, N, K = 12, 512, 2048
+    bank = quantize_experts(cp.asarray(rng.standard_normal((E, N, K), dtype=np.float32) * 0.02), 4)
+    for mt in (1, 4, 32):
+        counts = np.array([mt, 0, mt, mt // 2 + 1, mt], np.int32)
+        offs_h = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        ids_h = np.array([3, 7, 0, 11, 5], np.int32)
+        A = cp.asarray(rng.standard_normal((int(offs_h[-1]), K), dtype=np.float32)).astype(cp.float16)
+        ids, offs = cp.zeros(5, cp.int32), cp.zeros(6, cp.int32)
+        ids_src, offs_src = cp.asarray(ids_h), cp.asarray(offs_h)
+
+        def call():
+            cp.add(ids_src, 0, out=ids)  # the routing written by a kernel right before
+            cp.add(offs_src, 0, out=offs)
+            return grouped_matmul(A, bank, ids, offs, mt, method="kernel")
+
+        ref = _bits(call())
+        old = kb.set_pdl("safe")
+        try:
+            for _ in range(2):
+                np.testing.assert_array_equal(_bits(call()), ref)
+        finally:
+            kb.set_pdl(old)
+
+
 def test_pdl_torch_tensors(rng):
     cp = _cp_hopper()
     torch = pytest.importorskip("torch")
