@@ -19,20 +19,23 @@ because their expert ids and offsets may come from the kernel right before them 
 routing), unless the caller says they do not (``ids_stable``: GROUPED_EARLY, the grouped
 GEMV and wgmma kernels then request the experts' weights before the wait).
 
-Off by default, because the kernels read weights before that wait: turn it on only
-where no kernel writes a weight (packed words, absmax, codebook) right before a matmul
+Full PDL is off by default, because the kernels read weights before that wait: turn it on
+only where no kernel writes a weight (packed words, absmax, codebook) right before a matmul
 that uses it -- true in inference, where weights are written once at load time.  A and
-``out`` are safe: A is read and ``out`` written after the wait.
+``out`` are safe: A is read and ``out`` written after the wait.  On: ``kbitcupy.set_pdl(True)``,
+``with kbitcupy.pdl(): ...`` or the environment ``KBITCUPY_PDL=1`` (read at import).
 
-On: ``kbitcupy.set_pdl(True)``, ``with kbitcupy.pdl(): ...`` or the environment
-``KBITCUPY_PDL=1`` (read at import).  Devices below compute capability 9.0 launch as
-usual.  Works under CUDA-graph capture (the dependency becomes a programmatic edge).
+The default is the safe mode (``set_pdl("safe")``, ``KBITCUPY_PDL=safe`` or unset): every
+kernel is launched as a programmatic dependent but waits for the previous grid before
+touching any memory (the dense kernels' pdl argument KBIT_PDL_SAFE, the grouped kernels'
+GROUPED_WAIT), so only the launch and the blocks' start overlap the previous kernel's tail:
+bit-exact with a plain launch and safe whatever that kernel wrote, weights included (H100,
+2026-11-25, seventeenth session: k = 4 dense TOTAL at M = 1 24.5 -> 22.2 us, full PDL 18.2).
+The dispatch tables are the default ones (no "+PDL" table).  Plain launches:
+``set_pdl(False)`` or ``KBITCUPY_PDL=0``.
 
-Safe mode (``set_pdl("safe")``, ``KBITCUPY_PDL=safe``): every kernel is launched as a
-programmatic dependent but waits for the previous grid before touching any memory (the
-dense kernels' pdl argument KBIT_PDL_SAFE, the grouped kernels' GROUPED_WAIT), so only the
-launch and the blocks' start overlap the previous kernel's tail: safe whatever that kernel
-wrote, weights included.  The dispatch tables are the default ones (no "+PDL" table).
+Devices below compute capability 9.0 launch as usual.  Works under CUDA-graph capture (the
+dependency becomes a programmatic edge).
 """
 from __future__ import annotations
 
@@ -43,7 +46,9 @@ import threading
 
 _ENV = os.environ.get("KBITCUPY_PDL", "").strip().lower()
 ENABLED = _ENV in ("1", "true", "yes", "on")  # full PDL: weights before the wait
-SAFE = _ENV == "safe"  # safe PDL: wait before anything
+SAFE = _ENV in ("", "safe")  # safe PDL (the default): wait before anything
+if not ENABLED and not SAFE and _ENV not in ("0", "false", "no", "off"):
+    raise ValueError(f"KBITCUPY_PDL must be 1 / on (full PDL), safe (the default) or 0 / off, got {_ENV!r}")
 PDL_SAFE = 3  # the dense kernels' pdl argument in safe mode (KBIT_PDL_SAFE, cuda_src/kbit_common.cuh)
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 _CLUSTER_DIMENSION = 4  # CUlaunchAttributeID (value: unsigned x, y, z)

@@ -205,9 +205,10 @@ MOE_PDL_COLUMN = "Grouped+PDL"  # the same for the dispatched grouped_matmul
 # forced grouped kernels launched with PDL (for tuning the choice under PDL)
 MOE_PDL_FORCED = ("g-MMA+PDL", "g-WGMMA+PDL")
 DENSE_PDL_FORCED = ("GEMV+PDL", "GEMM+PDL", "WGMMA+PDL", "STREAM+PDL")
-# the dispatched calls in PDL's safe mode (set_pdl("safe"): every kernel waits before touching memory)
-SAFE_PDL_COLUMNS = ("matmul+sPDL", "Grouped+sPDL")
-NOT_IN_BEST = {PDL_COLUMN, MOE_PDL_COLUMN, *MOE_PDL_FORCED, *DENSE_PDL_FORCED, *SAFE_PDL_COLUMNS}
+# the dispatched calls launched plainly (set_pdl(False)), opt-in: every other column runs in the
+# default mode, which on Hopper is PDL's safe mode (every kernel waits before touching memory)
+PLAIN_COLUMNS = ("matmul:plain", "Grouped:plain")
+NOT_IN_BEST = {PDL_COLUMN, MOE_PDL_COLUMN, *MOE_PDL_FORCED, *DENSE_PDL_FORCED, *PLAIN_COLUMNS}
 
 
 def _pdl_us(cols: dict):
@@ -228,8 +229,8 @@ COLUMNS: List[Column] = [
     Column("dq+cuBLAS", applies=lambda s, M: s.experts is None, launch=_dq_launch),
     Column("matmul", applies=lambda s, M: s.experts is None, launch=lambda c: matmul(c.A, c.qw, out=c.out)),
     Column(PDL_COLUMN, applies=lambda s, M: s.experts is None, launch=_matmul_pdl_launch),
-    Column(SAFE_PDL_COLUMNS[0], applies=lambda s, M: s.experts is None,
-           launch=_with_pdl(lambda c: matmul(c.A, c.qw, out=c.out), "safe")),
+    Column(PLAIN_COLUMNS[0], applies=lambda s, M: s.experts is None,
+           launch=_with_pdl(lambda c: matmul(c.A, c.qw, out=c.out), False)),
     # forced kernels with PDL, not in Best: what profiling/tune_dispatch.py --pdl reads
     Column("GEMV+PDL", applies=lambda s, M: s.experts is None and M <= GEMV_MAX_M,
            launch=_with_pdl(lambda c: gemv(c.A, c.qw, c.out))),
@@ -750,9 +751,11 @@ def _moe_section(moe: dict) -> List[str]:
         "mma.sync kbit_grouped, Hopper wgmma); matmul loop = E dispatched "
         "kbitcupy.matmul calls on views of the bank; Grouped+PDL = Grouped launched as a programmatic dependent "
         "(kbitcupy.set_pdl, ids_stable=True: the ids are fixed setup data; the weight requests and table build overlap the "
-        f"previous launch's tail in this graph of back-to-back launches; off by default), not in Best; vs {dt} "
+        f"previous launch's tail in this graph of back-to-back launches; full PDL is off by default), not in Best; vs {dt} "
         f"(PDL) = best {dt} / Grouped+PDL; g-MMA+PDL / g-WGMMA+PDL = those kernels forced, with PDL (not in Best); "
-        "Grouped+sPDL (when named) = Grouped in PDL's safe mode (set_pdl('safe'), not in Best).",
+        "Grouped:plain (when named) = Grouped launched without PDL (set_pdl(False), not in Best); every other "
+        "column runs in the default mode (on Hopper PDL's safe mode: a programmatic dependent that waits for the "
+        "previous grid before touching memory).",
         f"- {dt} loop = E torch.mm on the views W[e] of the fp16 bank (same rotation), one cuBLAS call per "
         f"expert; {dt} bmm = one torch.bmm on the contiguous slice W[s:s+E] (no gather: the best case for "
         f"{dt}, real routing would need a gather copy or the loop). Both captured in a torch CUDA graph.",
@@ -824,11 +827,12 @@ def format_report(res: dict) -> str:
             "sm_90 only); dq+cuBLAS = kbitcupy.dequant_matmul (dequantize into a reused "
             "buffer + cuBLAS GEMM); matmul = the dispatched kbitcupy.matmul; matmul+PDL = the same launched as a "
             "programmatic dependent (kbitcupy.set_pdl: the GEMV's and the fused GEMMs' prologue overlaps the previous "
-            "launch's tail in this graph of back-to-back launches; off by default; dispatch from the family's +PDL "
+            "launch's tail in this graph of back-to-back launches; full PDL is off by default; dispatch from the family's +PDL "
             f"table where there is one), not in Best; vs {cub} (PDL) = {cub} / matmul+PDL ({cub} itself is not "
             "PDL-launched); GEMV+PDL / GEMM+PDL / WGMMA+PDL = those kernels forced, with PDL (not in Best); "
-            "matmul+sPDL (when named) = matmul in PDL's safe mode (set_pdl('safe'): every kernel waits before "
-            "touching memory, so only the launch overlaps; not in Best).",
+            "matmul:plain (when named) = matmul launched without PDL (set_pdl(False), not in Best); every other "
+            "kbit column runs in the default mode (on Hopper PDL's safe mode: a programmatic dependent that waits "
+            "for the previous grid before touching memory, so only the launch overlaps).",
             f"- {cub}: cuBLAS through torch (torch.mm), same method. "
             "SOL: streaming 16-byte read of exactly packed + absmax + A bytes, same method.",
             f"- Best = fastest kbit column; vs {cub} = {cub} / Best (> 1 means kbit wins); % of SOL = SOL / Best.",
@@ -929,6 +933,10 @@ def _versions() -> Dict[str, str]:
         v["torch"] = f"{torch.__version__} (CUDA {torch.version.cuda})"
     except ImportError:
         v["torch"] = "not installed"
+    from . import _pdl
+
+    # the launch mode of the columns without +PDL / :plain in their name (kbitcupy/_pdl.py)
+    v["launch"] = "full PDL" if _pdl.ENABLED else ("safe PDL (default)" if _pdl.SAFE else "plain (PDL off)")
     return v
 
 
@@ -1112,7 +1120,7 @@ MOE_COLUMNS: List[MoeColumn] = [
     MoeColumn("matmul loop", _matmul_loop_launch),
     # not a kernel of its own: Grouped launched with PDL, kept out of Best (fp16 is not PDL-launched)
     MoeColumn(MOE_PDL_COLUMN, _grouped_pdl_launch()),
-    MoeColumn(SAFE_PDL_COLUMNS[1], _with_pdl(lambda c: _grouped_launch(c), "safe")),
+    MoeColumn(PLAIN_COLUMNS[1], _with_pdl(lambda c: _grouped_launch(c), False)),
     MoeColumn(MOE_PDL_FORCED[0], _grouped_pdl_launch("mma"), lambda s, M: M >= 8),
     MoeColumn(MOE_PDL_FORCED[1], _grouped_pdl_launch("wgmma"), lambda s, M: M >= 8 and _sm90()),
 ]
@@ -1888,19 +1896,19 @@ def _column_names(s: Optional[str]) -> Optional[List[str]]:
 
 def parse_columns(s: Optional[str]) -> List[Column]:
     """Dense kbit columns named in s (when s is empty or names only MoE columns: all but the
-    opt-in SAFE_PDL_COLUMNS)."""
+    opt-in PLAIN_COLUMNS)."""
     names = _column_names(s)
     sel = [c for c in COLUMNS if names and c.name in names]
     if names and sel:  # keep the order given
         sel = [next(c for c in COLUMNS if c.name == n) for n in names if any(c.name == n for c in COLUMNS)]
-    return sel or [c for c in COLUMNS if c.name not in SAFE_PDL_COLUMNS]
+    return sel or [c for c in COLUMNS if c.name not in PLAIN_COLUMNS]
 
 
 def parse_moe_columns(s: Optional[str]) -> List[MoeColumn]:
     """MoE kbit columns named in s (all when s is empty or names only dense columns)."""
     names = _column_names(s)
     sel = [next(c for c in MOE_COLUMNS if c.name == n) for n in (names or []) if any(c.name == n for c in MOE_COLUMNS)]
-    return sel or [c for c in MOE_COLUMNS if c.name not in SAFE_PDL_COLUMNS]
+    return sel or [c for c in MOE_COLUMNS if c.name not in PLAIN_COLUMNS]
 
 
 DEFAULTS = dict(M="1,2,4,8", k="2,3,4,5", moe_M=",".join(map(str, MOE_M)), experts=",".join(map(str, MOE_EXPERTS)),

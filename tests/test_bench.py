@@ -63,7 +63,7 @@ def test_shapes_and_columns():
     with pytest.raises(ValueError):
         B.parse_shapes("nope")
     # all but the opt-in safe-PDL columns
-    assert [c.name for c in B.parse_columns(None)] == [c.name for c in B.COLUMNS if c.name not in B.SAFE_PDL_COLUMNS]
+    assert [c.name for c in B.parse_columns(None)] == [c.name for c in B.COLUMNS if c.name not in B.PLAIN_COLUMNS]
     assert [c.name for c in B.parse_columns("matmul")] == ["matmul"]
     with pytest.raises(ValueError):
         B.parse_columns("cutlass")
@@ -317,12 +317,12 @@ def _sm90() -> bool:
 
 def test_dense_columns_registry():
     assert [c.name for c in B.COLUMNS] == ["GEMV", "STREAM", "GEMM", "WGMMA", "dq+cuBLAS", "matmul", "matmul+PDL",
-                                           "matmul+sPDL", "GEMV+PDL", "GEMM+PDL", "WGMMA+PDL", "STREAM+PDL"]
+                                           "matmul:plain", "GEMV+PDL", "GEMM+PDL", "WGMMA+PDL", "STREAM+PDL"]
     # the safe-PDL columns only when named
-    assert "matmul+sPDL" not in [c.name for c in B.parse_columns(None)]
-    assert [c.name for c in B.parse_columns("matmul,matmul+sPDL")] == ["matmul", "matmul+sPDL"]
-    assert "Grouped+sPDL" not in [c.name for c in B.parse_moe_columns(None)]
-    assert [c.name for c in B.parse_moe_columns("Grouped+sPDL")] == ["Grouped+sPDL"]
+    assert "matmul:plain" not in [c.name for c in B.parse_columns(None)]
+    assert [c.name for c in B.parse_columns("matmul,matmul:plain")] == ["matmul", "matmul:plain"]
+    assert "Grouped:plain" not in [c.name for c in B.parse_moe_columns(None)]
+    assert [c.name for c in B.parse_moe_columns("Grouped:plain")] == ["Grouped:plain"]
     by = {c.name: c for c in B.COLUMNS}
     g = B.SHAPES["gateup"]
     for M in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
@@ -338,7 +338,7 @@ def test_dense_columns_registry():
 def test_parse_columns_both_registries():
     assert [c.name for c in B.parse_columns("GEMM,dq+cuBLAS")] == ["GEMM", "dq+cuBLAS"]
     assert [c.name for c in B.parse_columns("dq,mma")] == ["dq+cuBLAS", "GEMM"]  # aliases, order kept
-    none_named = lambda cols: [c.name for c in cols if c.name not in B.SAFE_PDL_COLUMNS]  # noqa: E731
+    none_named = lambda cols: [c.name for c in cols if c.name not in B.PLAIN_COLUMNS]  # noqa: E731
     assert [c.name for c in B.parse_moe_columns("GEMM")] == none_named(B.MOE_COLUMNS)  # none named: all (not opt-in)
     assert [c.name for c in B.parse_moe_columns("grouped,GEMV")] == ["Grouped"]
     assert [c.name for c in B.parse_columns("Grouped")] == none_named(B.COLUMNS)

@@ -83,3 +83,26 @@ def test_packed_params_match_param_block():
         assert [argv[i] - base for i in range(len(args))] == list(pb.offsets)
         assert ctypes.string_at(base, pb.nbytes) == pb.tobytes()
         assert P._packed_params(args)[1] is buf  # cached per signature
+
+
+def test_env_default_is_safe(monkeypatch):
+    """KBITCUPY_PDL unset or "safe": safe mode (the default); 0 / off: plain launches; 1 / on:
+    full PDL; anything else is refused at import, naming the variable."""
+    import importlib
+
+    import pytest
+
+    saved = (P.ENABLED, P.SAFE)
+    try:
+        for env, want in (("", (False, True)), ("safe", (False, True)), ("0", (False, False)),
+                          ("off", (False, False)), ("1", (True, False)), ("on", (True, False))):
+            monkeypatch.setenv("KBITCUPY_PDL", env)
+            importlib.reload(P)
+            assert (P.ENABLED, P.SAFE) == want, env
+        monkeypatch.setenv("KBITCUPY_PDL", "fast")
+        with pytest.raises(ValueError, match="KBITCUPY_PDL"):
+            importlib.reload(P)
+    finally:
+        monkeypatch.delenv("KBITCUPY_PDL", raising=False)
+        importlib.reload(P)
+        P.ENABLED, P.SAFE = saved
