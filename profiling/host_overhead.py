@@ -10,6 +10,7 @@ K=2048), fp16, each M, times `calls` back-to-back Python calls of:
   general        the same call with the fast path off (the old path)
   no_out         matmul(A, qw): fast path, result allocated per call
   fast_pdl       fast, with kbitcupy.pdl() on (cuLaunchKernelEx through ctypes)
+  fast_plain     fast, with PDL off (kbitcupy.pdl(False); the default is PDL's safe mode)
   torch          matmul on CUDA torch tensors with out= (fast path), if torch with CUDA imports
   torch_general  the same with the fast path off
   torch_op       the kbitcupy::matmul torch custom op on a registered weight's tensors (output allocated)
@@ -45,7 +46,7 @@ from kbitcupy.bench import _device_info, _git_describe, _versions, output_paths,
 from kbitcupy.gemv import launch_args  # noqa: E402
 
 SHAPES = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "KV": (512, 2048)}  # (N, K)
-CASES = ("fast", "general", "no_out", "fast_pdl", "torch", "torch_general", "torch_op", "rawkernel", "launch")
+CASES = ("fast", "general", "no_out", "fast_pdl", "fast_plain", "torch", "torch_general", "torch_op", "rawkernel", "launch")
 
 
 def _torch():
@@ -99,6 +100,13 @@ def bench_one(name, N, K, k, M, args, torch):
         out.fill(np.nan)
         row["cases"]["fast_pdl"] = time_calls(lambda: kb.matmul(A, qw, out=out), *T)
         check("fast_pdl", out)
+    # (c3) fast path launched plainly (the default is PDL's safe mode on Hopper: cuLaunchKernelEx too)
+    with kb.pdl(False):
+        for _ in range(3):
+            kb.matmul(A, qw, out=out)
+        out.fill(np.nan)
+        row["cases"]["fast_plain"] = time_calls(lambda: kb.matmul(A, qw, out=out), *T)
+        check("fast_plain", out)
     # (d) torch tensors in and out (views of the same data)
     if torch is not None:
         At = torch.from_dlpack(A)
@@ -161,7 +169,7 @@ def markdown(res):
              "timed with time.perf_counter; enqueue = before the final synchronise (host cost per call), wall = after "
              f"it; median of {m['repeats']} runs.  kernel = the GEMV alone (CUDA graph of 100 launches).  fast = "
              "`matmul(A, qw, out=out)` through kbitcupy._launch; general = the same with the fast path off (the old "
-             "path); no_out = `matmul(A, qw)`; fast_pdl = fast with `kbitcupy.pdl()` (cuLaunchKernelEx); torch = torch tensors in/out (out=); torch_op = the `kbitcupy::matmul` custom op (KbitLinearModule, torch.compile), output allocated per call; rawkernel = bare CuPy RawKernel "
+             "path); no_out = `matmul(A, qw)`; fast_pdl = fast with `kbitcupy.pdl()` (cuLaunchKernelEx); fast_plain = fast with PDL off (fast itself runs in the default mode: safe PDL on Hopper); torch = torch tensors in/out (out=); torch_op = the `kbitcupy::matmul` custom op (KbitLinearModule, torch.compile), output allocated per call; rawkernel = bare CuPy RawKernel "
              "call with prebuilt args; launch = bare `driver.launchKernel` with a prebuilt parameter block.", ""]
     cases = [c for c in CASES if any(c in r["cases"] for r in res["rows"])]
     for key, title in (("enqueue_us", "Enqueue (host) us per call"), ("wall_us", "Wall us per call")):

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Seventeenth session's device run (2026-11-25), after run17 STEP=pair / safe (pairs not kept: slower in
+# every cell; PDL's safe mode made the default).
+#   STEP=suite: the whole GPU suite in the new default launch mode (safe PDL), then commit 3's A/B (the
+#     wgmma kernels' K-split bounds in 32-bit arithmetic, fewer registers, no __cuda_sm20_div_s64 before the
+#     first load) against 2f1eb8e (ab_prev = git archive 2f1eb8e kbitcupy cuda_src profiling, carried),
+#     both plain-launched (KBITCUPY_PDL=0): WGMMA column, M = 16 / 64, k = 4 / 5.  Expected: M = 16 -1..-3 %
+#     (ncu_src16_d16: ~20 % of the samples before the first load), M = 64 within noise.
+#   STEP=tables: host overhead (the default now launches through cuLaunchKernelEx), then the closing tables
+#     in the default mode with matmul:plain and matmul+PDL beside it: dense M = 1 / 4 every k, dense
+#     M = 16..128 k = 4, MoE 1..64 tokens k = 4.
+#   STEP=tok / shapes: run17.sh's steps (TOK = 64 / 128 / 192 at M = 64..256; unmeasured dense shapes).
+#   OUT=/tmp/out STEP=suite bash profiling/run18.sh
+if [ "${STEP:-}" = tok ] || [ "${STEP:-}" = shapes ]; then exec bash profiling/run17.sh; fi
+. profiling/run_env.sh
+start_run suite
+if [ "$STEP" = suite ]; then
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests.log" 330 tests/
+  OUT=$W PREV_TREE=ab_prev AB_TAG=kdiv17 WARM=wgmma AB_TIMEOUT=60 KBITCUPY_PDL=0 \
+      AB_ARGS="--M 16,64 --k 4,5 --columns WGMMA --reps 15" bash profiling/tree_ab.sh 2>&1 | tail -8
+fi
+if [ "$STEP" = tables ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm grouped quant dequant 2>&1 | tail -1
+  timeout 60 python3 profiling/host_overhead.py --out "$W" --M 1,4 --calls 300 --repeats 3 > "$W/host.log" 2>&1
+  tail -22 "$W/host.log" | head -12
+  timeout 150 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul:plain,matmul+PDL \
+      --reps 15 --tag final23-m1 > "$W/bench_m1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_m1.log"
+  timeout 110 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
+      --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul:plain,matmul+PDL --reps 15 --tag final23 > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log"
+  timeout 120 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
+      --columns Grouped,Grouped:plain,Grouped+PDL --reps 15 --tag moe-final23 > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | head -12
+fi
+tar -czf "$OUT/run18_$STEP.tgz" -C "$W" . && rm -rf "$W"
