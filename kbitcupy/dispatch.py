@@ -440,6 +440,25 @@ def nearest_shape(shapes: dict, k: int, N: int, K: int):
     return best[1] if best else None
 
 
+# An unmeasured shape over BIG_SHAPE_FACTOR x the largest measured one (same k) does not take the
+# nearest shape's streaming-GEMV and dq + cuBLAS bands: H100 k = 4, 2026-11-25 (`shapes17`,
+# 4096 x 14336 and 14336 x 4096, 5.6x gate/up): kbit_gemm fastest at M = 9 / 16 (21.7 us against
+# the stream's 25.3-26.4 the nearest bands chose), wgmma at M = 32..128 (M = 128: 48.4 us against
+# dq + cuBLAS's 108.7, whose dequantize writes 117 MB there).
+BIG_SHAPE_FACTOR = 2
+BIG_SHAPE_BANDS = (4, 128, 17, 128)  # (gemv_max, gemm_max, wgmma from, wgmma to); no stream band
+
+
+def _big_shape_bands(shapes: dict, k: int, elems: int, near: tuple) -> tuple:
+    """The nearest shape's bands, or BIG_SHAPE_BANDS (widened to the nearest's where it
+    reaches further) for a shape much larger than every measured one with this k."""
+    largest = max((n * kd for (kk, n, kd) in shapes if kk == k), default=0)
+    if not largest or elems <= BIG_SHAPE_FACTOR * largest:
+        return near
+    g, m, lo, hi = BIG_SHAPE_BANDS
+    return (min(near[0], g), max(near[1], m), lo, max(near[3], hi))
+
+
 def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str] = None,
            pdl: Optional[bool] = None) -> str:
     """'gemv' | 'stream' | 'gemm' | 'wgmma' | 'dq' for C[M, N] = A[M, K] @ W^T with a k-bit weight.
@@ -464,6 +483,8 @@ def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str
         exact = shapes.get((int(k), int(N), int(K)))  # measured on this very shape
         if exact is None and shapes:
             exact = nearest_shape(shapes, int(k), int(N), int(K))
+            if exact is not None and len(exact) >= 4 and exact[3] >= exact[2]:
+                exact = _big_shape_bands(shapes, int(k), elems, exact)
         wg_lo, wg_hi = st_lo, st_hi = 1, 0
         if exact is not None:
             gemv_max, gemm_max = min(exact[0], GEMV_MAX_M), exact[1]

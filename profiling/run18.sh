@@ -9,6 +9,10 @@
 #   STEP=tables: host overhead (the default now launches through cuLaunchKernelEx), then the closing tables
 #     in the default mode with matmul:plain and matmul+PDL beside it: dense M = 1 / 4 every k, dense
 #     M = 16..128 k = 4, MoE 1..64 tokens k = 4.
+#   STEP=big: after run17 tok / shapes: TOK = 128 above 192 tokens (wgmma.choose_tok) and the big-shape
+#     bands (dispatch._big_shape_bands): the TOK probe at M = 256..512 (128 / 192), the two big shapes at
+#     M = 4..256 with every kernel column and matmul (expected: matmul within 5 % of the best column at
+#     M = 9..128; M = 4 / 8 and 256 not measured before), the wgmma GPU tests.
 #   STEP=tok / shapes: run17.sh's steps (TOK = 64 / 128 / 192 at M = 64..256; unmeasured dense shapes).
 #   OUT=/tmp/out STEP=suite bash profiling/run18.sh
 if [ "${STEP:-}" = tok ] || [ "${STEP:-}" = shapes ]; then exec bash profiling/run17.sh; fi
@@ -33,5 +37,15 @@ if [ "$STEP" = tables ]; then
   timeout 120 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
       --columns Grouped,Grouped:plain,Grouped+PDL --reps 15 --tag moe-final23 > "$W/bench_moe.log" 2>&1
   grep -E "TOTAL" "$W/bench_moe.log" | head -12
+fi
+if [ "$STEP" = big ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm quant dequant 2>&1 | tail -1
+  WG=1 GEMM=0 DQ=0 KS=4 MS=256,384,512 SHAPES_=gateup,down WGTOKS=128,192 \
+      timeout 100 python3 profiling/gemm_probe.py > "$W/tok_probe.log" 2>&1
+  tail -6 "$W/tok_probe.log"
+  timeout 200 python3 profiling/bench.py --out "$W" --shapes 4096x14336,14336x4096 --M 4,8,9,16,32,64,128,256 --k 4 \
+      --columns GEMV,STREAM,GEMM,WGMMA,dq+cuBLAS,matmul --reps 15 --tag big17 > "$W/bench_big.log" 2>&1
+  grep -E "^### M|^\| [0-9]" "$W/bench_big.log" | head -40
+  gpu_tests "$W/gpu_tests_wg.log" 150 tests/test_wgmma_gpu.py tests/test_matmul.py tests/test_dispatch.py
 fi
 tar -czf "$OUT/run18_$STEP.tgz" -C "$W" . && rm -rf "$W"
