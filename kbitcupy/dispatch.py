@@ -443,10 +443,11 @@ def nearest_shape(shapes: dict, k: int, N: int, K: int):
 # An unmeasured shape over BIG_SHAPE_FACTOR x the largest measured one (same k) does not take the
 # nearest shape's streaming-GEMV and dq + cuBLAS bands: H100 k = 4, 2026-11-25 (`shapes17`,
 # 4096 x 14336 and 14336 x 4096, 5.6x gate/up): kbit_gemm fastest at M = 9 / 16 (21.7 us against
-# the stream's 25.3-26.4 the nearest bands chose), wgmma at M = 32..128 (M = 128: 48.4 us against
-# dq + cuBLAS's 108.7, whose dequantize writes 117 MB there).
+# the stream's 25.3-26.4 the nearest bands chose), wgmma at M = 32..256 (M = 128: 48.4 us against
+# dq + cuBLAS's 108.7, whose dequantize writes 117 MB there; M = 256, `big17`: 97.5 / 84.8 against
+# 111.9 / 119.9).  M = 4 on 14336 x 4096: the GEMV 27.0 us, kbit_gemm 22.8 (the GEMV band kept).
 BIG_SHAPE_FACTOR = 2
-BIG_SHAPE_BANDS = (4, 128, 17, 128)  # (gemv_max, gemm_max, wgmma from, wgmma to); no stream band
+BIG_SHAPE_BANDS = (4, 256, 17, 256)  # (gemv_max, gemm_max, wgmma from, wgmma to); no stream band
 
 
 def _big_shape_bands(shapes: dict, k: int, elems: int, near: tuple) -> tuple:

@@ -101,14 +101,22 @@ def smem_bytes(k: int, tok: int, stages: int) -> int:
     return lut_bytes(k) + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
 
 
-def choose_tok(M: int, choices=TOK_CHOICES) -> int:
-    """The smallest TOK covering M; above the largest, 128 where it is a choice: H100 k = 4,
-    M = 256 (`run17_tok`, the same run): TOK = 128 (two tiles, none padded) 17-20 % faster than
-    192 (two tiles, a third of the second padded) on gate/up, down, Q and O."""
+def choose_tok(M: int, choices=TOK_CHOICES, n_tiles: int = 0, sms: int = 0) -> int:
+    """The smallest TOK covering M.  Above the largest (TOK >= 128 runs one CTA per SM), the
+    one of 128 / 192 with the fewest waves x TOK (ceil(M / TOK) x n_tiles column strips over
+    sms), ties to 128 (less padding): H100 k = 4 (`run17_tok`, `run18_big` tok_probe), gate/up
+    M = 256 / 384: 128 26.8 / 26.4 us vs 192's 32.4 / 32.2; M = 512: 192 31.7 vs 49.9 (four
+    128-token tiles x 40 strips = 160 CTAs, two waves); down M = 256 / 512 128 -20 % / -19 %
+    (M = 384: 192 13 % faster, missed by this rule).  Without n_tiles / sms: 128."""
     tok = next((t for t in choices if M <= t), None)
-    if tok is None:
-        tok = 128 if 128 in choices else choices[-1]
-    return tok
+    if tok is not None:
+        return tok
+    big = [t for t in (128, 192) if t in choices]
+    if not big:
+        return choices[-1]
+    if n_tiles <= 0 or sms <= 0:
+        return big[0]
+    return min(big, key=lambda t: (-(-(-(-M // t) * n_tiles) // sms) * t, t))
 
 
 def choose_stages(info: dict, k: int, tok: int, regs: int):
@@ -234,11 +242,12 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     p = _PLANS.get(key)
     if p is not None:
         return p
-    tok = _check_tok(choose_tok(M) if tok is None else int(tok))
+    info = device_info(dev_id)
+    tok = _check_tok(choose_tok(M, TOK_CHOICES, -(-N // TILE_N), info["sms"]) if tok is None else int(tok))
     p = Plan()
     p.fn = WGMMA.function((k, dtype_name, tok))
     p.m_tiles = -(-M // tok)
-    p = _finish_plan(p, device_info(dev_id), k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
+    p = _finish_plan(p, info, k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
                      f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster, spread=spread)
     _PLANS[key] = p
     return p

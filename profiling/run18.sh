@@ -48,4 +48,15 @@ if [ "$STEP" = big ]; then
   grep -E "^### M|^\| [0-9]" "$W/bench_big.log" | head -40
   gpu_tests "$W/gpu_tests_wg.log" 150 tests/test_wgmma_gpu.py tests/test_matmul.py tests/test_dispatch.py
 fi
+if [ "$STEP" = big2 ]; then  # after STEP=big: TOK by waves x TOK above 192, the big-shape wgmma band to 256
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm quant dequant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_wg.log" 150 tests/test_wgmma_gpu.py tests/test_matmul.py tests/test_dispatch.py
+  WG=1 GEMM=0 DQ=0 KS=4 MS=256,384,512 SHAPES_=gateup,down,Q,O WGTOKS=128,192 \
+      timeout 100 python3 profiling/gemm_probe.py > "$W/tok_probe.log" 2>&1
+  tail -12 "$W/tok_probe.log"
+  timeout 100 python3 profiling/bench.py --out "$W" --shapes 4096x14336,14336x4096 --M 128,256 --k 4 \
+      --columns WGMMA,dq+cuBLAS,matmul --reps 15 --tag big17b > "$W/bench_big.log" 2>&1
+  grep -E "^### M|^\| [0-9]" "$W/bench_big.log" | head -12
+  sanitize memcheck "$W/memcheck.txt" 150 profiling/sanitize_driver.py
+fi
 tar -czf "$OUT/run18_$STEP.tgz" -C "$W" . && rm -rf "$W"

@@ -260,14 +260,14 @@ def test_h100_table_is_measured():
     assert D.nearest_shape(D.TABLES["H100"]["shapes"], 4, 3000, 3000) == D.TABLES["H100"]["shapes"][(4, 2048, 4096)]
     assert D.nearest_shape(D.TABLES["H100"]["shapes"], 7, 3000, 3000) is None  # no such k
     # much larger than every measured shape (4096 x 14336, 5.6x gate/up): no stream / dq bands; the GEMV to
-    # M = 4, kbit_gemm to 16, wgmma to 128 (shapes17: the nearest bands' stream / dq 17-125 % slower there)
+    # M = 4, kbit_gemm to 16, wgmma to 256 (shapes17 / big17: the nearest bands' stream / dq 17-125 % slower)
     for N, K in ((4096, 14336), (14336, 4096)):
-        assert [c(M, N, K, 4) for M in (1, 4, 5, 16, 17, 128, 129)] == \
-            ["gemv", "gemv", "gemm", "gemm", "wgmma", "wgmma", "dq"], (N, K)
+        assert [c(M, N, K, 4) for M in (1, 4, 5, 16, 17, 128, 256, 257)] == \
+            ["gemv", "gemv", "gemm", "gemm", "wgmma", "wgmma", "wgmma", "dq"], (N, K)
     # up to BIG_SHAPE_FACTOR x the largest measured shape the nearest shape's bands stay
     assert c(16, 4096, 5120, 4) == c(16, 2048, 5120, 4) == "stream"
-    big = D._big_shape_bands(D.TABLES["H100"]["shapes"], 4, 4096 * 14336, (16, 64, 12, 256, 9, 64))
-    assert big == (4, 128, 17, 256)  # widened to the nearest's wgmma band; its stream band dropped
+    big = D._big_shape_bands(D.TABLES["H100"]["shapes"], 4, 4096 * 14336, (16, 64, 12, 300, 9, 64))
+    assert big == (4, 256, 17, 300)  # widened to the nearest's wgmma band; its stream band dropped
 
 
 def test_h200_table_follows_measurements():

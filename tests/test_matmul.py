@@ -54,10 +54,14 @@ def test_run_kind_and_fallbacks(ran):
 
 
 def test_wgmma_choose_tok():
-    """TOK: the smallest choice covering M; beyond the largest, 128 (two unpadded tiles at M = 256
-    measured 17-20 % faster than 192's), the grouped choices' largest otherwise."""
-    from kbitcupy.wgmma import GROUPED_TOK_CHOICES, choose_tok
+    """TOK: the smallest choice covering M; beyond the largest, 128 or 192 by waves x TOK (H100:
+    132 SMs; gate/up 40 column strips, down 16), 128 without the grid's size; the grouped
+    kernel's largest, 128, beyond its choices."""
+    from kbitcupy.wgmma import GROUPED_TOK_CHOICES, TOK_CHOICES, choose_tok
 
     assert [choose_tok(M) for M in (1, 16, 17, 64, 65, 128, 129, 192, 193, 256, 512)] == \
         [16, 16, 32, 64, 128, 128, 192, 192, 128, 128, 128]
-    assert [choose_tok(M, GROUPED_TOK_CHOICES) for M in (100, 128, 129, 1000)] == [128, 128, 128, 128]
+    gateup = [choose_tok(M, TOK_CHOICES, 40, 132) for M in (256, 384, 512)]
+    down = [choose_tok(M, TOK_CHOICES, 16, 132) for M in (256, 384, 512)]
+    assert gateup == [128, 128, 192] and down == [128, 128, 128]
+    assert [choose_tok(M, GROUPED_TOK_CHOICES, 40, 132) for M in (100, 128, 129, 1000)] == [128, 128, 128, 128]

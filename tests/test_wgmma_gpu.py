@@ -253,4 +253,4 @@ def test_matmul_dispatches_to_wgmma(rng):
         D.TABLES.update(saved)
         D._CHOICES.clear()
     with pytest.raises(DoesNotFit, match="TOK=192"):
-        wgmma_gemm(_A(200, 4096, np.float16, rng), q, cp.empty((200, 2048), np.float16), stages=8)
+        wgmma_gemm(_A(160, 4096, np.float16, rng), q, cp.empty((160, 2048), np.float16), stages=8)
