@@ -101,22 +101,30 @@ def smem_bytes(k: int, tok: int, stages: int) -> int:
     return lut_bytes(k) + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
 
 
-def choose_tok(M: int, choices=TOK_CHOICES, n_tiles: int = 0, sms: int = 0) -> int:
-    """The smallest TOK covering M.  Above the largest (TOK >= 128 runs one CTA per SM), the
-    one of 128 / 192 with the fewest waves x TOK (ceil(M / TOK) x n_tiles column strips over
-    sms), ties to 128 (less padding): H100 k = 4 (`run17_tok`, `run18_big` tok_probe), gate/up
-    M = 256 / 384: 128 26.8 / 26.4 us vs 192's 32.4 / 32.2; M = 512: 192 31.7 vs 49.9 (four
-    128-token tiles x 40 strips = 160 CTAs, two waves); down M = 256 / 512 128 -20 % / -19 %
-    (M = 384: 192 13 % faster, missed by this rule).  Without n_tiles / sms: 128."""
+def choose_tok(M: int, choices=TOK_CHOICES, n_tiles: int = 0, sms: int = 0, k_tiles: int = 0) -> int:
+    """The smallest TOK covering M.  Above the largest (TOK >= 128 runs one CTA per SM), the one
+    of 128 / 192 with the least waves x TOK x K tiles per split, the split count as the plan's
+    default picks it (fill one wave, <= MAX_SPLITS, >= MIN_TILES_PER_SPLIT tiles each); ties
+    to 128 (less padding).  H100 k = 4 (`run17_tok`, `run18_big2` tok_probe): it picks the faster
+    of the two in all 12 cells of gate/up, down, Q, O x M = 256 / 384 / 512, e.g. gate/up
+    M = 256 128 (26.7 vs 31.9 us), M = 512 192 (32.2 vs 50.8: four 128-token tiles x 40 strips
+    are two waves), down M = 384 192 (29.9 vs 34.6: 4 splits instead of 2).  192 everywhere
+    (the rule before) lost 8 of the 12 by 8-58 %.  Without the grid's size: 128."""
     tok = next((t for t in choices if M <= t), None)
     if tok is not None:
         return tok
     big = [t for t in (128, 192) if t in choices]
     if not big:
         return choices[-1]
-    if n_tiles <= 0 or sms <= 0:
+    if n_tiles <= 0 or sms <= 0 or k_tiles <= 0:
         return big[0]
-    return min(big, key=lambda t: (-(-(-(-M // t) * n_tiles) // sms) * t, t))
+
+    def cost(t):
+        tiles = -(-M // t) * n_tiles
+        ks = max(1, min(MAX_SPLITS, k_tiles // MIN_TILES_PER_SPLIT, sms // tiles))
+        return -(-tiles * ks // sms) * t * -(-k_tiles // ks)
+
+    return min(big, key=lambda t: (cost(t), t))
 
 
 def choose_stages(info: dict, k: int, tok: int, regs: int):
@@ -243,7 +251,8 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     if p is not None:
         return p
     info = device_info(dev_id)
-    tok = _check_tok(choose_tok(M, TOK_CHOICES, -(-N // TILE_N), info["sms"]) if tok is None else int(tok))
+    tok = _check_tok(choose_tok(M, TOK_CHOICES, -(-N // TILE_N), info["sms"], -(-K // TILE_K))
+                     if tok is None else int(tok))
     p = Plan()
     p.fn = WGMMA.function((k, dtype_name, tok))
     p.m_tiles = -(-M // tok)

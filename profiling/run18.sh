@@ -48,6 +48,13 @@ if [ "$STEP" = big ]; then
   grep -E "^### M|^\| [0-9]" "$W/bench_big.log" | head -40
   gpu_tests "$W/gpu_tests_wg.log" 150 tests/test_wgmma_gpu.py tests/test_matmul.py tests/test_dispatch.py
 fi
+if [ "$STEP" = big3 ]; then  # the TOK model with split counts (choose_tok k_tiles): the plan's pick against both
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  WG=1 GEMM=0 DQ=0 KS=4 MS=256,384,512 SHAPES_=gateup,down,Q,O WGTOKS=128,192 \
+      timeout 100 python3 profiling/gemm_probe.py > "$W/tok_probe.log" 2>&1
+  tail -12 "$W/tok_probe.log"
+  gpu_tests "$W/gpu_tests_wg.log" 150 tests/test_wgmma_gpu.py tests/test_matmul.py
+fi
 if [ "$STEP" = big2 ]; then  # after STEP=big: TOK by waves x TOK above 192, the big-shape wgmma band to 256
   python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm quant dequant 2>&1 | tail -1
   gpu_tests "$W/gpu_tests_wg.log" 150 tests/test_wgmma_gpu.py tests/test_matmul.py tests/test_dispatch.py

@@ -54,14 +54,17 @@ def test_run_kind_and_fallbacks(ran):
 
 
 def test_wgmma_choose_tok():
-    """TOK: the smallest choice covering M; beyond the largest, 128 or 192 by waves x TOK (H100:
-    132 SMs; gate/up 40 column strips, down 16), 128 without the grid's size; the grouped
-    kernel's largest, 128, beyond its choices."""
+    """TOK: the smallest choice covering M; beyond the largest, 128 or 192 by waves x TOK x K
+    tiles per split, which picks the faster one in every cell H100 measured (run18_big2's
+    tok_probe: gate/up, down, Q, O at M = 256 / 384 / 512, 132 SMs); 128 without the grid's
+    size; the grouped kernel's largest, 128, beyond its choices."""
     from kbitcupy.wgmma import GROUPED_TOK_CHOICES, TOK_CHOICES, choose_tok
 
     assert [choose_tok(M) for M in (1, 16, 17, 64, 65, 128, 129, 192, 193, 256, 512)] == \
         [16, 16, 32, 64, 128, 128, 192, 192, 128, 128, 128]
-    gateup = [choose_tok(M, TOK_CHOICES, 40, 132) for M in (256, 384, 512)]
-    down = [choose_tok(M, TOK_CHOICES, 16, 132) for M in (256, 384, 512)]
-    assert gateup == [128, 128, 192] and down == [128, 128, 128]
-    assert [choose_tok(M, GROUPED_TOK_CHOICES, 40, 132) for M in (100, 128, 129, 1000)] == [128, 128, 128, 128]
+    # (N / 128 column strips, K / 64 K tiles) -> the measured faster TOK at M = 256, 384, 512
+    measured = {"gateup": ((40, 32), (128, 128, 192)), "down": ((16, 80), (128, 192, 128)),
+                "Q": ((32, 32), (128, 192, 128)), "O": ((16, 64), (128, 192, 128))}
+    for name, ((strips, ktiles), want) in measured.items():
+        assert tuple(choose_tok(M, TOK_CHOICES, strips, 132, ktiles) for M in (256, 384, 512)) == want, name
+    assert [choose_tok(M, GROUPED_TOK_CHOICES, 40, 132, 32) for M in (100, 128, 129, 1000)] == [128, 128, 128, 128]
