@@ -914,6 +914,12 @@ def plot(res: dict, path: str) -> bool:
 # ============================================================================ run
 def _git_describe() -> Optional[str]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rev = os.path.join(root, ".git_rev")  # written at commit time and carried to the GPU machine, whose
+    if os.path.isfile(rev):              # copy of the tree sits on an older commit plus changes
+        with open(rev) as f:
+            r = f.read().strip()
+        if r:
+            return f"{r[:12]} (.git_rev)"
     try:
         r = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=root, capture_output=True, text=True,
                            timeout=10)
