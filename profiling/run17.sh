@@ -34,6 +34,7 @@
 #   STEP=safe (needs the same patch): PDL's safe mode (set_pdl("safe"): every kernel a programmatic dependent
 #     that waits before touching memory): its GPU tests and the PDL tests, then the dense table at M = 1..64 and
 #     the MoE table with matmul / matmul+sPDL / matmul+PDL (Grouped / Grouped+sPDL / Grouped+PDL), k = 4.
+#     (Ran with columns +sPDL; safe mode is now the default, so the columns are matmul / matmul:plain / matmul+PDL.)
 #     Expected: sPDL a part of PDL's gain (the launch overlap only: -3..-10 % as the grouped kernels' wait-first
 #     mode measured in the sixth session), bit-exact with the default launch; if so, make it the default.
 #   STEP=tok: the dense wgmma kernel at M = 64..256 with TOK = 64 (two m tiles, 107 registers: two CTAs per SM)
@@ -95,11 +96,11 @@ fi
 if [ "$STEP" = safe ]; then
   python3 profiling/warm_cache.py gemv gemv_stream wgmma grouped quant 2>&1 | tail -1
   gpu_tests "$W/gpu_tests_safe.log" 200 tests/test_pdl_gpu.py tests/test_pdl.py
-  timeout 150 python3 profiling/bench.py --out "$W" --M 1,4,8,16,32,64 --k 4 --columns matmul,matmul+sPDL,matmul+PDL \
+  timeout 150 python3 profiling/bench.py --out "$W" --M 1,4,8,16,32,64 --k 4 --columns matmul,matmul:plain,matmul+PDL \
       --reps 15 --tag safe16 > "$W/bench_safe.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench_safe.log"
   timeout 120 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,64 \
-      --columns Grouped,Grouped+sPDL,Grouped+PDL --reps 15 --tag moe-safe16 > "$W/bench_moe_safe.log" 2>&1
+      --columns Grouped,Grouped:plain,Grouped+PDL --reps 15 --tag moe-safe16 > "$W/bench_moe_safe.log" 2>&1
   grep -E "TOTAL" "$W/bench_moe_safe.log" | head -12
 fi
 if [ "$STEP" = tok ]; then
