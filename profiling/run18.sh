@@ -48,6 +48,14 @@ if [ "$STEP" = big ]; then
   grep -E "^### M|^\| [0-9]" "$W/bench_big.log" | head -40
   gpu_tests "$W/gpu_tests_wg.log" 150 tests/test_wgmma_gpu.py tests/test_matmul.py tests/test_dispatch.py
 fi
+if [ "$STEP" = occ ]; then  # commit 3 left k = 4 / 5 TOK = 16 / 32 at 80-82 registers: 3 CTAs per SM fit (KBIT_WG_MAXOCC=3)
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  for v in o2a o3 o2b; do
+    KBIT_WG_MAXOCC=${v:1:1} timeout 60 python3 profiling/bench.py --out "$W" --M 16,32 --k 4,5 --columns WGMMA --reps 15 \
+        --tag occ17-$v > "$W/occ17_$v.log" 2>&1
+    echo "== $v"; grep -E "^\| TOTAL" "$W/occ17_$v.log"
+  done
+fi
 if [ "$STEP" = big3 ]; then  # the TOK model with split counts (choose_tok k_tiles): the plan's pick against both
   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
   WG=1 GEMM=0 DQ=0 KS=4 MS=256,384,512 SHAPES_=gateup,down,Q,O WGTOKS=128,192 \
