@@ -321,11 +321,21 @@ __device__ __forceinline__ void griddep_launch_dependents() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+// L2 prefetch of the line holding p.  PTX prefetches are hints with no effect on the memory
+// model: a later load returns what it would have returned without one.  So a safe-PDL kernel
+// may prefetch its weights before griddepcontrol.wait: if the previous grid writes them, the
+// loads after the wait still see the writes (L2 is the point of coherence).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
 // Safe PDL (kbitcupy/_pdl.py): the dense kernels' pdl argument KBIT_PDL_SAFE = launched as a
-// programmatic dependent that waits for the previous grid before touching any memory, so only
-// the launch and the block start overlap its tail (safe whatever that grid wrote: weights
-// included); then it lets the next grid launch (which, launched so, waits the same way) and
-// runs in its default order.  pdl == 1 is the early order (weights before the wait).
+// programmatic dependent that loads nothing before griddepcontrol.wait (safe whatever that
+// grid wrote: weights included), so only the launch and the block start overlap its tail --
+// and in the decode GEMV L2 prefetches of its first weights (prefetch_l2; H100 k = 4 M = 1
+// TOTAL 22.26 -> 20.53 us; the same with cp.async.bulk.prefetch.L2 in the streaming GEMV and
+// the wgmma kernel measured no gain, M = 16 +1.8 %, 64 -0.3 %, not kept: seventeenth session).
+// Then it lets the next grid launch (which, launched so, waits the same way) and runs in its
+// default order.  pdl == 1 is the early order (weights before the wait).
 #define KBIT_PDL_SAFE 3
 __device__ __forceinline__ void pdl_safe_entry(int pdl) {
     if (pdl == KBIT_PDL_SAFE) {

@@ -48,7 +48,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
                                            int grp_stride, int ngroups, bool pdl = false,
-                                           const int* __restrict__ a_rows = nullptr, int a_nrows = 0) {
+                                           const int* __restrict__ a_rows = nullptr, int a_nrows = 0,
+                                           bool safe_pf = false) {
     extern __shared__ __align__(16) unsigned char smem[];
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) {
@@ -106,6 +107,22 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         for (int j = 0; j < D; j++)
             if (j < S && (MULTI || j == 0)) load_step(j, j);
     };
+    // safe_pf (safe PDL, not yet waited): the ring's D steps of group grp as L2 prefetches
+    // only (prefetch_l2: no effect on what the loads after the wait return)
+    auto prefetch_group = [&](int grp) {
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int n = grp * 16 + g + 8 * c;
+            if (!((!SLICES || grp < ngroups) && (TILED || n < N))) continue;
+            const long w0 = TILED ? tiled_word_offset<K>(n, 4 * warp + t, n_tiles) : ((long)n * KB + 4 * warp + t) * K;
+#pragma unroll
+            for (int j = 0; j < D; j++)
+                if (j < S && 4 * (warp + j * W) + t < KB) {
+                    prefetch_l2(packed + w0 + j * wstep);
+                    prefetch_l2(absmax + (w0 + j * wstep) / K);
+                }
+        }
+    };
     auto fill_ring = [&]() {  // single-group blocks: ring steps 1 .. D-1 of their group
 #pragma unroll
         for (int j = 1; j < D; j++)
@@ -120,6 +137,11 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // LATE another 3-5 % where its registers cost no occupancy; profiling/NOTES.md).
     // Single-group blocks re-read blockIdx instead of keeping the group in a register.
     int grp = grp0;  // the launchers keep grid.x <= ngroups
+    if (safe_pf) {  // safe PDL: the first weights only prefetched into L2, then the wait
+        prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
+        griddep_wait();
+        griddep_launch_dependents();
+    }
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
 // Experiment hook: the whole ring requested before the prologue.  H100, 2026-11-25 (after the
 // absmax fix): k = 4 M = 1 TOTAL 3 % slower, k = 2 / 5 equal, with PDL 1 % faster (run14.sh ring).
@@ -312,9 +334,10 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
               int pdl) {
-    pdl_safe_entry(pdl);
+    // KBIT_PDL_SAFE: wait before any load, the first weights prefetched into L2 before it
     gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD>(A, packed, absmax, codebook, C, M, N, Kdim,
-                                        tensor_scale, blockIdx.x, gridDim.x, (N + 15) / 16, pdl == 1);
+                                        tensor_scale, blockIdx.x, gridDim.x, (N + 15) / 16, pdl == 1,
+                                        nullptr, 0, pdl == KBIT_PDL_SAFE);
 }
 
 // MoE: grid.y = expert slot; slot s multiplies rows offsets[s]..offsets[s+1] of A (tokens

@@ -28,9 +28,11 @@ that uses it -- true in inference, where weights are written once at load time. 
 The default is the safe mode (``set_pdl("safe")``, ``KBITCUPY_PDL=safe`` or unset): every
 kernel is launched as a programmatic dependent but waits for the previous grid before
 touching any memory (the dense kernels' pdl argument KBIT_PDL_SAFE, the grouped kernels'
-GROUPED_WAIT), so only the launch and the blocks' start overlap the previous kernel's tail:
-bit-exact with a plain launch and safe whatever that kernel wrote, weights included (H100,
-2026-11-25, seventeenth session: k = 4 dense TOTAL at M = 1 24.5 -> 22.2 us, full PDL 18.2).
+GROUPED_WAIT), so only the launch and the blocks' start overlap the previous kernel's tail,
+and the decode GEMV's L2 prefetch of its first weights (a hint: the loads after the wait
+return what they would without it): bit-exact with a plain launch and safe whatever that
+kernel wrote, weights included (H100, 2026-11-25, seventeenth session: k = 4 dense TOTAL at
+M = 1 24.5 us plain, 22.2 waiting at entry, 20.5 with the GEMV's prefetch; full PDL 18.2).
 The dispatch tables are the default ones (no "+PDL" table).  Plain launches:
 ``set_pdl(False)`` or ``KBITCUPY_PDL=0``.
 
