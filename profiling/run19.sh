@@ -4,6 +4,12 @@
 #     M = 1 TOTAL 22.26 -> 20.53 us; the whole series with the streaming GEMV / wgmma parts is
 #     profiling/patches/session17-safe-prefetch.patch): the GEMV and PDL GPU tests, memcheck over
 #     sanitize_driver.py, then the M = 1 / 4 tables for every k (matmul, matmul:plain, matmul+PDL).
+#   STEP=et (needs profiling/patches/session17-gemv-early-table.patch applied: git am; ab_prev = the tree before
+#     it, git archive HEAD~1 kbitcupy cuda_src profiling | tar -x -C ab_prev --exclude=profiling/results, carried):
+#     safe PDL with the default codebook builds the GEMV's pair table before the wait too.  The PDL GPU tests,
+#     then the A/B at M = 1 / 4, every k (matmul; matmul:plain as the control, which must not move).
+#     Expected: k = 5 gate/up / Q / linear value (64 KB tables, ~1.5 us on gate/up) -0.5..-1.5 us each, k = 2..4
+#     -0.05..-0.2 us per shape.
 #   STEP=h200 (on an H200): the tables in the new default (safe PDL) with matmul:plain and matmul+PDL beside
 #     it, for the H200 dispatch re-tune and the closing numbers (H200 tables stale since the fourteenth session).
 #   OUT=/tmp/out STEP=pf bash profiling/run19.sh
@@ -16,6 +22,12 @@ if [ "$STEP" = pf ]; then
   timeout 150 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul:plain,matmul+PDL \
       --reps 15 --tag final24-m1 > "$W/bench_m1.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench_m1.log"
+fi
+if [ "$STEP" = et ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_pdl.log" 150 tests/test_pdl_gpu.py tests/test_gemv_gpu.py -k "safe or codebook"
+  OUT=$W PREV_TREE=ab_prev AB_TAG=et18 WARM=gemv AB_TIMEOUT=150 \
+      AB_ARGS="--M 1,4 --k 2,3,4,5 --columns matmul,matmul:plain --reps 15" bash profiling/tree_ab.sh 2>&1 | tail -12
 fi
 if [ "$STEP" = h200 ]; then
   python3 profiling/warm_cache.py gemv gemv_stream wgmma grouped quant dequant gemm 2>&1 | tail -1
