@@ -321,6 +321,12 @@ __device__ __forceinline__ void griddep_launch_dependents() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+// Wait for the previous grid, then let the next one launch (a dependent that loads nothing
+// before its own wait may start: no grid two back can still be running then).
+__device__ __forceinline__ void griddep_wait_release() {
+    griddep_wait();
+    griddep_launch_dependents();
+}
 // L2 prefetch of the line holding p.  PTX prefetches are hints with no effect on the memory
 // model: a later load returns what it would have returned without one.  So a safe-PDL kernel
 // may prefetch its weights before griddepcontrol.wait: if the previous grid writes them, the
@@ -338,10 +344,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // default order.  pdl == 1 is the early order (weights before the wait).
 #define KBIT_PDL_SAFE 3
 __device__ __forceinline__ void pdl_safe_entry(int pdl) {
-    if (pdl == KBIT_PDL_SAFE) {
-        griddep_wait();
-        griddep_launch_dependents();
-    }
+    if (pdl == KBIT_PDL_SAFE) griddep_wait_release();
 }
 
 // Set an error bit of a grouped kernel's flag.  A programmatic dependent that has not

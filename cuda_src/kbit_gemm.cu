@@ -192,8 +192,7 @@ __global__ void __launch_bounds__(128) kbit_gemm(const T* __restrict__ A, const 
     // any load, so only the launch overlaps its tail.  (Requesting the weights before the
     // wait, as kbit_wgmma does, took ptxas 30 more registers here and spilled on sm_80.)
     if (pdl) {
-        griddep_wait();
-        griddep_launch_dependents();
+        griddep_wait_release();
     }
     if (tid < 32) cb_s[tid] = tid < (1 << K) ? codebook[tid] : 0.0f;
     for (int i = 0; i < stages - 1; i++) {

@@ -139,8 +139,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     int grp = grp0;  // the launchers keep grid.x <= ngroups
     if (safe_pf) {  // safe PDL: the first weights only prefetched into L2, then the wait
         prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
-        griddep_wait();
-        griddep_launch_dependents();
+        griddep_wait_release();
     }
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
 // Experiment hook: the whole ring requested before the prologue.  H100, 2026-11-25 (after the
@@ -366,8 +365,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // overlaps); 2 = the caller guarantees they do not (kbitcupy.grouped ids_stable): the
     // first pass requests its weights and builds the pair table before the wait.
     if (pdl == 1) {
-        griddep_wait();
-        griddep_launch_dependents();
+        griddep_wait_release();
     }
     const int slot = blockIdx.y;
     const int e = expert_ids[slot], r0 = offsets[slot], r1 = offsets[slot + 1];

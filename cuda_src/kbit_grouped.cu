@@ -115,8 +115,7 @@ __global__ void __launch_bounds__(KBIT_GROUPED_MAX_THREADS, KBIT_GROUPED_MINB(K,
     // pdl: ids and offsets may come from the previous grid (device routing): a
     // programmatic dependent waits for it before anything, only the launch overlaps.
     if (pdl) {
-        griddep_wait();
-        griddep_launch_dependents();
+        griddep_wait_release();
     }
     const int slot = blockIdx.y;
     const int e = expert_ids[slot];

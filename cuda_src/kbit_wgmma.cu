@@ -636,8 +636,7 @@ __global__ void __launch_bounds__(256, 1)
     // ids_stable): the first token tile requests its weights and builds its tables
     // before the wait, as the dense kernel.
     if (pdl == 1) {
-        griddep_wait();
-        griddep_launch_dependents();
+        griddep_wait_release();
     }
     const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
     const int per_slot = m_tiles * k_splits * n_tiles;

@@ -349,5 +349,5 @@ def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: int = 0):
             np.int32(int(pdl)))
     if cluster is not None:
         args += (np.int32(bool(cluster)),)
-    _pdl.launch(p.fn, (p.grid,), (threads,), args, smem, pdl=bool(pdl), cluster=p.k_splits if cluster else 1)
+    _pdl.launch(p.fn, (p.grid,), (threads,), args, smem, pdl=bool(pdl), cluster=getattr(p, "cl_size", 1))
     return out

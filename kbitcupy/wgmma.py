@@ -121,10 +121,16 @@ def choose_tok(M: int, choices=TOK_CHOICES, n_tiles: int = 0, sms: int = 0, k_ti
 
     def cost(t):
         tiles = -(-M // t) * n_tiles
-        ks = max(1, min(MAX_SPLITS, k_tiles // MIN_TILES_PER_SPLIT, sms // tiles))
+        ks = default_splits(k_tiles, sms, tiles)  # TOK >= 128: one CTA per SM
         return -(-tiles * ks // sms) * t * -(-k_tiles // ks)
 
     return min(big, key=lambda t: (cost(t), t))
+
+
+def default_splits(k_tiles: int, slots: int, tiles: int) -> int:
+    """The plan's split-K count: fill one wave of `slots` resident CTAs over `tiles` work
+    tiles, at most MAX_SPLITS, at least MIN_TILES_PER_SPLIT K tiles per split."""
+    return max(1, min(MAX_SPLITS, k_tiles // MIN_TILES_PER_SPLIT, slots // max(1, tiles)))
 
 
 def choose_stages(info: dict, k: int, tok: int, regs: int):
@@ -137,6 +143,11 @@ def choose_stages(info: dict, k: int, tok: int, regs: int):
 class Plan:
     __slots__ = ("fn", "grid", "smem", "tok", "m_tiles", "k_splits", "stages", "tiles", "ws_floats", "occ", "cluster",
                  "launch_smem")
+
+    @property
+    def cl_size(self) -> int:
+        """CTAs per thread block cluster of the launch (1: no clusters)."""
+        return self.k_splits if self.cluster else 1
 
     def __repr__(self):
         return (f"WgmmaPlan(TOK={self.tok}, m_tiles={self.m_tiles}, k_splits={self.k_splits}, stages={self.stages}, "
@@ -200,7 +211,7 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
     if k_tiles >= 1 << 16:  # the kernel splits K tiles in 32-bit arithmetic (k_tiles * k_splits < 2^32)
         raise DoesNotFit(f"{label}: K = {K} has {k_tiles} K tiles of 64, more than the kernel's 65535")
     if k_splits is None:
-        ks = max(1, min(MAX_SPLITS, k_tiles // MIN_TILES_PER_SPLIT, (info["sms"] * occ) // max(1, tiles)))
+        ks = default_splits(k_tiles, info["sms"] * occ, tiles)
     else:
         ks = int(k_splits)
         if not 1 <= ks <= k_tiles:
@@ -355,5 +366,5 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
             np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]), np.int64(bank.words_per_expert),
             np.int64(bank.absmax_per_expert), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
             np.int32(max_tokens), np.int32(_vec8(out)), err, np.int32(pdl), np.int32(p.cluster))
-    _pdl.launch(p.fn, (p.grid,), (THREADS,), args, p.launch_smem, pdl=pdl, cluster=p.k_splits if p.cluster else 1)
+    _pdl.launch(p.fn, (p.grid,), (THREADS,), args, p.launch_smem, pdl=pdl, cluster=p.cl_size)
     return out
