@@ -137,8 +137,23 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // LATE another 3-5 % where its registers cost no occupancy; profiling/NOTES.md).
     // Single-group blocks re-read blockIdx instead of keeping the group in a register.
     int grp = grp0;  // the launchers keep grid.x <= ngroups
+    // CBD and safe PDL: the default codebook's levels are immediates, so the pair table (shared
+    // memory only) is built before the wait as well, off the path after it (k = 5 gate/up: its
+    // 64 KB table took ~1.5 us, profiling/NOTES.md tenth session).
+    const bool early_lut = CBD && safe_pf;
+    auto build_lut = [&]() {  // from cb_s (complete: after a barrier)
+#ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
+        if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
+        else build_pair_lut<K, T>(lut, cb_s);
+#endif
+    };
     if (safe_pf) {  // safe PDL: the first weights only prefetched into L2, then the wait
         prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
+        if (CBD) {
+            if (tid < 32) cb_s[tid] = tid < (1u << K) ? kbit_default_level<K>(tid) : 0.0f;
+            __syncthreads();
+            build_lut();
+        }
         griddep_wait_release();
     }
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
@@ -199,15 +214,14 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     if (!pdl) stage_A();
     // Codebook to shared memory, then the pair table; A lands meanwhile.
     {
-        if (tid < 32) cb_s[tid] = cb_v;
-        __syncthreads();
+        if (!early_lut) {
+            if (tid < 32) cb_s[tid] = cb_v;
+            __syncthreads();
+        }
 #ifdef KBIT_TRACE
         if (threadIdx.x == 0) KTR(46, probe_clock());
 #endif
-#ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
-        if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
-        else build_pair_lut<K, T>(lut, cb_s);
-#endif
+        if (!early_lut) build_lut();
         if (pdl) {  // A may come from the previous grid: wait for it only now
             griddep_wait();
             stage_A();
