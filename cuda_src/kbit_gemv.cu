@@ -37,6 +37,19 @@ __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
 // requested before the current group's reduction.  A is staged in shared memory and
 // the pair table built once per block.
 // ABS: unsigned char (E4M4) or float.  TILED: repacked layout, else flat.
+// The default codebook's pair table (CBD: levels as immediates, no global load), so a kernel can
+// build it before griddepcontrol.wait.  cb_s: 32 floats of scratch no other thread touches
+// until the caller's next barrier.
+template <int K, typename T, bool SLICES>
+__device__ __forceinline__ void build_default_lut(u32* lut, float* cb_s, unsigned nthr, unsigned tid) {
+    if (tid < 32) cb_s[tid] = tid < (1u << K) ? kbit_default_level<K>(tid) : 0.0f;
+    __syncthreads();
+#ifndef KBIT_EXPERIMENT_NO_LUT
+    if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
+    else build_pair_lut<K, T>(lut, cb_s);
+#endif
+}
+
 // MT: token tiles of 8 (M <= 8 * MT); the weights are dequantized once for all of them.
 // AMODE (the grouped kernel's fused MoE steps, see kbit_gemv_grouped): 0 = A rows as they
 // are, 1 = row gather through a_rows, 2 = SwiGLU of [gate | up] rows.  A template
@@ -49,7 +62,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
                                            int grp_stride, int ngroups, bool pdl = false,
                                            const int* __restrict__ a_rows = nullptr, int a_nrows = 0,
-                                           bool safe_pf = false) {
+                                           bool safe_pf = false, bool lut_ready = false) {
     extern __shared__ __align__(16) unsigned char smem[];
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) {
@@ -140,7 +153,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // CBD and safe PDL: the default codebook's levels are immediates, so the pair table (shared
     // memory only) is built before the wait as well, off the path after it (k = 5 gate/up: its
     // 64 KB table took ~1.5 us, profiling/NOTES.md tenth session).
-    const bool early_lut = CBD && safe_pf;
+    // lut_ready: the caller built it so already (the grouped kernel, kbit_gemv_grouped).
+    const bool early_lut = CBD && (safe_pf || lut_ready);
     auto build_lut = [&]() {  // from cb_s (complete: after a barrier)
 #ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
         if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
@@ -149,11 +163,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     };
     if (safe_pf) {  // safe PDL: the first weights only prefetched into L2, then the wait
         prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
-        if (CBD) {
-            if (tid < 32) cb_s[tid] = tid < (1u << K) ? kbit_default_level<K>(tid) : 0.0f;
-            __syncthreads();
-            build_lut();
-        }
+        if (CBD) build_default_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
         griddep_wait_release();
     }
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
@@ -366,7 +376,7 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 #ifndef KBIT_GROUPED_SL_DEPTH
 #define KBIT_GROUPED_SL_DEPTH 2
 #endif
-template <int K, typename T, int MT, int AMODE, bool SL>
+template <int K, typename T, int MT, int AMODE, bool SL, bool CBD>
 __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const u32* __restrict__ packed,
                                                   const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                                   const float* __restrict__ tscale, const int* __restrict__ expert_ids,
@@ -378,7 +388,19 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // previous grid (device routing), so wait for it before anything (only the launch
     // overlaps); 2 = the caller guarantees they do not (kbitcupy.grouped ids_stable): the
     // first pass requests its weights and builds the pair table before the wait.
+    // CBD (the default codebook): the table needs no global load, so pdl 1 builds it before the
+    // wait too, once for all row chunks (nothing else writes it); its level scratch is where A
+    // is staged later, hence the barrier.
+    const bool lut_ready = CBD && pdl == 1;
     if (pdl == 1) {
+        if (CBD) {
+            extern __shared__ __align__(16) unsigned char smem_g[];
+            const unsigned nthr = SL ? blockDim.x * blockDim.y : blockDim.x;
+            const unsigned tid = SL ? threadIdx.y * blockDim.x + threadIdx.x : threadIdx.x;
+            build_default_lut<K, T, SL>(reinterpret_cast<u32*>(smem_g),
+                                        reinterpret_cast<float*>(smem_g + PairLut<K>::WORDS * 4), nthr, tid);
+            __syncthreads();
+        }
         griddep_wait_release();
     }
     const int slot = blockIdx.y;
@@ -394,10 +416,10 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // are [gate | up] (2 Kdim) and the kernel multiplies silu(gate) * up (kbitcupy/moe.py)
     for (int c0 = r0; c0 < r1; c0 += 8 * MT) {
         // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
-        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, false, AMODE, SL>(
+        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, false, AMODE, SL, CBD>(
             AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
             codebook, C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim, tscale[e], blockIdx.x, gridDim.x,
-            (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows);
+            (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows, false, lut_ready);
         __syncthreads();
     }
 }
@@ -409,9 +431,10 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
         long long ape, int max_tokens, int *__restrict__ err, int pdl, const int *__restrict__ a_rows, int a_nrows
 #define KBIT_GROUPED_PASS A, packed, absmax, codebook, tscale, expert_ids, offsets, C, N, Kdim, E, rows, wpe, ape, \
                           max_tokens, err, pdl, a_rows, a_nrows
-template <int K, typename T, int MT, int AMODE>
+// CBD: the default codebook compiled in (as kbit_gemv's; the bank's default_codebook).
+template <int K, typename T, int MT, int AMODE, bool CBD = false>
 __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS) kbit_gemv_grouped(KBIT_GROUPED_ARGS) {
-    grouped_gemv_body<K, T, MT, AMODE, false>(KBIT_GROUPED_PASS);
+    grouped_gemv_body<K, T, MT, AMODE, false, CBD>(KBIT_GROUPED_PASS);
 }
 // The slices form (grouped_plan's gpb).  At most 128 registers, so its 16-warp blocks launch
 // (uncapped it would take more).  KBIT_GROUPED_SL_MAXNREG=80 (an experiment: three 256-thread
@@ -419,7 +442,7 @@ __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS) kbit_gemv_grouped(KBIT_GR
 #ifndef KBIT_GROUPED_SL_MAXNREG
 #define KBIT_GROUPED_SL_MAXNREG 128
 #endif
-template <int K, typename T, int MT, int AMODE>
+template <int K, typename T, int MT, int AMODE, bool CBD = false>
 __global__ void __maxnreg__(KBIT_GROUPED_SL_MAXNREG) kbit_gemv_grouped_sl(KBIT_GROUPED_ARGS) {
-    grouped_gemv_body<K, T, MT, AMODE, true>(KBIT_GROUPED_PASS);
+    grouped_gemv_body<K, T, MT, AMODE, true, CBD>(KBIT_GROUPED_PASS);
 }

@@ -41,13 +41,17 @@ def _instances():
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for mt in (1, 2):
-                inst[("grouped", k, t, mt)] = f"kbit_gemv_grouped<{k}, {CTYPE[t]}, {mt}, 0>"
-                # the MoE steps fused into the A staging (1: row gather, 2: SwiGLU), kbitcupy.moe
-                for am in (1, 2):
-                    inst[("grouped_fused", k, t, mt, am)] = f"kbit_gemv_grouped<{k}, {CTYPE[t]}, {mt}, {am}>"
-                # slices (grouped_plan's gpb): column groups side by side instead of the group loop
-                for am in (0, 1, 2):
-                    inst[("grouped_sl", k, t, mt, am)] = f"kbit_gemv_grouped_sl<{k}, {CTYPE[t]}, {mt}, {am}>"
+                # cbd (last in each key): the default codebook compiled in (the bank's default_codebook)
+                for cbd in (False, True):
+                    tail = ", true>" if cbd else ">"
+                    inst[("grouped", k, t, mt, cbd)] = f"kbit_gemv_grouped<{k}, {CTYPE[t]}, {mt}, 0{tail}"
+                    # the MoE steps fused into the A staging (1: row gather, 2: SwiGLU), kbitcupy.moe
+                    for am in (1, 2):
+                        inst[("grouped_fused", k, t, mt, am, cbd)] = (
+                            f"kbit_gemv_grouped<{k}, {CTYPE[t]}, {mt}, {am}{tail}")
+                    # slices (grouped_plan's gpb): column groups side by side instead of the group loop
+                    for am in (0, 1, 2):
+                        inst[("grouped_sl", k, t, mt, am, cbd)] = f"kbit_gemv_grouped_sl<{k}, {CTYPE[t]}, {mt}, {am}{tail}"
     return inst
 
 
@@ -269,15 +273,16 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
     n_slots = int(ids.size)
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     amode = 1 if a_rows is not None else 2 if a_silu else 0
-    key = (A.data.device_id, N, K, bank.k, tname, n_slots, min(max_tokens, 16) > 8, plan_override, kernel, amode)
+    cbd = bool(getattr(bank, "default_codebook", False))
+    key = (A.data.device_id, N, K, bank.k, tname, n_slots, min(max_tokens, 16) > 8, plan_override, kernel, amode, cbd)
     cfg = _GLAUNCH.get(key)
     if cfg is None:
         ov = dict(plan_override or ())
         ov.setdefault("sms", _sm_count(key[0]))
         warps, _, smem, tiles, gpb = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
-        fn = (kernel or GEMV.function)(("grouped_sl", bank.k, tname, tiles, amode) if gpb else
-                                       ("grouped", bank.k, tname, tiles) if amode == 0 else
-                                       ("grouped_fused", bank.k, tname, tiles, amode))
+        fn = (kernel or GEMV.function)(("grouped_sl", bank.k, tname, tiles, amode, cbd) if gpb else
+                                       ("grouped", bank.k, tname, tiles, cbd) if amode == 0 else
+                                       ("grouped_fused", bank.k, tname, tiles, amode, cbd))
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         ov.setdefault("resident", resident_blocks(fn, warps * 32 * max(gpb, 1), smem, key[0]))

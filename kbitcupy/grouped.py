@@ -31,7 +31,7 @@ from ._arrays import ACT_DTYPES, check_same_device, dtype_name, from_backend, ki
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
 from .reference import bfloat16
-from .weight import KbitWeight
+from .weight import KbitWeight, is_default_codebook
 
 # ----------------------------------------------------------------------------- kernels
 MCS = (1, 2, 4)  # 16-row MMA chunks held in registers: 16, 32, 64 token rows per pass
@@ -118,6 +118,10 @@ class KbitExpertBank:
     @property
     def nbytes(self) -> int:
         return int(self.packed.nbytes + self.absmax.nbytes + self.codebook.nbytes + self.tensor_scale.nbytes)
+
+    def __post_init__(self):
+        # the grouped GEMV's levels from immediates where this is the default codebook (as KbitWeight)
+        object.__setattr__(self, "default_codebook", is_default_codebook(self.codebook, self.k))
 
     def __len__(self) -> int:
         return self.num_experts

@@ -45,6 +45,10 @@ def test_bank_matches_per_expert_quantize(rng, k):
                                                                  qw.tensor_scale))
         assert np.shares_memory(w.packed, bank.packed)
     assert bank.tensor_scale[3] != bank.tensor_scale[0]
+    # the default codebook is flagged (the grouped GEMV then compiles its levels in); another is not
+    assert bank.default_codebook and bank.expert(0).default_codebook
+    other = (np.linspace(-1, 1, 1 << k) ** 3).astype(np.float32)
+    assert not quantize_experts(W, k, codebook=other).default_codebook
 
 
 def test_stack_experts_and_errors(rng):

@@ -276,6 +276,77 @@ def test_grouped_gemv_slices(rng, k):
             _check(_dev(got[plans[1]].view(dtype)), Ax, bank, ids, offs, dtype)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_grouped_gemv_default_codebook(rng, k):
+    """A bank with the default codebook runs the grouped GEMV with the levels compiled in (CBD);
+    in safe PDL (the grouped kernels wait at entry) its pair table is built before the wait,
+    once for every row chunk.  Against the same bank flagged not default (the codebook loaded),
+    bit for bit, in every launch mode, the slices and the group-loop kernels, the fused row
+    gather and SwiGLU, more rows than max_tokens (several chunks) and both dtypes; a forced flag
+    on another codebook gives the default levels' result (the CBD kernel really ran); a bank
+    with another codebook is not flagged and matches its own reference."""
+    import kbitcupy as kb
+    from dataclasses import replace
+
+    from kbitcupy.gemv import grouped_gemv
+    from kbitcupy.grouped import _err_buffer
+
+    cp = _cp()
+    E, N, K = 5, 96, 480
+    bank = _bank(rng, E, N, K, k)
+    assert bank.default_codebook
+    loaded = replace(bank)
+    object.__setattr__(loaded, "default_codebook", False)
+    counts = [2, 0, 19, 1, 6]  # 19 > max_tokens: chunks of 8 rows
+    ids = np.array([3, 1, 0, 4, 3], np.int32)
+    offs = _offsets(counts)
+    ids_d, offs_d = cp.asarray(ids), cp.asarray(offs)
+    plans = [(("gpb", 0), ("warps", 4)), (("gpb", 3), ("warps", 4))]
+    x = rng.standard_normal((7, K)).astype(np.float16)
+    rows_idx = rng.integers(0, 8, size=offs[-1]).astype(np.int32)  # 7: outside x, reads zeros
+    h = rng.standard_normal((offs[-1], 2 * K)).astype(np.float16)
+    old = kb.set_pdl(False)
+    try:
+        for mode in (False, "safe", True):
+            kb.set_pdl(mode)
+            for dtype in DTYPES:
+                A = rng.standard_normal((offs[-1] + 2, K)).astype(dtype)
+                for ov in plans:
+                    for stable in ((False, True) if mode is True else (False,)):
+                        got = []
+                        for b in (bank, loaded):
+                            out = _nan((A.shape[0], N), dtype)
+                            grouped_gemv(_dev(A), b, ids_d, offs_d, out, 8, _err_buffer(), plan_override=ov,
+                                         ids_stable=stable)
+                            got.append(_check(out, A, bank, ids, offs, dtype))
+                        np.testing.assert_array_equal(got[0], got[1], err_msg=f"{mode} {ov} {stable}")
+            for kw, src in ((dict(a_rows=cp.asarray(rows_idx)), x), (dict(a_silu=True), h)):
+                got = []
+                for b in (bank, loaded):
+                    out = _nan((offs[-1], N), np.float16)
+                    grouped_gemv(_dev(src), b, ids_d, offs_d, out, 8, _err_buffer(), plan_override=plans[1], **kw)
+                    got.append(_host(out).view(np.uint16))
+                np.testing.assert_array_equal(got[0], got[1], err_msg=f"{mode} {list(kw)}")
+    finally:
+        kb.set_pdl(old)
+    read_errors(reset=True)
+    # another codebook: not flagged, its own levels loaded; the flag forced onto it gives the
+    # default levels' result instead
+    other = cp.asarray(np.linspace(-1, 1, 1 << k, dtype=np.float32) ** 3)
+    ob = replace(bank, codebook=other)
+    assert not ob.default_codebook
+    A = rng.standard_normal((offs[-1], K)).astype(np.float16)
+    forced = replace(bank, codebook=other)
+    object.__setattr__(forced, "default_codebook", True)
+    for b, ref_bank in ((ob, ob), (forced, bank)):
+        for ov in plans:
+            out = _nan((offs[-1], N), np.float16)
+            grouped_gemv(_dev(A), b, ids_d, offs_d, out, 8, _err_buffer(), plan_override=ov)
+            _check(out, A, ref_bank, ids, offs, np.float16)
+    read_errors(reset=True)
+
+
 # ----------------------------------------------------------------------------- guards
 @pytest.mark.gpu
 def test_bad_host_offsets_rejected_before_any_kernel(rng):
