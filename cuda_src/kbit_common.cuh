@@ -327,6 +327,23 @@ __device__ __forceinline__ void griddep_wait_release() {
     griddep_wait();
     griddep_launch_dependents();
 }
+// Loads of what the previous grid may have written (expert ids, offsets, row indices, the fused
+// SwiGLU's rows) for a kernel that waits first.  A plain read through a const __restrict__
+// pointer compiles to ld.global.nc, which the compiler may treat as invariant and hoist above the
+// wait's asm: it did so with the grouped GEMV's ids and offsets, so a wait-first launch read them
+// before the previous grid's writes were visible (profiling/sass_wait_check.py, eighteenth
+// session).  A volatile asm stays after the wait's volatile asm; a coherent ld.global.
+__device__ __forceinline__ int ld_after_wait(const int* p) {
+    int v;
+    asm volatile("ld.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ uint4 ld_after_wait_v4(const void* p) {
+    uint4 v;
+    asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p)
+                 : "memory");
+    return v;
+}
 // L2 prefetch of the line holding p.  PTX prefetches are hints with no effect on the memory
 // model: a later load returns what it would have returned without one.  So a safe-PDL kernel
 // may prefetch its weights before griddepcontrol.wait: if the previous grid writes them, the

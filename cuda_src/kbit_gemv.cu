@@ -194,14 +194,14 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                 if (kk < Kdim) cp_async16(dst, A + (long)m * Kdim + kk);
                 else *dst = make_uint4(0u, 0u, 0u, 0u);
             } else if constexpr (AMODE == 1) {
-                const int row = a_rows[m];
+                const int row = ld_after_wait(a_rows + m);
                 if (kk < Kdim && row >= 0 && row < a_nrows) cp_async16(dst, A + (long)row * Kdim + kk);
                 else *dst = make_uint4(0u, 0u, 0u, 0u);
             } else {
                 if (kk < Kdim) {
                     const T* src = A + (long)m * (2 * Kdim) + kk;
-                    const uint4 gw = *reinterpret_cast<const uint4*>(src);
-                    const uint4 uw = *reinterpret_cast<const uint4*>(src + Kdim);
+                    const uint4 gw = ld_after_wait_v4(src);
+                    const uint4 uw = ld_after_wait_v4(src + Kdim);
                     const T* g8 = reinterpret_cast<const T*>(&gw);
                     const T* u8v = reinterpret_cast<const T*>(&uw);
                     uint4 r;
@@ -404,7 +404,8 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
         griddep_wait_release();
     }
     const int slot = blockIdx.y;
-    const int e = expert_ids[slot], r0 = offsets[slot], r1 = offsets[slot + 1];
+    const int e = ld_after_wait(expert_ids + slot), r0 = ld_after_wait(offsets + slot),
+              r1 = ld_after_wait(offsets + slot + 1);
     if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {
         if (threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0)
             report_err(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS, pdl == 2);
