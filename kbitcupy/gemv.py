@@ -16,6 +16,11 @@ DEPTHS = (2,)  # register ring depth (4 measured slower on H200, 2026-11-21)
 TILES = (1, 2)  # token tiles of 8 per MMA
 DUALS = (False, True)  # one or two mma accumulator chains
 _VARIANTS = (("uint8", True), ("float32", False), ("uint8", False))
+# The grouped GEMV with the default codebook compiled in (CBD; in safe PDL its pair table built
+# before the wait): H100, 2026-11-25 (eighteenth session, fix20), same tree with and without it,
+# 1..16 tokens: k = 5 faster (10 experts TOTAL 19.86 -> 19.30 us at 1 token, 8 experts equal),
+# k = 2 / 4 slower in every cell (+0.2..+0.5 us per kernel, plain launches too; not understood).
+GROUPED_CBD_KS = (5,)
 
 
 def _instances():
@@ -41,8 +46,9 @@ def _instances():
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for mt in (1, 2):
-                # cbd (last in each key): the default codebook compiled in (the bank's default_codebook)
-                for cbd in (False, True):
+                # cbd (last in each key): the default codebook compiled in (the bank's default_codebook),
+                # where it measured faster (GROUPED_CBD_KS)
+                for cbd in ((False, True) if k in GROUPED_CBD_KS else (False,)):
                     tail = ", true>" if cbd else ">"
                     inst[("grouped", k, t, mt, cbd)] = f"kbit_gemv_grouped<{k}, {CTYPE[t]}, {mt}, 0{tail}"
                     # the MoE steps fused into the A staging (1: row gather, 2: SwiGLU), kbitcupy.moe
@@ -273,7 +279,7 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
     n_slots = int(ids.size)
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     amode = 1 if a_rows is not None else 2 if a_silu else 0
-    cbd = bool(getattr(bank, "default_codebook", False))
+    cbd = bool(getattr(bank, "default_codebook", False)) and bank.k in GROUPED_CBD_KS
     key = (A.data.device_id, N, K, bank.k, tname, n_slots, min(max_tokens, 16) > 8, plan_override, kernel, amode, cbd)
     cfg = _GLAUNCH.get(key)
     if cfg is None:

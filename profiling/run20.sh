@@ -19,6 +19,7 @@
 #   OUT=/tmp/out STEP=g bash profiling/run20.sh
 . profiling/run_env.sh
 start_run g
+[ "$STEP" = final ] && { echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=final" > "$OUT/header.txt"; }
 if [ "$STEP" = g ]; then
   python3 profiling/warm_cache.py gemv grouped quant 2>&1 | tail -1
   gpu_tests "$W/gpu_tests_grouped.log" 240 tests/test_grouped_gpu.py tests/test_pdl_gpu.py
@@ -42,3 +43,14 @@ if [ "$STEP" = fix ]; then
   grep -h -E "^\| (1|8) \| 4" "$W"/*layerfix20-*.md
 fi
 tar -czf "$OUT/run20_$STEP.tgz" -C "$W" . && rm -rf "$W"
+# STEP=final (appended after STEP=fix: CBD kept for k = 5 only, gemv.GROUPED_CBD_KS): the grouped / PDL GPU
+#   tests (subset), memcheck, then the closing tables: dense M = 16..128 (k = 4) and MoE 1..64 tokens, tag final24.
+if [ "${STEP:-}" = final ]; then
+  W=$OUT/work; mkdir -p "$W"; cp "$OUT/header.txt" "$W/" 2>/dev/null
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_final.log" 200 tests/test_grouped_gpu.py tests/test_pdl_gpu.py \
+      -k "default_codebook or pdl or safe or slices or fused or moe_forward"
+  sanitize memcheck "$W/memcheck.txt" 150 profiling/sanitize_driver.py
+  final_tables final24
+  tar -czf "$OUT/run20_final.tgz" -C "$W" . && rm -rf "$W"
+fi

@@ -279,17 +279,18 @@ def test_grouped_gemv_slices(rng, k):
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [2, 3, 4, 5])
 def test_grouped_gemv_default_codebook(rng, k):
-    """A bank with the default codebook runs the grouped GEMV with the levels compiled in (CBD);
-    in safe PDL (the grouped kernels wait at entry) its pair table is built before the wait,
-    once for every row chunk.  Against the same bank flagged not default (the codebook loaded),
-    bit for bit, in every launch mode, the slices and the group-loop kernels, the fused row
-    gather and SwiGLU, more rows than max_tokens (several chunks) and both dtypes; a forced flag
-    on another codebook gives the default levels' result (the CBD kernel really ran); a bank
-    with another codebook is not flagged and matches its own reference."""
+    """A bank with the default codebook runs the grouped GEMV with the levels compiled in (CBD,
+    for k in GROUPED_CBD_KS); in safe PDL (the grouped kernels wait at entry) its pair table is
+    built before the wait, once for every row chunk.  Against the same bank flagged not default
+    (the codebook loaded), bit for bit, in every launch mode, the slices and the group-loop
+    kernels, the fused row gather and SwiGLU, more rows than max_tokens (several chunks) and both
+    dtypes; a forced flag on another codebook gives the default levels' result where CBD is
+    used (the CBD kernel really ran) and its own levels' result elsewhere; a bank with another
+    codebook is not flagged and matches its own reference."""
     import kbitcupy as kb
     from dataclasses import replace
 
-    from kbitcupy.gemv import grouped_gemv
+    from kbitcupy.gemv import GROUPED_CBD_KS, grouped_gemv
     from kbitcupy.grouped import _err_buffer
 
     cp = _cp()
@@ -339,7 +340,7 @@ def test_grouped_gemv_default_codebook(rng, k):
     A = rng.standard_normal((offs[-1], K)).astype(np.float16)
     forced = replace(bank, codebook=other)
     object.__setattr__(forced, "default_codebook", True)
-    for b, ref_bank in ((ob, ob), (forced, bank)):
+    for b, ref_bank in ((ob, ob), (forced, bank if k in GROUPED_CBD_KS else ob)):
         for ov in plans:
             out = _nan((offs[-1], N), np.float16)
             grouped_gemv(_dev(A), b, ids_d, offs_d, out, 8, _err_buffer(), plan_override=ov)
