@@ -194,7 +194,8 @@ __global__ void __launch_bounds__(128) kbit_gemm(const T* __restrict__ A, const 
     if (pdl) {
         griddep_wait_release();
     }
-    if (tid < 32) cb_s[tid] = tid < (1 << K) ? codebook[tid] : 0.0f;
+    // (ld_after_wait: a plain read of the codebook was hoisted above the wait, kbit_common.cuh)
+    if (tid < 32) cb_s[tid] = tid < (1 << K) ? ld_after_wait(codebook + tid) : 0.0f;
     for (int i = 0; i < stages - 1; i++) {
         if (i < n_my) load_stage(i, ks_begin + i);
         cp_async_commit();

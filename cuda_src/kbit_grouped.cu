@@ -118,8 +118,8 @@ __global__ void __launch_bounds__(KBIT_GROUPED_MAX_THREADS, KBIT_GROUPED_MINB(K,
         griddep_wait_release();
     }
     const int slot = blockIdx.y;
-    const int e = expert_ids[slot];
-    const int r0 = offsets[slot], r1 = offsets[slot + 1];
+    const int e = ld_after_wait(expert_ids + slot);  // (not hoisted above the wait: kbit_common.cuh)
+    const int r0 = ld_after_wait(offsets + slot), r1 = ld_after_wait(offsets + slot + 1);
     if (e < 0 || e >= E) {
         if (threadIdx.x == 0) atomicOr(err, KBIT_ERR_EXPERT_ID);
         return;

@@ -216,6 +216,120 @@ def test_safe_pdl_grouped(rng):
             kb.set_pdl(old)
 
 
+_LATE_COPY = r"""
+extern "C" __global__ void late_copy(const unsigned char* src, unsigned char* dst, long long n, long long spin) {
+    // let the next grid launch at once (its programmatic dependent may start now), then write late
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const long long t0 = clock64();
+    while (clock64() - t0 < spin) {}
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+"""
+
+
+def _late_copy(cp):
+    """A copy kernel that triggers its dependents at entry and writes ~60 us later: a dependent
+    that reads what it writes before griddepcontrol.wait (e.g. a load the compiler hoisted above
+    the wait) reads the old contents."""
+    fn = cp.RawKernel(_LATE_COPY, "late_copy")
+
+    def copy(src, dst):
+        assert src.nbytes == dst.nbytes
+        fn((64,), (256,), (src, dst, np.int64(src.nbytes), np.int64(100_000)))
+    return copy
+
+
+@pytest.mark.parametrize("impl", ["gemv", "mma", "wgmma"])
+def test_safe_pdl_grouped_late_writer(rng, impl):
+    """Safe PDL: expert ids and offsets written by a kernel that lets its dependents launch at
+    once and writes ~60 us later (the zeros before mean every slot empty).  Every grouped kernel
+    must read them only after its wait (the grouped GEMV and mma kernels once read them before
+    it: ld.global.nc hoisted by ptxas, profiling/sass_wait_check.py).  Bit-exact against PDL off."""
+    cp = _cp_hopper()
+    if impl == "wgmma":
+        _sm90()
+    from kbitcupy.grouped import grouped_matmul, quantize_experts
+
+    copy = _late_copy(cp)
+    E, N, K = 12, 512, 2048
+    bank = quantize_experts(cp.asarray(rng.standard_normal((E, N, K), dtype=np.float32) * 0.02), 4)
+    for mt in ((1, 4) if impl == "gemv" else (16,)):
+        counts = np.array([mt, 0, mt, mt // 2 + 1, mt], np.int32)
+        offs_h = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        ids_h = np.array([3, 7, 0, 11, 5], np.int32)
+        A = cp.asarray(rng.standard_normal((int(offs_h[-1]), K), dtype=np.float32)).astype(cp.float16)
+        ids, offs = cp.zeros(5, cp.int32), cp.zeros(6, cp.int32)
+        ids_src, offs_src = cp.asarray(ids_h), cp.asarray(offs_h)
+        out = cp.empty((int(offs_h[-1]), N), cp.float16)
+
+        def call():
+            ids.fill(0)
+            offs.fill(0)
+            out.fill(np.nan)
+            copy(ids_src, ids)
+            copy(offs_src, offs)
+            grouped_matmul(A, bank, ids, offs, mt, out=out, impl=impl)
+            return _bits(out)
+
+        ref = call()
+        assert not np.isnan(out.get()).any()
+        old = kb.set_pdl("safe")
+        try:
+            for _ in range(3):
+                np.testing.assert_array_equal(call(), ref)
+        finally:
+            kb.set_pdl(old)
+
+
+@pytest.mark.parametrize("kernel", ["matmul", "gemm", "stream"])
+def test_safe_pdl_weight_late_writer(rng, kernel):
+    """Safe PDL: a weight with its own codebook (loaded by every kernel) whose packed words,
+    absmax and codebook are written by a kernel that lets its dependents launch at once and
+    writes ~60 us later.  The dispatched matmul at M = 1 / 4 / 16 / 40 / 100, kbit_gemm (whose
+    codebook read was once hoisted above its wait) and the streaming GEMV; bit-exact against
+    PDL off."""
+    cp = _cp_hopper()
+    from dataclasses import replace
+
+    copy = _late_copy(cp)
+    N, K = 1024, 2048
+    other = cp.asarray(np.linspace(-1, 1, 16, dtype=np.float32) ** 3)
+    src = replace(_q(cp, rng, N, K, 4), codebook=other)
+    w = replace(_q(cp, rng, N, K, 4), codebook=cp.zeros(16, cp.float32))
+    assert not src.default_codebook and not w.default_codebook
+    if kernel == "gemm":
+        from kbitcupy.gemm import gemm as fn
+    elif kernel == "stream":
+        from kbitcupy.gemv_stream import gemv_stream as fn
+    else:
+        def fn(x, q, out):
+            kb.matmul(x, q, out=out)
+    for M in ((1, 4, 16, 40, 100) if kernel == "matmul" else (4, 16)):
+        x = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+        out = cp.empty((M, N), cp.float16)
+
+        def call():
+            w.packed.fill(0)
+            w.absmax.fill(0)
+            w.codebook.fill(0)
+            out.fill(np.nan)
+            copy(src.packed, w.packed)
+            copy(src.absmax, w.absmax)
+            copy(src.codebook, w.codebook)
+            fn(x, w, out)
+            return _bits(out)
+
+        ref = call()
+        assert not np.isnan(out.get()).any()
+        old = kb.set_pdl("safe")
+        try:
+            for _ in range(3):
+                np.testing.assert_array_equal(call(), ref, err_msg=f"{kernel} M={M}")
+        finally:
+            kb.set_pdl(old)
+
+
 def test_pdl_torch_tensors(rng):
     cp = _cp_hopper()
     torch = pytest.importorskip("torch")

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Eighteenth session, second device run (2026-11-25): the loads hoisted above griddepcontrol.wait.
+#   STEP=late: the late-writer tests (a kernel that lets its dependents launch at once and writes their
+#     ids / weights ~60 us later) on this tree, the kbit_gemm and mma grouped GPU tests (their wait-first
+#     loads now ld_after_wait), then the same late-writer tests on ab_old (7f09f61, before the fix; carried:
+#     git archive 7f09f61 kbitcupy cuda_src tests | tar -x -C ab_old, with this tree's test_pdl_gpu.py),
+#     where the grouped GEMV / mma cases are expected to fail.
+#   OUT=/tmp/out STEP=late bash profiling/run21.sh
+. profiling/run_env.sh
+start_run late
+if [ "$STEP" = late ]; then
+  python3 profiling/warm_cache.py gemv grouped gemm gemv_stream quant wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_late.log" 150 tests/test_pdl_gpu.py -k "late_writer"
+  gpu_tests "$W/gpu_tests_gemm.log" 200 tests/test_gemm_gpu.py tests/test_grouped_gpu.py -k "gemm or mma or uneven or tokens_per_expert"
+  (cd ab_old && export PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kbit_cache_old && \
+     echo "# $GPU, $(date -I): 7f09f61 + this tree's test_pdl_gpu.py: pytest -q -m gpu tests/test_pdl_gpu.py -k late_writer" > "$W/gpu_tests_late_old.log" && \
+     timeout 150 python3 -m pytest -q -m gpu tests/test_pdl_gpu.py -k late_writer >> "$W/gpu_tests_late_old.log" 2>&1; \
+     grep -E "passed|failed|FAILED" "$W/gpu_tests_late_old.log" | tail -8)
+fi
+tar -czf "$OUT/run21_$STEP.tgz" -C "$W" . && rm -rf "$W"
