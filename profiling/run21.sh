@@ -18,3 +18,12 @@ if [ "$STEP" = late ]; then
      grep -E "passed|failed|FAILED" "$W/gpu_tests_late_old.log" | tail -8)
 fi
 tar -czf "$OUT/run21_$STEP.tgz" -C "$W" . && rm -rf "$W"
+# STEP=final: the closing dense (M = 16..128, k = 4) and MoE (1..64 tokens) tables on this tree (the mma grouped
+#   kernel, which serves MoE down at 9..16 tokens, and kbit_gemm changed after final24), tag final25.
+if [ "${STEP:-}" = final ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=final" > "$W/header.txt"
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  final_tables final25
+  tar -czf "$OUT/run21_final.tgz" -C "$W" . && rm -rf "$W"
+fi
