@@ -27,3 +27,15 @@ if [ "${STEP:-}" = final ]; then
   final_tables final25
   tar -czf "$OUT/run21_final.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=plans: the decode GEMV's plan overrides in the default launch (safe PDL with the L2 prefetch and the
+#   early pair table, which the plan rule was not tuned with): warps 4 / 16, late / dual on / off, two groups
+#   per block; k = 2 / 4 / 5, M = 1 / 4, the five block shapes.
+if [ "${STEP:-}" = plans ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=plans" > "$W/header.txt"
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  P="w4:warps=4;w16:warps=16;l0:late=0;l1:late=1;d0:dual=0;d1:dual=1;g2:gpb=2"
+  AB_PLANS="$P" KS=2,4,5 MS=1,4 SHAPES=gateup,down,Q,O,KV timeout 240 python3 profiling/gemv_ab.py --out "$W" > "$W/plans21.log" 2>&1
+  grep -v "^#" "$W/plans21.log" | tail -40
+  tar -czf "$OUT/run21_plans.tgz" -C "$W" . && rm -rf "$W"
+fi
