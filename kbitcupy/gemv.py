@@ -110,7 +110,10 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # the SM to itself anyway (k = 2, 3: 3-6 %); its registers would cost the
         # 256-thread blocks of the wide shapes a third block per SM.  k = 5 (126 registers
         # with it): 0-5 % slower with it, so one chain (2026-11-22).
-        dual = warps > 8 and k != 5
+        # H100, 2026-11-25 (eighteenth session, safe PDL, plans21): also at k = 2 where two 256-thread
+        # blocks per SM hold every group (Q / linear value, 256 groups: M = 1 3.82 -> 3.31 us, M = 4
+        # 4.52 -> 3.78; its registers cost no block that is needed); k = 4 equal there (3.82 / 3.77).
+        dual = k != 5 and (warps > 8 or (k <= 3 and tiles == 1 and groups <= 2 * 132))
     if late is None:
         # H200, 2026-11-22: 3-5 % faster where a warp has two or more steps, unless its
         # extra registers cost the 256-thread blocks their third block per SM (k = 5

@@ -39,3 +39,18 @@ if [ "${STEP:-}" = plans ]; then
   grep -v "^#" "$W/plans21.log" | tail -40
   tar -czf "$OUT/run21_plans.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=dual: the GEMV plan's second accumulator chain at k <= 3 where two blocks per SM hold every group
+#   (plans21: k = 2 Q 3.82 -> 3.31 us): the GEMV GPU tests, the A/B at k = 2 / 3 on Q and linear value
+#   (new = the rule, d0 / d1 forced), then the closing M = 1 / 4 table, every k (final25-m1).
+if [ "${STEP:-}" = dual ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=dual" > "$W/header.txt"
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_dual.log" 150 tests/test_gemv_gpu.py
+  AB_PLANS="d0:dual=0;d1:dual=1" KS=2,3,4 MS=1,2,4 SHAPES=Q,lin_value timeout 100 python3 profiling/gemv_ab.py --out "$W" > "$W/dual21.log" 2>&1
+  grep -v "^#" "$W/dual21.log" | tail -24
+  timeout 150 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul:plain,matmul+PDL \
+      --reps 15 --tag final25-m1 > "$W/bench_m1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_m1.log"
+  tar -czf "$OUT/run21_dual.tgz" -C "$W" . && rm -rf "$W"
+fi
