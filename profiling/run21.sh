@@ -54,3 +54,16 @@ if [ "${STEP:-}" = dual ]; then
   grep -E "^### M|TOTAL" "$W/bench_m1.log"
   tar -czf "$OUT/run21_dual.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=plans2: the plan's late / dual choices on the other shapes at M = 1 / 2 / 4, k = 2..4, twice (replicate):
+#   plans21 hinted at late=1 on k = 2 gate/up (-0.1 us) and dual=0 on k = 2 O at M = 4 (-0.2).
+if [ "${STEP:-}" = plans2 ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=plans2" > "$W/header.txt"
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  for r in a b; do
+    AB_PLANS="l1:late=1;d0:dual=0;d0l1:dual=0,late=1" KS=2,3,4 MS=1,2,4 SHAPES=gateup,down,O,KV \
+        timeout 120 python3 profiling/gemv_ab.py > "$W/plans22$r.log" 2>&1
+    grep "^TOTAL" "$W/plans22$r.log"
+  done
+  tar -czf "$OUT/run21_plans2.tgz" -C "$W" . && rm -rf "$W"
+fi
