@@ -110,15 +110,21 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # the SM to itself anyway (k = 2, 3: 3-6 %); its registers would cost the
         # 256-thread blocks of the wide shapes a third block per SM.  k = 5 (126 registers
         # with it): 0-5 % slower with it, so one chain (2026-11-22).
-        # H100, 2026-11-25 (eighteenth session, safe PDL, plans21): also at k = 2 where two 256-thread
-        # blocks per SM hold every group (Q / linear value, 256 groups: M = 1 3.82 -> 3.31 us, M = 4
-        # 4.52 -> 3.78; its registers cost no block that is needed); k = 4 equal there (3.82 / 3.77).
-        dual = k != 5 and (warps > 8 or (k <= 3 and tiles == 1 and groups <= 2 * 132))
+        # H100, 2026-11-25 (eighteenth session, safe PDL, plans21 / dual21 / plans22, M = 1..4): also
+        # at k = 2 / 3 where two 256-thread blocks per SM hold every group (Q / linear value, 256
+        # groups: k = 2 M = 1 3.82 -> 3.31 us, M = 4 4.52 -> 3.78; k = 3 -0.03; k = 4 equal); and at
+        # k = 2 not in the 512-thread blocks (O M = 1 / 4 3.55 -> 3.50 / 4.04 -> 3.85, down M = 4
+        # 4.53 -> 4.45, KV equal; replicated).
+        if k == 2 and tiles == 1:
+            dual = warps <= 8 and groups <= 2 * 132
+        else:
+            dual = k != 5 and (warps > 8 or (k == 3 and tiles == 1 and groups <= 2 * 132))
     if late is None:
         # H200, 2026-11-22: 3-5 % faster where a warp has two or more steps, unless its
         # extra registers cost the 256-thread blocks their third block per SM (k = 5
         # has two either way)
-        late = ks > warps and (warps > 8 or groups <= 2 * 132 or k == 5)
+        # k = 2 as well (H100, 2026-11-25, plans22: gate/up M = 1 4.25 -> 4.13 us; k = 3 / 4 slower)
+        late = ks > warps and (warps > 8 or groups <= 2 * 132 or k in (2, 5))
     late = bool(late) and tiles == 1
     if gpb is None:
         # k = 5, where a block's 64 KB pair table costs about what its group's weights take to

@@ -67,3 +67,15 @@ if [ "${STEP:-}" = plans2 ]; then
   done
   tar -czf "$OUT/run21_plans2.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=dual2: the k = 2 plan rule from plans22 (dual off in 512-thread blocks, late on): GEMV GPU tests and the
+#   closing M = 1 / 4 table, every k (final26-m1).
+if [ "${STEP:-}" = dual2 ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=dual2" > "$W/header.txt"
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_dual2.log" 150 tests/test_gemv_gpu.py tests/test_pdl_gpu.py
+  timeout 150 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul:plain,matmul+PDL \
+      --reps 15 --tag final26-m1 > "$W/bench_m1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_m1.log"
+  tar -czf "$OUT/run21_dual2.tgz" -C "$W" . && rm -rf "$W"
+fi
