@@ -339,6 +339,60 @@ def applicable_families(arch: str) -> Dict[str, Family]:
 FAMILY_MODULES = ("quantize", "gemv", "gemv_stream", "gemm", "grouped", "wgmma")
 
 
+def nvdisasm_path() -> str | None:
+    """nvdisasm on PATH, else the pip wheel's (nvidia-cuda-nvdisasm: nvidia/cu*/bin/nvdisasm)."""
+    import glob
+    import importlib.util
+    import shutil
+
+    hit = shutil.which("nvdisasm")
+    if hit:
+        return hit
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        found = sorted(glob.glob(os.path.join(root, "*", "bin", "nvdisasm")))
+        if found:
+            return found[-1]
+    return None
+
+
+def sass_nvcc(source: str, names: Sequence[str], arch: str, extra: Sequence[str] = ()) -> str:
+    """The SASS (nvdisasm -c) of the kernels ``names`` instantiate, built with this machine's nvcc."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    nvcc, dis = shutil.which("nvcc"), nvdisasm_path()
+    if nvcc is None or dis is None:
+        raise RuntimeError("nvcc and nvdisasm are needed")
+    text = read_source(source) + "\nvoid* kbit_instances[] = {" + ", ".join(f"(void*)&{n}" for n in names) + "};\n"
+    with tempfile.TemporaryDirectory() as d:
+        src, cub = os.path.join(d, "kernels.cu"), os.path.join(d, "kernels.cubin")
+        with open(src, "w") as f:
+            f.write(text)
+        r = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-o", cub, src] + list(_options(extra)),
+                           capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"nvcc failed for {source} ({arch}):\n{r.stderr[-4000:]}")
+        return subprocess.run([dis, "-c", cub], capture_output=True, text=True, check=True).stdout
+
+
+def loads_before_wait(sass: str) -> Dict[str, List[str]]:
+    """{mangled kernel: its global loads (LDG) before its first griddepcontrol.wait (ACQBULK)}, for
+    the kernels of ``sass`` that wait.  A load of what the previous grid may write must come after
+    the wait; one through a const __restrict__ pointer (ld.global.nc) ptxas may hoist above it
+    (the grouped kernels' expert ids did, eighteenth session: kbit_common.cuh's ld_after_wait).
+    Linear SASS order: a branch may skip the wait, so a hit is to be read, not a proof."""
+    out: Dict[str, List[str]] = {}
+    for m in re.finditer(r"\n(_Z\w+):\n(.*?)(?=\n\s*\.section|\Z)", sass, re.S):
+        body = m.group(2)
+        if "ACQBULK" in body:
+            pre = body.split("ACQBULK", 1)[0]
+            out[m.group(1)] = [ln.split("*/", 1)[-1].strip() for ln in pre.splitlines()
+                               if re.search(r"\bLDG[.\s]", ln) and "LDGSTS" not in ln and "LDGDEPBAR" not in ln]
+    return out
+
+
 def _load_families():
     import importlib
 

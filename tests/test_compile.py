@@ -41,6 +41,35 @@ def test_wgmma_two_ctas_per_sm_under_cuda13_nvcc():
     assert not over, "over 128 registers or spilling:\n" + format_report(over)
 
 
+def test_no_load_before_wait_in_wait_first_kernels():
+    """Kernels that wait for the previous grid first (safe PDL; the grouped kernels' wait mode) issue
+    no global load before griddepcontrol.wait in their SASS: ptxas had hoisted the grouped GEMV's and
+    the mma grouped kernel's expert-id / offset loads and kbit_gemm's codebook load above it (a race
+    with the previous grid's writes; eighteenth session).  nvcc + nvdisasm (the test extra
+    nvidia-cuda-nvdisasm), no GPU."""
+    import shutil
+
+    from kbitcupy import gemm as GM
+    from kbitcupy import gemv as G
+    from kbitcupy import grouped as GR
+    from kbitcupy._compile import loads_before_wait, nvdisasm_path, sass_nvcc
+
+    if shutil.which("nvcc") is None or nvdisasm_path() is None:
+        pytest.skip("no nvcc / nvdisasm")
+    checks = [
+        ("kbit_gemv.cu", [n for key, n in G.GEMV.instances.items()
+                          if str(key[0]).startswith("grouped") and key[1] in (2, 5) and key[2] == "float16"]),
+        ("kbit_grouped.cu", [n for key, n in GR.GROUPED.instances.items() if key[0] == "mm" and key[1] == 4]),
+        ("kbit_gemm.cu", [n for key, n in GM.GEMM.instances.items() if key[0] == 4][:4]),
+    ]
+    for source, names in checks:
+        assert names, source
+        found = loads_before_wait(sass_nvcc(source, names, "sm_90"))
+        assert len(found) >= len(names), f"{source}: {len(found)} waiting kernels for {len(names)} names"
+        early = {k: v for k, v in found.items() if v}
+        assert not early, f"{source}: global loads before griddepcontrol.wait: {early}"
+
+
 def test_arch_specific_cubin_cache(tmp_path, monkeypatch):
     """The sm_90a family (wgmma) is built by our own NVRTC call into an on-disk cubin cache:
     a second request reuses the file (no recompile), a different option set gets its own."""
