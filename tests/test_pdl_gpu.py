@@ -240,6 +240,19 @@ def _late_copy(cp):
     return copy
 
 
+def _safe_matches_plain(call, out, what):
+    """call() (poison, late writes, the kernel; returns out's bits) with PDL off, then three times
+    in safe PDL: bit-exact, every output written."""
+    ref = call()
+    assert not np.isnan(out.get()).any(), what
+    old = kb.set_pdl("safe")
+    try:
+        for _ in range(3):
+            np.testing.assert_array_equal(call(), ref, err_msg=what)
+    finally:
+        kb.set_pdl(old)
+
+
 @pytest.mark.parametrize("impl", ["gemv", "mma", "wgmma"])
 def test_safe_pdl_grouped_late_writer(rng, impl):
     """Safe PDL: expert ids and offsets written by a kernel that lets its dependents launch at
@@ -272,14 +285,7 @@ def test_safe_pdl_grouped_late_writer(rng, impl):
             grouped_matmul(A, bank, ids, offs, mt, out=out, impl=impl)
             return _bits(out)
 
-        ref = call()
-        assert not np.isnan(out.get()).any()
-        old = kb.set_pdl("safe")
-        try:
-            for _ in range(3):
-                np.testing.assert_array_equal(call(), ref)
-        finally:
-            kb.set_pdl(old)
+        _safe_matches_plain(call, out, "grouped")
 
 
 @pytest.mark.parametrize("kernel", ["matmul", "gemm", "stream"])
@@ -320,14 +326,7 @@ def test_safe_pdl_weight_late_writer(rng, kernel):
             fn(x, w, out)
             return _bits(out)
 
-        ref = call()
-        assert not np.isnan(out.get()).any()
-        old = kb.set_pdl("safe")
-        try:
-            for _ in range(3):
-                np.testing.assert_array_equal(call(), ref, err_msg=f"{kernel} M={M}")
-        finally:
-            kb.set_pdl(old)
+        _safe_matches_plain(call, out, f"{kernel} M={M}")
 
 
 def test_pdl_torch_tensors(rng):
