@@ -186,6 +186,16 @@ def test_safe_pdl_weight_written_right_before(rng, M):
         kb.set_pdl(old)
 
 
+def _routing(cp, rng, mt, K):
+    """Five slots of 12 experts around mt tokens each (one empty): host offsets, A, zeroed device
+    ids / offsets for a kernel to write, and the values to write."""
+    counts = np.array([mt, 0, mt, mt // 2 + 1, mt], np.int32)
+    offs_h = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    ids_h = np.array([3, 7, 0, 11, 5], np.int32)
+    A = cp.asarray(rng.standard_normal((int(offs_h[-1]), K), dtype=np.float32)).astype(cp.float16)
+    return offs_h, A, cp.zeros(5, cp.int32), cp.zeros(6, cp.int32), cp.asarray(ids_h), cp.asarray(offs_h)
+
+
 def test_safe_pdl_grouped(rng):
     """grouped_matmul in PDL's safe mode: expert ids and offsets written by a kernel right
     before (device routing), bit-exact against PDL off, for the grouped GEMV and wgmma sizes."""
@@ -195,12 +205,7 @@ def test_safe_pdl_grouped(rng):
     E, N, K = 12, 512, 2048
     bank = quantize_experts(cp.asarray(rng.standard_normal((E, N, K), dtype=np.float32) * 0.02), 4)
     for mt in (1, 4, 32):
-        counts = np.array([mt, 0, mt, mt // 2 + 1, mt], np.int32)
-        offs_h = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-        ids_h = np.array([3, 7, 0, 11, 5], np.int32)
-        A = cp.asarray(rng.standard_normal((int(offs_h[-1]), K), dtype=np.float32)).astype(cp.float16)
-        ids, offs = cp.zeros(5, cp.int32), cp.zeros(6, cp.int32)
-        ids_src, offs_src = cp.asarray(ids_h), cp.asarray(offs_h)
+        offs_h, A, ids, offs, ids_src, offs_src = _routing(cp, rng, mt, K)
 
         def call():
             cp.add(ids_src, 0, out=ids)  # the routing written by a kernel right before
@@ -268,12 +273,7 @@ def test_safe_pdl_grouped_late_writer(rng, impl):
     E, N, K = 12, 512, 2048
     bank = quantize_experts(cp.asarray(rng.standard_normal((E, N, K), dtype=np.float32) * 0.02), 4)
     for mt in ((1, 4) if impl == "gemv" else (16,)):
-        counts = np.array([mt, 0, mt, mt // 2 + 1, mt], np.int32)
-        offs_h = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-        ids_h = np.array([3, 7, 0, 11, 5], np.int32)
-        A = cp.asarray(rng.standard_normal((int(offs_h[-1]), K), dtype=np.float32)).astype(cp.float16)
-        ids, offs = cp.zeros(5, cp.int32), cp.zeros(6, cp.int32)
-        ids_src, offs_src = cp.asarray(ids_h), cp.asarray(offs_h)
+        offs_h, A, ids, offs, ids_src, offs_src = _routing(cp, rng, mt, K)
         out = cp.empty((int(offs_h[-1]), N), cp.float16)
 
         def call():
