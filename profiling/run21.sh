@@ -79,3 +79,21 @@ if [ "${STEP:-}" = dual2 ]; then
   grep -E "^### M|TOTAL" "$W/bench_m1.log"
   tar -czf "$OUT/run21_dual2.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=icache: why the grouped GEMV with the default codebook compiled in (CBD) was slower at k = 4, plain
+#   launches too (fix20).  Hypothesis: instruction fetch -- the CBD kernel's plain path jumps over its
+#   early table build (~2.4 KB of code) at entry, with the instructions cold after the L2 rotation.  Three
+#   trees, MoE k = 4 at 1 / 4 tokens: . (k = 4 loads the codebook), ab_b (CBD at every k, build inline),
+#   ab_c (ab_b with the early build out of line, __noinline__).  If ab_c matches . and ab_b is slower, the
+#   prologue's code layout matters.
+if [ "${STEP:-}" = icache ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=icache" > "$W/header.txt"
+  for t in . ab_b ab_c; do
+    n=$(basename $(cd $t && pwd)); [ "$t" = . ] && n=main
+    (cd $t && export PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kbit_cache_$n && \
+     python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1 && \
+     timeout 60 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4 --columns Grouped,Grouped:plain \
+         --reps 15 --tag ic-$n > "$W/ic_$n.log" 2>&1; echo "== $n"; grep -E "^\| (moe_dn|moe_gu_fused|TOTAL) " "$W/ic_$n.log")
+  done
+  tar -czf "$OUT/run21_icache.tgz" -C "$W" . && rm -rf "$W"
+fi
