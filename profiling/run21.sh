@@ -84,7 +84,10 @@ fi
 #   early table build (~2.4 KB of code) at entry, with the instructions cold after the L2 rotation.  Three
 #   trees, MoE k = 4 at 1 / 4 tokens: . (k = 4 loads the codebook), ab_b (CBD at every k, build inline),
 #   ab_c (ab_b with the early build out of line, __noinline__).  If ab_c matches . and ab_b is slower, the
-#   prologue's code layout matters.
+#   prologue's code layout matters.  Trees (git-ignored, carried): ab_b = this tree with
+#   profiling/patches/session18-icache.patch's gemv.py hunk (GROUPED_CBD_KS = (2, 3, 4, 5)), ab_c = ab_b plus its
+#   kbit_gemv.cu hunk (tar -c --exclude=profiling/results kbitcupy cuda_src profiling | tar -x -C ab_b; patch -p1).
+#   Not run in the eighteenth session (its device time was spent).
 if [ "${STEP:-}" = icache ]; then
   W=$OUT/work; mkdir -p "$W"
   echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=icache" > "$W/header.txt"
