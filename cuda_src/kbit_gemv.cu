@@ -40,14 +40,19 @@ __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
 // The default codebook's pair table (CBD: levels as immediates, no global load), so a kernel can
 // build it before griddepcontrol.wait.  cb_s: 32 floats of scratch no other thread touches
 // until the caller's next barrier.
+// The pair table from the levels in cb_s (complete: after a barrier), by the block's threads.
+template <int K, typename T, bool SLICES>
+__device__ __forceinline__ void build_block_lut(u32* lut, const float* cb_s, unsigned nthr, unsigned tid) {
+#ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
+    if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
+    else build_pair_lut<K, T>(lut, cb_s);
+#endif
+}
 template <int K, typename T, bool SLICES>
 __device__ __forceinline__ void build_default_lut(u32* lut, float* cb_s, unsigned nthr, unsigned tid) {
     if (tid < 32) cb_s[tid] = tid < (1u << K) ? kbit_default_level<K>(tid) : 0.0f;
     __syncthreads();
-#ifndef KBIT_EXPERIMENT_NO_LUT
-    if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
-    else build_pair_lut<K, T>(lut, cb_s);
-#endif
+    build_block_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
 }
 
 // MT: token tiles of 8 (M <= 8 * MT); the weights are dequantized once for all of them.
@@ -155,12 +160,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // 64 KB table took ~1.5 us, profiling/NOTES.md tenth session).
     // lut_ready: the caller built it so already (the grouped kernel, kbit_gemv_grouped).
     const bool early_lut = CBD && (safe_pf || lut_ready);
-    auto build_lut = [&]() {  // from cb_s (complete: after a barrier)
-#ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
-        if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
-        else build_pair_lut<K, T>(lut, cb_s);
-#endif
-    };
     if (safe_pf) {  // safe PDL: the first weights only prefetched into L2, then the wait
         prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
         if (CBD) build_default_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
@@ -231,7 +230,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #ifdef KBIT_TRACE
         if (threadIdx.x == 0) KTR(46, probe_clock());
 #endif
-        if (!early_lut) build_lut();
+        if (!early_lut) build_block_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
         if (pdl) {  // A may come from the previous grid: wait for it only now
             griddep_wait();
             stage_A();

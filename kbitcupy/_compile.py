@@ -280,19 +280,9 @@ def compile_group_nvcc(source: str, names: Sequence[str], arch: str, extra: Sequ
     import subprocess
     import tempfile
 
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        raise RuntimeError("nvcc not found")
-    text = read_source(source) + "\nvoid* kbit_instances[] = {" + ", ".join(f"(void*)&{n}" for n in names) + "};\n"
     with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "kernels.cu")
-        with open(src, "w") as f:
-            f.write(text)
-        cmd = [nvcc, "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-o", os.path.join(d, "kernels.cubin"), src]
-        r = subprocess.run(cmd + list(_options(extra)), capture_output=True, text=True)
-    if r.returncode:
-        raise RuntimeError(f"nvcc failed for {source} ({arch}):\n{r.stderr[-4000:]}")
-    mangled = _PTXAS_FN.findall(r.stderr)
+        log = _nvcc_cubin(source, names, arch, extra, d, ("-Xptxas", "-v"))[1]
+    mangled = _PTXAS_FN.findall(log)
     cxxfilt = shutil.which("c++filt") or shutil.which("cu++filt")
     if cxxfilt is None:
         raise RuntimeError("c++filt not found")
@@ -301,7 +291,28 @@ def compile_group_nvcc(source: str, names: Sequence[str], arch: str, extra: Sequ
     # "void kbit_x<4, __half, 64>(args)" -> "kbit_x<4, __half, 64>"; every kernel of the translation
     # unit, named with all its template arguments (defaulted ones too, so not always as in `names`)
     lowered = {m[0]: p.split(" ", 1)[-1].split("(", 1)[0] for m, p in zip(mangled, plain)}
-    return _ptxas_records(r.stderr, lowered, source, arch, None)
+    return _ptxas_records(log, lowered, source, arch, None)
+
+
+def _nvcc_cubin(source: str, names: Sequence[str], arch: str, extra: Sequence[str], d: str,
+                flags: Sequence[str] = ()) -> Tuple[str, str]:
+    """(cubin path in folder d, nvcc's stderr): the kernels ``names`` instantiate, built with this
+    machine's nvcc (the names referenced from a table, so each is instantiated)."""
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise RuntimeError("nvcc not found")
+    text = read_source(source) + "\nvoid* kbit_instances[] = {" + ", ".join(f"(void*)&{n}" for n in names) + "};\n"
+    src, cub = os.path.join(d, "kernels.cu"), os.path.join(d, "kernels.cubin")
+    with open(src, "w") as f:
+        f.write(text)
+    r = subprocess.run([nvcc, "-cubin", f"-arch={arch}", *flags, "-o", cub, src] + list(_options(extra)),
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"nvcc failed for {source} ({arch}):\n{r.stderr[-4000:]}")
+    return cub, r.stderr
 
 
 def compile_all(arch: str = "sm_90", families: Sequence[str] | None = None, jobs: int | None = None,
@@ -358,22 +369,14 @@ def nvdisasm_path() -> str | None:
 
 def sass_nvcc(source: str, names: Sequence[str], arch: str, extra: Sequence[str] = ()) -> str:
     """The SASS (nvdisasm -c) of the kernels ``names`` instantiate, built with this machine's nvcc."""
-    import shutil
     import subprocess
     import tempfile
 
-    nvcc, dis = shutil.which("nvcc"), nvdisasm_path()
-    if nvcc is None or dis is None:
-        raise RuntimeError("nvcc and nvdisasm are needed")
-    text = read_source(source) + "\nvoid* kbit_instances[] = {" + ", ".join(f"(void*)&{n}" for n in names) + "};\n"
+    dis = nvdisasm_path()
+    if dis is None:
+        raise RuntimeError("nvdisasm not found")
     with tempfile.TemporaryDirectory() as d:
-        src, cub = os.path.join(d, "kernels.cu"), os.path.join(d, "kernels.cubin")
-        with open(src, "w") as f:
-            f.write(text)
-        r = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-o", cub, src] + list(_options(extra)),
-                           capture_output=True, text=True)
-        if r.returncode:
-            raise RuntimeError(f"nvcc failed for {source} ({arch}):\n{r.stderr[-4000:]}")
+        cub = _nvcc_cubin(source, names, arch, extra, d)[0]
         return subprocess.run([dis, "-c", cub], capture_output=True, text=True, check=True).stdout
 
 

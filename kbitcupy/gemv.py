@@ -288,7 +288,7 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
     n_slots = int(ids.size)
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     amode = 1 if a_rows is not None else 2 if a_silu else 0
-    cbd = bool(getattr(bank, "default_codebook", False)) and bank.k in GROUPED_CBD_KS
+    cbd = bank.default_codebook and bank.k in GROUPED_CBD_KS
     key = (A.data.device_id, N, K, bank.k, tname, n_slots, min(max_tokens, 16) > 8, plan_override, kernel, amode, cbd)
     cfg = _GLAUNCH.get(key)
     if cfg is None:

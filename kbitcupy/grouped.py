@@ -31,7 +31,7 @@ from ._arrays import ACT_DTYPES, check_same_device, dtype_name, from_backend, ki
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
 from .reference import bfloat16
-from .weight import KbitWeight, is_default_codebook
+from .weight import KbitWeight, is_default_codebook, note_codebook
 
 # ----------------------------------------------------------------------------- kernels
 MCS = (1, 2, 4)  # 16-row MMA chunks held in registers: 16, 32, 64 token rows per pass
@@ -156,8 +156,10 @@ class KbitExpertBank:
             return self
         import cupy as cp
 
+        cb = cp.asarray(self.codebook)
+        note_codebook(cb, self.codebook)  # default or not, known from the host copy: no read-back
         return replace(self, packed=cp.asarray(self.packed), absmax=cp.asarray(self.absmax),
-                       codebook=cp.asarray(self.codebook), tensor_scale=cp.asarray(self.tensor_scale),
+                       codebook=cb, tensor_scale=cp.asarray(self.tensor_scale),
                        tensor_scale_host=self._ts_host())
 
     def cpu(self) -> "KbitExpertBank":
