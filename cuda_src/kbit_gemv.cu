@@ -60,8 +60,13 @@ __device__ __forceinline__ void build_default_lut(u32* lut, float* cb_s, unsigne
 // are, 1 = row gather through a_rows, 2 = SwiGLU of [gate | up] rows.  A template
 // parameter: the runtime form cost the plain grouped GEMV 4-9 % at 4-8 tokens (H200,
 // 2026-11-24, moe-final10 vs moe-final11).
+// C8 (8-column groups, M <= 4; kbit_gemv only): the MMA's rows g and g + 8 are the same column
+// n0 + g, its blocks in the first and second 128-K half of a 256-K step, and its token columns
+// 0..3 / 4..7 the A rows of those halves (the cross terms are never read).  Half as many
+// columns per group: gate/up's 320 groups on 132 SMs leave 3 on some SMs and 2 on others,
+// its 640 half-width ones 5 and 4.
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0,
-          bool SLICES = false, bool CBD = false>
+          bool SLICES = false, bool CBD = false, bool C8 = false>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
@@ -75,9 +80,12 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     }
 #endif
     u32* lut = reinterpret_cast<u32*>(smem);
-    const int KS = (Kdim + 127) >> 7;  // steps of 128
+    static_assert(!C8 || (MT == 1 && AMODE == 0 && !SLICES), "C8: one token tile (M <= 4), dense kernel only");
+    constexpr int SK = C8 ? 256 : 128;    // K per step
+    const int KS = (Kdim + SK - 1) >> (C8 ? 8 : 7);  // steps
+    const int KP = KS * SK;               // staged A row length
     T* a_s = reinterpret_cast<T*>(smem + PairLut<K>::WORDS * 4);
-    float* red = reinterpret_cast<float*>(a_s + (long)M * KS * 128);
+    float* red = reinterpret_cast<float*>(a_s + (long)M * KP);
     // 1-D blocks unless SLICES (the constants keep the other instantiations' code as it was)
     const int ny = SLICES ? (int)blockDim.y : 1, ty = SLICES ? (int)threadIdx.y : 0;
     const unsigned nthr = SLICES ? blockDim.x * blockDim.y : blockDim.x;
@@ -91,7 +99,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     const int S = warp < KS ? (KS - warp + W - 1) / W : 0;
     // In both layouts a block's absmax index is its word offset / K, so only the word
     // offsets are kept (registers are at the cap).
-    const long wstep = TILED ? 2L * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K) : 4L * W * K;
+    const long wstep = TILED ? (SK / 64L) * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K) : (SK / 32L) * W * K;
+    // the lane's column and quantization block for ring slot c at its warp's local step j
+    auto col_of = [&](int grp, int c) { return C8 ? grp * 8 + g : grp * 16 + g + 8 * c; };
+    auto kblock_of = [&](int j, int c) { return C8 ? 8 * (warp + j * W) + 4 * c + t : 4 * (warp + j * W) + t; };
 
     // Per column (c = 0: n0+g, c = 1: n0+g+8): word offset of local step 0.
     long woff[2];
@@ -99,10 +110,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     u32 wr[D][2][K];
     u32 sc[D][2];  // absmax, raw (scale_from_raw at use)
     auto load_step = [&](int j, int sl) {
-        const int kblock = 4 * (warp + sl * W) + t;
 #pragma unroll
         for (int c = 0; c < 2; c++) {
-            if (col_ok[c] && kblock < KB) {
+            if (col_ok[c] && kblock_of(sl, c) < KB) {
                 const long w = woff[c] + sl * wstep;
                 load_planes<K>(wr[j][c], packed + w);
                 sc[j][c] = load_scale_raw(absmax, w / K);
@@ -116,10 +126,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     auto start_group = [&](int grp) {
 #pragma unroll
         for (int c = 0; c < 2; c++) {
-            const int n = grp * 16 + g + 8 * c;
+            const int n = col_of(grp, c), kb = kblock_of(0, c);
             // tiled buffers are padded to 128 columns; a slice past the last group loads nothing
             col_ok[c] = (!SLICES || grp < ngroups) && (TILED || n < N);
-            woff[c] = TILED ? tiled_word_offset<K>(n, 4 * warp + t, n_tiles) : ((long)n * KB + 4 * warp + t) * K;
+            woff[c] = TILED ? tiled_word_offset<K>(n, kb, n_tiles) : ((long)n * KB + kb) * K;
         }
 #pragma unroll
         for (int j = 0; j < D; j++)
@@ -130,12 +140,12 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     auto prefetch_group = [&](int grp) {
 #pragma unroll
         for (int c = 0; c < 2; c++) {
-            const int n = grp * 16 + g + 8 * c;
+            const int n = col_of(grp, c), kb = kblock_of(0, c);
             if (!((!SLICES || grp < ngroups) && (TILED || n < N))) continue;
-            const long w0 = TILED ? tiled_word_offset<K>(n, 4 * warp + t, n_tiles) : ((long)n * KB + 4 * warp + t) * K;
+            const long w0 = TILED ? tiled_word_offset<K>(n, kb, n_tiles) : ((long)n * KB + kb) * K;
 #pragma unroll
             for (int j = 0; j < D; j++)
-                if (j < S && 4 * (warp + j * W) + t < KB) {
+                if (j < S && kblock_of(j, c) < KB) {
                     prefetch_l2(packed + w0 + j * wstep);
                     prefetch_l2(absmax + (w0 + j * wstep) / K);
                 }
@@ -184,7 +194,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // [gate | up] of Kdim each (stride 2 Kdim) and the staged value is silu(gate) * up,
     // rounded once (as kbit_silu_mul).
     auto stage_A = [&]() {
-        const int kpad = KS * 128;
+        const int kpad = KP;
         const int chunks = M * (kpad / 8);
         for (int c = tid; c < chunks; c += nthr) {
             const int m = c / (kpad / 8), kk = (c % (kpad / 8)) * 8;
@@ -250,10 +260,11 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #endif
 
     const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
-    const T* a_row = a_s + (long)g * KS * 128 + t * 32;
+    // C8: lanes g < 4 feed token column g the first half's A row g, lanes g >= 4 the second's row g - 4
+    const T* a_row = C8 ? a_s + (long)(g & 3) * KP + (g >> 2) * 128 + t * 32 : a_s + (long)g * KP + t * 32;
     constexpr int TOK = 8 * MT;
     do {
-        const int n0 = (MULTI ? grp : (int)blockIdx.x * ny + ty) * 16;
+        const int n0 = (MULTI ? grp : (int)blockIdx.x * ny + ty) * (C8 ? 8 : 16);
         float acc[MT][4];
         // DUAL: a second accumulator set halves the mma dependency chain (its registers
         // cost occupancy only where a block has the SM to itself)
@@ -273,8 +284,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
                         const uint4* ap =
-                            reinterpret_cast<const uint4*>(a_row + ((long)8 * mt * KS + warp + sl * W) * 128);
-                        const bool row_ok = g + 8 * mt < M;
+                            reinterpret_cast<const uint4*>(a_row + (long)8 * mt * KP + (long)(warp + sl * W) * SK);
+                        const bool row_ok = (C8 ? (g & 3) : g + 8 * mt) < M;
 #pragma unroll
                         for (int r = 0; r < 4; r++) a[mt][r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
                     }
@@ -324,10 +335,14 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         grp = MULTI ? grp + grp_stride : ngroups;  // MULTI: several groups per block
         if (MULTI && grp < ngroups) start_group(grp);  // next group's loads fly during the reduction
         __syncthreads();
-        for (int i = threadIdx.x; i < M * 16; i += blockDim.x) {
-            const int m = i >> 4, c = i & 15, nn = n0 + c;
+        constexpr int NC = C8 ? 8 : 16;  // columns per group
+        for (int i = threadIdx.x; i < M * NC; i += blockDim.x) {
+            const int m = i >> (C8 ? 3 : 4), c = i & (NC - 1), nn = n0 + c;
             float s = 0.f;
-            for (int w = 0; w < W; w++) s += red_y[w * 16 * TOK + c * TOK + m];
+            for (int w = 0; w < W; w++) {
+                s += red_y[w * 16 * TOK + c * TOK + m];
+                if (C8) s += red_y[w * 16 * TOK + (c + 8) * TOK + m + 4];  // the second K half
+            }
             if (nn < N) C[(long)m * N + nn] = KbitType<T>::from_float(s * tensor_scale);
         }
 #ifdef KBIT_TRACE
@@ -351,14 +366,14 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 // CBD: the default codebook (kbit_default_level; codebook is not read).  H100, 2026-11-25: k = 4
 // M = 1 dense TOTAL -2.8 %, k = 5 -2.6 % (profiling/NOTES.md, thirteenth session).
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE, bool SLICES = false,
-          bool CBD = false>
+          bool CBD = false, bool C8 = false>
 __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
               int pdl) {
     // KBIT_PDL_SAFE: wait before any load, the first weights prefetched into L2 before it
-    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD>(A, packed, absmax, codebook, C, M, N, Kdim,
-                                        tensor_scale, blockIdx.x, gridDim.x, (N + 15) / 16, pdl == 1,
+    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD, C8>(A, packed, absmax, codebook, C, M, N,
+                                        Kdim, tensor_scale, blockIdx.x, gridDim.x, C8 ? (N + 7) / 8 : (N + 15) / 16, pdl == 1,
                                         nullptr, 0, pdl == KBIT_PDL_SAFE);
 }
 

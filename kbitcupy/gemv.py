@@ -38,11 +38,15 @@ def _instances():
                                     # cbd: the default codebook's levels compiled in (the runtime
                                     # format only: tiled, E4M4)
                                     for cbd in ((False, True) if tiled else (False,)):
-                                        inst[(k, t, a, tiled, d, mt, du, late, sl, cbd)] = (
-                                            f"kbit_gemv<{k}, {CTYPE[t]}, {CTYPE[a]}, {'true' if tiled else 'false'}, "
-                                            f"{d}, {mt}, {'true' if du else 'false'}, {'true' if late else 'false'}"
-                                            + (f", {'true' if sl else 'false'}, true>" if cbd else
-                                               ", true>" if sl else ">"))
+                                        # c8: 8-column groups (plan's c8; the runtime format, one
+                                        # token tile, one group per block)
+                                        for c8 in ((False, True) if mt == 1 and not sl and tiled else (False,)):
+                                            b = lambda x: "true" if x else "false"  # noqa: E731
+                                            inst[(k, t, a, tiled, d, mt, du, late, sl, cbd, c8)] = (
+                                                f"kbit_gemv<{k}, {CTYPE[t]}, {CTYPE[a]}, {b(tiled)}, {d}, {mt}, "
+                                                f"{b(du)}, {b(late)}"
+                                                + (f", {b(sl)}, {b(cbd)}, true>" if c8 else
+                                                   f", {b(sl)}, true>" if cbd else ", true>" if sl else ">"))
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for mt in (1, 2):
@@ -85,14 +89,27 @@ def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int
 
 
 def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = None, depth: int | None = None,
-         dual: bool | None = None, late: bool | None = None, gpb: int | None = None, pdl: bool = False):
+         dual: bool | None = None, late: bool | None = None, gpb: int | None = None, pdl: bool = False,
+         c8: bool | None = None, tiled: bool = True):
     """(warps per group, register ring depth, dynamic smem bytes, grid, token tiles,
-    two accumulator chains, ring filled once step 0 landed, groups per block).  A block is
-    warps x 32 by gpb threads: gpb column groups side by side over one pair table."""
-    groups = -(-N // 16)
+    two accumulator chains, ring filled once step 0 landed, groups per block, 8-column
+    groups).  A block is warps x 32 by gpb threads: gpb column groups side by side over one
+    pair table.  c8 (M <= 4, the tiled layout): groups of 8 columns, steps of 256 K (the
+    kernel's C8); tiled: the weight's layout."""
     tiles = 1 if M <= 8 else 2
-    ks = -(-K // 128)
+    if c8 is None:
+        c8 = False
+    c8 = bool(c8)
+    if c8 and not (M <= 4 and tiled and (gpb or 1) == 1):
+        raise ValueError("gemv plan: 8-column groups (c8) need M <= 4, the tiled layout and one group per block")
+    groups = -(-N // (8 if c8 else 16))
+    ks = -(-K // (256 if c8 else 128))  # steps
     warps_given = warps is not None
+    if warps is None and c8:
+        # an SM's share of the half-width groups resident at once (~80 registers a thread: three
+        # 256-thread blocks per SM, six 128-thread ones)
+        share = -(-groups // 132)
+        warps = min(16 if share <= 1 else 8 if share <= 2 else 4, ks)
     if warps is None:
         # Measured on H200 (profiling/results, 2026-11-21): 8 warps per block for the
         # wide shapes, 16 where one 512-thread block per SM (~80-96 registers) covers
@@ -126,6 +143,8 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # k = 2 as well (H100, 2026-11-25, plans22: gate/up M = 1 4.25 -> 4.13 us; k = 3 / 4 slower)
         late = ks > warps and (warps > 8 or groups <= 2 * 132 or k in (2, 5))
     late = bool(late) and tiles == 1
+    if gpb is None and c8:
+        gpb = 1
     if gpb is None:
         # k = 5, where a block's 64 KB pair table costs about what its group's weights take to
         # stream (gate/up M = 1: 1.5 of 9.1 us, profiling/gemv_stages.py): an SM's share of groups
@@ -143,17 +162,22 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
     gpb = int(gpb)
     if not 1 <= gpb or warps * gpb > 16:
         raise ValueError(f"gemv plan: {gpb} groups of {warps} warps exceed the kernel's 512 threads")
-    return (warps, depth, smem_bytes(k, M, ks, warps * gpb, tiles, itemsize), -(-groups // gpb), tiles, bool(dual),
-            late, gpb)
+    ks128 = 2 * ks if c8 else ks  # the staged A rows, in steps of 128
+    return (warps, depth, smem_bytes(k, M, ks128, warps * gpb, tiles, itemsize), -(-groups // gpb), tiles, bool(dual),
+            late, gpb, c8)
 
 
 @functools.lru_cache(maxsize=4096)
 def fits(N: int, K: int, M: int, k: int, device_id: int) -> bool:
     """Whether the GEMV's shared memory (pair table + staged A) fits this device."""
+    return 1 <= M <= MAX_M and plan(N, K, M, k)[2] <= _smem_limit(device_id)
+
+
+def _smem_limit(device_id: int) -> int:
+    """Opt-in shared memory per block of the device."""
     import cupy as cp
 
-    limit = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id)
-    return 1 <= M <= MAX_M and plan(N, K, M, k)[2] <= limit
+    return cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id)
 
 
 _LAUNCH: dict = {}
@@ -162,13 +186,13 @@ _LAUNCH: dict = {}
 def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=False, cbd=False):
     """(kernel, grid, block, smem, scalar args) for one call shape, built once.  cbd: the
     instantiation with the default codebook compiled in."""
-    p = plan(N, K, M, qw.k, **{"pdl": pdl, **dict(plan_override or ())})
-    warps, depth, smem, grid, tiles, dual, late, gpb = p
-    if not fits(N, K, M, qw.k, dev):
+    p = plan(N, K, M, qw.k, **{"pdl": pdl, "tiled": qw.layout == "tiled", **dict(plan_override or ())})
+    warps, depth, smem, grid, tiles, dual, late, gpb, c8 = p
+    if not fits(N, K, M, qw.k, dev) or smem > _smem_limit(dev):
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
                          "use kbitcupy.matmul (it dispatches to the GEMM)")
     fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late, gpb > 1,
-                        cbd))
+                        cbd, c8))
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
     return fn, (grid,), (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K))

@@ -129,7 +129,7 @@ def main():
             # formatted here, not looked up: a probe may use a depth the package does not instantiate
             expr = (f"kbit_gemv<{k}, __half, unsigned char, true, {pl[1]}, {pl[4]}, "
                     f"{str(pl[5]).lower()}, {str(pl[6]).lower()}, {str(pl[7] > 1).lower()}, "
-                    f"{str(bool(cps[0].default_codebook)).lower()}>")
+                    f"{str(bool(cps[0].default_codebook)).lower()}" + (", true>" if pl[8] else ">"))
             for t in vopts:  # a k = 5 table of another size (1024 entries x copies x 4 bytes): plan its smem
                 if t.startswith("-DKBIT_K5_LOG2_COPIES=") and k == 5:
                     smem += 1024 * (1 << int(t.split("=")[1])) * 4 - G.lut_bytes(5)

@@ -34,8 +34,8 @@ for name in args.shapes.split(","):
     out = cp.empty((1, N), cp.float16)
     for k in map(int, args.k.split(",")):
         q, _, _, cps = quantized_case(W, k)
-        warps, depth, smem, grid, tiles, dual, late, gpb = G.plan(N, K, 1, k)
-        expr = G.GEMV.instances[(k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1, q.default_codebook)]
+        warps, depth, smem, grid, tiles, dual, late, gpb, c8 = G.plan(N, K, 1, k)
+        expr = G.GEMV.instances[(k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1, q.default_codebook, c8)]
         row = []
         for v, opts in VARIANTS.items():
             mod = cp.RawModule(code=read_source("kbit_gemv.cu"), options=_options(opts), name_expressions=[expr])

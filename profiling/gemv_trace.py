@@ -41,7 +41,7 @@ def main():
             out = cp.empty((1, N), cp.float16)
             p = G.plan(N, K, 1, k)
             warps, depth, smem, grid, tiles = p[:5]
-            key = (k, "float16", "uint8", True) + (depth, tiles) + tuple(p[5:7]) + (False, q.default_codebook)
+            key = (k, "float16", "uint8", True) + (depth, tiles) + tuple(p[5:7]) + (False, q.default_codebook, p[8])
             expr = G.GEMV.instances[key]
             # The trace build takes more registers (gate/up k = 4: 88 against 76), which cost it the
             # third block per SM that the kernel itself gets: cap it at the kernel's blocks per SM.

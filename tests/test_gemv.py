@@ -16,25 +16,39 @@ DENSE = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "O": (
 @pytest.mark.parametrize("shape", list(DENSE))
 def test_plan_invariants(k, M, shape):
     N, K = DENSE[shape]
-    warps, depth, smem, grid, tiles, dual, late, gpb = G.plan(N, K, M, k)
-    assert grid == -(-N // (16 * gpb)) and depth in G.DEPTHS and tiles == (1 if M <= 8 else 2)
-    assert 1 <= gpb and warps * gpb <= 16  # the kernel's 512-thread launch bound
-    assert warps in (4, 8, 16) and warps <= -(-K // 128)
-    assert not (late and tiles == 2)  # LATE is only instantiated for one token tile
-    assert not (dual and k == 5)      # k = 5: one chain (measured)
-    assert smem == G.lut_bytes(k) + M * -(-K // 128) * 128 * 2 + gpb * warps * 128 * tiles * 4 + 128
-    for cbd in (False, True):  # the codebook loaded, or the default one compiled in
-        key = (k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1, cbd)
-        assert key in G.GEMV.instances  # every plan names a compiled instantiation
+    for c8 in (None, False, True) if M <= 4 else (None,):  # the default, or 8-column groups forced either way
+        warps, depth, smem, grid, tiles, dual, late, gpb, c8 = G.plan(N, K, M, k, c8=c8)
+        cols, step = (8, 256) if c8 else (16, 128)
+        assert grid == -(-N // (cols * gpb)) and depth in G.DEPTHS and tiles == (1 if M <= 8 else 2)
+        assert 1 <= gpb and warps * gpb <= 16  # the kernel's 512-thread launch bound
+        assert warps in (4, 8, 16) and warps <= -(-K // step)
+        assert not (late and tiles == 2)  # LATE is only instantiated for one token tile
+        assert not (dual and k == 5)      # k = 5: one chain (measured)
+        assert not c8 or (M <= 4 and gpb == 1)
+        assert smem == G.lut_bytes(k) + M * -(-K // step) * step * 2 + gpb * warps * 128 * tiles * 4 + 128
+        for cbd in (False, True):  # the codebook loaded, or the default one compiled in
+            key = (k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1, cbd, c8)
+            assert key in G.GEMV.instances  # every plan names a compiled instantiation
+
+
+def test_c8_plan_only_where_instantiated():
+    # 8-column groups: one token tile (M <= 4), the tiled layout, one group per block
+    for M, kw in ((5, {}), (1, {"tiled": False}), (1, {"gpb": 2})):
+        with pytest.raises(ValueError, match="c8"):
+            G.plan(*DENSE["gateup"], M, 4, c8=True, **kw)
+    assert not any(key[-1] for key in G.GEMV.instances if len(key) == 11 and (key[5] > 1 or not key[3] or key[8]))
+    # gate/up's 640 half-width groups: 4-warp blocks (six per SM resident); down's 256: 8 warps
+    assert G.plan(*DENSE["gateup"], 1, 4, c8=True)[0:4:3] == (4, 640)
+    assert G.plan(*DENSE["down"], 1, 4, c8=True)[0:4:3] == (8, 256)
 
 
 def test_k5_wide_shapes_put_an_sms_share_of_groups_in_one_block():
     # k = 5: gate/up's 320 groups as 107 blocks of 3 x 4 warps, Q's 256 as 128 blocks of 2 x 8
     # (one pair table per SM), at one token tile; k = 4 and the narrow shapes one group per block
     for M in (1, 2, 4, 8):
-        warps, _, smem, grid, _, _, _, gpb = G.plan(*DENSE["gateup"], M, 5)
+        warps, _, smem, grid, _, _, _, gpb, _ = G.plan(*DENSE["gateup"], M, 5)
         assert (warps, gpb, grid) == (4, 3, 107) and smem <= SMEM_LIMIT
-        warps, _, smem, grid, _, _, _, gpb = G.plan(*DENSE["Q"], M, 5)
+        warps, _, smem, grid, _, _, _, gpb, _ = G.plan(*DENSE["Q"], M, 5)
         assert (warps, gpb, grid) == (8, 2, 128) and smem <= SMEM_LIMIT
     assert G.plan(*DENSE["gateup"], 9, 5)[7] == 1  # two token tiles: not instantiated with slices
     # launched with PDL, M <= 2 keeps one group per block (the table build overlaps the previous kernel)

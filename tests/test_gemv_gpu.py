@@ -96,6 +96,38 @@ def test_gemv_plans_agree(k, rng):
                 assert _rel_err(out, ref) < 2e-3, (N, K, M, ov)
 
 
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_gemv_c8(k, rng):
+    """8-column groups (plan c8: MMA rows g / g + 8 = one column's two K halves, token columns
+    0..3 / 4..7 their A rows), forced on every dense shape and the edge shapes (N not a multiple
+    of 8, K % 256 == 128, K % 64 == 32, K = 32), M = 1..4, fp16 / bf16; then every block plan
+    (warps, chains, ring fill) on two shapes."""
+    import cupy as cp
+
+    shapes = list(DENSE.values()) + [(1, 32), (5, 96), (200, 160), (130, 64), (8, 4128), (1000, 224), (1040, 2080)]
+    for N, K in shapes:
+        q, Wd = _weight(cp, (N, K), k, "tiled", rng)
+        for M in (1, 2, 3, 4):
+            for dt in (np.float16, kb.bfloat16):
+                A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
+                A64 = A.astype(cp.float64)
+                out = cp.full((M, N), np.nan, dtype=dt)
+                gemv(A, q, out, plan_override=(("c8", True),))
+                assert not bool(cp.isnan(out).any()), (N, K, M)
+                err = _rel_err(out, A64 @ Wd.T, cp.abs(A64) @ cp.abs(Wd).T, K)
+                assert err < TOL[np.dtype(dt).name], (N, K, M, np.dtype(dt).name, err)
+    for N, K in ((1040, 2080), (272, 4160)):
+        q, Wd = _weight(cp, (N, K), k, "tiled", rng)
+        for M in (1, 4):
+            A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+            ref = A.astype(cp.float64) @ Wd.T
+            for ov in [(("c8", True), ("warps", w), ("dual", d), ("late", lt)) for w in (1, 4, 8, 16)
+                       for d in ((False, True) if k != 5 else (False,)) for lt in (False, True)]:
+                out = cp.full((M, N), np.nan, dtype=cp.float16)
+                gemv(A, q, out, plan_override=ov)
+                assert _rel_err(out, ref) < 2e-3, (N, K, M, ov)
+
+
 @pytest.mark.parametrize("layout", ["tiled", "flat", "flat_f32"])
 def test_gemv_slices(layout, rng):
     """Several column groups side by side in one block (plan gpb > 1, instantiated for k = 5):

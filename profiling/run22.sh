@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Nineteenth session (2026-11-25): the decode GEMV with 8-column groups (kbit_gemv's C8, plan c8).
+#   STEP=c8: the c8 GPU tests, then the A/B of c8 against the current plan (k = 2..4, M = 1 / 4, the dense
+#   shapes) with its block-plan variants.  Expected (profiling/NOTES.md, nineteenth session): gate/up
+#   k = 4 M = 1 4.91 -> ~4.35 us (an SM's share 2.42 -> 2.5 groups of 16 columns instead of 3), O / down
+#   -0.2..-0.3 (two 8-warp blocks per SM instead of one 16-warp one), Q / linear value equal or worse.
+#   OUT=/tmp/out STEP=c8 bash profiling/run22.sh
+. profiling/run_env.sh
+start_run c8
+if [ "$STEP" = c8 ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_c8.log" 200 tests/test_gemv_gpu.py -k "c8 or plans_agree"
+  P="c8:c8=1;c8d0:c8=1,dual=0;c8d1:c8=1,dual=1;c8l0:c8=1,late=0;c8l1:c8=1,late=1"
+  AB_PLANS="$P" KS=2,3,4 MS=1,4 SHAPES=gateup,down,Q,O,KV,lin_key timeout 300 python3 profiling/gemv_ab.py --out "$W" \
+      > "$W/c8ab22.log" 2>&1
+  grep -v "^#" "$W/c8ab22.log" | tail -48
+fi
+tar -czf "$OUT/run22_$STEP.tgz" -C "$W" . && rm -rf "$W"
