@@ -98,7 +98,18 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
     kernel's C8); tiled: the weight's layout."""
     tiles = 1 if M <= 8 else 2
     if c8 is None:
-        c8 = False
+        # H100, 2026-11-25 (nineteenth session, run22 c8ab22, safe PDL, against 16-column groups):
+        # few groups (KV's 32: on 32 of 132 SMs) at every k <= 4 and M <= 4 (k = 4 M = 1 2.29 -> 1.96 us,
+        # M = 4 2.55 -> 2.35); at M = 1 gate/up's 320 groups at k = 4 (4.80 -> 4.51: an SM's share
+        # 2.5 groups instead of 3) and the 128-group shapes with K >= 4096 at k = 3 / 4 or any K at
+        # k = 3 (O k = 4 4.13 -> 3.94, down 4.56 -> 4.50, k = 3 O 4.14 -> 3.99, down 4.76 -> 4.61,
+        # linear key 2.89 -> 2.76).  Slower: Q / linear value (256 groups, two 8-warp blocks per SM
+        # already), k = 2 but KV, and M = 4 but KV (4-warp blocks: the pair table built by fewer
+        # threads, less occupancy).  k = 5 not measured.
+        g16 = -(-N // 16)
+        c8 = (tiled and M <= 4 and k != 5 and warps is None and gpb is None
+              and (g16 <= 64 or (M == 1 and ((g16 > 2 * 132 and k == 4)
+                                             or (g16 <= 132 and (k == 3 or (k == 4 and K >= 4096)))))))
     c8 = bool(c8)
     if c8 and not (M <= 4 and tiled and (gpb or 1) == 1):
         raise ValueError("gemv plan: 8-column groups (c8) need M <= 4, the tiled layout and one group per block")
@@ -132,10 +143,14 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # groups: k = 2 M = 1 3.82 -> 3.31 us, M = 4 4.52 -> 3.78; k = 3 -0.03; k = 4 equal); and at
         # k = 2 not in the 512-thread blocks (O M = 1 / 4 3.55 -> 3.50 / 4.04 -> 3.85, down M = 4
         # 4.53 -> 4.45, KV equal; replicated).
-        if k == 2 and tiles == 1:
+        if c8:  # (c8ab22: k = 2 gate/up 4.41 -> 4.15 us, Q 4.14 -> 3.77; k = 3 / 4 equal or faster)
+            dual = k != 5
+        elif k == 2 and tiles == 1:
             dual = warps <= 8 and groups <= 2 * 132
         else:
             dual = k != 5 and (warps > 8 or (k == 3 and tiles == 1 and groups <= 2 * 132))
+    if late is None and c8:
+        late = ks > warps  # (c8ab22: k = 4 gate/up 4.68 -> 4.51 us, down without it 4.54 -> 5.61)
     if late is None:
         # H200, 2026-11-22: 3-5 % faster where a warp has two or more steps, unless its
         # extra registers cost the 256-thread blocks their third block per SM (k = 5

@@ -15,4 +15,21 @@ if [ "$STEP" = c8 ]; then
       > "$W/c8ab22.log" 2>&1
   grep -v "^#" "$W/c8ab22.log" | tail -48
 fi
-tar -czf "$OUT/run22_$STEP.tgz" -C "$W" . && rm -rf "$W"
+[ "$STEP" = c8 ] && tar -czf "$OUT/run22_$STEP.tgz" -C "$W" . && rm -rf "$W"
+# STEP=c8b: the c8 rule (kbitcupy.gemv.plan, from c8ab22): the GEMV + PDL GPU tests, the A/B of the rule against
+#   c8 forced off / on (k = 2..5, M = 1 / 2 / 4, every dense shape; gate/up's dual + late combinations), and the
+#   closing M = 1 / 4 table (final27-m1).  Expected: k = 4 M = 1 TOTAL 19.6 -> ~18.7 us, k = 3 -0.8, k = 2 -0.3.
+if [ "${STEP:-}" = c8b ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=c8b" > "$W/header.txt"
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_c8b.log" 200 tests/test_gemv_gpu.py tests/test_pdl_gpu.py
+  P="c0:c8=0;c1:c8=1;c8d1l1:c8=1,dual=1,late=1;c8d0l1:c8=1,dual=0,late=1"
+  AB_PLANS="$P" KS=2,3,4,5 MS=1,2,4 SHAPES=gateup,down,Q,O,KV,lin_key,lin_value timeout 200 python3 profiling/gemv_ab.py \
+      --out "$W" > "$W/c8ab22b.log" 2>&1
+  grep "^TOTAL" "$W/c8ab22b.log"
+  timeout 150 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul:plain,matmul+PDL \
+      --reps 15 --tag final27-m1 > "$W/bench_m1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_m1.log"
+  tar -czf "$OUT/run22_c8b.tgz" -C "$W" . && rm -rf "$W"
+fi
