@@ -99,15 +99,15 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
     tiles = 1 if M <= 8 else 2
     if c8 is None:
         # H100, 2026-11-25 (nineteenth session, run22 c8ab22, safe PDL, against 16-column groups):
-        # few groups (KV's 32: on 32 of 132 SMs) at every k <= 4 and M <= 4 (k = 4 M = 1 2.29 -> 1.96 us,
-        # M = 4 2.55 -> 2.35); at M = 1 gate/up's 320 groups at k = 4 (4.80 -> 4.51: an SM's share
+        # few groups (KV's 32: on 32 of 132 SMs) at every k and M <= 4 (k = 4 M = 1 2.29 -> 1.96 us,
+        # M = 4 2.55 -> 2.35; k = 5 M = 1 2.89 -> 2.22, M = 4 2.92 -> 2.49, c8ab22b); at M = 1 gate/up's 320 groups at k = 4 (4.80 -> 4.51: an SM's share
         # 2.5 groups instead of 3) and the 128-group shapes with K >= 4096 at k = 3 / 4 or any K at
         # k = 3 (O k = 4 4.13 -> 3.94, down 4.56 -> 4.50, k = 3 O 4.14 -> 3.99, down 4.76 -> 4.61,
         # linear key 2.89 -> 2.76).  Slower: Q / linear value (256 groups, two 8-warp blocks per SM
         # already), k = 2 but KV, and M = 4 but KV (4-warp blocks: the pair table built by fewer
-        # threads, less occupancy).  k = 5 not measured.
+        # threads, less occupancy), k = 5 but KV (its slices: gate/up 6.79 -> 9.23 us).
         g16 = -(-N // 16)
-        c8 = (tiled and M <= 4 and k != 5 and warps is None and gpb is None
+        c8 = (tiled and M <= 4 and warps is None and gpb is None
               and (g16 <= 64 or (M == 1 and ((g16 > 2 * 132 and k == 4)
                                              or (g16 <= 132 and (k == 3 or (k == 4 and K >= 4096)))))))
     c8 = bool(c8)

@@ -38,10 +38,10 @@ def test_c8_plan_only_where_instantiated():
             G.plan(*DENSE["gateup"], M, 4, c8=True, **kw)
     assert not any(key[-1] for key in G.GEMV.instances if len(key) == 11 and (key[5] > 1 or not key[3] or key[8]))
     # gate/up's 640 half-width groups: 4-warp blocks (six per SM resident); down's 256: 8 warps
-    # the measured rule (H100, c8ab22): KV at every M <= 4, k <= 4; at M = 1 gate/up k = 4 and the
-    # 128-group shapes at k = 3 (and k = 4 with K >= 4096); never Q / linear value, k = 5, M > 4
+    # the measured rule (H100, c8ab22 / c8ab22b): KV at every M <= 4 and k; at M = 1 gate/up k = 4 and
+    # the 128-group shapes at k = 3 (and k = 4 with K >= 4096); never Q / linear value, M > 4
     c8 = {(s, k, M) for s in DENSE for k in (2, 3, 4, 5) for M in range(1, 9) if G.plan(*DENSE[s], M, k)[8]}
-    assert c8 == ({("KV", k, M) for k in (2, 3, 4) for M in (1, 2, 3, 4)}
+    assert c8 == ({("KV", k, M) for k in (2, 3, 4, 5) for M in (1, 2, 3, 4)}
                   | {("gateup", 4, 1), ("down", 3, 1), ("O", 3, 1), ("lin_key", 3, 1), ("down", 4, 1), ("O", 4, 1)})
     assert not G.plan(*DENSE["KV"], 1, 4, tiled=False)[8] and not G.plan(*DENSE["KV"], 1, 4, warps=8)[8]
     assert G.plan(*DENSE["gateup"], 1, 4, c8=True)[0:4:3] == (4, 640)
