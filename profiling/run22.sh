@@ -33,3 +33,17 @@ if [ "${STEP:-}" = c8b ]; then
   grep -E "^### M|TOTAL" "$W/bench_m1.log"
   tar -czf "$OUT/run22_c8b.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=sweep: (1) down (K = 5120: 20 steps of 256 over 8 warps = 2.5 per warp, some warps 3) with 10 / 5 warps
+#   (2 / 4 steps each), 8-column groups or not; expected -0.1..-0.2 us if the last warps' third step is the
+#   tail; (2) the grouped wgmma kernel's plan at 32 / 64 tokens per expert (tile, split count, cluster sum):
+#   8 experts 64 tokens TOTAL is 0.95x fp16 (moe-final25).
+if [ "${STEP:-}" = sweep ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=sweep" > "$W/header.txt"
+  python3 profiling/warm_cache.py gemv wgmma 2>&1 | tail -1
+  P="c8w10:c8=1,warps=10;c8w5:c8=1,warps=5;c8w10d0:c8=1,warps=10,dual=0;w10:c8=0,warps=10;w8:c8=0,warps=8;w10d0:c8=0,warps=10,dual=0"
+  AB_PLANS="$P" KS=2,3,4,5 MS=1,2,4 SHAPES=down,O timeout 150 python3 profiling/gemv_ab.py --out "$W" > "$W/downw22.log" 2>&1
+  grep -v "^#" "$W/downw22.log" | grep -E "^(down|O)" | cut -c1-230
+  ES=8,10 MS=32,64 moe_wg "$W/moewg22.log" 200 "t32:+tok=32;t64:+tok=64;ks1:+ks=1;ks2:+ks=2;ks4:+ks=4;kd2:+ks_div=2;c0:+cluster=0"
+  tar -czf "$OUT/run22_sweep.tgz" -C "$W" . && rm -rf "$W"
+fi
