@@ -47,3 +47,28 @@ if [ "${STEP:-}" = sweep ]; then
   ES=8,10 MS=32,64 moe_wg "$W/moewg22.log" 200 "t32:+tok=32;t64:+tok=64;ks1:+ks=1;ks2:+ks=2;ks4:+ks=4;kd2:+ks_div=2;c0:+cluster=0"
   tar -czf "$OUT/run22_sweep.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=check: the final tree's GPU tests (GEMV, PDL, dispatch / fast path, grouped subset) and memcheck over
+#   sanitize_driver.py (now with forced 8-column groups, N % 8 != 0).
+if [ "${STEP:-}" = check ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=check" > "$W/header.txt"
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_check.log" 240 tests/test_gemv_gpu.py tests/test_pdl_gpu.py tests/test_launch_gpu.py \
+      tests/test_checks_gpu.py tests/test_layers_gpu.py
+  sanitize memcheck "$W/memcheck.txt" 200 profiling/sanitize_driver.py
+  tar -czf "$OUT/run22_check.tgz" -C "$W" . && rm -rf "$W"
+fi
+# STEP=final: the closing tables -- M = 1 / 2 / 4 every k (twice: final28-m1, final28b-m1), then dense M = 16..128
+#   (k = 4) and MoE 1..64 tokens (final28, moe-final28).
+if [ "${STEP:-}" = final ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=final" > "$W/header.txt"
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  for t in final28-m1 final28b-m1; do
+    timeout 120 python3 profiling/bench.py --out "$W" --M 1,2,4 --k 2,3,4,5 --columns matmul,matmul:plain,matmul+PDL \
+        --reps 15 --tag $t > "$W/bench_$t.log" 2>&1
+    grep -E "^### M|TOTAL" "$W/bench_$t.log"
+  done
+  final_tables final28
+  tar -czf "$OUT/run22_final.tgz" -C "$W" . && rm -rf "$W"
+fi

@@ -44,6 +44,15 @@ for k in (2, 4, 5):
                     check(f"wgmma k={k} M={M} tok={tok} splits={splits}{' workspace' if cl is False else ''}", out, ref)
         out = cp.full((M, N), np.nan, cp.float16)  # dequant (pair table) + cuBLAS
         check(f"dequant_matmul k={k} M={M}", dequant_matmul(A, q, out), ref)
+# the GEMV's 8-column groups forced (N % 8 != 0, K % 256 == 160), M = 1 and 4
+for k in (2, 4, 5):
+    W = cp.asarray(rng.standard_normal((196, 416), dtype=np.float32) * 0.02)
+    q = kb.quantize(W, k)
+    Wd = kb.dequantize(q, np.float32).astype(cp.float64)
+    for M in (1, 4):
+        A = cp.asarray(rng.standard_normal((M, 416), dtype=np.float32)).astype(cp.float16)
+        out = cp.full((M, 196), np.nan, cp.float16)
+        check(f"gemv c8 k={k} M={M}", gemv(A, q, out, plan_override=(("c8", True),)), A.astype(cp.float64) @ Wd.T)
 # programmatic dependent launch: a chain of GEMVs, each reading the previous one's output
 if int(cp.cuda.Device().compute_capability) >= 90:
     q1 = kb.quantize(cp.asarray(rng.standard_normal((224, 416), dtype=np.float32) * 0.02), 4)
