@@ -10,9 +10,14 @@
 #ifndef KBIT_K5_LOG2_COPIES
 #define KBIT_K5_LOG2_COPIES 4
 #endif
+// k = 4 table copies (log2): an experiment hook (profiling/gemv_ab.py variants only; the package plans 32)
+#ifndef KBIT_K4_LOG2_COPIES
+#define KBIT_K4_LOG2_COPIES 5
+#endif
 template <int K> struct PairLut {
     static constexpr int ENTRIES = 1 << (2 * K);
-    static constexpr int LOG2_COPIES = K <= 4 ? 5 : KBIT_K5_LOG2_COPIES;  // k = 5: 16 copies (64 KB), ~1.5-way conflicts
+    // k = 5: 16 copies (64 KB), ~1.5-way conflicts
+    static constexpr int LOG2_COPIES = K <= 3 ? 5 : K == 4 ? KBIT_K4_LOG2_COPIES : KBIT_K5_LOG2_COPIES;
     static constexpr int COPIES = 1 << LOG2_COPIES;
     static constexpr int WORDS = ENTRIES * COPIES;
 };

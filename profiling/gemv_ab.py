@@ -133,6 +133,8 @@ def main():
             for t in vopts:  # a k = 5 table of another size (1024 entries x copies x 4 bytes): plan its smem
                 if t.startswith("-DKBIT_K5_LOG2_COPIES=") and k == 5:
                     smem += 1024 * (1 << int(t.split("=")[1])) * 4 - G.lut_bytes(5)
+                if t.startswith("-DKBIT_K4_LOG2_COPIES=") and k == 4:
+                    smem += 256 * (1 << int(t.split("=")[1])) * 4 - G.lut_bytes(4)
             key = (vname, expr)
             if key not in _VMOD:
                 _VMOD[key] = cp.RawModule(code=vcode, options=_options(vopts), name_expressions=[expr]).get_function(expr)

@@ -72,3 +72,17 @@ if [ "${STEP:-}" = final ]; then
   final_tables final28
   tar -czf "$OUT/run22_final.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=lut: the k = 4 pair table's size.  gate/up with 8-column groups runs five 4-warp blocks per SM, each
+#   building its own 32 KB table (160 KB of shared stores per SM, ~0.7 us of store bandwidth if not hidden).
+#   Variants: 16 / 8 copies (16 / 8 KB; lanes l and l + 16 share a copy: ~1.5-way conflicts on the lookups),
+#   no table at all (a bound, wrong results), and 16 copies with c8 forced (M = 2 / 4 lost to occupancy).
+if [ "${STEP:-}" = lut ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=lut" > "$W/header.txt"
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  AB_VARIANTS="cp16:-DKBIT_K4_LOG2_COPIES=4;cp8:-DKBIT_K4_LOG2_COPIES=3;nolut:-DKBIT_EXPERIMENT_NO_LUT;cp16c8:-DKBIT_K4_LOG2_COPIES=4 +c8=1" \
+      KS=4 MS=1,2,4 SHAPES=gateup,down,Q,O,KV,lin_key,lin_value timeout 200 python3 profiling/gemv_ab.py --out "$W" \
+      > "$W/lut22.log" 2>&1
+  grep -v "^#" "$W/lut22.log" | cut -c1-200
+  tar -czf "$OUT/run22_lut.tgz" -C "$W" . && rm -rf "$W"
+fi
