@@ -80,7 +80,7 @@ def main():
             rel = lambda i: (t[:, i].astype(np.int64) - c0) * ns_per_clk  # noqa: E731
             print(f"{'codebook barrier passed':34} {pct(rel(46))}")
             print(f"{'prologue done (A, LUT)':34} {pct(rel(3))}")
-            S = -(-(-(-K // 128)) // warps)
+            S = -(-(-(-K // (256 if p[8] else 128))) // warps)  # steps per warp (c8: steps of 256)
             for sl in range(min(2, S)):
                 d = np.concatenate([rel(4 + 4 * w + 2 * sl) for w in range(min(8, warps))])
                 c = np.concatenate([rel(5 + 4 * w + 2 * sl) for w in range(min(8, warps))])

@@ -86,3 +86,18 @@ if [ "${STEP:-}" = lut ]; then
   grep -v "^#" "$W/lut22.log" | cut -c1-200
   tar -czf "$OUT/run22_lut.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=prof: where gate/up's time goes at k = 4 M = 1 (8-column groups, 81 % of SOL) against Q (16-column, 87 %) and
+#   down: ncu (speed of light, warp state, scheduler, occupancy; clocks not locked) and the per-block trace.
+if [ "${STEP:-}" = prof ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=prof" > "$W/header.txt"
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  for s in gateup Q down; do
+    timeout 90 ncu --clock-control none --cache-control all --profile-from-start off --section SpeedOfLight \
+        --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+        python3 profiling/ncu_driver.py --shape $s --k 4 --M 1 --calls 2 > "$W/ncu19_$s.txt" 2>&1
+    grep -E "Duration|Issue Slots Busy|DRAM Throughput|Achieved Occupancy|Registers Per|No Eligible|Stall" "$W/ncu19_$s.txt" | head -12
+  done
+  SHAPES=gateup,Q,down KS=4 timeout 120 python3 profiling/gemv_trace.py > "$W/trace19.txt" 2>&1; tail -60 "$W/trace19.txt"
+  tar -czf "$OUT/run22_prof.tgz" -C "$W" . && rm -rf "$W"
+fi
