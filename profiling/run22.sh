@@ -101,3 +101,12 @@ if [ "${STEP:-}" = prof ]; then
   SHAPES=gateup,Q,down KS=4 timeout 120 python3 profiling/gemv_trace.py > "$W/trace19.txt" 2>&1; tail -60 "$W/trace19.txt"
   tar -czf "$OUT/run22_prof.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=san: racecheck and memcheck of the 8-column-group GEMV (profiling/sanitize_c8.py: every block shape forced).
+if [ "${STEP:-}" = san ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=san" > "$W/header.txt"
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  sanitize racecheck "$W/racecheck_c8.txt" 280 profiling/sanitize_c8.py
+  sanitize memcheck "$W/memcheck_c8.txt" 200 profiling/sanitize_c8.py
+  tar -czf "$OUT/run22_san.tgz" -C "$W" . && rm -rf "$W"
+fi

@@ -1,0 +1,36 @@
+"""The decode GEMV with 8-column groups (plan c8), for compute-sanitizer (memcheck / racecheck): N % 8 != 0,
+K % 256 != 0, every block shape (1..16 warps, one or two chains, late ring or not), and the default plans of
+gate/up (k = 4) and KV.  Exits non-zero if a result is wrong."""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import cupy as cp  # noqa: E402
+
+import kbitcupy as kb  # noqa: E402
+from kbitcupy.gemv import gemv  # noqa: E402
+
+rng = np.random.default_rng(0)
+bad, n = [], 0
+cases = [((196, 416), k, (("c8", True), ("warps", w), ("dual", d), ("late", lt)))
+         for k in (2, 4, 5) for w in (1, 4, 8, 16) for d in (False, True) for lt in (False, True)]
+cases += [((5120, 2048), 4, None), ((512, 2048), 3, None), ((2048, 4096), 4, None)]
+for (N, K), k, ov in cases:
+    W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02)
+    q = kb.quantize(W, k)
+    Wd = kb.dequantize(q, np.float32).astype(cp.float64)
+    for M in (1, 3) if ov else (1,):
+        A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+        out = cp.full((M, N), np.nan, dtype=cp.float16)
+        gemv(A, q, out, plan_override=ov)
+        ref = A.astype(cp.float64) @ Wd.T
+        err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+        n += 1
+        print(f"gemv c8 N={N} K={K} k={k} M={M} plan={ov}: rel err {err:.2e}")
+        if not err < 2e-3:
+            bad.append((N, K, k, M, ov))
+cp.cuda.runtime.deviceSynchronize()
+print(f"{n} checks, BAD: {bad if bad else 'none'}")
+sys.exit(1 if bad else 0)
