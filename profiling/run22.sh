@@ -110,3 +110,15 @@ if [ "${STEP:-}" = san ]; then
   sanitize memcheck "$W/memcheck_c8.txt" 200 profiling/sanitize_c8.py
   tar -czf "$OUT/run22_san.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=moe: the grouped GEMV's block shape at 1 / 4 tokens in the default launch (tuned on the H200 with plain
+#   launches, moe_sl10): an SM's share of groups as one 16-warp block (the plan) against two 8-warp blocks
+#   (gpb 2 x 4 warps, 4 x 2) and other splits.
+if [ "${STEP:-}" = moe ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=moe" > "$W/header.txt"
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  MOE_MMA=0 ES=8,10 MS=1,4 MOE_VARIANTS="g2w4:+gpb=2 +warps=4;g4w2:+gpb=4 +warps=2;g8w1:+gpb=8 +warps=1;g4w4:+gpb=4 +warps=4;g8w2:+gpb=8 +warps=2" \
+      timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/moegpb22.log" 2>&1
+  grep -vE "^\s*$" "$W/moegpb22.log" | tail -16
+  tar -czf "$OUT/run22_moe.tgz" -C "$W" . && rm -rf "$W"
+fi
