@@ -122,3 +122,19 @@ if [ "${STEP:-}" = moe ]; then
   grep -vE "^\s*$" "$W/moegpb22.log" | tail -16
   tar -czf "$OUT/run22_moe.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=moe2: the grouped GEMV's two-blocks-per-SM rule (shares of 4 / 8 groups per SM; moegpb22): grouped + layer GPU
+#   tests, the A/B against the old one-block plan (g4w4 = gate/up fused at 8 experts, g8w2 = down at 8 experts),
+#   k = 2..5, 1..8 tokens, then the MoE table (moe-final29).  Expected: 8 experts 1 token TOTAL 12.06 -> ~11.7 us.
+if [ "${STEP:-}" = moe2 ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=moe2" > "$W/header.txt"
+  python3 profiling/warm_cache.py gemv grouped wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_moe2.log" 240 tests/test_grouped_gpu.py tests/test_layers_gpu.py
+  MOE_MMA=0 ES=8,10 MS=1,2,4,8 KS=2,3,4,5 MOE_VARIANTS="g4w4:+gpb=4 +warps=4;g8w2:+gpb=8 +warps=2" \
+      timeout 150 python3 profiling/moe_ab.py --out "$W" > "$W/moegpb22b.log" 2>&1
+  grep -E "^(moe|TOTAL)" "$W/moegpb22b.log" | grep -E " 8 +[2-5] |E=8" | head -40
+  timeout 110 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
+      --columns Grouped,g-WGMMA,Grouped+PDL --reps 15 --tag moe-final29 > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | head -20
+  tar -czf "$OUT/run22_moe2.tgz" -C "$W" . && rm -rf "$W"
+fi

@@ -85,11 +85,14 @@ def test_grouped_plan_fewest_groups_per_block_in_one_wave():
 
 def test_grouped_plan_an_sms_share_side_by_side():
     # <= 8 tokens, 2..16 groups per SM over all slots: that many groups side by side in one block
-    # (16 warps in all; 3 x 4), one block per SM; one group per SM: the group loop
-    for (N, K), E, want in (((1024, 2048), 8, (4, 4)), ((1024, 2048), 10, (5, 3)), ((2048, 512), 8, (8, 2)),
+    # (16 warps in all; 3 x 4), one block per SM, or for a share of 4 or 8 half of it per block, two
+    # blocks per SM (measured); one group per SM: the group loop
+    for (N, K), E, want in (((1024, 2048), 8, (2, 4)), ((1024, 2048), 10, (5, 3)), ((2048, 512), 8, (4, 2)),
                             ((2048, 512), 10, (10, 1)), ((512, 2048), 10, (3, 4)), ((512, 2048), 8, (2, 8))):
         warps, gx, smem, tiles, gpb = G.grouped_plan(N, K, 4, E, 1)
-        assert (gpb, warps) == want and gx == -(-(N // 16) // gpb) and gx * E <= 132 and tiles == 1
+        share = -(-(N // 16) * E // 132)
+        per_sm = 2 if share in (4, 8) else 1
+        assert (gpb, warps) == want and gx == -(-(N // 16) // gpb) and gx * E <= per_sm * 132 and tiles == 1
         assert warps * gpb <= 16 and smem == G.smem_bytes(4, 8, -(-K // 128), warps * gpb, 1)
     assert G.grouped_plan(512, 2048, 4, 4, 1)[4] == 0      # 128 groups: one per SM, the loop
     # more than 16 groups per SM: 8 x 2 warps (K of 8 or more steps) or 16 x 1, several waves
@@ -97,6 +100,7 @@ def test_grouped_plan_an_sms_share_side_by_side():
     assert G.grouped_plan(2048, 512, 4, 74, 1)[4::-4] == (16, 1)
     assert G.grouped_plan(1024, 2048, 4, 8, 12)[4] == 0    # two token tiles: the loop
     assert G.grouped_plan(1024, 2048, 4, 8, 1, sms=264)[4] == 2  # a share per SM of the device
+    assert G.grouped_plan(1024, 2048, 4, 6, 1, sms=96)[4] == 2  # share 4: two blocks per SM
     with pytest.raises(ValueError, match="512 threads"):
         G.grouped_plan(1024, 2048, 4, 8, 1, gpb=4, warps=8)
 
