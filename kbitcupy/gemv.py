@@ -280,10 +280,12 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
         if 2 <= share <= 16:
             gpb = share
             warps = min(ks, _SL_WARPS.get(share, 1))
-            if share in (4, 8):
+            if share == 8 or (share == 4 and max_tokens <= 4):
                 # half an SM's share per block, two blocks per SM (H100, 2026-11-25, nineteenth session,
-                # moegpb22, safe PDL, k = 4, 8 experts, 1 token: gate/up fused 7.33 -> 7.08 us, down
-                # 4.73 -> 4.61; the other shares lost that way: 10 experts' 5 and 10)
+                # safe PDL, 8 experts: moegpb22 k = 4 1 token gate/up fused 7.33 -> 7.08 us, down 4.73 ->
+                # 4.61; moegpb22b k = 2..5, 1..8 tokens: 1 token gate/up + down k = 4 11.87 -> 11.53, k = 2
+                # 9.82 -> 9.48, k = 5 16.68 -> 16.24, but gate/up (a share of 4) at 8 tokens 7.05 -> 7.48 at
+                # k = 2; the shares of 5 and 10 (10 experts) lost that way)
                 gpb = share // 2
         elif share > 16:
             warps = 2 if ks >= 8 else 1

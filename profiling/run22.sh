@@ -138,3 +138,15 @@ if [ "${STEP:-}" = moe2 ]; then
   grep -E "TOTAL" "$W/bench_moe.log" | head -20
   tar -czf "$OUT/run22_moe2.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=moe3: the rule with gate/up's share of 4 kept as one block at more than 4 tokens (moegpb22b): grouped GPU tests
+#   and the MoE table again (moe-final30).
+if [ "${STEP:-}" = moe3 ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=moe3" > "$W/header.txt"
+  python3 profiling/warm_cache.py gemv grouped wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_moe3.log" 200 tests/test_grouped_gpu.py
+  timeout 110 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,8,16,32,64 \
+      --columns Grouped,g-WGMMA,Grouped+PDL --reps 15 --tag moe-final30 > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | head -20
+  tar -czf "$OUT/run22_moe3.tgz" -C "$W" . && rm -rf "$W"
+fi

@@ -101,6 +101,7 @@ def test_grouped_plan_an_sms_share_side_by_side():
     assert G.grouped_plan(1024, 2048, 4, 8, 12)[4] == 0    # two token tiles: the loop
     assert G.grouped_plan(1024, 2048, 4, 8, 1, sms=264)[4] == 2  # a share per SM of the device
     assert G.grouped_plan(1024, 2048, 4, 6, 1, sms=96)[4] == 2  # share 4: two blocks per SM
+    assert G.grouped_plan(1024, 2048, 4, 8, 8)[4] == 4 and G.grouped_plan(2048, 512, 4, 8, 8)[4] == 4  # 8 tokens
     with pytest.raises(ValueError, match="512 threads"):
         G.grouped_plan(1024, 2048, 4, 8, 1, gpb=4, warps=8)
 
