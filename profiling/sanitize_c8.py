@@ -6,31 +6,22 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sanitize_common import check, finish, rng  # noqa: E402  (puts the package on the path)
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
 from kbitcupy.gemv import gemv  # noqa: E402
 
-rng = np.random.default_rng(0)
-bad, n = [], 0
 cases = [((196, 416), k, (("c8", True), ("warps", w), ("dual", d), ("late", lt)))
          for k in (2, 4, 5) for w in (1, 4, 8, 16) for d in (False, True) for lt in (False, True)]
 cases += [((5120, 2048), 4, None), ((512, 2048), 3, None), ((2048, 4096), 4, None)]
 for (N, K), k, ov in cases:
-    W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02)
-    q = kb.quantize(W, k)
+    q = kb.quantize(cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02), k)
     Wd = kb.dequantize(q, np.float32).astype(cp.float64)
     for M in (1, 3) if ov else (1,):
         A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
         out = cp.full((M, N), np.nan, dtype=cp.float16)
-        gemv(A, q, out, plan_override=ov)
-        ref = A.astype(cp.float64) @ Wd.T
-        err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
-        n += 1
-        print(f"gemv c8 N={N} K={K} k={k} M={M} plan={ov}: rel err {err:.2e}")
-        if not err < 2e-3:
-            bad.append((N, K, k, M, ov))
-cp.cuda.runtime.deviceSynchronize()
-print(f"{n} checks, BAD: {bad if bad else 'none'}")
-sys.exit(1 if bad else 0)
+        check(f"gemv c8 N={N} K={K} k={k} M={M} plan={ov}", gemv(A, q, out, plan_override=ov),
+              A.astype(cp.float64) @ Wd.T, tol=2e-3)
+finish()
