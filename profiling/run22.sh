@@ -150,3 +150,18 @@ if [ "${STEP:-}" = moe3 ]; then
   grep -E "TOTAL" "$W/bench_moe.log" | head -20
   tar -czf "$OUT/run22_moe3.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=cbd: ncu of the grouped GEMV with the default codebook compiled in (CBD) against the loading kernel, MoE down and
+#   gate/up fused at 8 experts, 1 token, k = 4, plain launches (the CBD slowdown, fix20 / ic-*).
+if [ "${STEP:-}" = cbd ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=cbd" > "$W/header.txt"
+  for one in 8,1,2048,512,4 8,1,1024,2048,4; do
+    for c in 0 1; do
+      ONE=$one CBD=$c timeout 90 ncu -k regex:kbit_gemv_grouped --launch-skip 2 --launch-count 1 --clock-control none \
+          --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats \
+          --section MemoryWorkloadAnalysis python3 profiling/ncu_grouped_gemv.py > "$W/ncu19_cbd${c}_${one//,/_}.txt" 2>&1
+      echo "== $one cbd=$c"; grep -E "^\s+(Duration|Issue Slots Busy|DRAM Throughput|Registers Per|No Eligible|Dynamic Shared|Grid Size|Block Size|Stall)" "$W/ncu19_cbd${c}_${one//,/_}.txt" | head -10
+    done
+  done
+  tar -czf "$OUT/run22_cbd.tgz" -C "$W" . && rm -rf "$W"
+fi
