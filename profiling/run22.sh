@@ -165,3 +165,19 @@ if [ "${STEP:-}" = cbd ]; then
   done
   tar -czf "$OUT/run22_cbd.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=cbd2: ncu (STEP=cbd) showed the CBD grouped kernel ~0.7 us longer in isolated launches with more L1TEX
+#   (global load) stalls: its pair table is built before the wait, i.e. before the ids and weights are requested,
+#   where the loading kernel builds it while the weights are in flight.  Tree ab_b (git-ignored, carried): CBD at
+#   every k without the early build (lut_ready = false); against main, MoE k = 2 / 4 at 1 / 4 tokens.
+if [ "${STEP:-}" = cbd2 ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=cbd2" > "$W/header.txt"
+  for t in . ab_b; do
+    n=$(basename $(cd $t && pwd)); [ "$t" = . ] && n=main
+    (cd $t && export PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kbit_cache_$n && \
+     python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1 && \
+     timeout 60 python3 profiling/bench.py --out "$W" --shapes moe --k 2,4 --moe-M 1,4 --columns Grouped,Grouped:plain \
+         --reps 15 --tag cbd2-$n > "$W/cbd2_$n.log" 2>&1; echo "== $n"; grep -E "^\| (moe_dn|moe_gu_fused|TOTAL) " "$W/cbd2_$n.log")
+  done
+  tar -czf "$OUT/run22_cbd2.tgz" -C "$W" . && rm -rf "$W"
+fi
