@@ -181,3 +181,27 @@ if [ "${STEP:-}" = cbd2 ]; then
   done
   tar -czf "$OUT/run22_cbd2.tgz" -C "$W" . && rm -rf "$W"
 fi
+# STEP=cbd3 (prepared in the nineteenth session, not run: its device time was spent): the grouped GEMV with the default
+#   codebook compiled in at every k, its pair table built while the block's expert id and offsets are in flight (after
+#   the wait, before the weights are requested: profiling/patches/session19-cbd-ids.patch).  Tree ab_b (git-ignored,
+#   carried) = this tree + the patch: mkdir ab_b && tar -c --exclude=profiling/results kbitcupy cuda_src profiling tests |
+#   tar -x -C ab_b && (cd ab_b && patch -p1 < ../profiling/patches/session19-cbd-ids.patch).  The grouped and PDL GPU
+#   tests on ab_b, then main against ab_b: MoE k = 2 / 4 / 5 at 1 / 4 / 8 tokens.  Expected: 8 experts 1 token k = 4
+#   TOTAL 11.55 -> ~11.0 us (the codebook load and the table build off both kernels' critical paths); if ab_b is not
+#   faster than main at k = 2 / 4, the cbd2 hypothesis (table stores delaying the weight loads) is wrong too.
+if [ "${STEP:-}" = cbd3 ]; then
+  W=$OUT/work; mkdir -p "$W"
+  echo "# $GPU, $(date -I), git $(cat .git_rev), STEP=cbd3" > "$W/header.txt"
+  (cd ab_b && export PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kbit_cache_ab_b && \
+   python3 profiling/warm_cache.py gemv grouped wgmma 2>&1 | tail -1 && \
+   gpu_tests "$W/gpu_tests_cbd3_ab_b.log" 240 tests/test_grouped_gpu.py tests/test_pdl_gpu.py -k "grouped or late_writer or moe")
+  for t in . ab_b; do
+    n=$(basename $(cd $t && pwd)); [ "$t" = . ] && n=main
+    (cd $t && export PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kbit_cache_$n && \
+     python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1 && \
+     timeout 90 python3 profiling/bench.py --out "$W" --shapes moe --k 2,4,5 --moe-M 1,4,8 \
+         --columns Grouped,Grouped:plain,Grouped+PDL --reps 15 --tag cbd3-$n > "$W/cbd3_$n.log" 2>&1; echo "== $n"; \
+     grep -E "^\| TOTAL " "$W/cbd3_$n.log")
+  done
+  tar -czf "$OUT/run22_cbd3.tgz" -C "$W" . && rm -rf "$W"
+fi
