@@ -26,6 +26,32 @@ __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
 #define KTR(i, v) kbit_trace[(long)blockIdx.x * KBIT_TRACE_STRIDE + (i)] = (v)
 #endif
 
+// A block's threads and the caller's linear index: 1-D blocks, or (SLICES) blockDim.y slices
+// side by side (the constants keep the 1-D instantiations' code as it was).
+template <bool SLICES> __device__ __forceinline__ unsigned block_threads() {
+    return SLICES ? blockDim.x * blockDim.y : blockDim.x;
+}
+template <bool SLICES> __device__ __forceinline__ unsigned block_tid() {
+    return SLICES ? threadIdx.y * blockDim.x + threadIdx.x : threadIdx.x;
+}
+// The pair table from the levels in cb_s (complete: after a barrier), by the block's threads.
+template <int K, typename T, bool SLICES>
+__device__ __forceinline__ void build_block_lut(u32* lut, const float* cb_s, unsigned nthr, unsigned tid) {
+#ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
+    if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
+    else build_pair_lut<K, T>(lut, cb_s);
+#endif
+}
+// The default codebook's pair table (CBD: levels as immediates, no global load), so a kernel can
+// build it before griddepcontrol.wait.  cb_s: 32 floats of scratch no other thread touches
+// until the caller's next barrier.
+template <int K, typename T, bool SLICES>
+__device__ __forceinline__ void build_default_lut(u32* lut, float* cb_s, unsigned nthr, unsigned tid) {
+    if (tid < 32) cb_s[tid] = tid < (1u << K) ? kbit_default_level<K>(tid) : 0.0f;
+    __syncthreads();
+    build_block_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
+}
+
 // One block computes 16-column groups grp0, grp0 + grp_stride, ... < ngroups of
 // C[M, N] (row stride N) = A[M, K] * W^T, or (SLICES: kbit_gemv, kbit_gemv_grouped_sl)
 // blockDim.y groups side by side: slice y = threadIdx.y computes group blockIdx.x *
@@ -37,24 +63,6 @@ __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
 // requested before the current group's reduction.  A is staged in shared memory and
 // the pair table built once per block.
 // ABS: unsigned char (E4M4) or float.  TILED: repacked layout, else flat.
-// The default codebook's pair table (CBD: levels as immediates, no global load), so a kernel can
-// build it before griddepcontrol.wait.  cb_s: 32 floats of scratch no other thread touches
-// until the caller's next barrier.
-// The pair table from the levels in cb_s (complete: after a barrier), by the block's threads.
-template <int K, typename T, bool SLICES>
-__device__ __forceinline__ void build_block_lut(u32* lut, const float* cb_s, unsigned nthr, unsigned tid) {
-#ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
-    if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
-    else build_pair_lut<K, T>(lut, cb_s);
-#endif
-}
-template <int K, typename T, bool SLICES>
-__device__ __forceinline__ void build_default_lut(u32* lut, float* cb_s, unsigned nthr, unsigned tid) {
-    if (tid < 32) cb_s[tid] = tid < (1u << K) ? kbit_default_level<K>(tid) : 0.0f;
-    __syncthreads();
-    build_block_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
-}
-
 // MT: token tiles of 8 (M <= 8 * MT); the weights are dequantized once for all of them.
 // AMODE (the grouped kernel's fused MoE steps, see kbit_gemv_grouped): 0 = A rows as they
 // are, 1 = row gather through a_rows, 2 = SwiGLU of [gate | up] rows.  A template
@@ -88,8 +96,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     float* red = reinterpret_cast<float*>(a_s + (long)M * KP);
     // 1-D blocks unless SLICES (the constants keep the other instantiations' code as it was)
     const int ny = SLICES ? (int)blockDim.y : 1, ty = SLICES ? (int)threadIdx.y : 0;
-    const unsigned nthr = SLICES ? blockDim.x * blockDim.y : blockDim.x;
-    const unsigned tid = SLICES ? threadIdx.y * blockDim.x + threadIdx.x : threadIdx.x;
+    const unsigned nthr = block_threads<SLICES>(), tid = block_tid<SLICES>();
     float* cb_s = red + (nthr >> 5) * 128 * MT;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
@@ -123,14 +130,16 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             }
         }
     };
+    // ring slot c of group grp: whether its column is loaded (tiled buffers are padded to 128
+    // columns; a slice past the last group loads nothing) and the word offset of its local step 0
+    auto slot_start = [&](int grp, int c, long& w0) {
+        const int n = col_of(grp, c), kb = kblock_of(0, c);
+        w0 = TILED ? tiled_word_offset<K>(n, kb, n_tiles) : ((long)n * KB + kb) * K;
+        return (!SLICES || grp < ngroups) && (TILED || n < N);
+    };
     auto start_group = [&](int grp) {
 #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            const int n = col_of(grp, c), kb = kblock_of(0, c);
-            // tiled buffers are padded to 128 columns; a slice past the last group loads nothing
-            col_ok[c] = (!SLICES || grp < ngroups) && (TILED || n < N);
-            woff[c] = TILED ? tiled_word_offset<K>(n, kb, n_tiles) : ((long)n * KB + kb) * K;
-        }
+        for (int c = 0; c < 2; c++) col_ok[c] = slot_start(grp, c, woff[c]);
 #pragma unroll
         for (int j = 0; j < D; j++)
             if (j < S && (MULTI || j == 0)) load_step(j, j);
@@ -140,9 +149,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     auto prefetch_group = [&](int grp) {
 #pragma unroll
         for (int c = 0; c < 2; c++) {
-            const int n = col_of(grp, c), kb = kblock_of(0, c);
-            if (!((!SLICES || grp < ngroups) && (TILED || n < N))) continue;
-            const long w0 = TILED ? tiled_word_offset<K>(n, kb, n_tiles) : ((long)n * KB + kb) * K;
+            long w0;
+            if (!slot_start(grp, c, w0)) continue;
 #pragma unroll
             for (int j = 0; j < D; j++)
                 if (j < S && kblock_of(j, c) < KB) {
@@ -409,10 +417,9 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     if (pdl == 1) {
         if (CBD) {
             extern __shared__ __align__(16) unsigned char smem_g[];
-            const unsigned nthr = SL ? blockDim.x * blockDim.y : blockDim.x;
-            const unsigned tid = SL ? threadIdx.y * blockDim.x + threadIdx.x : threadIdx.x;
             build_default_lut<K, T, SL>(reinterpret_cast<u32*>(smem_g),
-                                        reinterpret_cast<float*>(smem_g + PairLut<K>::WORDS * 4), nthr, tid);
+                                        reinterpret_cast<float*>(smem_g + PairLut<K>::WORDS * 4), block_threads<SL>(),
+                                        block_tid<SL>());
             __syncthreads();
         }
         griddep_wait_release();

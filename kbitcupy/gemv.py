@@ -25,6 +25,7 @@ GROUPED_CBD_KS = (5,)
 
 def _instances():
     inst = {}
+    b = lambda x: "true" if x else "false"  # noqa: E731
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for a, tiled in _VARIANTS:
@@ -41,7 +42,6 @@ def _instances():
                                         # c8: 8-column groups (plan's c8; the runtime format, one
                                         # token tile, one group per block)
                                         for c8 in ((False, True) if mt == 1 and not sl and tiled else (False,)):
-                                            b = lambda x: "true" if x else "false"  # noqa: E731
                                             inst[(k, t, a, tiled, d, mt, du, late, sl, cbd, c8)] = (
                                                 f"kbit_gemv<{k}, {CTYPE[t]}, {CTYPE[a]}, {b(tiled)}, {d}, {mt}, "
                                                 f"{b(du)}, {b(late)}"
@@ -203,7 +203,7 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=False, cbd=False)
     instantiation with the default codebook compiled in."""
     p = plan(N, K, M, qw.k, **{"pdl": pdl, "tiled": qw.layout == "tiled", **dict(plan_override or ())})
     warps, depth, smem, grid, tiles, dual, late, gpb, c8 = p
-    if not fits(N, K, M, qw.k, dev) or smem > _smem_limit(dev):
+    if smem > _smem_limit(dev):  # (this plan's, overrides included)
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
                          "use kbitcupy.matmul (it dispatches to the GEMM)")
     fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late, gpb > 1,

@@ -45,3 +45,17 @@ sanitize() {
   timeout "$3" compute-sanitizer --tool "$1" --error-exitcode 3 python3 "$4" > "$2" 2>&1
   echo "$1 $4: exit $? ($(grep -c 'rel err' "$2") checks; $(grep -E 'SUMMARY|BAD' "$2" | tr '\n' ' '))"
 }
+# finish_run PREFIX: pack the step's work folder into $OUT/PREFIX_$STEP.tgz (what the device tool brings back).
+finish_run() {
+  tar -czf "$OUT/$1_$STEP.tgz" -C "$W" . && rm -rf "$W"
+}
+# tree_bench DIR NAME DEST TAG [bench.py args]: profiling/bench.py of the package tree DIR (its own import path and
+# kernel cache, warmed for the families in $WARM; timeout $AB_TIMEOUT) into tables tagged TAG-NAME and the log
+# DEST/TAG_NAME.log.  Same-run A/Bs of whole trees (tree_ab.sh, the run scripts' tree steps).
+tree_bench() {
+  local d=$1 n=$2 dest=$3 tag=$4
+  shift 4
+  (cd "$d" && export PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kbit_cache_$n
+   python3 profiling/warm_cache.py ${WARM:-} 2>&1 | tail -1
+   timeout "${AB_TIMEOUT:-200}" python3 profiling/bench.py "$@" --out "$dest" --tag "$tag-$n" > "$dest/${tag}_$n.log" 2>&1)
+}
