@@ -80,7 +80,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
                                            int grp_stride, int ngroups, bool pdl = false,
                                            const int* __restrict__ a_rows = nullptr, int a_nrows = 0,
-                                           bool safe_pf = false, bool lut_ready = false) {
+                                           bool safe_pf = false, bool lut_ready = false,
+                                           const float* __restrict__ tscale_late = nullptr) {
     extern __shared__ __align__(16) unsigned char smem[];
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) {
@@ -145,14 +146,20 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             if (j < S && (MULTI || j == 0)) load_step(j, j);
     };
     // safe_pf (safe PDL, not yet waited): the ring's D steps of group grp as L2 prefetches
-    // only (prefetch_l2: no effect on what the loads after the wait return)
+    // only (prefetch_l2: no effect on what the loads after the wait return).  All of a warp's
+    // steps (up to 8) prefetched: slower, dense k = 4 M = 1 TOTAL +3.9 %, grouped +0.5..+18 %
+    // (H200, 2026-11-25, profiling/results/nvidia-h200_2026-11-25_pf23.log, stable23.log).
+    // Experiment hook KBIT_EXPERIMENT_PF_STEPS: steps prefetched (default D).
     auto prefetch_group = [&](int grp) {
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             long w0;
             if (!slot_start(grp, c, w0)) continue;
+#ifndef KBIT_EXPERIMENT_PF_STEPS
+#define KBIT_EXPERIMENT_PF_STEPS D
+#endif
 #pragma unroll
-            for (int j = 0; j < D; j++)
+            for (int j = 0; j < KBIT_EXPERIMENT_PF_STEPS; j++)
                 if (j < S && kblock_of(j, c) < KB) {
                     prefetch_l2(packed + w0 + j * wstep);
                     prefetch_l2(absmax + (w0 + j * wstep) / K);
@@ -182,6 +189,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
         if (CBD) build_default_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
         griddep_wait_release();
+        // tscale_late (the grouped kernel's safe early mode): the tensor scale is a weight too
+        if (tscale_late) tensor_scale = ld_after_wait(tscale_late);
     }
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
 // Experiment hook: the whole ring requested before the prologue.  H100, 2026-11-25 (after the
@@ -410,10 +419,14 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // previous grid (device routing), so wait for it before anything (only the launch
     // overlaps); 2 = the caller guarantees they do not (kbitcupy.grouped ids_stable): the
     // first pass requests its weights and builds the pair table before the wait.
+    // 3 = safe PDL with the same guarantee: the ids are read before the wait and the first
+    // pass only L2-prefetches its weights (and builds a CBD table) before it, as the dense
+    // kernel's safe mode -- the weights, the tensor scale, A and out after it.
     // CBD (the default codebook): the table needs no global load, so pdl 1 builds it before the
     // wait too, once for all row chunks (nothing else writes it); its level scratch is where A
     // is staged later, hence the barrier.
     const bool lut_ready = CBD && pdl == 1;
+    const bool early_ids = pdl == 2 || pdl == KBIT_GROUPED_SAFE_EARLY;  // not waited yet
     if (pdl == 1) {
         if (CBD) {
             extern __shared__ __align__(16) unsigned char smem_g[];
@@ -429,19 +442,25 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
               r1 = ld_after_wait(offsets + slot + 1);
     if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {
         if (threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0)
-            report_err(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS, pdl == 2);
+            report_err(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS, early_ids);
         return;
     }
     if (r1 - r0 > max_tokens && threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0)
-        report_err(err, KBIT_ERR_MAX_TOKENS, pdl == 2);
+        report_err(err, KBIT_ERR_MAX_TOKENS, early_ids);
+    // A block with no rows still waits: were every block to exit unwaited, the next grid (which
+    // reads weights before its wait with pdl 1 / 2) could start while the one before us runs.
+    if (early_ids && r1 == r0) griddep_wait();
+    const bool safe_early = pdl == KBIT_GROUPED_SAFE_EARLY;
     // AMODE 1 (the row gather fused in): sorted row r is A's row a_rows[r]; AMODE 2: A's rows
     // are [gate | up] (2 Kdim) and the kernel multiplies silu(gate) * up (kbitcupy/moe.py)
     for (int c0 = r0; c0 < r1; c0 += 8 * MT) {
         // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
         gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, false, AMODE, SL, CBD>(
             AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
-            codebook, C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim, tscale[e], blockIdx.x, gridDim.x,
-            (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows, false, lut_ready);
+            codebook, C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim,
+            safe_early ? (c0 == r0 ? 0.f : ld_after_wait(tscale + e)) : tscale[e], blockIdx.x, gridDim.x,
+            (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows,
+            safe_early && c0 == r0, lut_ready, safe_early && c0 == r0 ? tscale + e : nullptr);
         __syncthreads();
     }
 }

@@ -30,8 +30,9 @@ kernel is launched as a programmatic dependent but waits for the previous grid b
 touching any memory (the dense kernels' pdl argument KBIT_PDL_SAFE, the grouped kernels'
 GROUPED_WAIT), so only the launch and the blocks' start overlap the previous kernel's tail,
 and the decode GEMV's L2 prefetch of its first weights (a hint: the loads after the wait
-return what they would without it): bit-exact with a plain launch and safe whatever that
-kernel wrote, weights included (H100, 2026-11-25, seventeenth session: k = 4 dense TOTAL at
+return what they would without it; the grouped GEMV does the same where the caller passes
+ids_stable, GROUPED_SAFE_EARLY, reading the ids before its wait): bit-exact with a plain
+launch and safe whatever that kernel wrote, weights included (H100, 2026-11-25, seventeenth session: k = 4 dense TOTAL at
 M = 1 24.5 us plain, 22.2 waiting at entry, 20.5 with the GEMV's prefetch; full PDL 18.2).
 The dispatch tables are the default ones (no "+PDL" table).  Plain launches:
 ``set_pdl(False)`` or ``KBITCUPY_PDL=0``.
@@ -244,16 +245,22 @@ def _packed_params(args):
 
 # The grouped kernels' pdl argument (cuda_src: kbit_gemv_grouped, kbit_wgmma_grouped,
 # kbit_grouped): 0 plain launch, 1 wait before reading expert ids / offsets, 2 the ids
-# are not written by the kernel right before (read them, request weights, then wait).
-GROUPED_OFF, GROUPED_WAIT, GROUPED_EARLY = 0, 1, 2
+# are not written by the kernel right before (read them, request weights, then wait),
+# 3 (safe PDL, the grouped GEMV only: KBIT_GROUPED_SAFE_EARLY) the same guarantee in safe
+# mode: read the ids and L2-prefetch the first weights before the wait (a hint: the loads
+# after it return what they would without), load nothing else before it.
+GROUPED_OFF, GROUPED_WAIT, GROUPED_EARLY, GROUPED_SAFE_EARLY = 0, 1, 2, 3
 
 
-def grouped_mode(device_id: int, ids_stable: bool) -> int:
-    """The pdl argument of a grouped kernel launched now on this device (safe mode: always
-    GROUPED_WAIT)."""
+def grouped_mode(device_id: int, ids_stable: bool, safe_early: bool = False) -> int:
+    """The pdl argument of a grouped kernel launched now on this device.  Safe mode:
+    GROUPED_WAIT, or GROUPED_SAFE_EARLY where the ids are stable and the kernel
+    (safe_early: the grouped GEMV) implements it."""
     if active(device_id):
         return GROUPED_EARLY if ids_stable else GROUPED_WAIT
-    return GROUPED_WAIT if safe_active(device_id) else GROUPED_OFF
+    if safe_active(device_id):
+        return GROUPED_SAFE_EARLY if ids_stable and safe_early else GROUPED_WAIT
+    return GROUPED_OFF
 
 
 def launch(fn, grid, block, args, smem: int, pdl=True, cluster: int = 1) -> None:

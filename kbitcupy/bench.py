@@ -207,7 +207,9 @@ MOE_PDL_FORCED = ("g-MMA+PDL", "g-WGMMA+PDL")
 DENSE_PDL_FORCED = ("GEMV+PDL", "GEMM+PDL", "WGMMA+PDL", "STREAM+PDL")
 # the dispatched calls launched plainly (set_pdl(False)), opt-in: every other column runs in the
 # default mode, which on Hopper is PDL's safe mode (every kernel waits before touching memory)
-PLAIN_COLUMNS = ("matmul:plain", "Grouped:plain")
+# and the grouped call told its ids are stable (ids_stable=True: as moe_forward's down), opt-in too
+PLAIN_COLUMNS = ("matmul:plain", "Grouped:plain", "Grouped:stable")
+STABLE_COLUMN = PLAIN_COLUMNS[2]
 NOT_IN_BEST = {PDL_COLUMN, MOE_PDL_COLUMN, *MOE_PDL_FORCED, *DENSE_PDL_FORCED, *PLAIN_COLUMNS}
 
 
@@ -678,7 +680,12 @@ def format_moe_tables(moe: dict) -> str:
                              fmt_us(t["fp16"].get("loop")), fmt_us(t["fp16"].get("bmm")), fmt_us(t["sol_us"]),
                              fmt_us(t["best_us"]), fmt_x(t["vs_cublas"]), fmt_pct(t["pct_sol"])]
                             + ([fmt_x(t.get("vs_cublas_pdl"))] if pdl else []))
-        parts.append(f"### MoE, M = {M} token{'s' if M != 1 else ''} per expert\n\n" + md_table(header, rows))
+        fw = [t for t in moe.get("totals") or [] if t["M"] == M and t.get("forward_us")]
+        note = "".join(f"\n- TOTAL as moe_forward launches them (moe_gu_fused Grouped + moe_dn {STABLE_COLUMN}), "
+                       f"E = {t['experts']}, k = {t['k']}: {fmt_us(t['forward_us'])} us, "
+                       f"{fmt_x(t.get('vs_cublas_forward'))} {dt}" for t in fw)
+        parts.append(f"### MoE, M = {M} token{'s' if M != 1 else ''} per expert\n\n" + md_table(header, rows)
+                     + ("\n" + note if note else ""))
     return "\n\n".join(parts)
 
 
@@ -753,7 +760,9 @@ def _moe_section(moe: dict) -> List[str]:
         "(kbitcupy.set_pdl, ids_stable=True: the ids are fixed setup data; the weight requests and table build overlap the "
         f"previous launch's tail in this graph of back-to-back launches; full PDL is off by default), not in Best; vs {dt} "
         f"(PDL) = best {dt} / Grouped+PDL; g-MMA+PDL / g-WGMMA+PDL = those kernels forced, with PDL (not in Best); "
-        "Grouped:plain (when named) = Grouped launched without PDL (set_pdl(False), not in Best); every other "
+        "Grouped:plain (when named) = Grouped launched without PDL (set_pdl(False), not in Best); Grouped:stable "
+        "(when named) = Grouped with ids_stable=True in the default mode (the ids read and the first weights "
+        "L2-prefetched before the PDL wait, as moe_forward's down; not in Best); every other "
         "column runs in the default mode (on Hopper PDL's safe mode: a programmatic dependent that waits for the "
         "previous grid before touching memory).",
         f"- {dt} loop = E torch.mm on the views W[e] of the fp16 bank (same rotation), one cuBLAS call per "
@@ -1127,6 +1136,7 @@ MOE_COLUMNS: List[MoeColumn] = [
     # not a kernel of its own: Grouped launched with PDL, kept out of Best (fp16 is not PDL-launched)
     MoeColumn(MOE_PDL_COLUMN, _grouped_pdl_launch()),
     MoeColumn(PLAIN_COLUMNS[1], _with_pdl(lambda c: _grouped_launch(c), False)),
+    MoeColumn(PLAIN_COLUMNS[2], lambda c: _grouped_launch(c, ids_stable=True)),
     MoeColumn(MOE_PDL_FORCED[0], _grouped_pdl_launch("mma"), lambda s, M: M >= 8),
     MoeColumn(MOE_PDL_FORCED[1], _grouped_pdl_launch("wgmma"), lambda s, M: M >= 8 and _sm90()),
 ]
@@ -1346,10 +1356,17 @@ def compute_moe_totals(cells: Sequence[dict], total_shapes: Sequence[str], Ms, E
                 fp = {v: _tsum([((c.get("fp16") or {}).get(v) or {}).get("us") for c in rows]) for v in ("loop", "bmm")}
                 cols = {n: _tsum([(c["columns"].get(n) or {}).get("us") for c in rows]) for n in kbit_names}
                 pdl_us = _pdl_us(cols)
-                out.append(dict(M=M, experts=E, k=k, shapes=[c["shape"] for c in rows], best_us=best, cublas_us=cub,
-                                sol_us=sol, fp16=fp, columns=cols, vs_cublas=(cub / best) if cub and best else None,
-                                pct_sol=(100.0 * sol / best) if sol and best else None,
-                                vs_cublas_pdl=(cub / pdl_us) if cub and pdl_us else None))
+                t = dict(M=M, experts=E, k=k, shapes=[c["shape"] for c in rows], best_us=best, cublas_us=cub,
+                         sol_us=sol, fp16=fp, columns=cols, vs_cublas=(cub / best) if cub and best else None,
+                         pct_sol=(100.0 * sol / best) if sol and best else None,
+                         vs_cublas_pdl=(cub / pdl_us) if cub and pdl_us else None)
+                # as moe_forward launches them: gate/up right after the routing (Grouped), down with
+                # ids_stable (Grouped:stable)
+                fw = _tsum([(c["columns"].get(STABLE_COLUMN if c["shape"] == "moe_dn" else "Grouped") or {}).get("us")
+                            for c in rows]) if "moe_dn" in total_shapes and STABLE_COLUMN in kbit_names else None
+                if fw:
+                    t.update(forward_us=fw, vs_cublas_forward=(cub / fw) if cub else None)
+                out.append(t)
     return out
 
 

@@ -354,7 +354,7 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
     # would pay the PDL order (A staged after the table build instead of during it).  H200,
     # 2026-11-24 (MoE layer step, k = 4): T = 1 (10 experts, one wave) 25.2 -> 22.8 us,
     # T = 32 (242 experts, several waves) 319 -> 326 us.
-    pdl = _pdl.grouped_mode(key[0], ids_stable) if one_wave else _pdl.GROUPED_OFF
+    pdl = _pdl.grouped_mode(key[0], ids_stable, safe_early=True) if one_wave else _pdl.GROUPED_OFF
     rows = int(out.shape[0])  # = A's rows unless the gather is fused in
     tail = (np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(rows),
             np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert), np.int32(max_tokens), err,

@@ -510,13 +510,15 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
       the device error flag after it (two syncs), raising ValueError.
     The 'kernel' path with device index arrays and ``out`` given allocates nothing and
     never syncs: it can be captured in a CUDA graph.
-    ids_stable: only with PDL on (kbitcupy.set_pdl).  By default a grouped kernel launched
-      as a programmatic dependent waits for the previous kernel before it reads
-      expert_ids / offsets (device routing may have just written them), so only its launch
-      overlaps that kernel.  True promises that the kernel launched right before this call
-      does not write them (moe_forward: the row gather or silu_mul runs in between); the
-      GEMV and wgmma kernels then request the experts' weights and build their tables
-      before waiting, as the dense kernels do.
+    ids_stable: by default a grouped kernel launched as a programmatic dependent waits for
+      the previous kernel before it reads expert_ids / offsets (device routing may have
+      just written them), so only its launch overlaps that kernel.  True promises that the
+      kernel launched right before this call does not write them (moe_forward: down after
+      gate/up, or the row gather / silu_mul in between).  With full PDL
+      (kbitcupy.set_pdl(True)) the GEMV and wgmma kernels then request the experts'
+      weights and build their tables before waiting, as the dense kernels do; in the
+      default safe mode the GEMV reads the ids and only prefetches its first weights into
+      L2 before waiting (a hint: safe whatever the previous kernel wrote to the weights).
     """
     if not isinstance(bank, KbitExpertBank):
         raise TypeError(f"bank must be a KbitExpertBank, got {type(bank).__name__}")

@@ -40,11 +40,16 @@ def variant_kernel(toks, key):
 
 
 def column(name, toks):
+    """+stable=1: the launch's ids_stable (in safe PDL the ids read before the wait and the first
+    weights L2-prefetched)."""
+    stable = "+stable=1" in toks
+    toks = tuple(t for t in toks if not t.startswith("+stable="))
     ov = variant_parts(toks, "kbit_gemv.cu")[0]
     kern = functools.partial(variant_kernel, toks) if any(not t.startswith("+") for t in toks) else None
 
     def launch(c):
-        return G.grouped_gemv(c.A, c.bank, c.ids, c.offsets, c.out, c.M, _err_buffer(), ov, kern)
+        return G.grouped_gemv(c.A, c.bank, c.ids, c.offsets, c.out, c.M, _err_buffer(), ov, kern,
+                              ids_stable=stable)
     return B.MoeColumn(name, launch)
 
 

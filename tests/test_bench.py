@@ -566,6 +566,25 @@ def test_format_moe_tables_and_totals():
         if ln.startswith("| ") and not ln.startswith("| shape"):
             assert ln.count("|") == header.count("|"), ln
     assert "| TOTAL" not in B.format_moe_tables(fake_moe(with_totals=False))
+    assert "as moe_forward" not in md  # no Grouped:stable column in this run
+
+
+def test_moe_totals_as_moe_forward():
+    """With the opt-in Grouped:stable column, the TOTAL as moe_forward launches them: gate/up
+    (fused) from Grouped, down from Grouped:stable (its ids are never written right before)."""
+    names = ["Grouped", B.STABLE_COLUMN]
+    cells = []
+    for s, g, st in (("moe_gu_fused", 7.0, 6.0), ("moe_dn", 5.0, 4.0)):
+        cell = dict(shape=s, K=1, N=1, experts=8, k=4, M=1, weight_bytes=1, fp16={"bmm": {"us": 11.0}},
+                    sol={"us": 2.0}, columns={"Grouped": {"us": g}, B.STABLE_COLUMN: {"us": st}})
+        cells.append(B.finish_moe_cell(cell, names))
+    assert B.STABLE_COLUMN in B.NOT_IN_BEST and all(c["best_us"] != 6.0 and c["best_us"] != 4.0 for c in cells)
+    (t,) = B.compute_moe_totals(cells, list(B.MOE_TOTAL_SHAPES), [1], [8], [4], names)
+    assert t["best_us"] == pytest.approx(12.0) and t["forward_us"] == pytest.approx(11.0)
+    assert t["vs_cublas_forward"] == pytest.approx(2.0)
+    meta = dict(M=[1], experts=[8], k=[4], shapes=list(B.MOE_TOTAL_SHAPES), columns=names, dtype="fp16")
+    md = B.format_moe_tables(dict(meta=meta, cells=cells, totals=[t]))
+    assert "as moe_forward launches them" in md and "E = 8, k = 4: 11.00 us, 2.00x fp16" in md
 
 
 def fake_layer(eager=False):

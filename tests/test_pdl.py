@@ -37,9 +37,14 @@ def test_safe_mode(monkeypatch):
         assert not P.enabled() and not P.active(0) and P.safe_active(0) and not P.safe_active(1)
         assert (P.dense_arg(0), P.dense_arg(1)) == (P.PDL_SAFE, 0)
         assert P.grouped_mode(0, True) == P.GROUPED_WAIT and P.grouped_mode(1, True) == P.GROUPED_OFF
+        # the grouped GEMV: stable ids read before the wait, weights only L2-prefetched
+        assert P.grouped_mode(0, True, safe_early=True) == P.GROUPED_SAFE_EARLY
+        assert P.grouped_mode(0, False, safe_early=True) == P.GROUPED_WAIT
+        assert P.grouped_mode(1, True, safe_early=True) == P.GROUPED_OFF
         assert kb.set_pdl(True) == "safe"  # the previous setting
         assert P.enabled() and not P.safe_active(0) and P.dense_arg(0) == 1
         assert P.grouped_mode(0, True) == P.GROUPED_EARLY and P.grouped_mode(0, False) == P.GROUPED_WAIT
+        assert P.grouped_mode(0, True, safe_early=True) == P.GROUPED_EARLY
         with kb.pdl("safe"):
             assert P.dense_arg(0) == P.PDL_SAFE
         assert P.dense_arg(0) == 1  # restored: full
@@ -57,6 +62,7 @@ def test_safe_mode(monkeypatch):
 
     src = open(os.path.join(CUDA_SRC, "kbit_common.cuh")).read()
     assert int(re.search(r"#define KBIT_PDL_SAFE (\d+)", src).group(1)) == P.PDL_SAFE
+    assert int(re.search(r"#define KBIT_GROUPED_SAFE_EARLY (\d+)", src).group(1)) == P.GROUPED_SAFE_EARLY
 
 
 def test_launch_structures_match_cuda_h():

@@ -288,6 +288,43 @@ def test_safe_pdl_grouped_late_writer(rng, impl):
         _safe_matches_plain(call, out, "grouped")
 
 
+@pytest.mark.parametrize("k,ntok", [(4, 1), (4, 4), (5, 1), (2, 8), (3, 20)])
+def test_safe_pdl_grouped_stable_weight_late_writer(rng, k, ntok):
+    """Safe PDL with ids_stable (the grouped GEMV reads the ids and L2-prefetches its first
+    weights before its wait): the bank's packed words, absmax and tensor scales written by a
+    kernel that lets its dependents launch at once and writes ~60 us later.  k = 5 has the
+    default codebook compiled in (its table built before the wait); ntok 20 runs three passes.
+    Bit-exact against PDL off, every output written."""
+    cp = _cp_hopper()
+    from dataclasses import replace
+
+    from kbitcupy.grouped import grouped_matmul, quantize_experts
+
+    copy = _late_copy(cp)
+    E, N, K, S = 16, 512, 2048, 6
+    src = quantize_experts(cp.asarray(rng.standard_normal((E, N, K), dtype=np.float32) * 0.05), k)
+    src = replace(src, tensor_scale=cp.asarray(rng.choice([0.5, 1.0, 2.0, 4.0], E).astype(np.float32)),
+                  tensor_scale_host=None)
+    bank = replace(src, packed=cp.zeros_like(src.packed), absmax=cp.zeros_like(src.absmax),
+                   tensor_scale=cp.zeros_like(src.tensor_scale), tensor_scale_host=None)
+    A = cp.asarray(rng.standard_normal((S * ntok, K), dtype=np.float32)).astype(cp.float16)
+    ids = cp.asarray(rng.permutation(E)[:S].astype(np.int32))
+    offs = cp.asarray(np.arange(S + 1, dtype=np.int32) * ntok)
+    out = cp.empty((S * ntok, N), cp.float16)
+
+    def call():
+        for a in (bank.packed, bank.absmax, bank.tensor_scale):
+            a.fill(0)
+        out.fill(np.nan)
+        copy(src.packed, bank.packed)
+        copy(src.absmax, bank.absmax)
+        copy(src.tensor_scale, bank.tensor_scale)
+        grouped_matmul(A, bank, ids, offs, ntok, out=out, method="kernel", impl="gemv", ids_stable=True)
+        return _bits(out)
+
+    _safe_matches_plain(call, out, f"grouped stable k={k} ntok={ntok}")
+
+
 @pytest.mark.parametrize("kernel", ["matmul", "gemm", "stream"])
 def test_safe_pdl_weight_late_writer(rng, kernel):
     """Safe PDL: a weight with its own codebook (loaded by every kernel) whose packed words,
@@ -434,6 +471,12 @@ def _check_routings_pdl(cp, grouped_matmul, bank, A, routes, outs, ntok, impl, i
         for _ in range(2):
             for g, r in zip(run_all(), ref):
                 np.testing.assert_array_equal(g, r)
+    old = kb.set_pdl("safe")  # the default mode (with ids_stable the GEMV reads the ids before its wait)
+    try:
+        for g, r in zip(run_all(), ref):
+            np.testing.assert_array_equal(g, r)
+    finally:
+        kb.set_pdl(old)
 
 
 @pytest.mark.parametrize("impl,ntok", [("gemv", 1), ("gemv", 4), ("gemv", 8), ("mma", 12), ("wgmma", 16),

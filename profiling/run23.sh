@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Twentieth session (2026-11-25): the grouped GEMV's safe early mode (pdl 3, KBIT_GROUPED_SAFE_EARLY).
+#   STEP=stable: with ids_stable (moe_forward's down; the bench's opt-in Grouped:stable) in the default safe
+#   PDL, the grouped GEMV reads the ids and L2-prefetches its first weights before its wait, as the dense
+#   GEMV's safe mode does.  The PDL / grouped GPU tests (with the safe-mode late-writer test of the bank), then
+#   the A/B new (ids not stable: wait first) vs st (+stable=1) vs stpf (+ all of a warp's steps prefetched), and
+#   the dense GEMV with all steps prefetched (pf8).  Expected: 8 experts 1 token k = 4 moe_dn 4.62 -> ~4.2 us,
+#   moe_gu_fused 6.97 -> ~6.5 (full PDL: 4.00 / 6.03); pf8: O / linear value / down (S > D) -0.1 us or nothing.
+#   OUT=/tmp/out STEP=stable bash profiling/run23.sh
+. profiling/run_env.sh
+start_run stable
+if [ "$STEP" = stable ]; then
+  python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_stable.log" 240 tests/test_grouped_gpu.py tests/test_pdl_gpu.py -k "grouped or late_writer or moe"
+  MOE_VARIANTS="st:+stable=1;stpf:+stable=1 -DKBIT_EXPERIMENT_PF_STEPS=8" KS=2,4,5 MS=1,2,4,8 MOE_MMA=0 \
+      timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/stable23.log" 2>&1
+  grep -vE "^\s*$" "$W/stable23.log" | tail -52
+  AB_VARIANTS="pf8:-DKBIT_EXPERIMENT_PF_STEPS=8" KS=2,4 MS=1,4 SHAPES=gateup,down,Q,O,KV,lin_value \
+      timeout 150 python3 profiling/gemv_ab.py --out "$W" > "$W/pf23.log" 2>&1
+  grep -v "^#" "$W/pf23.log" | tail -26
+fi
+# STEP=stable2 (H100: name nvidia-h100-x1): the grouped / PDL GPU tests, the MoE table with the opt-in
+#   Grouped:stable column (1..64 tokens; its "as moe_forward" TOTAL), the layer step, and the prefetch depth
+#   the other way: one step (pf1) in the dense GEMV and (st1) the grouped one.  Expected: H100 8 experts
+#   1 token k = 4 as moe_forward ~11.0 us (gate/up 6.97 + down ~4.1); pf1: if the D = 2 prefetch delays the
+#   previous kernel's own loads, O / down / Q -0.05..-0.1 us, else slower.
+if [ "$STEP" = stable2 ]; then
+  python3 profiling/warm_cache.py gemv grouped wgmma gemm quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_stable2.log" 200 tests/test_pdl_gpu.py -k "grouped or late_writer or moe"
+  timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 2,4 --moe-M 1,2,4,8,16,32,64 \
+      --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-stable23 > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | head -8; grep -E "as moe_forward" "$W/bench_moe.log" | head -8
+  MOE_VARIANTS="st:+stable=1;st1:+stable=1 -DKBIT_EXPERIMENT_PF_STEPS=1" KS=4 MS=1,4 MOE_MMA=0 \
+      timeout 120 python3 profiling/moe_ab.py --out "$W" > "$W/stable23b.log" 2>&1
+  grep "^TOTAL" "$W/stable23b.log"
+  AB_VARIANTS="pf1:-DKBIT_EXPERIMENT_PF_STEPS=1" KS=2,4 MS=1 SHAPES=gateup,down,Q,O,KV,lin_value \
+      timeout 120 python3 profiling/gemv_ab.py --out "$W" > "$W/pf23b.log" 2>&1
+  grep -v "^#" "$W/pf23b.log" | tail -14
+  timeout 120 python3 profiling/bench.py --out "$W" --shapes none --moe-layer --k 4 --reps 15 --tag layer23 \
+      > "$W/layer.log" 2>&1
+  grep -E "^\| (1|8|32) \| 4" "$W/layer.log"
+fi
+finish_run run23
