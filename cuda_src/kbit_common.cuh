@@ -365,6 +365,9 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // Then it lets the next grid launch (which, launched so, waits the same way) and runs in its
 // default order.  pdl == 1 is the early order (weights before the wait).
 #define KBIT_PDL_SAFE 3
+// The decode GEMV's safe mode with only one ring step prefetched (kbitcupy.gemv.safe_prefetch_steps:
+// on most shapes the full ring's prefetch delays the previous grid's own loads more than it saves).
+#define KBIT_PDL_SAFE_PF1 4
 // The grouped kernels' pdl argument for safe PDL with ids the kernel right before did not write
 // (kbitcupy/_pdl.py GROUPED_SAFE_EARLY; the grouped GEMV only): ids read and weights L2-prefetched
 // before the wait, nothing else.

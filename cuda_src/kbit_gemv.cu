@@ -81,7 +81,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                                            int grp_stride, int ngroups, bool pdl = false,
                                            const int* __restrict__ a_rows = nullptr, int a_nrows = 0,
                                            bool safe_pf = false, bool lut_ready = false,
-                                           const float* __restrict__ tscale_late = nullptr) {
+                                           const float* __restrict__ tscale_late = nullptr, int pf_steps = D) {
     extern __shared__ __align__(16) unsigned char smem[];
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) {
@@ -145,22 +145,19 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         for (int j = 0; j < D; j++)
             if (j < S && (MULTI || j == 0)) load_step(j, j);
     };
-    // safe_pf (safe PDL, not yet waited): the ring's D steps of group grp as L2 prefetches
-    // only (prefetch_l2: no effect on what the loads after the wait return).  All of a warp's
-    // steps (up to 8) prefetched: slower, dense k = 4 M = 1 TOTAL +3.9 %, grouped +0.5..+18 %
-    // (H200, 2026-11-25, profiling/results/nvidia-h200_2026-11-25_pf23.log, stable23.log).
-    // Experiment hook KBIT_EXPERIMENT_PF_STEPS: steps prefetched (default D).
+    // safe_pf (safe PDL, not yet waited): the first pf_steps (<= D) ring steps of group grp as
+    // L2 prefetches only (prefetch_l2: no effect on what the loads after the wait return).
+    // How much is best depends on the shape (kbitcupy.gemv.safe_prefetch_steps): all of a
+    // warp's steps (up to 8) was slower everywhere (H200, dense k = 4 M = 1 TOTAL +3.9 %,
+    // grouped +0.5..+18 %: nvidia-h200_2026-11-25_pf23.log, stable23.log).
     auto prefetch_group = [&](int grp) {
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             long w0;
             if (!slot_start(grp, c, w0)) continue;
-#ifndef KBIT_EXPERIMENT_PF_STEPS
-#define KBIT_EXPERIMENT_PF_STEPS D
-#endif
 #pragma unroll
-            for (int j = 0; j < KBIT_EXPERIMENT_PF_STEPS; j++)
-                if (j < S && kblock_of(j, c) < KB) {
+            for (int j = 0; j < D; j++)
+                if (j < pf_steps && j < S && kblock_of(j, c) < KB) {
                     prefetch_l2(packed + w0 + j * wstep);
                     prefetch_l2(absmax + (w0 + j * wstep) / K);
                 }
@@ -388,10 +385,11 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
               int pdl) {
-    // KBIT_PDL_SAFE: wait before any load, the first weights prefetched into L2 before it
+    // KBIT_PDL_SAFE(_PF1): wait before any load, the first D (one) ring steps prefetched into L2 before it
     gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD, C8>(A, packed, absmax, codebook, C, M, N,
                                         Kdim, tensor_scale, blockIdx.x, gridDim.x, C8 ? (N + 7) / 8 : (N + 15) / 16, pdl == 1,
-                                        nullptr, 0, pdl == KBIT_PDL_SAFE);
+                                        nullptr, 0, pdl == KBIT_PDL_SAFE || pdl == KBIT_PDL_SAFE_PF1, false, nullptr,
+                                        pdl == KBIT_PDL_SAFE_PF1 ? 1 : D);
 }
 
 // MoE: grid.y = expert slot; slot s multiplies rows offsets[s]..offsets[s+1] of A (tokens
@@ -420,8 +418,11 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // overlaps); 2 = the caller guarantees they do not (kbitcupy.grouped ids_stable): the
     // first pass requests its weights and builds the pair table before the wait.
     // 3 = safe PDL with the same guarantee: the ids are read before the wait and the first
-    // pass only L2-prefetches its weights (and builds a CBD table) before it, as the dense
-    // kernel's safe mode -- the weights, the tensor scale, A and out after it.
+    // pass only L2-prefetches its weights' first ring step (and builds a CBD table) before it,
+    // as the dense kernel's safe mode -- the weights, the tensor scale, A and out after it.
+    // H100, 2026-11-25 (twentieth session, stable23b, k = 4, 8 experts, gate/up fused + down):
+    // 1 token 11.68 -> 10.48 us (whole ring prefetched) -> 10.30 (one step), 4 tokens 11.96 ->
+    // 11.01 -> 10.65.
     // CBD (the default codebook): the table needs no global load, so pdl 1 builds it before the
     // wait too, once for all row chunks (nothing else writes it); its level scratch is where A
     // is staged later, hence the barrier.
@@ -460,7 +461,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
             codebook, C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim,
             safe_early ? (c0 == r0 ? 0.f : ld_after_wait(tscale + e)) : tscale[e], blockIdx.x, gridDim.x,
             (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows,
-            safe_early && c0 == r0, lut_ready, safe_early && c0 == r0 ? tscale + e : nullptr);
+            safe_early && c0 == r0, lut_ready, safe_early && c0 == r0 ? tscale + e : nullptr, 1);
         __syncthreads();
     }
 }

@@ -53,6 +53,7 @@ SAFE = _ENV in ("", "safe")  # safe PDL (the default): wait before anything
 if not ENABLED and not SAFE and _ENV not in ("0", "false", "no", "off"):
     raise ValueError(f"KBITCUPY_PDL must be 1 / on (full PDL), safe (the default) or 0 / off, got {_ENV!r}")
 PDL_SAFE = 3  # the dense kernels' pdl argument in safe mode (KBIT_PDL_SAFE, cuda_src/kbit_common.cuh)
+PDL_SAFE_PF1 = 4  # the decode GEMV's safe mode prefetching one ring step (KBIT_PDL_SAFE_PF1; gemv.safe_prefetch_steps)
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 _CLUSTER_DIMENSION = 4  # CUlaunchAttributeID (value: unsigned x, y, z)
 _CC: dict = {}

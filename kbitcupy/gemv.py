@@ -198,10 +198,27 @@ def _smem_limit(device_id: int) -> int:
 _LAUNCH: dict = {}
 
 
+def safe_prefetch_steps(N: int, K: int, M: int, k: int, depth: int) -> int:
+    """Ring steps the decode GEMV prefetches into L2 before its wait in safe PDL (the kernel's
+    pdl argument PDL_SAFE: depth, PDL_SAFE_PF1: one).  The whole ring's prefetch delays the
+    previous kernel's own loads (the graph's kernels run back to back) more than it saves,
+    except on gate/up-wide shapes (>= 320 groups of 16 columns: 2.4 or more per SM).  H100,
+    2026-11-25 (twentieth session, nvidia-h100-80gb-hbm3_2026-11-25_pf23c.log, M = 1, one ring
+    step against two): k = 4 Q 3.86 -> 3.71 us, O 3.98 -> 3.74, linear value 3.89 -> 3.69,
+    down 4.63 -> 4.55, but gate/up 4.69 -> 4.82 (k = 3 4.78 -> 5.01); k = 3 / 5 the rest within
+    noise; none at all (pf0) slower at M = 1; M = 4 mixed (kept the ring)."""
+    if M == 1 and N < 320 * 16:
+        return 1
+    return depth
+
+
 def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=False, cbd=False):
-    """(kernel, grid, block, smem, scalar args) for one call shape, built once.  cbd: the
-    instantiation with the default codebook compiled in."""
-    p = plan(N, K, M, qw.k, **{"pdl": pdl, "tiled": qw.layout == "tiled", **dict(plan_override or ())})
+    """(kernel, grid, block, smem, scalar args, safe-mode pdl argument) for one call shape,
+    built once.  cbd: the instantiation with the default codebook compiled in.  plan_override
+    may also hold pf (safe_prefetch_steps' choice: 1 or the ring depth)."""
+    ov = dict(plan_override or ())
+    pf = ov.pop("pf", None)
+    p = plan(N, K, M, qw.k, **{"pdl": pdl, "tiled": qw.layout == "tiled", **ov})
     warps, depth, smem, grid, tiles, dual, late, gpb, c8 = p
     if smem > _smem_limit(dev):  # (this plan's, overrides included)
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
@@ -210,7 +227,9 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=False, cbd=False)
                         cbd, c8))
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
-    return fn, (grid,), (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K))
+    pf = safe_prefetch_steps(N, K, M, qw.k, depth) if pf is None else int(pf)
+    safe = _pdl.PDL_SAFE_PF1 if pf == 1 and depth > 1 else _pdl.PDL_SAFE
+    return fn, (grid,), (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K)), safe
 
 
 def launch_args(A, qw, out, plan_override=None):
@@ -229,9 +248,9 @@ def launch_args(A, qw, out, plan_override=None):
     cfg = _LAUNCH.get(key)
     if cfg is None:
         cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override, pdl == 1, cbd)
-    fn, grid, block, smem, dims = cfg
+    fn, grid, block, smem, dims, safe = cfg
     return fn, grid, block, smem, ((A, qw.packed, qw.absmax, qw.codebook, out) + dims +
-                                   (np.float32(qw.tensor_scale), np.int32(pdl)))
+                                   (np.float32(qw.tensor_scale), np.int32(safe if pdl == _pdl.PDL_SAFE else pdl)))
 
 
 def gemv(A, qw, out, plan_override=None, *, validate=True):

@@ -40,4 +40,24 @@ if [ "$STEP" = stable2 ]; then
       > "$W/layer.log" 2>&1
   grep -E "^\| (1|8|32) \| 4" "$W/layer.log"
 fi
+# STEP=pf2 (H100): the safe-mode prefetch depth rule (gemv.safe_prefetch_steps: one ring step at M = 1 except
+#   on gate/up-wide shapes; the grouped stable mode one step): GEMV / PDL GPU tests, then the A/B of the rule
+#   (new) against the whole ring (pfD) and one step (pf1) everywhere, k = 2..5, M = 1 / 2, twice, the closing
+#   M = 1 / 4 table and the MoE table with Grouped:stable.  Expected: k = 4 M = 1 TOTAL 19.09 -> ~18.7 us (Q, O,
+#   linear value -0.15..-0.24, down -0.08), 8 experts 1 token as moe_forward ~11.1 us.
+if [ "$STEP" = pf2 ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm grouped quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_pf2.log" 240 tests/test_gemv_gpu.py tests/test_pdl_gpu.py
+  for r in a b; do
+    AB_PLANS="pfD:pf=2;pf1:pf=1" KS=2,3,4,5 MS=1,2 SHAPES=gateup,down,Q,O,KV,lin_key,lin_value \
+        timeout 150 python3 profiling/gemv_ab.py --out "$W" > "$W/pf23d$r.log" 2>&1
+    grep "^TOTAL" "$W/pf23d$r.log"
+  done
+  timeout 150 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul:plain,matmul+PDL \
+      --reps 15 --tag final32-m1 > "$W/bench_m1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_m1.log"
+  timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 2,4 --moe-M 1,2,4,8,16,32,64 \
+      --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final32 > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | head -8; grep -E "as moe_forward" "$W/bench_moe.log" | head -8
+fi
 finish_run run23

@@ -48,6 +48,18 @@ def test_c8_plan_only_where_instantiated():
     assert G.plan(*DENSE["down"], 1, 4, c8=True)[0:4:3] == (8, 256)
 
 
+def test_safe_prefetch_steps():
+    # safe PDL's L2 prefetch before the wait (H100, pf23c): one ring step at M = 1 except on
+    # gate/up-wide shapes (>= 320 groups of 16 columns), the whole ring otherwise
+    one = {(s, k) for s in DENSE for k in (2, 3, 4, 5)
+           if G.safe_prefetch_steps(*DENSE[s], 1, k, G.plan(*DENSE[s], 1, k)[1]) == 1}
+    assert one == {(s, k) for s in DENSE if s != "gateup" for k in (2, 3, 4, 5)}
+    for s in DENSE:
+        for M in (2, 3, 4, 8):
+            d = G.plan(*DENSE[s], M, 4)[1]
+            assert G.safe_prefetch_steps(*DENSE[s], M, 4, d) == d
+
+
 def test_k5_wide_shapes_put_an_sms_share_of_groups_in_one_block():
     # k = 5: gate/up's 320 groups as 107 blocks of 3 x 4 warps, Q's 256 as 128 blocks of 2 x 8
     # (one pair table per SM), at one token tile; k = 4 and the narrow shapes one group per block

@@ -63,6 +63,7 @@ def test_safe_mode(monkeypatch):
     src = open(os.path.join(CUDA_SRC, "kbit_common.cuh")).read()
     assert int(re.search(r"#define KBIT_PDL_SAFE (\d+)", src).group(1)) == P.PDL_SAFE
     assert int(re.search(r"#define KBIT_GROUPED_SAFE_EARLY (\d+)", src).group(1)) == P.GROUPED_SAFE_EARLY
+    assert int(re.search(r"#define KBIT_PDL_SAFE_PF1 (\d+)", src).group(1)) == P.PDL_SAFE_PF1
 
 
 def test_launch_structures_match_cuda_h():

@@ -325,6 +325,36 @@ def test_safe_pdl_grouped_stable_weight_late_writer(rng, k, ntok):
     _safe_matches_plain(call, out, f"grouped stable k={k} ntok={ntok}")
 
 
+@pytest.mark.parametrize("pf", [1, 2])
+@pytest.mark.parametrize("N", [5120, 2048])
+def test_safe_pdl_gemv_prefetch_depth(rng, pf, N):
+    """The decode GEMV in safe PDL prefetching one ring step or the whole ring (the kernel's pdl
+    argument PDL_SAFE_PF1 / PDL_SAFE, gemv.safe_prefetch_steps), its weights written by a late
+    writer right before: bit-exact against PDL off, every output written."""
+    cp = _cp_hopper()
+    from dataclasses import replace
+
+    from kbitcupy.gemv import gemv
+
+    copy = _late_copy(cp)
+    K = 2048
+    src = _q(cp, rng, N, K, 4)
+    w = replace(src, packed=cp.zeros_like(src.packed), absmax=cp.zeros_like(src.absmax))
+    x = cp.asarray(rng.standard_normal((1, K), dtype=np.float32)).astype(cp.float16)
+    out = cp.empty((1, N), cp.float16)
+
+    def call():
+        w.packed.fill(0)
+        w.absmax.fill(0)
+        out.fill(np.nan)
+        copy(src.packed, w.packed)
+        copy(src.absmax, w.absmax)
+        gemv(x, w, out, (("pf", pf),))
+        return _bits(out)
+
+    _safe_matches_plain(call, out, f"gemv N={N} pf={pf}")
+
+
 @pytest.mark.parametrize("kernel", ["matmul", "gemm", "stream"])
 def test_safe_pdl_weight_late_writer(rng, kernel):
     """Safe PDL: a weight with its own codebook (loaded by every kernel) whose packed words,
