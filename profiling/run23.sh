@@ -60,4 +60,19 @@ if [ "$STEP" = pf2 ]; then
       --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final32 > "$W/bench_moe.log" 2>&1
   grep -E "TOTAL" "$W/bench_moe.log" | head -8; grep -E "as moe_forward" "$W/bench_moe.log" | head -8
 fi
+# STEP=sweep (H100): the block plan again under the new prefetch rule, M = 1, k = 2 / 4, gate/up, down, Q, O:
+#   c8, late, dual, warps and pf overrides (a column per override, one A/B run), then a replicate of the closing
+#   M = 1 table (final32b-m1).  Expected: the 85 % of SOL misses (k = 4 gate/up 4.63 us -> 4.38 needed, down 4.51
+#   -> 4.40) and k = 2's 3x (16.33 -> 15.65 needed) move only where an override wins by > 0.08 us (the noise).
+if [ "$STEP" = sweep ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm 2>&1 | tail -1
+  P="pfD:pf=2;c8:c8=1;c8pfD:c8=1,pf=2;n8:c8=0;n8pfD:c8=0,pf=2;l0:late=0;l1:late=1;d0:dual=0;d1:dual=1"
+  P="$P;w4:warps=4;w8:warps=8;w16:warps=16;c8w8:c8=1,warps=8;c8w4:c8=1,warps=4"
+  AB_PLANS="$P" KS=2,4 MS=1 SHAPES=gateup,down,Q,O timeout 300 python3 profiling/gemv_ab.py --out "$W" \
+      > "$W/sweep23.log" 2>&1
+  grep -v "^#" "$W/sweep23.log" | tail -12
+  timeout 120 python3 profiling/bench.py --out "$W" --M 1 --k 2,4 --columns matmul,matmul+PDL \
+      --reps 15 --tag final32b-m1 > "$W/bench_m1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_m1.log"
+fi
 finish_run run23
