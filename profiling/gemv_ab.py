@@ -124,7 +124,9 @@ def main():
             row["cbload"] = time_rotated([lambda c=c: G.gemv(A, c, out) for c in lcs])
         for vname, vtoks in variants:  # the current source built with extra -D flags
             ov, vopts, vcode = variant_parts(vtoks, "kbit_gemv.cu")
-            pl = G.plan(N, K, M, k, **dict(ov or ()))
+            ov = dict(ov or ())
+            pf = ov.pop("pf", None)  # the safe-mode prefetch depth: the launch's pdl argument, not the plan
+            pl = G.plan(N, K, M, k, **ov)
             grid, block, smem = (pl[3],), (pl[0] * 32, pl[7]), pl[2]
             # formatted here, not looked up: a probe may use a depth the package does not instantiate
             expr = (f"kbit_gemv<{k}, __half, unsigned char, true, {pl[1]}, {pl[4]}, "
@@ -142,7 +144,8 @@ def main():
             vf.max_dynamic_shared_size_bytes = smem
             # the current source's arguments, as kbitcupy.gemv passes them
             # (and launched as it does: a programmatic dependent where KBITCUPY_PDL=1)
-            vcall = lambda c: _pdl_launch(vf, grid, block, G.launch_args(A, c, out)[4])  # noqa: E731
+            pov = None if pf is None else (("pf", pf),)
+            vcall = lambda c: _pdl_launch(vf, grid, block, G.launch_args(A, c, out, pov)[4])  # noqa: E731
             out.fill(np.nan)
             vcall(cps[0])
             row[vname + "_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))

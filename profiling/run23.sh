@@ -75,4 +75,18 @@ if [ "$STEP" = sweep ]; then
       --reps 15 --tag final32b-m1 > "$W/bench_m1.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench_m1.log"
 fi
+# STEP=postpf (H100): L2 prefetches, right after the wait, of the steps not prefetched before it
+#   (-DKBIT_EXPERIMENT_POST_PF): dense k = 2 / 4, M = 1 / 4 (pp: with the rule; pp1: one step before the wait
+#   everywhere; ctl: the same source compiled as the variants are, no flag), and the grouped stable mode.
+#   Expected: down (S = 3) and the M = 4 shapes (S > D) -0.05..-0.15 us, gate/up pp1 between pf1 and pfD.
+if [ "$STEP" = postpf ]; then
+  python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1
+  AB_VARIANTS="ctl:-DKBIT_AB_CONTROL=1;pp:-DKBIT_EXPERIMENT_POST_PF;pp1:-DKBIT_EXPERIMENT_POST_PF +pf=1" \
+      AB_PLANS="pfD:pf=2" KS=2,4 MS=1,4 SHAPES=gateup,down,Q,O,KV,lin_value timeout 200 python3 profiling/gemv_ab.py \
+      --out "$W" > "$W/postpf23.log" 2>&1
+  grep -v "^#" "$W/postpf23.log" | tail -30
+  MOE_VARIANTS="st:+stable=1;stpp:+stable=1 -DKBIT_EXPERIMENT_POST_PF" KS=2,4 MS=1,4 MOE_MMA=0 \
+      timeout 150 python3 profiling/moe_ab.py --out "$W" > "$W/postpf23moe.log" 2>&1
+  grep "^TOTAL" "$W/postpf23moe.log"
+fi
 finish_run run23
