@@ -149,7 +149,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // L2 prefetches only (prefetch_l2: no effect on what the loads after the wait return).
     // How much is best depends on the shape (kbitcupy.gemv.safe_prefetch_steps): all of a
     // warp's steps (up to 8) was slower everywhere (H200, dense k = 4 M = 1 TOTAL +3.9 %,
-    // grouped +0.5..+18 %: nvidia-h200_2026-11-25_pf23.log, stable23.log).
+    // grouped +0.5..+18 %: nvidia-h200_2026-11-25_pf23.log, stable23.log), and so were the steps
+    // not prefetched before the wait prefetched right after it (H100, k = 4 M = 1 TOTAL 18.58 ->
+    // 19.24 us, postpf23): step 0's reads should land first.
     auto prefetch_group = [&](int grp) {
 #pragma unroll
         for (int c = 0; c < 2; c++) {
@@ -190,24 +192,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         if (tscale_late) tensor_scale = ld_after_wait(tscale_late);
     }
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
-#ifdef KBIT_EXPERIMENT_POST_PF
-    // Experiment hook: after the wait, the group's steps not prefetched before it as L2 prefetches
-    // (their DRAM reads start now rather than when the ring reaches them)
-    if (safe_pf) {
-        const int g0 = MULTI ? grp : (int)blockIdx.x * ny + ty;
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-            long w0;
-            if (!slot_start(g0, c, w0)) continue;
-#pragma unroll 1
-            for (int j = pf_steps; j < S; j++)
-                if (kblock_of(j, c) < KB) {
-                    prefetch_l2(packed + w0 + j * wstep);
-                    prefetch_l2(absmax + (w0 + j * wstep) / K);
-                }
-        }
-    }
-#endif
 // Experiment hook: the whole ring requested before the prologue.  H100, 2026-11-25 (after the
 // absmax fix): k = 4 M = 1 TOTAL 3 % slower, k = 2 / 5 equal, with PDL 1 % faster (run14.sh ring).
 #ifdef KBIT_EXPERIMENT_RING_EARLY

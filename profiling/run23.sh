@@ -89,4 +89,14 @@ if [ "$STEP" = postpf ]; then
       timeout 150 python3 profiling/moe_ab.py --out "$W" > "$W/postpf23moe.log" 2>&1
   grep "^TOTAL" "$W/postpf23moe.log"
 fi
+# STEP=verify (H100): the GPU tests of every family the session touched (GEMV, grouped, PDL, layers, launch,
+#   checks) and compute-sanitizer memcheck / racecheck over sanitize_driver.py (now with M = 1's one-step
+#   prefetch and the grouped GEMV's safe early mode, a 0-row slot among them).
+if [ "$STEP" = verify ]; then
+  python3 profiling/warm_cache.py gemv grouped wgmma gemm gemv_stream quant dequant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_verify.log" 330 tests/test_gemv_gpu.py tests/test_grouped_gpu.py tests/test_pdl_gpu.py \
+      tests/test_layers_gpu.py tests/test_launch_gpu.py tests/test_checks_gpu.py
+  sanitize memcheck "$W/memcheck23.txt" 120 profiling/sanitize_driver.py
+  sanitize racecheck "$W/racecheck23.txt" 120 profiling/sanitize_driver.py
+fi
 finish_run run23

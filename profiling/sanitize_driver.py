@@ -22,7 +22,7 @@ for k in (2, 4, 5):
     W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02)
     q = kb.quantize(W, k)
     Wd = kb.dequantize(q, np.float32).astype(cp.float64)
-    for M in (3, 17, 40):
+    for M in (1, 3, 17, 40):  # M = 1: the safe mode's one-step prefetch (PDL_SAFE_PF1)
         A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
         ref = A.astype(cp.float64) @ Wd.T
         if M <= 8:
@@ -96,6 +96,10 @@ try:
                 grouped_matmul(A, bank, ids, offs, mt, out=out, impl=impl)
                 grouped_matmul(A, bank, ids, offs, mt, out=out, impl=impl)  # counters reset
                 check(f"grouped {impl} k={k} max_tokens={mt}", out, ref)
+            if impl == "gemv":  # the default (safe) mode's early ids read (GROUPED_SAFE_EARLY), a 0-row slot
+                out = cp.full((A.shape[0], N), np.nan, cp.float16)
+                grouped_matmul(A, bank, ids, offs, int(counts.max()), out=out, impl=impl, ids_stable=True)
+                check(f"grouped {impl} k={k} ids_stable", out, ref)
             if int(cp.cuda.Device().compute_capability) >= 90:  # as programmatic dependents
                 out = cp.full((A.shape[0], N), np.nan, cp.float16)
                 with kb.pdl():
