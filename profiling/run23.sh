@@ -99,4 +99,18 @@ if [ "$STEP" = verify ]; then
   sanitize memcheck "$W/memcheck23.txt" 120 profiling/sanitize_driver.py
   sanitize racecheck "$W/racecheck23.txt" 120 profiling/sanitize_driver.py
 fi
+# STEP=h200pf (an H200 if one comes): the prefetch rule there (new vs the ring pfD vs one step pf1, k = 2 / 4,
+#   M = 1, every dense shape), the M = 1 / 4 table and the MoE table with Grouped:stable.
+if [ "$STEP" = h200pf ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm grouped quant 2>&1 | tail -1
+  AB_PLANS="pfD:pf=2;pf1:pf=1" KS=2,4 MS=1 SHAPES=gateup,down,Q,O,KV,lin_key,lin_value \
+      timeout 150 python3 profiling/gemv_ab.py --out "$W" > "$W/pf23h.log" 2>&1
+  grep -v "^#" "$W/pf23h.log" | tail -16
+  timeout 150 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul:plain,matmul+PDL \
+      --reps 15 --tag final33-m1 > "$W/bench_m1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_m1.log"
+  timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 2,4 --moe-M 1,2,4,8,16,32,64 \
+      --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final33 > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | head -8; grep -E "as moe_forward" "$W/bench_moe.log" | head -4
+fi
 finish_run run23
