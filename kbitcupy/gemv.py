@@ -354,7 +354,9 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     amode = 1 if a_rows is not None else 2 if a_silu else 0
     cbd = bank.default_codebook and bank.k in GROUPED_CBD_KS
-    key = (A.data.device_id, N, K, bank.k, tname, n_slots, min(max_tokens, 16) > 8, plan_override, kernel, amode, cbd)
+    # max_tokens as grouped_plan sees it (<= 4: two blocks per SM; <= 8: one token tile): a key of
+    # only "> 8" let a 1-token call's plan serve later 8-token calls (twentieth session)
+    key = (A.data.device_id, N, K, bank.k, tname, n_slots, min(max_tokens, 17), plan_override, kernel, amode, cbd)
     cfg = _GLAUNCH.get(key)
     if cfg is None:
         ov = dict(plan_override or ())

@@ -113,4 +113,18 @@ if [ "$STEP" = h200pf ]; then
       --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final33 > "$W/bench_moe.log" 2>&1
   grep -E "TOTAL" "$W/bench_moe.log" | head -8; grep -E "as moe_forward" "$W/bench_moe.log" | head -4
 fi
+# STEP=mtfix (H100): the grouped GEMV's launch cache keyed by max_tokens as grouped_plan sees it (an 8-token
+#   call after a 1-token one had run the 1-token plan: profiling/results/nvidia-h100-80gb-hbm3_2026-11-26_order23.log).  Grouped GPU tests,
+#   the MoE table (1..64 tokens, Grouped:stable beside) and the layer step.  Expected: 8 experts 8 tokens
+#   gate/up fused k = 4 8.33 -> ~8.05 us, k = 2 7.6 -> ~7.2; the other token counts unchanged.
+if [ "$STEP" = mtfix ]; then
+  python3 profiling/warm_cache.py gemv grouped wgmma gemm quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_mtfix.log" 200 tests/test_grouped_gpu.py -k "plan_follows or slices or default_codebook or moe_forward"
+  timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 2,4 --moe-M 1,2,4,8,16,32,64 \
+      --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final34 > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | grep -E "\| (8|10) \| 4 \|" | head -14
+  timeout 120 python3 profiling/bench.py --out "$W" --shapes none --moe-layer --k 4 --reps 15 --tag layer34 \
+      > "$W/layer.log" 2>&1
+  grep -E "^\| (1|8|32) \| 4" "$W/layer.log"
+fi
 finish_run run23

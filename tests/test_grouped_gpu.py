@@ -277,6 +277,35 @@ def test_grouped_gemv_slices(rng, k):
 
 
 @pytest.mark.gpu
+def test_grouped_gemv_plan_follows_max_tokens(rng):
+    """The grouped GEMV's cached launch follows grouped_plan for every max_tokens, whatever was
+    called before (a key of only "max_tokens > 8" once let a 1-token call's two-block plan serve
+    8-token calls): 8 experts of MoE gate/up fused, 1 -> 8 -> 1 -> 4 tokens, results checked."""
+    from kbitcupy import gemv as G
+    from kbitcupy.grouped import _err_buffer
+
+    cp = _cp()
+    E, N, K, S = 12, 1024, 2048, 8
+    bank = _bank(rng, E, N, K, 4)
+    ids = np.arange(S, dtype=np.int32)
+    sms = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
+    for mt in (1, 8, 1, 4):
+        offs = _offsets([mt] * S)
+        A = rng.standard_normal((offs[-1], K)).astype(np.float16)
+        out = _nan((offs[-1], N), np.float16)
+        launched = []
+        real = G._pdl.launch
+        try:
+            G._pdl.launch = lambda fn, grid, block, *a, **kw: (launched.append(block), real(fn, grid, block, *a, **kw))
+            G.grouped_gemv(_dev(A), bank, cp.asarray(ids), cp.asarray(offs), out, mt, _err_buffer())
+        finally:
+            G._pdl.launch = real
+        warps, _, _, _, gpb = G.grouped_plan(N, K, 4, S, mt, sms=sms)
+        assert launched == [(warps * 32, max(gpb, 1))], (mt, launched)
+        _check(out, A, bank, ids, offs, np.float16)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("k", [2, 3, 4, 5])
 def test_grouped_gemv_default_codebook(rng, k):
     """A bank with the default codebook runs the grouped GEMV with the levels compiled in (CBD,
