@@ -206,8 +206,11 @@ def safe_prefetch_steps(N: int, K: int, M: int, k: int, depth: int) -> int:
     2026-11-25 (twentieth session, nvidia-h100-80gb-hbm3_2026-11-25_pf23c.log, M = 1, one ring
     step against two): k = 4 Q 3.86 -> 3.71 us, O 3.98 -> 3.74, linear value 3.89 -> 3.69,
     down 4.63 -> 4.55, but gate/up 4.69 -> 4.82 (k = 3 4.78 -> 5.01); k = 3 / 5 the rest within
-    noise; none at all (pf0) slower at M = 1; M = 4 mixed (kept the ring)."""
-    if M == 1 and N < 320 * 16:
+    noise; none at all (pf0) slower at M = 1.  At M = 2..4 the same, except that down-like shapes
+    (K >= 5120) keep the ring (pf23da, M = 2: Q k = 4 3.91 -> 3.71, O 4.20 -> 3.91, linear value
+    3.89 -> 3.68, but down 4.65 -> 4.80 and gate/up 4.89 -> 5.31; pf23c, M = 4: O 4.42 -> 4.17,
+    Q 4.24 -> 4.09, down k = 4 5.05 -> 5.18)."""
+    if M <= 4 and N < 320 * 16 and (M == 1 or K < 5120):
         return 1
     return depth
 

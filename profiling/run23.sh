@@ -127,4 +127,17 @@ if [ "$STEP" = mtfix ]; then
       > "$W/layer.log" 2>&1
   grep -E "^\| (1|8|32) \| 4" "$W/layer.log"
 fi
+# STEP=pfm (H100): the prefetch rule at M = 2..4 (one step except gate/up-wide and down-like shapes): the A/B of
+#   the rule against the ring (pfD) and one step (pf1), k = 2..5, M = 2 / 3 / 4, then the closing M = 1..4 table.
+#   Expected (pf23da / pf23c): k = 4 M = 2 TOTAL 19.68 -> ~19.2 us, M = 4 21.28 -> ~20.9; M = 1 unchanged.
+if [ "$STEP" = pfm ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream wgmma gemm quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_pfm.log" 120 tests/test_pdl_gpu.py -k "prefetch or late_writer"
+  AB_PLANS="pfD:pf=2;pf1:pf=1" KS=2,3,4,5 MS=2,3,4 SHAPES=gateup,down,Q,O,KV,lin_key,lin_value \
+      timeout 200 python3 profiling/gemv_ab.py --out "$W" > "$W/pf23m.log" 2>&1
+  grep "^TOTAL" "$W/pf23m.log"
+  timeout 200 python3 profiling/bench.py --out "$W" --M 1,2,3,4 --k 2,3,4,5 --columns matmul,matmul:plain,matmul+PDL \
+      --reps 15 --tag final35-m1 > "$W/bench_m1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_m1.log"
+fi
 finish_run run23
