@@ -288,13 +288,14 @@ def test_safe_pdl_grouped_late_writer(rng, impl):
         _safe_matches_plain(call, out, "grouped")
 
 
-@pytest.mark.parametrize("k,ntok", [(4, 1), (4, 4), (5, 1), (2, 8), (3, 20)])
-def test_safe_pdl_grouped_stable_weight_late_writer(rng, k, ntok):
+@pytest.mark.parametrize("k,ntok,dt", [(4, 1, "float16"), (4, 4, "bfloat16"), (5, 1, "bfloat16"), (2, 8, "float16"),
+                                       (3, 20, "bfloat16")])
+def test_safe_pdl_grouped_stable_weight_late_writer(rng, k, ntok, dt):
     """Safe PDL with ids_stable (the grouped GEMV reads the ids and L2-prefetches its first
     weights before its wait): the bank's packed words, absmax and tensor scales written by a
     kernel that lets its dependents launch at once and writes ~60 us later.  k = 5 has the
-    default codebook compiled in (its table built before the wait); ntok 20 runs three passes.
-    Bit-exact against PDL off, every output written."""
+    default codebook compiled in (its table built before the wait); ntok 20 runs three passes;
+    fp16 and bf16.  Bit-exact against PDL off, every output written."""
     cp = _cp_hopper()
     from dataclasses import replace
 
@@ -307,10 +308,10 @@ def test_safe_pdl_grouped_stable_weight_late_writer(rng, k, ntok):
                   tensor_scale_host=None)
     bank = replace(src, packed=cp.zeros_like(src.packed), absmax=cp.zeros_like(src.absmax),
                    tensor_scale=cp.zeros_like(src.tensor_scale), tensor_scale_host=None)
-    A = cp.asarray(rng.standard_normal((S * ntok, K), dtype=np.float32)).astype(cp.float16)
+    A = cp.asarray(rng.standard_normal((S * ntok, K), dtype=np.float32)).astype(dt)
     ids = cp.asarray(rng.permutation(E)[:S].astype(np.int32))
     offs = cp.asarray(np.arange(S + 1, dtype=np.int32) * ntok)
-    out = cp.empty((S * ntok, N), cp.float16)
+    out = cp.empty((S * ntok, N), A.dtype)
 
     def call():
         for a in (bank.packed, bank.absmax, bank.tensor_scale):
