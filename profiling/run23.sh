@@ -140,4 +140,14 @@ if [ "$STEP" = pfm ]; then
       --reps 15 --tag final35-m1 > "$W/bench_m1.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench_m1.log"
 fi
+# STEP=ring (H100): the grouped slices kernel's ring (MoE default launch and stable mode): ring steps requested
+#   before the prologue (re: -DKBIT_EXPERIMENT_RING_EARLY) and a 3-step ring (d3), against a control compile
+#   (ctl).  Expected: in the default launch the weights of step 1 wait behind the ids, the codebook and the
+#   table build; re -0.1..-0.3 us at 1 token if the DRAM queue is not the limit, else slower (as dense: +3 %).
+if [ "$STEP" = ring ]; then
+  python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1
+  MOE_VARIANTS="ctl:-DKBIT_AB_CONTROL=1;re:-DKBIT_EXPERIMENT_RING_EARLY;d3:-DKBIT_GROUPED_SL_DEPTH=3;st:+stable=1;stre:+stable=1 -DKBIT_EXPERIMENT_RING_EARLY" \
+      KS=2,4 MS=1,4 MOE_MMA=0 timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/ring23.log" 2>&1
+  grep "^TOTAL" "$W/ring23.log"
+fi
 finish_run run23
