@@ -407,6 +407,10 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 #ifndef KBIT_GROUPED_SL_DEPTH
 #define KBIT_GROUPED_SL_DEPTH 2
 #endif
+// Experiment hook: the slices kernel's ring filled once step 0 has landed (the dense LATE)
+#ifndef KBIT_GROUPED_LATE
+#define KBIT_GROUPED_LATE false
+#endif
 template <int K, typename T, int MT, int AMODE, bool SL, bool CBD>
 __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const u32* __restrict__ packed,
                                                   const u8* __restrict__ absmax, const float* __restrict__ codebook,
@@ -458,7 +462,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // are [gate | up] (2 Kdim) and the kernel multiplies silu(gate) * up (kbitcupy/moe.py)
     for (int c0 = r0; c0 < r1; c0 += 8 * MT) {
         // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
-        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, false, AMODE, SL, CBD>(
+        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL, CBD>(
             AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
             codebook, C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim,
             safe_early ? (c0 == r0 ? 0.f : ld_after_wait(tscale + e)) : tscale[e], blockIdx.x, gridDim.x,
