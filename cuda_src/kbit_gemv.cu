@@ -407,9 +407,12 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 #ifndef KBIT_GROUPED_SL_DEPTH
 #define KBIT_GROUPED_SL_DEPTH 2
 #endif
-// Experiment hook: the slices kernel's ring filled once step 0 has landed (the dense LATE)
+// The grouped kernel's ring filled once step 0 has landed (the dense LATE) at k = 5 only: H100,
+// 2026-11-26 (twentieth session, late23, default launch, 8 experts): k = 5 gate/up fused + down 1 /
+// 4 / 8 tokens 16.34 / 16.66 / 17.78 -> 15.50 / 15.90 / 17.13 us, but k = 2 / 4 0.3-0.6 us slower.
+// (An experiment hook: -DKBIT_GROUPED_LATE=... overrides it.)
 #ifndef KBIT_GROUPED_LATE
-#define KBIT_GROUPED_LATE false
+#define KBIT_GROUPED_LATE (K == 5)
 #endif
 template <int K, typename T, int MT, int AMODE, bool SL, bool CBD>
 __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const u32* __restrict__ packed,

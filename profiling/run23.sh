@@ -150,4 +150,14 @@ if [ "$STEP" = ring ]; then
       KS=2,4 MS=1,4 MOE_MMA=0 timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/ring23.log" 2>&1
   grep "^TOTAL" "$W/ring23.log"
 fi
+# STEP=late5 (H100): the grouped kernel's LATE ring fill at k = 5 (KBIT_GROUPED_LATE default (K == 5), from
+#   late23): grouped / PDL GPU tests, then the A/B against the previous build (prev: LATE off), k = 4 / 5.
+#   Expected: k = 4 equal, k = 5 8 experts 1 token 16.3 -> ~15.5 us.
+if [ "$STEP" = late5 ]; then
+  python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_late5.log" 200 tests/test_grouped_gpu.py tests/test_pdl_gpu.py -k "grouped or moe or stable"
+  MOE_VARIANTS="prev:-DKBIT_GROUPED_LATE=false" KS=4,5 MS=1,4,8 MOE_MMA=0 timeout 150 python3 profiling/moe_ab.py \
+      --out "$W" > "$W/late23b.log" 2>&1
+  grep "^TOTAL" "$W/late23b.log"
+fi
 finish_run run23
