@@ -188,9 +188,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
         if (CBD) build_default_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
         griddep_wait_release();
-        // tscale_late (the grouped kernel's safe early mode): the tensor scale is a weight too
-        if (tscale_late) tensor_scale = ld_after_wait(tscale_late);
     }
+    // tscale_late (the grouped kernel's safe early mode, waited by now): the tensor scale is a
+    // weight too, so it is read here rather than by the caller
+    if (tscale_late) tensor_scale = ld_after_wait(tscale_late);
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
 // Experiment hook: the whole ring requested before the prologue.  H100, 2026-11-25 (after the
 // absmax fix): k = 4 M = 1 TOTAL 3 % slower, k = 2 / 5 equal, with PDL 1 % faster (run14.sh ring).
@@ -467,10 +468,9 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
         // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
         gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL, CBD>(
             AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
-            codebook, C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim,
-            safe_early ? (c0 == r0 ? 0.f : ld_after_wait(tscale + e)) : tscale[e], blockIdx.x, gridDim.x,
-            (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows,
-            safe_early && c0 == r0, lut_ready, safe_early && c0 == r0 ? tscale + e : nullptr, 1);
+            codebook, C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim, safe_early ? 0.f : tscale[e], blockIdx.x,
+            gridDim.x, (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows,
+            safe_early && c0 == r0, lut_ready, safe_early ? tscale + e : nullptr, 1);
         __syncthreads();
     }
 }

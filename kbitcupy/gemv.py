@@ -198,7 +198,7 @@ def _smem_limit(device_id: int) -> int:
 _LAUNCH: dict = {}
 
 
-def safe_prefetch_steps(N: int, K: int, M: int, k: int, depth: int) -> int:
+def safe_prefetch_steps(N: int, K: int, M: int, depth: int) -> int:
     """Ring steps the decode GEMV prefetches into L2 before its wait in safe PDL (the kernel's
     pdl argument PDL_SAFE: depth, PDL_SAFE_PF1: one).  The whole ring's prefetch delays the
     previous kernel's own loads (the graph's kernels run back to back) more than it saves,
@@ -215,13 +215,14 @@ def safe_prefetch_steps(N: int, K: int, M: int, k: int, depth: int) -> int:
     return depth
 
 
-def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=False, cbd=False):
-    """(kernel, grid, block, smem, scalar args, safe-mode pdl argument) for one call shape,
-    built once.  cbd: the instantiation with the default codebook compiled in.  plan_override
-    may also hold pf (safe_prefetch_steps' choice: 1 or the ring depth)."""
+def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=0, cbd=False):
+    """(kernel, grid, block, smem, scalar args, the kernel's pdl argument) for one call shape,
+    built once.  pdl: _pdl.dense_arg (in safe mode refined by safe_prefetch_steps); cbd: the
+    instantiation with the default codebook compiled in.  plan_override may also hold pf
+    (safe_prefetch_steps' choice: 1 or the ring depth)."""
     ov = dict(plan_override or ())
     pf = ov.pop("pf", None)
-    p = plan(N, K, M, qw.k, **{"pdl": pdl, "tiled": qw.layout == "tiled", **ov})
+    p = plan(N, K, M, qw.k, **{"pdl": pdl == 1, "tiled": qw.layout == "tiled", **ov})
     warps, depth, smem, grid, tiles, dual, late, gpb, c8 = p
     if smem > _smem_limit(dev):  # (this plan's, overrides included)
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
@@ -230,9 +231,10 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=False, cbd=False)
                         cbd, c8))
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
-    pf = safe_prefetch_steps(N, K, M, qw.k, depth) if pf is None else int(pf)
-    safe = _pdl.PDL_SAFE_PF1 if pf == 1 and depth > 1 else _pdl.PDL_SAFE
-    return fn, (grid,), (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K)), safe
+    pf = safe_prefetch_steps(N, K, M, depth) if pf is None else int(pf)
+    if pdl == _pdl.PDL_SAFE and pf == 1 and depth > 1:
+        pdl = _pdl.PDL_SAFE_PF1
+    return fn, (grid,), (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K)), np.int32(pdl)
 
 
 def launch_args(A, qw, out, plan_override=None):
@@ -250,10 +252,10 @@ def launch_args(A, qw, out, plan_override=None):
     key = (A.data.device_id, M, N, K, qw.k, tname, qw.absmax.dtype.char, qw.layout, plan_override, pdl, cbd)
     cfg = _LAUNCH.get(key)
     if cfg is None:
-        cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override, pdl == 1, cbd)
-    fn, grid, block, smem, dims, safe = cfg
+        cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override, pdl, cbd)
+    fn, grid, block, smem, dims, pdl_arg = cfg
     return fn, grid, block, smem, ((A, qw.packed, qw.absmax, qw.codebook, out) + dims +
-                                   (np.float32(qw.tensor_scale), np.int32(safe if pdl == _pdl.PDL_SAFE else pdl)))
+                                   (np.float32(qw.tensor_scale), pdl_arg))
 
 
 def gemv(A, qw, out, plan_override=None, *, validate=True):

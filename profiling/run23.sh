@@ -9,6 +9,16 @@
 #   OUT=/tmp/out STEP=stable bash profiling/run23.sh
 . profiling/run_env.sh
 start_run stable
+# closing_tables N: the M = 1 / 4 dense table (k = 2..5, default / plain / full PDL) tagged finalN-m1 and the MoE
+# table (1..64 tokens, Grouped:stable beside, its "as moe_forward" TOTAL) tagged moe-finalN; prints their TOTALs.
+closing_tables() {
+  timeout 150 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul:plain,matmul+PDL \
+      --reps 15 --tag "final$1-m1" > "$W/bench_m1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_m1.log"
+  timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 2,4 --moe-M 1,2,4,8,16,32,64 \
+      --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag "moe-final$1" > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | head -8; grep -E "as moe_forward" "$W/bench_moe.log" | head -8
+}
 if [ "$STEP" = stable ]; then
   python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1
   gpu_tests "$W/gpu_tests_stable.log" 240 tests/test_grouped_gpu.py tests/test_pdl_gpu.py -k "grouped or late_writer or moe"
@@ -53,12 +63,7 @@ if [ "$STEP" = pf2 ]; then
         timeout 150 python3 profiling/gemv_ab.py --out "$W" > "$W/pf23d$r.log" 2>&1
     grep "^TOTAL" "$W/pf23d$r.log"
   done
-  timeout 150 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul:plain,matmul+PDL \
-      --reps 15 --tag final32-m1 > "$W/bench_m1.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench_m1.log"
-  timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 2,4 --moe-M 1,2,4,8,16,32,64 \
-      --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final32 > "$W/bench_moe.log" 2>&1
-  grep -E "TOTAL" "$W/bench_moe.log" | head -8; grep -E "as moe_forward" "$W/bench_moe.log" | head -8
+  closing_tables 32
 fi
 # STEP=sweep (H100): the block plan again under the new prefetch rule, M = 1, k = 2 / 4, gate/up, down, Q, O:
 #   c8, late, dual, warps and pf overrides (a column per override, one A/B run), then a replicate of the closing
@@ -106,12 +111,7 @@ if [ "$STEP" = h200pf ]; then
   AB_PLANS="pfD:pf=2;pf1:pf=1" KS=2,4 MS=1 SHAPES=gateup,down,Q,O,KV,lin_key,lin_value \
       timeout 150 python3 profiling/gemv_ab.py --out "$W" > "$W/pf23h.log" 2>&1
   grep -v "^#" "$W/pf23h.log" | tail -16
-  timeout 150 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul:plain,matmul+PDL \
-      --reps 15 --tag final33-m1 > "$W/bench_m1.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench_m1.log"
-  timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 2,4 --moe-M 1,2,4,8,16,32,64 \
-      --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final33 > "$W/bench_moe.log" 2>&1
-  grep -E "TOTAL" "$W/bench_moe.log" | head -8; grep -E "as moe_forward" "$W/bench_moe.log" | head -4
+  closing_tables 33
 fi
 # STEP=mtfix (H100): the grouped GEMV's launch cache keyed by max_tokens as grouped_plan sees it (an 8-token
 #   call after a 1-token one had run the 1-token plan: profiling/results/nvidia-h100-80gb-hbm3_2026-11-26_order23.log).  Grouped GPU tests,

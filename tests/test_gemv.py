@@ -54,12 +54,12 @@ def test_safe_prefetch_steps():
     # ones (K >= 5120); the whole ring otherwise (and above M = 4)
     for M in (1, 2, 3, 4, 8, 16):
         one = {(s, k) for s in DENSE for k in (2, 3, 4, 5)
-               if G.safe_prefetch_steps(*DENSE[s], M, k, G.plan(*DENSE[s], M, k)[1]) == 1}
+               if G.safe_prefetch_steps(*DENSE[s], M, G.plan(*DENSE[s], M, k)[1]) == 1}
         want = set() if M > 4 else {s for s in DENSE if s != "gateup" and (M == 1 or s != "down")}
         assert one == {(s, k) for s in want for k in (2, 3, 4, 5)}, M
         for s in DENSE:
             d = G.plan(*DENSE[s], M, 4)[1]
-            assert G.safe_prefetch_steps(*DENSE[s], M, 4, d) in (1, d)
+            assert G.safe_prefetch_steps(*DENSE[s], M, d) in (1, d)
 
 
 def test_k5_wide_shapes_put_an_sms_share_of_groups_in_one_block():
