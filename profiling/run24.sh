@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Twenty-first session (2026-11-26): where the dense wgmma kernel's time goes at M = 64..256 (issue 4).
+#   STEP=wgprobe: profiling/gemm_probe.py's wgmma column (default plan and 1 split) with stages removed through
+#   KBIT_WGMMA_OPTS: none, no token copies (-DKBIT_WG_NO_TOKENS), no dequantize, no MMA, no tokens + no dequantize;
+#   gate/up, down, Q at k = 4, M = 64 / 128 / 256; dq + cuBLAS beside (the baseline row).  Expected: if the
+#   token tile re-read from L2 per 128-column strip limits it (16 KB of tokens per 4 KB weight tile at TOK = 128),
+#   no-tokens drops M = 128 gate/up from ~16 us towards ~8; if not, the per-tile barrier chain is the limit.
+#   OUT=/tmp/out STEP=wgprobe bash profiling/run24.sh
+. profiling/run_env.sh
+start_run wgprobe
+if [ "$STEP" = wgprobe ]; then
+  for o in "" "-DKBIT_WG_NO_TOKENS" "-DKBIT_WG_NO_DEQUANT" "-DKBIT_WG_NO_MMA" "-DKBIT_WG_NO_TOKENS -DKBIT_WG_NO_DEQUANT"; do
+    echo "## KBIT_WGMMA_OPTS='$o'" | tee -a "$W/wgprobe24.log"
+    KBIT_WGMMA_OPTS="$o" GEMM=0 DQ=$([ -z "$o" ] && echo 1 || echo 0) WG=1 WGSPLITS=1 KS=4 MS=${MS:-64,128,256} \
+      SHAPES_=${SHAPES_:-gateup,down,Q} timeout 150 python3 profiling/gemm_probe.py 2>&1 | tee -a "$W/wgprobe24.log"
+  done
+fi
+# STEP=wgtrace: profiling/wgmma_trace.py timelines of gate/up k = 4 at M = 128 (default 3 splits, 1 split) and
+#   M = 256, and the same with -DKBIT_WG_NO_MMA: which phase of the ~1000-cycle iteration is the wait.
+if [ "$STEP" = wgtrace ]; then
+  for o in "" "-DKBIT_WG_NO_MMA"; do
+    echo "## extra opts '$o'" | tee -a "$W/wgtrace24.log"
+    KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE $o" CASES="d:5120,2048,128;d:5120,2048,128,1;d:5120,2048,256" \
+      timeout 150 python3 profiling/wgmma_trace.py 2>&1 | tee -a "$W/wgtrace24.log"
+  done
+fi
+# STEP=ws: the warp-specialized wgmma kernel (kbit_wgmma_ws, a producer warpgroup issuing the copies,
+#   mbarrier stage hand-off).  The wgmma GPU tests with KBIT_WG_WS=1 (every dense plan with TOK <= 128 on
+#   it) incl. the bit-exact WS-vs-plain test; then gemm_probe's default-plan wgmma column with WS off / on
+#   (k = 4, M = 16..256, gate/up, down, Q, O, KV) and the WS timeline at M = 128.  Expected: the ~190 ns copy
+#   issue leaves the consumers' chain: gate/up M = 128 main loop 7.5 -> ~4 us, the kernel 16 -> ~12 us.
+if [ "$STEP" = ws ]; then
+  KBIT_WG_WS=1 python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  KBIT_WG_WS=1 gpu_tests "$W/gpu_tests_ws.log" 400 tests/test_wgmma_gpu.py
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_ws.log" | head -20
+  for ws in 0 1; do
+    echo "## KBIT_WG_WS=$ws" | tee -a "$W/ws24.log"
+    KBIT_WG_WS=$ws GEMM=0 DQ=0 WG=1 KS=4 MS=${MS:-16,32,64,128,256} SHAPES_=${SHAPES_:-gateup,down,Q,O,KV} \
+      timeout 150 python3 profiling/gemm_probe.py 2>&1 | tee -a "$W/ws24.log"
+  done
+  KBIT_WG_WS=1 KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE" CASES="d:5120,2048,128;d:5120,2048,256" \
+    timeout 150 python3 profiling/wgmma_trace.py 2>&1 | tee "$W/wstrace24.log" | tail -40
+fi
+finish_run run24
