@@ -401,8 +401,8 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// mbarrier (shared memory, CTA scope; arrive releases, try_wait acquires): the stage hand-off of
-// the streaming GEMV and the warp-specialized wgmma kernel.
+// mbarrier (shared memory, CTA scope; arrive releases, try_wait acquires): the streaming GEMV's
+// stage hand-off.
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }

@@ -101,7 +101,6 @@ __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sy
 
 // Thread block cluster helpers (the split-K sum over DSMEM, see wgmma_cta's fixup).
 #define KBIT_WG_MAX_CLUSTER 8  // portable cluster size limit; more splits use the workspace
-#define KBIT_WG_MAX_STAGES 8   // kbitcupy/wgmma.py MAX_STAGES (the WS kernel's mbarrier pairs)
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
@@ -204,7 +203,7 @@ namespace kbit_wgmma_detail {
 // in ws / counters).  Returns false where a split-K contributor leaves the sum to the
 // last one.  A, packed, absmax and C are this GEMM's bases (the grouped kernel passes
 // one expert's).
-template <int K, typename T, int TOK, bool WS = false>
+template <int K, typename T, int TOK>
 __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __restrict__ packed,
                                           const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                           T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
@@ -221,11 +220,6 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     constexpr int SH = PairLut<K>::LOG2_COPIES + 2;  // log2 bytes per LUT entry row
     constexpr int CS_STRIDE = 128 + 8;               // C staging row (elements), 16 B aligned, spreads banks
 
-    // WS (warp-specialized, kbit_wgmma_ws): threads 256..383 are a producer warpgroup that only
-    // issues the stage copies; a stage's hand-off is a pair of mbarriers (full: its copies landed
-    // and are visible to the async proxy; empty: both consumer warpgroups' wgmma retired it).
-    constexpr int NLOAD = WS ? 128 : 256;  // threads issuing the stage copies
-    constexpr int BAR_BYTES = WS ? 16 * KBIT_WG_MAX_STAGES : 0;
     extern __shared__ __align__(128) unsigned char smem[];
     u32* lut = reinterpret_cast<u32*>(smem);
     u32* s2tab = reinterpret_cast<u32*>(smem + LUT_BYTES);
@@ -233,13 +227,10 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     int* misc = reinterpret_cast<int*>(smem + LUT_BYTES + 1024 + 128);
     // stages from the first 1024-byte aligned shared address on (kbitcupy/wgmma.py adds the slack)
     const u32 smem_s = (u32)__cvta_generic_to_shared(smem);
-    const u32 bar_s = smem_s + (u32)(LUT_BYTES + 1024 + 256);  // WS: full[s] at bar_s + 8 s, empty[s] + 64
-    const u32 stage0_s = (smem_s + (u32)(LUT_BYTES + 1024 + 256 + BAR_BYTES) + 1023u) & ~1023u;
+    const u32 stage0_s = (smem_s + (u32)(LUT_BYTES + 1024 + 256) + 1023u) & ~1023u;
     unsigned char* stage0 = smem + (stage0_s - smem_s);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const bool producer = WS && tid >= 256;
-    const int ltid = WS ? (tid & 127) : tid;  // index among the copying threads
     const int g = lane >> 2, t = lane & 3;
     KBIT_WG_T(6, probe_gtime());
     KBIT_WG_T(0, clock64());
@@ -256,21 +247,20 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     const int kt_end = (int)((unsigned)k_tiles * (unsigned)(split + 1) / (unsigned)k_splits);
     const int n_my = kt_end - kt_begin;
 
-    // Token copies: copy id i = ltid + NLOAD u (u < A_COPIES) -> token i / 8 = a_r0 + RU u
-    // (RU = NLOAD / 8 tokens per round), chunk i % 8 = a_c, shared byte 128 (a_r0 + RU u) + 16
-    // (a_c ^ (a_r0 % 8)) (the swizzled chunk is the same for every u).  The row pointer and its
-    // validity are fixed per thread; only the K offset moves.
-    constexpr int RU = NLOAD / 8;
-    constexpr int A_COPIES = (TOK * 8 + NLOAD - 1) / NLOAD;
-    const int a_r0 = ltid >> 3, a_c = ltid & 7;
+    // Token copies: copy id i = tid + 256 u (u < A_COPIES) -> token i / 8 = a_r0 + 32 u,
+    // chunk i % 8 = a_c, shared byte 128 (a_r0 + 32 u) + 16 (a_c ^ (a_r0 % 8)) (the swizzled
+    // chunk is the same for every u).  The row pointer and its validity are fixed per thread;
+    // only the K offset moves.
+    constexpr int A_COPIES = (TOK * 8 + 255) / 256;
+    const int a_r0 = tid >> 3, a_c = tid & 7;
     const u32 a_soff = 128u * (u32)a_r0 + 16u * (u32)(a_c ^ (a_r0 & 7));
-    const int a_rows = M - m0 - a_r0;  // copy u is a real token iff RU u < a_rows
+    const int a_rows = M - m0 - a_r0;  // copy u is a real token iff 32 u < a_rows
     const T* a_base = A + (long)(m0 + a_r0) * Kdim + a_c * 8;
-    const long a_ustride = (long)RU * Kdim;
-    constexpr int W_COPIES = (W_BYTES / 16 + NLOAD - 1) / NLOAD;
-    const u32* w_base = packed + (long)nt * (KBIT_TILE_N * KBIT_KB_PER_TILE * K) + 4 * ltid;
+    const long a_ustride = 32L * Kdim;
+    constexpr int W_COPIES = (W_BYTES / 16 + 255) / 256;
+    const u32* w_base = packed + (long)nt * (KBIT_TILE_N * KBIT_KB_PER_TILE * K) + 4 * tid;
     const long w_ktstride = (long)n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K);
-    const u8* abs_base = absmax + (long)nt * (KBIT_TILE_N * KBIT_KB_PER_TILE) + 16 * ltid;
+    const u8* abs_base = absmax + (long)nt * (KBIT_TILE_N * KBIT_KB_PER_TILE) + 16 * tid;
     const long abs_ktstride = (long)n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE);
 
     auto load_tokens = [&](int buf, int kt) {
@@ -281,19 +271,19 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         const bool kok = kt * KBIT_TILE_K + a_c * 8 < Kdim;  // K % 64 == 32: the upper half is zero-filled
 #pragma unroll
         for (int u = 0; u < A_COPIES; u++) {
-            if ((TOK * 8) % NLOAD == 0 || ltid + NLOAD * u < TOK * 8) {
-                const bool ok = kok && RU * u < a_rows;
-                cp_async16_zfill(st + 16 * NLOAD * u, ok ? a_base + u * a_ustride + kt * KBIT_TILE_K : A, ok);
+            if ((TOK * 8) % 256 == 0 || tid + 256 * u < TOK * 8) {
+                const bool ok = kok && 32 * u < a_rows;
+                cp_async16_zfill(st + 4096 * u, ok ? a_base + u * a_ustride + kt * KBIT_TILE_K : A, ok);
             }
         }
     };
     auto load_weights = [&](int buf, int kt) {  // the whole (kt, nt) layout tile, contiguous
-        const u32 st = stage0_s + buf * STAGE_BYTES + 16 * ltid;
+        const u32 st = stage0_s + buf * STAGE_BYTES + 16 * tid;
 #pragma unroll
         for (int u = 0; u < W_COPIES; u++)
-            if ((W_BYTES / 16) % NLOAD == 0 || ltid + NLOAD * u < W_BYTES / 16)
-                cp_async16_zfill(st + A_BYTES + 16 * NLOAD * u, w_base + kt * w_ktstride + 4 * NLOAD * u, true);
-        if (ltid < 16) cp_async16_zfill(st + A_BYTES + W_BYTES, abs_base + kt * abs_ktstride, true);
+            if ((W_BYTES / 16) % 256 == 0 || tid + 256 * u < W_BYTES / 16)
+                cp_async16_zfill(st + A_BYTES + 4096 * u, w_base + kt * w_ktstride + 1024 * u, true);
+        if (tid < 16) cp_async16_zfill(st + A_BYTES + W_BYTES, abs_base + kt * abs_ktstride, true);
     };
     auto load_stage = [&](int buf, int kt) {
         load_tokens(buf, kt);
@@ -307,16 +297,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     // griddepcontrol.wait; tokens (the previous grid may write A), the split-K workspace
     // and C only after it.  cp.async group i is then {all prologue weights + tokens of
     // tile 0} for i = 0, tokens of tile i after: tile i has landed once group i has.
-    auto full_bar = [&](int b) { return bar_s + 8u * (u32)b; };
-    auto empty_bar = [&](int b) { return bar_s + 8u * (u32)(KBIT_WG_MAX_STAGES + b); };
-    if (WS && tid == 0) {
-        for (int b = 0; b < stages; b++) {
-            mbar_init(full_bar(b), NLOAD);  // every producer thread, after its copies landed
-            mbar_init(empty_bar(b), 8);     // every consumer warp, once its wgmma read the stage
-        }
-    }
     if (tid < 32) cb_s[tid] = tid < (1 << K) ? codebook[tid] : 0.0f;
-    for (int i = 0; i < (WS ? 0 : dist); i++) {
+    for (int i = 0; i < dist; i++) {
         if (pdl) {
             if (i < n_my) load_weights(i, kt_begin + i);
         } else {
@@ -325,19 +307,9 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         }
     }
     __syncthreads();
-    if (WS) {  // the consumers build the tables (named barrier below) while the producer copies
-        if (!producer) {
-            build_pair_lut<K, T>(lut, cb_s, 256, tid);
-            build_scale_table<T>(s2tab, tid, 256);
-        }
-    } else {
-        build_pair_lut<K, T>(lut, cb_s);
-        build_scale_table<T>(s2tab, tid, 256);
-    }
-    if (WS && pdl) {  // nothing global touched yet but the codebook; C and the workspace after
-        griddep_wait();
-        griddep_launch_dependents();
-    } else if (pdl) {
+    build_pair_lut<K, T>(lut, cb_s);
+    build_scale_table<T>(s2tab, tid, 256);
+    if (pdl) {
         griddep_wait();
         for (int i = 0; i < dist; i++) {
             if (i < n_my) load_tokens(i, kt_begin + i);
@@ -453,67 +425,6 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         wgmma_commit();
 #endif
     };
-    if constexpr (WS) {
-        if (producer) {
-            // Tile i into stage i % stages once the consumers released it (tile i - stages retired);
-            // a tile's full barrier is arrived once its copies landed (cp.async.wait_group: lag
-            // groups may still fly) and were fenced to the async proxy, the writer-side fence the
-            // non-WS loop uses too.  lag <= stages - 2: the consumers release tile i - stages
-            // after they got tile i - stages + 1, which the producer arrived before issuing tile i.
-            const int lag = min(stages - 2, 5);
-            int arrived = 0, b = 0, ph = 0;
-            for (int i = 0; i < n_my; i++) {
-                if (i >= stages) mbar_wait(empty_bar(b), (u32)(ph ^ 1));
-                load_stage(b, kt_begin + i);
-                cp_async_commit();
-                if (++b == stages) { b = 0; ph ^= 1; }
-                if (i - arrived >= lag) {
-                    cp_async_wait_upto(lag);
-                    fence_proxy_async();
-                    mbar_arrive(full_bar(arrived % stages));
-                    arrived++;
-                }
-            }
-            cp_async_wait<0>();
-            fence_proxy_async();
-            for (; arrived < n_my; arrived++) mbar_arrive(full_bar(arrived % stages));
-        } else {
-            asm volatile("bar.sync 1, 256;\n" ::: "memory");  // the consumers' tables are complete
-            KBIT_WG_T(2, clock64());
-            // Tile it: its wgmma group, then wait_group 1 retires tile it - 1 (its stage goes back
-            // to the producer), then tile it + 1 is awaited and dequantized into the fragment set
-            // group it - 1 read, while group it runs.
-            int fb = 0, fph = 0;  // stage / parity of the next tile to await
-            auto await_full = [&]() {
-                mbar_wait(full_bar(fb), (u32)fph);
-                if (++fb == stages) { fb = 0; fph ^= 1; }
-            };
-            int eb = 0;  // stage of the next tile to release
-            auto wstep = [&](int it, u32 (&cur)[4][4], u32 (&nxt)[4][4]) {
-                mma(it, cur);
-#ifndef KBIT_WG_NO_MMA
-                wgmma_wait<1>();
-                reg_fence(acc);
-#endif
-                if (it >= 1) {
-                    __syncwarp();
-                    if (lane == 0) mbar_arrive(empty_bar(eb));
-                    eb = eb + 1 == stages ? 0 : eb + 1;
-                }
-                frag_keep(nxt);
-                if (it + 1 < n_my) {
-                    await_full();
-                    dequant(it + 1, nxt);
-                }
-            };
-            await_full();
-            dequant(0, frag_a);
-            for (int it = 0; it < n_my; it += 2) {
-                wstep(it, frag_a, frag_b);
-                if (it + 1 < n_my) wstep(it + 1, frag_b, frag_a);
-            }
-        }
-    } else {
     // tile 0: landed (dist groups committed, tile j = group j), visible to the async proxy
     cp_async_wait_upto(dist - 1);
     fence_proxy_async();
@@ -552,7 +463,6 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         step(it, frag_a, frag_b);
         if (it + 1 < n_my) step(it + 1, frag_b, frag_a);
     }
-    }
     wgmma_wait<0>();
     reg_fence(acc);
     cp_async_wait<0>();
@@ -571,17 +481,15 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         __syncthreads();             // every warp is done with the stage buffers
         float* red = reinterpret_cast<float*>(stage0);
         // accumulator 4 b + e: token 8 b + 2 t + (e & 1), column 16 warp + g + 8 (e >> 1)
-        if (!producer) {
 #pragma unroll
-            for (int b = 0; b < TOK / 8; b++)
+        for (int b = 0; b < TOK / 8; b++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) red[(8 * b + 2 * t + (e & 1)) * RS + col_lo + 8 * (e >> 1)] = acc[4 * b + e];
-        }
+            for (int e = 0; e < 4; e++) red[(8 * b + 2 * t + (e & 1)) * RS + col_lo + 8 * (e >> 1)] = acc[4 * b + e];
         cluster_sync();
         const int nch = min(TOK, M - m0) * 32;  // 4-column chunks of the tile's real tokens
         const int c0 = (int)((unsigned)nch * (unsigned)split / (unsigned)k_splits);  // nch <= 32 TOK: 32-bit
         const int c1 = (int)((unsigned)nch * (unsigned)(split + 1) / (unsigned)k_splits);
-        for (int i = c0 + tid; !producer && i < c1; i += 256) {
+        for (int i = c0 + tid; i < c1; i += 256) {
             const int r = i >> 5, c4 = (i & 31) * 4;
             const int col = n0 + c4;
             if (col >= N) continue;
@@ -627,7 +535,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         // splits, 7 us at down with 8; profiling/wgmma_trace.py, H200, 2026-11-25)
         constexpr int SUM_CH = TOK == 128 ? 16 : TOK == 192 ? 8 : 4;
         const bool last =
-            splitk_fixup<NACC / 4, 256, SUM_CH>(v, producer ? 0 : NACC / 4, ws, counters, misc, tile, tiles, split, k_splits);
+            splitk_fixup<NACC / 4, 256, SUM_CH>(v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits);
         KBIT_WG_T(4, clock64());  // partials stored (and summed by the last CTA)
         KBIT_WG_T(9, last ? 1ull : 0ull);
         if (!last) {
@@ -645,19 +553,17 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     __syncthreads();  // every warp is done with the stage buffers
     T* cs = reinterpret_cast<T*>(stage0);
     // accumulator 4 b + e: token 8 b + 2 t + (e & 1), column 16 warp + g + 8 (e >> 1)
-    if (!producer) {
 #pragma unroll
-        for (int b = 0; b < TOK / 8; b++) {
+    for (int b = 0; b < TOK / 8; b++) {
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int tok = 8 * b + 2 * t + (e & 1);
-                cs[tok * CS_STRIDE + col_lo + 8 * (e >> 1)] = KbitType<T>::from_float(acc[4 * b + e] * tensor_scale);
-            }
+        for (int e = 0; e < 4; e++) {
+            const int tok = 8 * b + 2 * t + (e & 1);
+            cs[tok * CS_STRIDE + col_lo + 8 * (e >> 1)] = KbitType<T>::from_float(acc[4 * b + e] * tensor_scale);
         }
     }
     __syncthreads();
     const int rows = min(TOK, M - m0);
-    for (int i = tid; !producer && i < rows * 16; i += 256) {
+    for (int i = tid; i < rows * 16; i += 256) {
         const int r = i >> 4, c8 = (i & 15) * 8;
         const int col = n0 + c8;
         if (col >= N) continue;
@@ -709,25 +615,6 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
     kbit_wgmma_detail::wgmma_cta<K, T, TOK>(A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt, split,
                                             k_splits, stages, tensor_scale, vec8, nt * m_tiles + mt,
                                             gridDim.x / k_splits, pdl == 1, cluster != 0);
-}
-
-// The same GEMM warp-specialized (WS): 384 threads, the two consumer warpgroups as above and a
-// producer warpgroup issuing the copies (kbitcupy/wgmma.py `ws`).  Why: in the 256-thread
-// kernel every warp issues its share of a tile's copies, the wgmma and the dequantize in one
-// serial chain behind a CTA barrier per tile; at TOK = 128 the copy issue alone took ~190 of a
-// ~730 ns iteration (profiling/wgmma_trace.py, H100, 2026-11-26, run24.sh wgtrace).
-template <int K, typename T, int TOK>
-__global__ void __launch_bounds__(384, 1) kbit_wgmma_ws(const T* __restrict__ A, const u32* __restrict__ packed,
-                                                        const u8* __restrict__ absmax, const float* __restrict__ codebook,
-                                                        T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
-                                                        int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
-                                                        float tensor_scale, int vec8, int pdl, int cluster) {
-    pdl_safe_entry(pdl);
-    int mt, split, nt;
-    kbit_wgmma_detail::work_coords(blockIdx.x, m_tiles, k_splits, cluster, mt, split, nt);
-    kbit_wgmma_detail::wgmma_cta<K, T, TOK, true>(A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt,
-                                                  split, k_splits, stages, tensor_scale, vec8, nt * m_tiles + mt,
-                                                  gridDim.x / k_splits, pdl == 1, cluster != 0);
 }
 
 // Grouped (MoE) GEMM over an expert bank (kbitcupy/grouped.py has the contract): for

@@ -33,14 +33,9 @@ from .quantize import CTYPE
 from .reference import TILE_K, TILE_N, bfloat16
 
 THREADS = 256
-WS_THREADS = 384  # the warp-specialized kernel: + a producer warpgroup
-TOK_CHOICES = (16, 32, 64, 128, 192)
-# The warp-specialized kernel (kbit_wgmma_ws): 384 threads cap the registers at 168, which TOK = 192
-# (96 accumulators) would exceed.
-WS_TOK_CHOICES = (16, 32, 64, 128)
-# env KBIT_WG_WS=1: the dense plan takes the warp-specialized kernel where its TOK exists (A/B hook
-# until the rule is measured)
-WS_DEFAULT = os.environ.get("KBIT_WG_WS", "0").strip() in ("1", "true", "yes", "on")
+# 256: one CTA's token tile covers M = 256 (each weight tile dequantized once for all of them); forced
+# only (tok=256) until choose_tok's rule is measured with it (profiling/run24.sh tok256)
+TOK_CHOICES = (16, 32, 64, 128, 192, 256)
 # The grouped kernel's loop over extra token tiles (max_tokens too small) costs 15-50
 # registers; at TOK = 192 it would spill, so the grouped kernel stops at 128.
 GROUPED_TOK_CHOICES = (16, 32, 64, 128)
@@ -71,13 +66,11 @@ def _instances():
                 inst[(k, t, tok)] = f"kbit_wgmma<{k}, {CTYPE[t]}, {tok}>"
             for tok in GROUPED_TOK_CHOICES:
                 inst[("grouped", k, t, tok)] = f"kbit_wgmma_grouped<{k}, {CTYPE[t]}, {tok}>"
-            for tok in WS_TOK_CHOICES:
-                inst[("ws", k, t, tok)] = f"kbit_wgmma_ws<{k}, {CTYPE[t]}, {tok}>"
     return inst
 
 
 def _group_of(key):
-    return key[:3] if key[0] in ("grouped", "ws") else key[:2]
+    return key[:3] if key[0] == "grouped" else key[:2]
 
 
 # wgmma exists on sm_90a only; one NVRTC call per (k, dtype) compiles its TOK variants
@@ -105,10 +98,9 @@ def stage_bytes(k: int, tok: int) -> int:
     return -(-(tok * 128 + 1024 * k + 256) // 1024) * 1024  # 1024-byte aligned stages (128-byte swizzle)
 
 
-def smem_bytes(k: int, tok: int, stages: int, ws: bool = False) -> int:
-    # + 1024: the stages start at the first 1024-byte aligned address after the tables (and the
-    # warp-specialized kernel's 2 x MAX_STAGES mbarriers)
-    return lut_bytes(k) + 1024 + 256 + (16 * MAX_STAGES if ws else 0) + 1024 + stages * stage_bytes(k, tok)
+def smem_bytes(k: int, tok: int, stages: int) -> int:
+    # + 1024: the stages start at the first 1024-byte aligned address after the tables
+    return lut_bytes(k) + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
 
 
 def choose_tok(M: int, choices=TOK_CHOICES, n_tiles: int = 0, sms: int = 0, k_tiles: int = 0) -> int:
@@ -143,20 +135,16 @@ def default_splits(k_tiles: int, slots: int, tiles: int) -> int:
     return max(1, min(MAX_SPLITS, k_tiles // MIN_TILES_PER_SPLIT, slots // max(1, tiles)))
 
 
-def choose_stages(info: dict, k: int, tok: int, regs: int, ws: bool = False):
+def choose_stages(info: dict, k: int, tok: int, regs: int):
     """(stages, CTAs per SM): the most resident CTAs (up to MAX_OCCUPANCY), then the deepest pipeline."""
-    return best_stages(info, range(MAX_STAGES, MIN_STAGES - 1, -1), lambda st: smem_bytes(k, tok, st, ws), regs,
-                       MAX_OCCUPANCY, f"kbit_wgmma<k={k}, TOK={tok}>", WS_THREADS if ws else THREADS)
+    return best_stages(info, range(MAX_STAGES, MIN_STAGES - 1, -1), lambda st: smem_bytes(k, tok, st), regs,
+                       MAX_OCCUPANCY, f"kbit_wgmma<k={k}, TOK={tok}>", THREADS)
 
 
 # ----------------------------------------------------------------------------- plan
 class Plan:
     __slots__ = ("fn", "grid", "smem", "tok", "m_tiles", "k_splits", "stages", "tiles", "ws_floats", "occ", "cluster",
-                 "launch_smem", "ws")
-
-    @property
-    def threads(self) -> int:
-        return WS_THREADS if self.ws else THREADS
+                 "launch_smem")
 
     @property
     def cl_size(self) -> int:
@@ -166,7 +154,6 @@ class Plan:
     def __repr__(self):
         return (f"WgmmaPlan(TOK={self.tok}, m_tiles={self.m_tiles}, k_splits={self.k_splits}, stages={self.stages}, "
                 f"grid={self.grid}, smem={self.smem}, occ={self.occ}, cluster={self.cluster}"
-                + (", ws=True" if self.ws else "")
                 + (f", launch_smem={self.launch_smem}" if self.launch_smem != self.smem else "") + ")")
 
 
@@ -179,11 +166,11 @@ def spread_smem(info: dict, per_sm: int = 1) -> int:
     return info["smem_sm"] // (per_sm + 1) - info["smem_reserved"] + 1
 
 
-def cluster_capacity(fn, smem: int, ks: int, info: dict, threads: int = THREADS):
+def cluster_capacity(fn, smem: int, ks: int, info: dict):
     """(CTAs resident at once, CTAs resident one per SM) for clusters of ks CTAs of kernel fn
     launched with `smem` bytes: cuOccupancyMaxActiveClusters x ks, at smem and at spread_smem.
     The GPCs' granularity costs clusters capacity (H100: 117..248 of 264 CTAs at two per SM)."""
-    key = (id(fn), smem, ks, threads)
+    key = (id(fn), smem, ks)
     cap = _CAPACITY.get(key)
     if cap is None:
         from ._pdl import max_active_clusters
@@ -197,7 +184,7 @@ def cluster_capacity(fn, smem: int, ks: int, info: dict, threads: int = THREADS)
             old = fn.max_dynamic_shared_size_bytes
             fn.max_dynamic_shared_size_bytes = max(old, smem, spread_smem(info))
             try:
-                cap = tuple(max_active_clusters(ptr, ks, threads, s, ks) * ks
+                cap = tuple(max_active_clusters(ptr, ks, THREADS, s, ks) * ks
                             for s in (smem, max(smem, spread_smem(info))))
             finally:
                 fn.max_dynamic_shared_size_bytes = old
@@ -206,13 +193,13 @@ def cluster_capacity(fn, smem: int, ks: int, info: dict, threads: int = THREADS)
     return cap
 
 
-def cluster_pays(fn, smem: int, ks: int, grid: int, info: dict, threads: int = THREADS) -> bool:
+def cluster_pays(fn, smem: int, ks: int, grid: int, info: dict) -> bool:
     """Whether a grid of `grid` CTAs should sum its ks splits over clusters.  H100, 2026-11-25
     (profiling/cluster_probe.py, every dense shape, M = 16..128, 2..8 splits): the cluster sum
     is 0-29 % faster than the workspace sum, except where the clustered grid is less resident:
     a second wave the plain launch does not need (15-70 % slower), or, while the plain grid
     gives every CTA its own SM, two CTAs sharing an SM (g = 120 / 128 CTAs: 14-23 % slower)."""
-    full, one_per_sm = cluster_capacity(fn, smem, ks, info, threads)
+    full, one_per_sm = cluster_capacity(fn, smem, ks, info)
     return grid <= full and (grid > info["sms"] or grid <= one_per_sm)
 
 
@@ -220,7 +207,7 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
                  max_stages: int = MAX_STAGES, cluster=None, spread=None) -> Plan:
     """Fill split-K count, pipeline depth, grid and workspace of a plan over `tiles`
     (token tile x column strip) work tiles (dense and grouped kernels alike)."""
-    st, occ = choose_stages(info, k, tok, p.fn.num_regs, p.ws)
+    st, occ = choose_stages(info, k, tok, p.fn.num_regs)
     st = min(st, max_stages)
     k_tiles = -(-K // TILE_K)
     if k_tiles >= 1 << 16:  # the kernel splits K tiles in 32-bit arithmetic (k_tiles * k_splits < 2^32)
@@ -240,7 +227,7 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
     p.grid = tiles * ks
     if p.grid >= 2**31:
         raise DoesNotFit(f"{label}: {p.grid} CTAs exceed the grid limit")
-    p.smem = smem_bytes(k, tok, st, p.ws)
+    p.smem = smem_bytes(k, tok, st)
     if p.smem > info["smem_block"]:
         raise DoesNotFit(f"{label} with {st} stages needs {p.smem} bytes of shared memory")
     # cluster: None = CLUSTER where the split count fits a cluster and the launch keeps its
@@ -250,7 +237,7 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
     # k = 2, M = 16: 8.6 -> 9.7 us, H100) where the plain grid has at most two.
     cl_smem = max(p.smem, spread_smem(info, occ))
     if cluster is None:
-        p.cluster = CLUSTER and 2 <= ks <= MAX_CLUSTER and cluster_pays(p.fn, cl_smem, ks, tiles * ks, info, p.threads)
+        p.cluster = CLUSTER and 2 <= ks <= MAX_CLUSTER and cluster_pays(p.fn, cl_smem, ks, tiles * ks, info)
     else:
         p.cluster = bool(cluster) and 2 <= ks <= MAX_CLUSTER
         if cluster and not p.cluster and ks > 1:
@@ -271,8 +258,8 @@ def _check_tok(tok, choices=TOK_CHOICES):
 
 
 def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tok=None,
-         stages=None, cluster=None, spread=None, ws=None) -> Plan:
-    key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages, cluster, CLUSTER, spread, ws)
+         stages=None, cluster=None, spread=None) -> Plan:
+    key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages, cluster, CLUSTER, spread)
     p = _PLANS.get(key)
     if p is not None:
         return p
@@ -280,11 +267,7 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     tok = _check_tok(choose_tok(M, TOK_CHOICES, -(-N // TILE_N), info["sms"], -(-K // TILE_K))
                      if tok is None else int(tok))
     p = Plan()
-    # ws: the warp-specialized kernel (None: WS_DEFAULT where it has this TOK)
-    p.ws = (WS_DEFAULT and tok in WS_TOK_CHOICES) if ws is None else bool(ws)
-    if p.ws and tok not in WS_TOK_CHOICES:
-        raise ValueError(f"the warp-specialized wgmma kernel has TOK in {WS_TOK_CHOICES}, got {tok}")
-    p.fn = WGMMA.function(("ws", k, dtype_name, tok) if p.ws else (k, dtype_name, tok))
+    p.fn = WGMMA.function((k, dtype_name, tok))
     p.m_tiles = -(-M // tok)
     p = _finish_plan(p, info, k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
                      f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster, spread=spread)
@@ -303,7 +286,6 @@ def grouped_plan(N: int, K: int, k: int, dtype_name: str, dev_id: int, n_slots: 
     mt = max(1, int(max_tokens))
     tok = _check_tok(choose_tok(mt, GROUPED_TOK_CHOICES) if tok is None else int(tok), GROUPED_TOK_CHOICES)
     p = Plan()
-    p.ws = False
     p.fn = WGMMA.function(("grouped", k, dtype_name, tok))
     p.m_tiles = -(-mt // tok)
     p = _finish_plan(p, device_info(dev_id), k, K, tok, n_slots * p.m_tiles * -(-N // TILE_N), k_splits, stages,
@@ -328,8 +310,7 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok
 
 
 # ----------------------------------------------------------------------------- launch
-def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None, spread=None, ws=None,
-               validate=True):
+def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None, spread=None, validate=True):
     """out[M, N] = A[M, K] @ W^T with the wgmma kernel (sm_90 only).
 
     A: contiguous CuPy float16/bfloat16 [M, K] (16-byte aligned); qw: KbitWeight, tiled,
@@ -337,7 +318,6 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None
     k_splits / tok / stages override the heuristic; cluster: True / False forces the split-K
     sum over a thread block cluster or through the workspace (None: CLUSTER where it fits);
     spread: launch with one CTA per SM's worth of shared memory (experiment).
-    ws: True / False forces the warp-specialized kernel or the plain one (None: the plan's choice).
     validate=False skips the argument checks (kbitcupy._checks) for callers that made them.
     """
     if validate:
@@ -354,8 +334,8 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None
     if M == 0:
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster, spread, ws)
-    return launch_fused(p, p.threads, A, qw, out, _vec8(out), _pdl.dense_arg(dev))
+    p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster, spread)
+    return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.dense_arg(dev))
 
 
 def _vec8(out) -> int:

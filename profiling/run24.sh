@@ -24,21 +24,21 @@ if [ "$STEP" = wgtrace ]; then
       timeout 150 python3 profiling/wgmma_trace.py 2>&1 | tee -a "$W/wgtrace24.log"
   done
 fi
-# STEP=ws: the warp-specialized wgmma kernel (kbit_wgmma_ws, a producer warpgroup issuing the copies,
-#   mbarrier stage hand-off).  The wgmma GPU tests with KBIT_WG_WS=1 (every dense plan with TOK <= 128 on
-#   it) incl. the bit-exact WS-vs-plain test; then gemm_probe's default-plan wgmma column with WS off / on
-#   (k = 4, M = 16..256, gate/up, down, Q, O, KV) and the WS timeline at M = 128.  Expected: the ~190 ns copy
-#   issue leaves the consumers' chain: gate/up M = 128 main loop 7.5 -> ~4 us, the kernel 16 -> ~12 us.
-if [ "$STEP" = ws ]; then
-  KBIT_WG_WS=1 python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
-  KBIT_WG_WS=1 gpu_tests "$W/gpu_tests_ws.log" 400 tests/test_wgmma_gpu.py
-  grep -E "FAIL|Error|assert" "$W/gpu_tests_ws.log" | head -20
-  for ws in 0 1; do
-    echo "## KBIT_WG_WS=$ws" | tee -a "$W/ws24.log"
-    KBIT_WG_WS=$ws GEMM=0 DQ=0 WG=1 KS=4 MS=${MS:-16,32,64,128,256} SHAPES_=${SHAPES_:-gateup,down,Q,O,KV} \
-      timeout 150 python3 profiling/gemm_probe.py 2>&1 | tee -a "$W/ws24.log"
-  done
-  KBIT_WG_WS=1 KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE" CASES="d:5120,2048,128;d:5120,2048,256" \
-    timeout 150 python3 profiling/wgmma_trace.py 2>&1 | tee "$W/wstrace24.log" | tail -40
+# STEP=ws (commit 390bf53, reverted after it): the warp-specialized wgmma kernel (kbit_wgmma_ws, a producer
+#   warpgroup issuing the copies, mbarrier stage hand-off): the wgmma GPU tests with KBIT_WG_WS=1 (every dense
+#   plan with TOK <= 128 on it, a bit-exact WS-vs-plain test: 31 passed); gemm_probe WS off / on (k = 4, M =
+#   16..256; no gain: gate/up M = 128 16.10 -> 16.95 us) and the WS timeline at M = 128 (main loop 8.0 us).
+# STEP=tok256: TOK = 256 (one CTA's token tile covering M = 256; each weight tile dequantized once for all
+#   256 tokens): the wgmma GPU tests (edge shapes / permutation rows now with TOK = 256 too), then gemm_probe's
+#   wgmma at TOK = 128 / 192 / 256 forced, M = 256 / 384 / 512, gate/up, down, Q, O, KV, k = 4, and dq + cuBLAS
+#   beside.  Expected, if the loop is bound by shared memory (B reads 64 B/clk at the MMA's peak + ~480
+#   wavefronts of dequantize and copies per K tile, run24 wgtrace / wgmma_rate_probe): M = 256 gate/up 26.2 ->
+#   ~18 us (the dequantize's share per token halves); if it is not, no better than TOK = 128.
+if [ "$STEP" = tok256 ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_tok256.log" 300 tests/test_wgmma_gpu.py
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_tok256.log" | head -20
+  GEMM=0 DQ=1 WG=1 WGTOKS=128,192,256 KS=4 MS=${MS:-256,384,512} SHAPES_=${SHAPES_:-gateup,down,Q,O,KV} \
+    timeout 200 python3 profiling/gemm_probe.py 2>&1 | tee "$W/tok256.log"
 fi
 finish_run run24

@@ -69,7 +69,7 @@ def main():
             out = cp.empty((M, N), cp.float16)
             launch = lambda: WG.wgmma_gemm(A, q, out, k_splits=ks)  # noqa: E731
             p = WG.plan(M, N, K, k, "float16", cp.cuda.Device().id, ks)
-            group = ("ws", k, "float16") if p.ws else (k, "float16")
+            group = (k, "float16")
             label = f"dense N={N} K={K} M={M}"
         else:
             N, K, E, M = v[:4]

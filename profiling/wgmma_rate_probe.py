@@ -1,0 +1,121 @@
+"""wgmma issue-rate probe (issue 4): how fast one SM runs wgmma.m64nNk16 with the A operand in
+registers (the fused kernels' form: dequantized weights as A, tokens as the shared-memory B) for
+N = 64 / 128 / 256 and 1 / 2 warpgroups per CTA, one CTA per SM on every SM, 4 k16 per group,
+wait_group 1 between groups (the kernels' pipelining).  Prints TFLOPS and FMA per clock per SM
+against the 2048 dense fp16 FMA / clk / SM of an H100 SXM.
+
+usage (GPU machine): python3 profiling/wgmma_rate_probe.py
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import cupy as cp  # noqa: E402
+
+from kbitcupy import _compile as C  # noqa: E402
+
+
+def wgmma_asm(n):
+    nd = n // 2
+    acc = ",".join(f"%{i}" for i in range(nd))
+    return (f'"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 5}, 0;\\n'
+            f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{acc}}}, {{%{nd},%{nd + 1},%{nd + 2},%{nd + 3}}}, '
+            f'%{nd + 4}, p, 1, 1, 0;\\n}}\\n"')
+
+
+def source():
+    parts = [
+             "__device__ __forceinline__ unsigned long long sdesc(unsigned s) {",
+             "  return (unsigned long long)((s & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62); }"]
+    for n in (64, 128, 256):
+        nd = n // 2
+        outs = ", ".join(f'"+f"(d[{i}])' for i in range(nd))
+        parts.append(f"__device__ __forceinline__ void mma_n{n}(float (&d)[{nd}], const unsigned (&a)[4], unsigned long long b, int sc) {{\n"
+                     f"  asm volatile({wgmma_asm(n)} : {outs} : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b), \"r\"(sc));\n}}")
+    parts.append(r'''
+template <int N, int SUB>
+__global__ void __launch_bounds__(256, 1) wg_rate(float* out, int iters) {
+    // SUB sub-MMAs of width N per k16 (N x SUB tokens), 4 k16 per group; every warpgroup of the CTA
+    extern __shared__ __align__(1024) unsigned char smem[];
+    const unsigned s0 = ((unsigned)__cvta_generic_to_shared(smem) + 1023u) & ~1023u;
+    unsigned char* b = smem + (s0 - (unsigned)__cvta_generic_to_shared(smem));
+    for (int i = threadIdx.x; i < N * SUB * 128 / 16; i += blockDim.x) reinterpret_cast<uint4*>(b)[i] = make_uint4(0, 0, 0, 0);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    unsigned a[4] = {0x3C003C00u ^ threadIdx.x, 0x3C003C00u, 0x3C003C00u, 0x3C003C00u};
+    float d[SUB][N / 2];
+#pragma unroll
+    for (int s = 0; s < SUB; s++)
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) d[s][i] = 0.f;
+    for (int it = 0; it < iters; it++) {
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int s = 0; s < SUB; s++) {
+                if (N == 64) mma_n64(*reinterpret_cast<float(*)[32]>(&d[s][0]), a, sdesc(s0 + 32u * j + 8192u * s * (N / 64)), 1);
+                if (N == 128) mma_n128(*reinterpret_cast<float(*)[64]>(&d[s][0]), a, sdesc(s0 + 32u * j + 8192u * s * 2), 1);
+                if (N == 256) mma_n256(*reinterpret_cast<float(*)[128]>(&d[s][0]), a, sdesc(s0 + 32u * j), 1);
+            }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    float s = 0.f;
+#pragma unroll
+    for (int q = 0; q < SUB; q++)
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) s += d[q][i];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+''')
+    return "\n".join(parts)
+
+
+def main():
+    nvrtc = C._nvrtc()
+    cases = [(64, 1), (64, 2), (128, 1), (256, 1)]
+    names = [f"wg_rate<{n}, {s}>" for n, s in cases]
+    prog = nvrtc.createProgram(source(), "wg_rate.cu", [], [])
+    for nm in names:
+        nvrtc.addNameExpression(prog, nm)
+    opts = list(C._options(())) + ["-arch=sm_90a"]
+    try:
+        nvrtc.compileProgram(prog, opts)
+    except Exception:
+        print(nvrtc.getProgramLog(prog))
+        raise
+    cubin = nvrtc.getCUBIN(prog)
+    lowered = {nm: nvrtc.getLoweredName(prog, nm) for nm in names}
+    path = "/tmp/wg_rate.cubin"
+    open(path, "wb").write(cubin)
+    mod = cp.RawModule(path=path)
+    dev = cp.cuda.Device()
+    sms = dev.attributes["MultiProcessorCount"]
+    clk = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrClockRate, 0) * 1e3
+    out = cp.zeros(sms * 256, cp.float32)
+    iters = 4000
+    print(f"# {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}, {sms} SMs, nominal clock {clk / 1e9:.2f} GHz")
+    for (n, sub) in cases:
+        for wgs in (1, 2):
+            fn = mod.get_function(lowered[f"wg_rate<{n}, {sub}>"])
+            smem = n * sub * 128 + 1024
+            fn.max_dynamic_shared_size_bytes = smem
+            args = (out, cp.int32(iters))
+            fn((sms,), (128 * wgs,), args, shared_mem=smem)
+            cp.cuda.runtime.deviceSynchronize()
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record()
+            for _ in range(5):
+                fn((sms,), (128 * wgs,), args, shared_mem=smem)
+            e1.record()
+            e1.synchronize()
+            t = cp.cuda.get_elapsed_time(e0, e1) / 5 * 1e-3
+            fma = sms * wgs * iters * 4 * sub * 64 * n * 16
+            print(f"m64n{n}k16 x {sub} per k16, {wgs} warpgroup(s): {2 * fma / t / 1e12:7.1f} TFLOPS, "
+                  f"{fma / t / sms / clk:7.0f} FMA/clk/SM at the nominal clock ({t * 1e6:.0f} us)")
+
+
+if __name__ == "__main__":
+    main()
