@@ -41,4 +41,21 @@ if [ "$STEP" = tok256 ]; then
   GEMM=0 DQ=1 WG=1 WGTOKS=128,192,256 KS=4 MS=${MS:-256,384,512} SHAPES_=${SHAPES_:-gateup,down,Q,O,KV} \
     timeout 200 python3 profiling/gemm_probe.py 2>&1 | tee "$W/tok256.log"
 fi
+# STEP=subfence: the n64 sub-MMAs of a K tile (TOK >= 128: 2..4 of them) issued behind one wgmma.fence instead
+#   of one each (a fence waits for the earlier sub's async reads of the same A registers: the ~200 ns "wgmma
+#   issue" of the wgtrace timeline).  A/B in one run: -DKBIT_WG_SUB_FENCE (the fence per sub, before) vs now,
+#   gemm_probe wgmma at the default plan and TOK = 128 / 192 / 256 forced, M = 64..512, gate/up, down, Q, O, k = 4;
+#   the wgmma GPU tests on the new kernel first.  Expected: TOK = 128 per-tile 730 -> ~500 ns (gate/up M = 128
+#   16.1 -> ~12 us), TOK = 192 / 256 more; TOK = 64 (one sub) unchanged.
+if [ "$STEP" = subfence ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_subfence.log" 300 tests/test_wgmma_gpu.py
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_subfence.log" | head -20
+  for o in "-DKBIT_WG_SUB_FENCE" ""; do
+    echo "## KBIT_WGMMA_OPTS='$o'" | tee -a "$W/subfence24.log"
+    KBIT_WGMMA_OPTS="$o" GEMM=0 DQ=$([ -z "$o" ] && echo 1 || echo 0) WG=1 WGTOKS=128,192,256 KS=4 \
+      MS=${MS:-64,128,256,512} SHAPES_=${SHAPES_:-gateup,down,Q,O} timeout 200 python3 profiling/gemm_probe.py 2>&1 \
+      | tee -a "$W/subfence24.log"
+  done
+fi
 finish_run run24
