@@ -87,21 +87,10 @@ namespace kbit_wgmma_detail {
                      : __VA_ARGS__                                                                                \
                      : KBIT_WG_IN);                                                                               \
     }
-// The n64 tile without the leading wgmma.fence: the 2nd.. n64 sub-MMA of a K tile (TOK >= 128).  A fence
-// there waited for the sub before it (its async reads of the same A registers) before the next could
-// issue, serializing a tile's subs (profiling/run24.sh subfence).
-#define KBIT_WG_TILE_NF(N, TY, CT, ...)                                                                              \
-    __device__ __forceinline__ void wgmma_tile_n##N##_nf(float (&d)[N / 2], const u32 (&f)[4][4],                  \
-                                                       const unsigned long long (&b)[4], CT) {                     \
-        asm volatile(KBIT_WG_P_N##N KBIT_WG_INS(N, 0, TY) KBIT_WG_INS(N, 1, TY) KBIT_WG_INS(N, 2, TY) KBIT_WG_INS(N, 3, TY) "}\n" \
-                     : __VA_ARGS__                                                                                \
-                     : KBIT_WG_IN);                                                                               \
-    }
 #define KBIT_WG_DEFINE(TY, CT)                                                                                      \
     KBIT_WG_TILE(16, TY, CT, KBIT_WG_ACC8(0))                                                                      \
     KBIT_WG_TILE(32, TY, CT, KBIT_WG_ACC8(0), KBIT_WG_ACC8(8))                                                     \
-    KBIT_WG_TILE(64, TY, CT, KBIT_WG_ACC8(0), KBIT_WG_ACC8(8), KBIT_WG_ACC8(16), KBIT_WG_ACC8(24))                 \
-    KBIT_WG_TILE_NF(64, TY, CT, KBIT_WG_ACC8(0), KBIT_WG_ACC8(8), KBIT_WG_ACC8(16), KBIT_WG_ACC8(24))
+    KBIT_WG_TILE(64, TY, CT, KBIT_WG_ACC8(0), KBIT_WG_ACC8(8), KBIT_WG_ACC8(16), KBIT_WG_ACC8(24))
 KBIT_WG_DEFINE("f16", __half)
 KBIT_WG_DEFINE("bf16", __nv_bfloat16)
 
@@ -430,11 +419,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
                 unsigned long long bs[4];
 #pragma unroll
                 for (int j = 0; j < 4; j++) bs[j] = bd[j] + ((8192ull * sub) >> 4);
-#ifndef KBIT_WG_SUB_FENCE  // (experiment hook: the fence before every sub, as before)
-                if (sub > 0) wgmma_tile_n64_nf(*reinterpret_cast<float(*)[32]>(&acc[32 * sub]), fr, bs, T());
-                else
-#endif
-                    wgmma_tile_n64(*reinterpret_cast<float(*)[32]>(&acc[32 * sub]), fr, bs, T());
+                wgmma_tile_n64(*reinterpret_cast<float(*)[32]>(&acc[32 * sub]), fr, bs, T());
             }
         }
         wgmma_commit();

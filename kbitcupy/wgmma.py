@@ -33,10 +33,7 @@ from .quantize import CTYPE
 from .reference import TILE_K, TILE_N, bfloat16
 
 THREADS = 256
-# 256: one CTA's token tile covers M = 256 (each weight tile dequantized once for all of them); forced
-# only (tok=256) until choose_tok's rule is measured with it (profiling/run24.sh tok256)
-TOK_CHOICES = (16, 32, 64, 128, 192, 256)
-DEFAULT_TOKS = (16, 32, 64, 128, 192)  # what the dense plan picks from (choose_tok)
+TOK_CHOICES = (16, 32, 64, 128, 192)
 # The grouped kernel's loop over extra token tiles (max_tokens too small) costs 15-50
 # registers; at TOK = 192 it would spill, so the grouped kernel stops at 128.
 GROUPED_TOK_CHOICES = (16, 32, 64, 128)
@@ -265,7 +262,7 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     if p is not None:
         return p
     info = device_info(dev_id)
-    tok = _check_tok(choose_tok(M, DEFAULT_TOKS, -(-N // TILE_N), info["sms"], -(-K // TILE_K))
+    tok = _check_tok(choose_tok(M, TOK_CHOICES, -(-N // TILE_N), info["sms"], -(-K // TILE_K))
                      if tok is None else int(tok))
     p = Plan()
     p.fn = WGMMA.function((k, dtype_name, tok))

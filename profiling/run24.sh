@@ -28,7 +28,7 @@ fi
 #   warpgroup issuing the copies, mbarrier stage hand-off): the wgmma GPU tests with KBIT_WG_WS=1 (every dense
 #   plan with TOK <= 128 on it, a bit-exact WS-vs-plain test: 31 passed); gemm_probe WS off / on (k = 4, M =
 #   16..256; no gain: gate/up M = 128 16.10 -> 16.95 us) and the WS timeline at M = 128 (main loop 8.0 us).
-# STEP=tok256: TOK = 256 (one CTA's token tile covering M = 256; each weight tile dequantized once for all
+# STEP=tok256 (commit 4d3aa9a; TOK = 256 not kept): TOK = 256 (one CTA's token tile covering M = 256; each weight tile dequantized once for all
 #   256 tokens): the wgmma GPU tests (edge shapes / permutation rows now with TOK = 256 too), then gemm_probe's
 #   wgmma at TOK = 128 / 192 / 256 forced, M = 256 / 384 / 512, gate/up, down, Q, O, KV, k = 4, and dq + cuBLAS
 #   beside.  Expected, if the loop is bound by shared memory (B reads 64 B/clk at the MMA's peak + ~480
@@ -41,7 +41,7 @@ if [ "$STEP" = tok256 ]; then
   GEMM=0 DQ=1 WG=1 WGTOKS=128,192,256 KS=4 MS=${MS:-256,384,512} SHAPES_=${SHAPES_:-gateup,down,Q,O,KV} \
     timeout 200 python3 profiling/gemm_probe.py 2>&1 | tee "$W/tok256.log"
 fi
-# STEP=subfence: the n64 sub-MMAs of a K tile (TOK >= 128: 2..4 of them) issued behind one wgmma.fence instead
+# STEP=subfence (commit 202a076; not kept: no change): the n64 sub-MMAs of a K tile (TOK >= 128: 2..4 of them) issued behind one wgmma.fence instead
 #   of one each (a fence waits for the earlier sub's async reads of the same A registers: the ~200 ns "wgmma
 #   issue" of the wgtrace timeline).  A/B in one run: -DKBIT_WG_SUB_FENCE (the fence per sub, before) vs now,
 #   gemm_probe wgmma at the default plan and TOK = 128 / 192 / 256 forced, M = 64..512, gate/up, down, Q, O, k = 4;
