@@ -58,4 +58,23 @@ if [ "$STEP" = subfence ]; then
       | tee -a "$W/subfence24.log"
   done
 fi
+# STEP=src: per-SASS warp-state samples (ncu source page) of the dense wgmma kernel, gate/up k = 4, M = 128,
+#   1 split (no fixup: the main loop alone) and the default 3, summarized by profiling/ncu_src_top.py: which
+#   instruction of the ~700 ns K-tile iteration the warps wait at, now that the copy issue (ws), the sub fences
+#   (subfence), the MMA rate (wgmma_rate_probe: 955 TFLOPS with register A) and the dequantize per token
+#   (tok256) are ruled out.
+if [ "$STEP" = src ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  for ks in 1 3; do
+    ONE=gateup,4,128,$ks ONE_WG=1 GEMM=0 DQ=0 timeout 150 ncu --clock-control none --cache-control all \
+      -k regex:'^kbit_wgmma$' --launch-skip 2 --launch-count 1 --section WarpStateStats --section SourceCounters \
+      --section MemoryWorkloadAnalysis_Tables -o "$W/rep_d128_$ks" python3 profiling/gemm_probe.py > "$W/ncu_src_d128_$ks.log" 2>&1
+    ncu -i "$W/rep_d128_$ks.ncu-rep" --page source --print-source sass --csv > "$W/src_d128_$ks.csv" 2>&1
+    ncu -i "$W/rep_d128_$ks.ncu-rep" --page details > "$W/details_d128_$ks.txt" 2>&1
+    python3 profiling/ncu_src_top.py "$W/src_d128_$ks.csv" 30 > "$W/src_top_d128_$ks.txt" 2>&1
+    echo "== ks=$ks"; head -40 "$W/src_top_d128_$ks.txt"
+    grep -iE "shared|bank" "$W/details_d128_$ks.txt" | head -12
+  done
+  rm -f "$W"/*.ncu-rep
+fi
 finish_run run24
