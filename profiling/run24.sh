@@ -77,4 +77,13 @@ if [ "$STEP" = src ]; then
   done
   rm -f "$W"/*.ncu-rep
 fi
+# STEP=tok64: at M = 128 / 256, TOK = 64 (96 registers: two CTAs = 16 warps per SM, each weight tile
+#   dequantized M / 64 times) against TOK = 128 (146 registers: one CTA = 8 warps per SM) -- the src profile
+#   shows a latency-bound chain per warp (wait / dispatch / short scoreboard, 2 warps per scheduler), which
+#   more warps per SM hide; gate/up, down, Q, O, KV, k = 2 / 4.
+if [ "$STEP" = tok64 ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  GEMM=0 DQ=0 WG=1 WGTOKS=64,128 KS=${KS:-4,2} MS=${MS:-128,256} SHAPES_=${SHAPES_:-gateup,down,Q,O,KV} \
+    timeout 200 python3 profiling/gemm_probe.py 2>&1 | tee "$W/tok64.log"
+fi
 finish_run run24
