@@ -198,18 +198,33 @@ __device__ unsigned long long kbit_wg_itrace[65536 * KBIT_WG_ITS * 8];
 
 namespace kbit_wgmma_detail {
 
+// The pair table and the E4M4 scale table of the default codebook (CBD: its levels are immediates)
+// in shared memory, by all 256 threads, with no global access: a programmatic dependent builds them
+// before griddepcontrol.wait (wgmma_cta's tables_built), off the path after it.
+template <int K, typename T>
+__device__ __forceinline__ void wgmma_default_tables() {
+    extern __shared__ __align__(128) unsigned char smem[];
+    constexpr int LUT_BYTES = PairLut<K>::WORDS * 4;
+    float* cb_s = reinterpret_cast<float*>(smem + LUT_BYTES + 1024);
+    const int tid = threadIdx.x;
+    if (tid < 32) cb_s[tid] = tid < (1 << K) ? kbit_default_level<K>(tid) : 0.0f;
+    __syncthreads();
+    build_pair_lut<K, T>(reinterpret_cast<u32*>(smem), cb_s);
+    build_scale_table<T>(reinterpret_cast<u32*>(smem + LUT_BYTES), tid, 256);
+}
+
 // One CTA's work: token tile mt (TOK rows of A[M, Kdim]), column strip nt, K tiles of
 // split `split` of `k_splits`; C[M, N] += its part (split-K tile index `tile` of `tiles`
 // in ws / counters).  Returns false where a split-K contributor leaves the sum to the
 // last one.  A, packed, absmax and C are this GEMM's bases (the grouped kernel passes
 // one expert's).
-template <int K, typename T, int TOK>
+template <int K, typename T, int TOK, bool CBD = false>
 __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __restrict__ packed,
                                           const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                           T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
                                           int M, int N, int Kdim, int mt, int nt, int split, int k_splits, int stages,
                                           float tensor_scale, int vec8, int tile, int tiles, bool pdl = false,
-                                          bool cl = false) {
+                                          bool cl = false, bool tables_built = false) {
     static_assert(TOK == 16 || TOK == 32 || TOK == 64 || TOK == 128 || TOK == 192 || TOK == 256, "TOK");
     constexpr int NACC = TOK / 2;                   // fp32 accumulators per thread (m64 x TOK / 128)
     constexpr int NSUB = TOK >= 64 ? TOK / 64 : 1;  // n64 sub-MMAs per k16 (TOK >= 64)
@@ -297,7 +312,9 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     // griddepcontrol.wait; tokens (the previous grid may write A), the split-K workspace
     // and C only after it.  cp.async group i is then {all prologue weights + tokens of
     // tile 0} for i = 0, tokens of tile i after: tile i has landed once group i has.
-    if (tid < 32) cb_s[tid] = tid < (1 << K) ? codebook[tid] : 0.0f;
+    // CBD: the default codebook's levels are immediates (no global load on the way to the tables);
+    // tables_built: the caller built both tables already (wgmma_default_tables, before its wait)
+    if (tid < 32 && !tables_built) cb_s[tid] = tid < (1 << K) ? (CBD ? kbit_default_level<K>(tid) : codebook[tid]) : 0.0f;
     for (int i = 0; i < dist; i++) {
         if (pdl) {
             if (i < n_my) load_weights(i, kt_begin + i);
@@ -307,8 +324,10 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         }
     }
     __syncthreads();
-    build_pair_lut<K, T>(lut, cb_s);
-    build_scale_table<T>(s2tab, tid, 256);
+    if (!tables_built) {
+        build_pair_lut<K, T>(lut, cb_s);
+        build_scale_table<T>(s2tab, tid, 256);
+    }
     if (pdl) {
         griddep_wait();
         for (int i = 0; i < dist; i++) {
@@ -603,18 +622,26 @@ __device__ __forceinline__ void work_coords(int i, int m_tiles, int k_splits, in
 // b % m_tiles, split (b / m_tiles) % k_splits, column strip b / (m_tiles * k_splits); with
 // `cluster` (launched in clusters of k_splits CTAs, 2..8) split b % k_splits, token tile
 // (b / k_splits) % m_tiles, strip b / (k_splits * m_tiles), and the split-K sum over DSMEM.
-template <int K, typename T, int TOK>
+// CBD: the weight's codebook is the default one (kbit_default_level; codebook is not read): in safe
+// PDL the tables are built before the wait.
+template <int K, typename T, int TOK, bool CBD = false>
 __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, const u32* __restrict__ packed,
                                                      const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                                      T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
                                                      int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
                                                      float tensor_scale, int vec8, int pdl, int cluster) {
-    pdl_safe_entry(pdl);
+    const bool early = CBD && pdl == KBIT_PDL_SAFE;
+    if (early) {
+        kbit_wgmma_detail::wgmma_default_tables<K, T>();
+        griddep_wait_release();
+    } else {
+        pdl_safe_entry(pdl);
+    }
     int mt, split, nt;
     kbit_wgmma_detail::work_coords(blockIdx.x, m_tiles, k_splits, cluster, mt, split, nt);
-    kbit_wgmma_detail::wgmma_cta<K, T, TOK>(A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt, split,
-                                            k_splits, stages, tensor_scale, vec8, nt * m_tiles + mt,
-                                            gridDim.x / k_splits, pdl == 1, cluster != 0);
+    kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD>(A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt,
+                                                 split, k_splits, stages, tensor_scale, vec8, nt * m_tiles + mt,
+                                                 gridDim.x / k_splits, pdl == 1, cluster != 0, early);
 }
 
 // Grouped (MoE) GEMM over an expert bank (kbitcupy/grouped.py has the contract): for
@@ -625,7 +652,7 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
 // slot with more tokens than m_tiles * TOK (max_tokens too small) is still computed:
 // split 0 of each token tile does the extra tiles m_tiles apart, whole K, no split-K.
 // `cluster`: as the dense kernel (a slot's CTAs split-major within a token tile and strip).
-template <int K, typename T, int TOK>
+template <int K, typename T, int TOK, bool CBD = false>
 __global__ void __launch_bounds__(256, 1)
     kbit_wgmma_grouped(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
                        const float* __restrict__ codebook, const float* __restrict__ tscale,
@@ -637,8 +664,11 @@ __global__ void __launch_bounds__(256, 1)
     // from the previous grid (device routing), so wait for it before anything (only the
     // launch overlaps); 2 = the caller guarantees they do not (kbitcupy.grouped
     // ids_stable): the first token tile requests its weights and builds its tables
-    // before the wait, as the dense kernel.
+    // before the wait, as the dense kernel.  CBD (the bank's default codebook): mode 1 builds the
+    // tables (shared memory only) before its wait too.
+    const bool early = CBD && pdl == 1;
     if (pdl == 1) {
+        if (CBD) kbit_wgmma_detail::wgmma_default_tables<K, T>();
         griddep_wait_release();
     }
     const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
@@ -676,8 +706,8 @@ __global__ void __launch_bounds__(256, 1)
             if (split != 0) break;
             __syncthreads();  // the previous tile's epilogue still reads the stage buffers
         }
-        kbit_wgmma_detail::wgmma_cta<K, T, TOK>(Ae, pe, ae, codebook, Ce, ws, counters, ntok, N, Kdim, m, nt,
-                                                first ? split : 0, first ? k_splits : 1, stages, ts, vec8, tile,
-                                                tiles, pdl == 2 && first, cluster != 0 && first);
+        kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD>(Ae, pe, ae, codebook, Ce, ws, counters, ntok, N, Kdim, m, nt,
+                                                     first ? split : 0, first ? k_splits : 1, stages, ts, vec8, tile,
+                                                     tiles, pdl == 2 && first, cluster != 0 && first, early && first);
     }
 }

@@ -54,21 +54,28 @@ MAX_OCCUPANCY = int(os.environ.get("KBIT_WG_MAXOCC", "2"))  # CTAs per SM the st
 # workspace sum everywhere (A/B).
 CLUSTER = os.environ.get("KBIT_WG_CLUSTER", "1").strip() not in ("0", "false", "no", "off")
 MAX_CLUSTER = 8
+# The kernels with the default codebook compiled in for weights that have it (env KBIT_WG_CBD=0: the runtime
+# codebook everywhere, an A/B hook)
+CBD = os.environ.get("KBIT_WG_CBD", "1").strip() not in ("0", "false", "no", "off")
 
 
 def _instances():
     inst = {}
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
+            # "cbd": the default codebook compiled in (the weight's default_codebook; in safe PDL the
+            # kernels build their tables before the wait), a group of its own (a run compiles what it uses)
             for tok in TOK_CHOICES:
                 inst[(k, t, tok)] = f"kbit_wgmma<{k}, {CTYPE[t]}, {tok}>"
+                inst[("cbd", k, t, tok)] = f"kbit_wgmma<{k}, {CTYPE[t]}, {tok}, true>"
             for tok in GROUPED_TOK_CHOICES:
                 inst[("grouped", k, t, tok)] = f"kbit_wgmma_grouped<{k}, {CTYPE[t]}, {tok}>"
+                inst[("grouped_cbd", k, t, tok)] = f"kbit_wgmma_grouped<{k}, {CTYPE[t]}, {tok}, true>"
     return inst
 
 
 def _group_of(key):
-    return key[:3] if key[0] == "grouped" else key[:2]
+    return key[:3] if key[0] in ("grouped", "cbd", "grouped_cbd") else key[:2]
 
 
 # wgmma exists on sm_90a only; one NVRTC call per (k, dtype) compiles its TOK variants
@@ -256,8 +263,10 @@ def _check_tok(tok, choices=TOK_CHOICES):
 
 
 def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tok=None,
-         stages=None, cluster=None, spread=None) -> Plan:
-    key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages, cluster, CLUSTER, spread)
+         stages=None, cluster=None, spread=None, cbd: bool = False) -> Plan:
+    """cbd: the weight has the default codebook (KbitWeight.default_codebook): the kernel with its
+    levels compiled in."""
+    key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages, cluster, CLUSTER, spread, bool(cbd))
     p = _PLANS.get(key)
     if p is not None:
         return p
@@ -265,7 +274,7 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     tok = _check_tok(choose_tok(M, TOK_CHOICES, -(-N // TILE_N), info["sms"], -(-K // TILE_K))
                      if tok is None else int(tok))
     p = Plan()
-    p.fn = WGMMA.function((k, dtype_name, tok))
+    p.fn = WGMMA.function(("cbd", k, dtype_name, tok) if cbd else (k, dtype_name, tok))
     p.m_tiles = -(-M // tok)
     p = _finish_plan(p, info, k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
                      f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster, spread=spread)
@@ -274,17 +283,18 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
 
 
 def grouped_plan(N: int, K: int, k: int, dtype_name: str, dev_id: int, n_slots: int, max_tokens: int,
-                 k_splits=None, tok=None, stages=None, cluster=None, spread=None) -> Plan:
+                 k_splits=None, tok=None, stages=None, cluster=None, spread=None, cbd: bool = False) -> Plan:
     """Plan of the grouped kernel: every slot gets ceil(max_tokens / TOK) token tiles x
     the column strips of one expert; split-K fills one wave as for the dense kernel."""
-    key = ("grouped", dev_id, N, K, k, dtype_name, n_slots, max_tokens, k_splits, tok, stages, cluster, CLUSTER, spread)
+    key = ("grouped", dev_id, N, K, k, dtype_name, n_slots, max_tokens, k_splits, tok, stages, cluster, CLUSTER, spread,
+           bool(cbd))
     p = _PLANS.get(key)
     if p is not None:
         return p
     mt = max(1, int(max_tokens))
     tok = _check_tok(choose_tok(mt, GROUPED_TOK_CHOICES) if tok is None else int(tok), GROUPED_TOK_CHOICES)
     p = Plan()
-    p.fn = WGMMA.function(("grouped", k, dtype_name, tok))
+    p.fn = WGMMA.function(("grouped_cbd" if cbd else "grouped", k, dtype_name, tok))
     p.m_tiles = -(-mt // tok)
     p = _finish_plan(p, device_info(dev_id), k, K, tok, n_slots * p.m_tiles * -(-N // TILE_N), k_splits, stages,
                      f"kbit_wgmma_grouped<k={k}, TOK={tok}>", GROUPED_MAX_STAGES, cluster, spread)
@@ -292,14 +302,14 @@ def grouped_plan(N: int, K: int, k: int, dtype_name: str, dev_id: int, n_slots: 
     return p
 
 
-def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok=None, stream=None):
+def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok=None, stream=None, cbd=False):
     """Compile/load the kernel and size the stream's workspace for this call, so that a
     later capture of the same call allocates nothing."""
     import cupy as cp
 
     dev = cp.cuda.Device().id
     tname = "bfloat16" if np.dtype(dtype) == bfloat16 else "float16"
-    p = plan(M, N, K, k, tname, dev, k_splits, tok)
+    p = plan(M, N, K, k, tname, dev, k_splits, tok, cbd=cbd)
     set_smem(p.fn, p.launch_smem)
     stream = stream or cp.cuda.get_current_stream()
     if p.ws_floats:
@@ -332,7 +342,7 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None
     if M == 0:
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster, spread)
+    p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster, spread, CBD and qw.default_codebook)
     return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.dense_arg(dev))
 
 
@@ -358,7 +368,8 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
     if n_slots == 0 or A.shape[0] == 0:
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages, cluster, spread)
+    p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages, cluster, spread,
+                     CBD and bank.default_codebook)
     set_smem(p.fn, p.launch_smem)
     ws, cnt = plan_workspace(p, dev, out)
     pdl = _pdl.grouped_mode(dev, ids_stable)

@@ -86,4 +86,27 @@ if [ "$STEP" = tok64 ]; then
   GEMM=0 DQ=0 WG=1 WGTOKS=64,128 KS=${KS:-4,2} MS=${MS:-128,256} SHAPES_=${SHAPES_:-gateup,down,Q,O,KV} \
     timeout 200 python3 profiling/gemm_probe.py 2>&1 | tee "$W/tok64.log"
 fi
+# STEP=cbd: the wgmma kernels with the default codebook compiled in (CBD; a weight's default_codebook):
+#   no codebook load on the way to the pair table, and in safe PDL (dense) / the grouped wait mode the
+#   pair and scale tables built before griddepcontrol.wait.  The wgmma / grouped wgmma / PDL GPU tests
+#   (incl. the CBD-vs-loaded bit-exact test), then A/B in one run (KBIT_WG_CBD=0 / 1): gemm_probe's wgmma
+#   at M = 16..128 (gate/up, down, Q, O, KV, k = 4) and the MoE table's g-WGMMA at 16 / 32 / 64 tokens;
+#   then compute-sanitizer racecheck over sanitize_driver.py.  Expected: the wgmma trace's 1.7 us
+#   "pair/scale tables" phase (codebook load ~0.7 us + build) off the path after the wait: -0.5..-1 us a
+#   launch (dense M = 32 gate/up ~10.4 -> ~9.6 us; MoE 64 tokens gate/up + down ~-1.5 us).
+if [ "$STEP" = cbd ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_cbd.log" 400 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py tests/test_pdl_gpu.py \
+    -k "wgmma or pdl"
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_cbd.log" | head -20
+  for c in 0 1; do
+    echo "## KBIT_WG_CBD=$c" | tee -a "$W/cbd24.log"
+    KBIT_WG_CBD=$c GEMM=0 DQ=0 WG=1 KS=4 MS=${MS:-16,32,64,128} SHAPES_=${SHAPES_:-gateup,down,Q,O,KV} \
+      timeout 150 python3 profiling/gemm_probe.py 2>&1 | tee -a "$W/cbd24.log"
+    KBIT_WG_CBD=$c timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 16,32,64 \
+      --columns Grouped,g-WGMMA --reps 15 --tag "moe-cbd$c" > "$W/bench_moe_cbd$c.log" 2>&1
+    grep -E "TOTAL" "$W/bench_moe_cbd$c.log" | tee -a "$W/cbd24.log"
+  done
+  sanitize racecheck "$W/sanitize_racecheck24.txt" 240 profiling/sanitize_driver.py
+fi
 finish_run run24
