@@ -109,4 +109,15 @@ if [ "$STEP" = cbd ]; then
   done
   sanitize racecheck "$W/sanitize_racecheck24.txt" 240 profiling/sanitize_driver.py
 fi
+# STEP=final: the dense CBD kept, the grouped one not (0.3-1.9 % slower, cbd above): the wgmma / PDL GPU tests,
+#   compute-sanitizer memcheck over sanitize_driver.py, and the closing dense table (M = 16..128, k = 4) and MoE
+#   table (tagged final36 / moe-final36).  Expected: matmul TOTAL at M = 32..128 0.5-1.5 % faster where wgmma
+#   serves (down / O / KV at M = 128, the wgmma band at 32..64); MoE unchanged.
+if [ "$STEP" = final ]; then
+  python3 profiling/warm_cache.py wgmma gemv gemv_stream gemm grouped quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_final24.log" 300 tests/test_wgmma_gpu.py tests/test_pdl_gpu.py tests/test_matmul_gpu.py
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_final24.log" | head -20
+  sanitize memcheck "$W/sanitize_memcheck24.txt" 240 profiling/sanitize_driver.py
+  final_tables final36
+fi
 finish_run run24
