@@ -115,7 +115,7 @@ fi
 #   serves (down / O / KV at M = 128, the wgmma band at 32..64); MoE unchanged.
 if [ "$STEP" = final ]; then
   python3 profiling/warm_cache.py wgmma gemv gemv_stream gemm grouped quant 2>&1 | tail -1
-  gpu_tests "$W/gpu_tests_final24.log" 300 tests/test_wgmma_gpu.py tests/test_pdl_gpu.py tests/test_matmul_gpu.py
+  gpu_tests "$W/gpu_tests_final24.log" 300 tests/test_wgmma_gpu.py tests/test_pdl_gpu.py tests/test_matmul.py
   grep -E "FAIL|Error|assert" "$W/gpu_tests_final24.log" | head -20
   sanitize memcheck "$W/sanitize_memcheck24.txt" 240 profiling/sanitize_driver.py
   final_tables final36
