@@ -630,7 +630,11 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
                                                      T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
                                                      int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
                                                      float tensor_scale, int vec8, int pdl, int cluster) {
+#ifndef KBIT_WG_CBD_LATE
     const bool early = CBD && pdl == KBIT_PDL_SAFE;
+#else  // experiment hook (run24.sh cbd2): the levels compiled in, the tables built after the wait
+    const bool early = false;
+#endif
     if (early) {
         kbit_wgmma_detail::wgmma_default_tables<K, T>();
         griddep_wait_release();
@@ -652,7 +656,9 @@ __global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, co
 // slot with more tokens than m_tiles * TOK (max_tokens too small) is still computed:
 // split 0 of each token tile does the extra tiles m_tiles apart, whole K, no split-K.
 // `cluster`: as the dense kernel (a slot's CTAs split-major within a token tile and strip).
-template <int K, typename T, int TOK>
+// CBD: the bank's codebook is the default one (no codebook load; the tables are still built after
+// the wait, see below).
+template <int K, typename T, int TOK, bool CBD = false>
 __global__ void __launch_bounds__(256, 1)
     kbit_wgmma_grouped(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
                        const float* __restrict__ codebook, const float* __restrict__ tscale,
@@ -664,9 +670,9 @@ __global__ void __launch_bounds__(256, 1)
     // from the previous grid (device routing), so wait for it before anything (only the
     // launch overlaps); 2 = the caller guarantees they do not (kbitcupy.grouped
     // ids_stable): the first token tile requests its weights and builds its tables
-    // before the wait, as the dense kernel.  (The default codebook compiled in, its tables built
-    // before the wait of mode 1 as the dense kernel's CBD: 0.3-1.9 % slower at 16..64 tokens per
-    // expert, H100 2026-11-26, run24.sh cbd -- the early build competes with the previous kernel.)
+    // before the wait, as the dense kernel.  CBD's tables are built after the wait all the same: built
+    // before the wait of mode 1 (as the dense kernel's CBD) they were 0.3-1.9 % slower at 16..64 tokens
+    // per expert (H100 2026-11-26, run24.sh cbd: the early build competes with the previous kernel).
     if (pdl == 1) {
         griddep_wait_release();
     }
@@ -705,8 +711,8 @@ __global__ void __launch_bounds__(256, 1)
             if (split != 0) break;
             __syncthreads();  // the previous tile's epilogue still reads the stage buffers
         }
-        kbit_wgmma_detail::wgmma_cta<K, T, TOK>(Ae, pe, ae, codebook, Ce, ws, counters, ntok, N, Kdim, m, nt,
-                                                first ? split : 0, first ? k_splits : 1, stages, ts, vec8, tile,
-                                                tiles, pdl == 2 && first, cluster != 0 && first);
+        kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD>(Ae, pe, ae, codebook, Ce, ws, counters, ntok, N, Kdim, m, nt,
+                                                     first ? split : 0, first ? k_splits : 1, stages, ts, vec8, tile,
+                                                     tiles, pdl == 2 && first, cluster != 0 && first);
     }
 }

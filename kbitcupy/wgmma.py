@@ -72,11 +72,12 @@ def _instances():
                 inst[("cbd", k, t, tok)] = f"kbit_wgmma<{k}, {CTYPE[t]}, {tok}, true>"
             for tok in GROUPED_TOK_CHOICES:
                 inst[("grouped", k, t, tok)] = f"kbit_wgmma_grouped<{k}, {CTYPE[t]}, {tok}>"
+                inst[("grouped_cbd", k, t, tok)] = f"kbit_wgmma_grouped<{k}, {CTYPE[t]}, {tok}, true>"
     return inst
 
 
 def _group_of(key):
-    return key[:3] if key[0] in ("grouped", "cbd") else key[:2]
+    return key[:3] if key[0] in ("grouped", "cbd", "grouped_cbd") else key[:2]
 
 
 # wgmma exists on sm_90a only; one NVRTC call per (k, dtype) compiles its TOK variants
@@ -284,17 +285,18 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
 
 
 def grouped_plan(N: int, K: int, k: int, dtype_name: str, dev_id: int, n_slots: int, max_tokens: int,
-                 k_splits=None, tok=None, stages=None, cluster=None, spread=None) -> Plan:
+                 k_splits=None, tok=None, stages=None, cluster=None, spread=None, cbd: bool = False) -> Plan:
     """Plan of the grouped kernel: every slot gets ceil(max_tokens / TOK) token tiles x
     the column strips of one expert; split-K fills one wave as for the dense kernel."""
-    key = ("grouped", dev_id, N, K, k, dtype_name, n_slots, max_tokens, k_splits, tok, stages, cluster, CLUSTER, spread)
+    key = ("grouped", dev_id, N, K, k, dtype_name, n_slots, max_tokens, k_splits, tok, stages, cluster, CLUSTER, spread,
+           bool(cbd))
     p = _PLANS.get(key)
     if p is not None:
         return p
     mt = max(1, int(max_tokens))
     tok = _check_tok(choose_tok(mt, GROUPED_TOK_CHOICES) if tok is None else int(tok), GROUPED_TOK_CHOICES)
     p = Plan()
-    p.fn = WGMMA.function(("grouped", k, dtype_name, tok))
+    p.fn = WGMMA.function(("grouped_cbd" if cbd else "grouped", k, dtype_name, tok))
     p.m_tiles = -(-mt // tok)
     p = _finish_plan(p, device_info(dev_id), k, K, tok, n_slots * p.m_tiles * -(-N // TILE_N), k_splits, stages,
                      f"kbit_wgmma_grouped<k={k}, TOK={tok}>", GROUPED_MAX_STAGES, cluster, spread)
@@ -368,7 +370,8 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
     if n_slots == 0 or A.shape[0] == 0:
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages, cluster, spread)
+    p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages, cluster, spread,
+                     CBD and bank.default_codebook)
     set_smem(p.fn, p.launch_smem)
     ws, cnt = plan_workspace(p, dev, out)
     pdl = _pdl.grouped_mode(dev, ids_stable)

@@ -120,4 +120,26 @@ if [ "$STEP" = final ]; then
   sanitize memcheck "$W/sanitize_memcheck24.txt" 240 profiling/sanitize_driver.py
   final_tables final36
 fi
+# STEP=cbd2: the grouped wgmma with the default codebook compiled in but its tables built after the wait (no
+#   codebook load on the way), and the dense CBD's early tables against the same late (-DKBIT_WG_CBD_LATE).  Tests
+#   (the CBD-vs-loaded test now with the grouped kernel, grouped wgmma, PDL grouped), then A/B in one run: dense
+#   gemm_probe wgmma KBIT_WG_CBD=0 / CBD early / CBD late, M = 16..128; MoE g-WGMMA / Grouped KBIT_WG_CBD=0 / 1 at
+#   16 / 32 / 64 tokens.  Expected: grouped -0.2..-0.6 us a launch (the codebook's load latency), 64 tokens 8
+#   experts TOTAL 24.3 -> ~23.6 us; dense late between loaded and early.
+if [ "$STEP" = cbd2 ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_cbd2.log" 300 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py tests/test_pdl_gpu.py \
+    -k "default_codebook or wgmma or grouped"
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_cbd2.log" | head -20
+  for v in "0:" "1:" "1:-DKBIT_WG_CBD_LATE"; do
+    echo "## KBIT_WG_CBD=${v%%:*} KBIT_WGMMA_OPTS='${v#*:}'" | tee -a "$W/cbd2_24.log"
+    KBIT_WG_CBD=${v%%:*} KBIT_WGMMA_OPTS="${v#*:}" GEMM=0 DQ=0 WG=1 KS=4 MS=${MS:-16,32,64,128} \
+      SHAPES_=${SHAPES_:-gateup,down,Q,O,KV} timeout 150 python3 profiling/gemm_probe.py 2>&1 | tee -a "$W/cbd2_24.log"
+  done
+  for c in 0 1 0 1; do
+    KBIT_WG_CBD=$c timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 16,32,64 \
+      --columns Grouped,g-WGMMA --reps 15 --tag "moe-cbd2-$c" > "$W/bench_moe_cbd2_$c.log" 2>&1
+    echo "## MoE KBIT_WG_CBD=$c" | tee -a "$W/cbd2_24.log"; grep -E "TOTAL" "$W/bench_moe_cbd2_$c.log" | tee -a "$W/cbd2_24.log"
+  done
+fi
 finish_run run24

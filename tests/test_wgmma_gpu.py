@@ -160,20 +160,27 @@ def test_wgmma_cluster_sum_matches_workspace_sum(rng):
 def test_wgmma_default_codebook_kernel(k, rng):
     """A weight with the default codebook runs the kernels with its levels compiled in (CBD; in safe
     PDL their tables are built before the wait): bit for bit the result of the same weight flagged
-    not default (the codebook loaded), every TOK, split-K through the workspace and a cluster,
-    plain / safe / full PDL, both dtypes; the flag forced onto another
+    not default (the codebook loaded), dense (every TOK, split-K through the workspace and a
+    cluster) and grouped (ids stable or not), plain / safe / full PDL, both dtypes; the flag forced onto another
     codebook gives the default levels' result (the CBD kernel really ran); another codebook,
     not flagged, matches its own reference."""
     import cupy as cp
     from dataclasses import replace
 
-    from kbitcupy.wgmma import TOK_CHOICES, wgmma_gemm
+    from kbitcupy.grouped import _err_buffer, quantize_experts, read_errors
+    from kbitcupy.wgmma import TOK_CHOICES, grouped_wgmma, wgmma_gemm
 
     N, K = 200, 544
     q, Wd = _weight(N, K, k, rng)
     assert q.default_codebook
     loaded = replace(q)
     object.__setattr__(loaded, "default_codebook", False)
+    bank = quantize_experts(cp.asarray(rng.standard_normal((3, 256, K), dtype=np.float32) * 0.02), k)
+    assert bank.default_codebook
+    bank_l = replace(bank)
+    object.__setattr__(bank_l, "default_codebook", False)
+    ids = cp.asarray(np.array([2, 0, 1], np.int32))
+    offs = cp.asarray(np.array([0, 5, 5, 40], np.int32))  # an expert with no rows
     old = kb.set_pdl(False)
     try:
         for mode in (False, "safe", True):
@@ -190,8 +197,19 @@ def test_wgmma_default_codebook_kernel(k, rng):
                         assert _rel(outs[0], A.astype(cp.float64) @ Wd.T) < TOL[_dn(dt)], (mode, _dn(dt), tok, ks)
                         same = bool((outs[0].view(cp.uint16) == outs[1].view(cp.uint16)).all())
                         assert same, (k, mode, _dn(dt), tok, ks, cl)
+                Ag = _A(40, K, dt, rng)
+                for tok in (16, 64):
+                    for stable in ((False, True) if mode is True else (False,)):
+                        outs = []
+                        for b in (bank, bank_l):
+                            out = cp.full((40, 256), np.nan, dtype=dt)
+                            grouped_wgmma(Ag, b, ids, offs, out, 35, _err_buffer(), tok=tok, ids_stable=stable)
+                            outs.append(out)
+                        same = bool((outs[0].view(cp.uint16) == outs[1].view(cp.uint16)).all())
+                        assert same and not bool(cp.isnan(outs[0]).any()), (k, mode, _dn(dt), tok, stable)
     finally:
         kb.set_pdl(old)
+    read_errors(reset=True)
     other = cp.asarray(np.linspace(-1, 1, 1 << k, dtype=np.float32) ** 3)
     ob = replace(q, codebook=other)
     assert not ob.default_codebook
