@@ -65,8 +65,10 @@ def _instances():
         for t in ("float16", "bfloat16"):
             # "cbd": the default codebook compiled in (the weight's default_codebook; in safe PDL the
             # kernel builds its tables before the wait), a group of its own (a run compiles what it uses).
-            # H100 2026-11-26 (run24.sh cbd, k = 4): dense M = 16..128 -1.5..-5 % (Q M = 32 9.73 -> 9.23 us);
-            # the grouped kernel's version was 0.3-1.9 % slower and is not instantiated
+            # H100 2026-11-26 (run24.sh cbd / cbd2, k = 4): dense M = 16..128 -1.5..-5 % (Q M = 32 9.73 -> 9.23
+            # us), all of it from the tables built before the wait (-DKBIT_WG_CBD_LATE: as the loaded codebook);
+            # grouped ("grouped_cbd", tables after the wait: before it was 0.3-1.9 % slower) -0.6 % at 32 / 64
+            # tokens per expert (8 experts), equal elsewhere
             for tok in TOK_CHOICES:
                 inst[(k, t, tok)] = f"kbit_wgmma<{k}, {CTYPE[t]}, {tok}>"
                 inst[("cbd", k, t, tok)] = f"kbit_wgmma<{k}, {CTYPE[t]}, {tok}, true>"
