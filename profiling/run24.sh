@@ -142,4 +142,15 @@ if [ "$STEP" = cbd2 ]; then
     echo "## MoE KBIT_WG_CBD=$c" | tee -a "$W/cbd2_24.log"; grep -E "TOTAL" "$W/bench_moe_cbd2_$c.log" | tee -a "$W/cbd2_24.log"
   done
 fi
+# STEP=suite: the whole GPU test suite on the session's last kernel commit (every family), then the MoE table
+#   (1..64 tokens, k = 2 / 4, Grouped, Grouped:stable, Grouped+PDL: the grouped wgmma with the default codebook
+#   compiled in) tagged moe-final37.
+if [ "$STEP" = suite ]; then
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_suite24.log" 540 tests
+  grep -E "FAIL|Error" "$W/gpu_tests_suite24.log" | head -20
+  timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 2,4 --moe-M 1,2,4,8,16,32,64 \
+      --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final37 > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | head -8; grep -E "as moe_forward" "$W/bench_moe.log" | head -8
+fi
 finish_run run24

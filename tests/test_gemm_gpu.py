@@ -38,6 +38,21 @@ def _weight(N, K, k, rng, scale=0.02, layout="tiled"):
     return _WCACHE[key]
 
 
+def other_codebook(w, k):
+    """(w with another codebook, which is not flagged default; the same with the flag forced on, so
+    that a kernel that compiles the default levels in gives the default levels' result): w is a
+    KbitWeight or an expert bank."""
+    import cupy as cp
+    from dataclasses import replace
+
+    other = cp.asarray(np.linspace(-1, 1, 1 << k, dtype=np.float32) ** 3)
+    ob = replace(w, codebook=other)
+    assert not ob.default_codebook
+    forced = replace(w, codebook=other)
+    object.__setattr__(forced, "default_codebook", True)
+    return ob, forced
+
+
 def _A(M, K, dt, rng):
     import cupy as cp
 

@@ -10,6 +10,7 @@ from kbitcupy.grouped import (ERR_EXPERT_ID, ERR_MAX_TOKENS, ERR_OFFSETS, groupe
                               read_errors, reference_grouped_matmul)
 from kbitcupy.moe import (moe_combine, moe_forward, moe_forward_reference, moe_route, reference_route, silu_mul)
 from kbitcupy.reference import bfloat16
+from test_gemm_gpu import other_codebook
 
 DTYPES = [np.float16, bfloat16]
 TOL = {np.dtype(np.float16): 5e-3, bfloat16: 2.5e-2}  # max |C - ref| / max |ref|
@@ -363,12 +364,8 @@ def test_grouped_gemv_default_codebook(rng, k):
     read_errors(reset=True)
     # another codebook: not flagged, its own levels loaded; the flag forced onto it gives the
     # default levels' result instead
-    other = cp.asarray(np.linspace(-1, 1, 1 << k, dtype=np.float32) ** 3)
-    ob = replace(bank, codebook=other)
-    assert not ob.default_codebook
+    ob, forced = other_codebook(bank, k)
     A = rng.standard_normal((offs[-1], K)).astype(np.float16)
-    forced = replace(bank, codebook=other)
-    object.__setattr__(forced, "default_codebook", True)
     for b, ref_bank in ((ob, ob), (forced, bank if k in GROUPED_CBD_KS else ob)):
         for ov in plans:
             out = _nan((offs[-1], N), np.float16)

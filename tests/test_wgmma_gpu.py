@@ -6,7 +6,7 @@ import pytest
 
 import kbitcupy as kb
 
-from test_gemm_gpu import DENSE, DTYPES, TOL, _A, _capture, _dn, _rel, _weight, sweep
+from test_gemm_gpu import DENSE, DTYPES, TOL, _A, _capture, _dn, _rel, _weight, other_codebook, sweep
 
 pytestmark = pytest.mark.gpu
 
@@ -210,11 +210,7 @@ def test_wgmma_default_codebook_kernel(k, rng):
     finally:
         kb.set_pdl(old)
     read_errors(reset=True)
-    other = cp.asarray(np.linspace(-1, 1, 1 << k, dtype=np.float32) ** 3)
-    ob = replace(q, codebook=other)
-    assert not ob.default_codebook
-    forced = replace(q, codebook=other)
-    object.__setattr__(forced, "default_codebook", True)
+    ob, forced = other_codebook(q, k)
     A = _A(33, K, np.float16, rng)
     for w, ref_w in ((ob, ob), (forced, q)):
         out = cp.full((33, N), np.nan, dtype=np.float16)
