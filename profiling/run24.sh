@@ -153,4 +153,22 @@ if [ "$STEP" = suite ]; then
       --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final37 > "$W/bench_moe.log" 2>&1
   grep -E "TOTAL" "$W/bench_moe.log" | head -8; grep -E "as moe_forward" "$W/bench_moe.log" | head -8
 fi
+# STEP=wgtune: the WGMMA / WGMMA+PDL columns after the dense CBD (M = 16..128, k = 2..5, every dense shape), the
+#   overlay +wg-tune24 of the H100 / H100+PDL dispatch tables (profiling/retune_tables.py --extra +wg-tune24):
+#   final36 had the dispatched call 10.6 % off the fastest at KV M = 64 (dq + cuBLAS 7.60 vs WGMMA 6.87 us) and
+#   8.5 % at linear key M = 64 (10.05 vs 9.26).
+if [ "$STEP" = wgtune ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  timeout 500 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,3,4,5 --columns WGMMA,WGMMA+PDL \
+    --reps 15 --tag wg-tune24 > "$W/wgtune.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/wgtune.log"
+fi
+# STEP=dispatch: the dense table M = 16..128 at k = 2..5 (matmul, matmul+PDL beside every kernel) on the
+#   re-tuned dispatch tables, tagged final38.
+if [ "$STEP" = dispatch ]; then
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  timeout 500 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k ${KS:-4} \
+    --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final38 > "$W/bench.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench.log"
+fi
 finish_run run24
