@@ -233,7 +233,8 @@ def test_h100_table_is_measured():
     overlays, the ninth session's stream-tune3 / stream-tune3b / lowm-tune, the tenth session's k5-gpb and the
     eleventh session's wg-tune11 / final18 after the wgmma kernel got faster, the fourteenth session's final20
     after the GEMV's absmax decode moved to its use, the fifteenth session's wg-tune15 after the wgmma split-K
-    changes and gap15 at M = 9..15), not the default's."""
+    changes and gap15 at M = 9..15, the twenty-first session's wg-tune24 / final38 after the wgmma kernel
+    compiled the default codebook in), not the default's."""
     assert D.TABLES["H100"] != D.TABLES["default"]
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
     # gate/up M = 8 (final20, H100): GEMV 7.65 vs stream 7.88 us; M = 9..15 the stream (8.4 us at 16)
@@ -250,8 +251,12 @@ def test_h100_table_is_measured():
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 64, 128)] == ["gemv", "stream", "stream", "wgmma", "wgmma"]
     # k = 5, N = 2048, K = 4096: the streaming GEMV at M = 16..32, wgmma at 128; Q (4096 x 2048) stream at 16..32
     assert c(16, 2048, 4096, 5) == "stream" and c(32, 2048, 4096, 5) == "stream" and c(128, 2048, 4096, 5) == "wgmma"
-    # (M = 48: wgmma 12.48 (wg-tune15) vs stream 12.53 (stream-tune3b), a tie the table gives to wgmma)
-    assert [c(M, 4096, 2048, 5) for M in (4, 8, 16, 32, 48, 128)] == ["gemv", "gemv", "stream", "stream", "wgmma", "dq"]
+    # Q k = 5 since the wgmma kernel compiled the default codebook in (wg-tune24): wgmma 9.93 vs stream 9.95 us
+    # (stream-tune3b) at 32, 10.93 vs 12.51 at 48, 14.52 vs dq 15.08 at 128
+    assert [c(M, 4096, 2048, 5) for M in (4, 8, 16, 32, 48, 128)] == ["gemv", "gemv", "stream", "wgmma", "wgmma", "wgmma"]
+    # KV and linear key k = 4 at M = 64 (final38, one run): wgmma 6.81 / 9.24 us vs dq + cuBLAS 7.61 / 10.18 (final36:
+    # the previous table's dq + cuBLAS was 10.6 / 8.5 % over the wgmma kernel there)
+    assert c(64, 512, 2048, 4) == "wgmma" and c(64, 2048, 2048, 4) == "wgmma"
     # k = 5 gate/up: the GEMV to M = 8 since its groups share one table per SM (tenth session, k5-gpb)
     assert [c(M, 5120, 2048, 5) for M in (4, 8, 16)] == ["gemv", "gemv", "stream"]
     # unmeasured shapes: the bands of the nearest measured one (3000 x 3000: Q / O at equal distance,
