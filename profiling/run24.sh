@@ -164,11 +164,11 @@ if [ "$STEP" = wgtune ]; then
   grep -E "^### M|TOTAL" "$W/wgtune.log"
 fi
 # STEP=dispatch: the dense table M = 16..128 at k = 2 / 4 (matmul, matmul+PDL beside every kernel) on the
-#   re-tuned dispatch tables, tagged final38.
+#   re-tuned dispatch tables, tagged final38 (TAG=final39: the check after final38 was overlaid).
 if [ "$STEP" = dispatch ]; then
   python3 profiling/warm_cache.py 2>&1 | tail -1
   timeout 500 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k ${KS:-2,4} \
-    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final38 > "$W/bench.log" 2>&1
+    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final38} > "$W/bench.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench.log"
 fi
 finish_run run24
