@@ -171,4 +171,11 @@ if [ "$STEP" = dispatch ]; then
     --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final38} > "$W/bench.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench.log"
 fi
+# STEP=sanitize: compute-sanitizer memcheck and racecheck over sanitize_driver.py on the session's last kernel
+#   commit (the grouped wgmma with the default codebook compiled in came after the cbd / final steps' checks).
+if [ "$STEP" = sanitize ]; then
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  sanitize memcheck "$W/sanitize_memcheck24b.txt" 240 profiling/sanitize_driver.py
+  sanitize racecheck "$W/sanitize_racecheck24b.txt" 240 profiling/sanitize_driver.py
+fi
 finish_run run24
