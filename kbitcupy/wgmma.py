@@ -49,14 +49,21 @@ MAX_SPLITS = 8
 # (10 experts, 32 tokens, gate/up + down 30.2 -> 28.4 us); a split holds 2-8 K tiles.
 GROUPED_MAX_STAGES = 4
 MAX_OCCUPANCY = int(os.environ.get("KBIT_WG_MAXOCC", "2"))  # CTAs per SM the stage choice aims for (env: experiment)
+
+
+def _env_on(name: str) -> bool:
+    """An on-by-default switch of this module's environment (0 / false / no / off turn it off)."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 # Split-K sum over a thread block cluster (DSMEM) where 2 <= k_splits <= MAX_CLUSTER (the
 # portable cluster size; KBIT_WG_MAX_CLUSTER in the .cu); env KBIT_WG_CLUSTER=0: the
 # workspace sum everywhere (A/B).
-CLUSTER = os.environ.get("KBIT_WG_CLUSTER", "1").strip() not in ("0", "false", "no", "off")
+CLUSTER = _env_on("KBIT_WG_CLUSTER")
 MAX_CLUSTER = 8
 # The kernels with the default codebook compiled in for weights that have it (env KBIT_WG_CBD=0: the runtime
 # codebook everywhere, an A/B hook)
-CBD = os.environ.get("KBIT_WG_CBD", "1").strip() not in ("0", "false", "no", "off")
+CBD = _env_on("KBIT_WG_CBD")
 
 
 def _instances():
