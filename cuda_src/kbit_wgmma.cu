@@ -624,8 +624,13 @@ __device__ __forceinline__ void work_coords(int i, int m_tiles, int k_splits, in
 // (b / k_splits) % m_tiles, strip b / (k_splits * m_tiles), and the split-K sum over DSMEM.
 // CBD: the weight's codebook is the default one (kbit_default_level; codebook is not read): in safe
 // PDL the tables are built before the wait.
+// CTAs per SM the dense kernel's registers are capped for (experiment hook; the plan reads the
+// registers and aims its stages and splits at what fits).
+#ifndef KBIT_WG_MINB
+#define KBIT_WG_MINB 1
+#endif
 template <int K, typename T, int TOK, bool CBD = false>
-__global__ void __launch_bounds__(256, 1) kbit_wgmma(const T* __restrict__ A, const u32* __restrict__ packed,
+__global__ void __launch_bounds__(256, KBIT_WG_MINB) kbit_wgmma(const T* __restrict__ A, const u32* __restrict__ packed,
                                                      const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                                      T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
                                                      int M, int N, int Kdim, int m_tiles, int k_splits, int stages,

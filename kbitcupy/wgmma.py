@@ -114,9 +114,19 @@ def stage_bytes(k: int, tok: int) -> int:
     return -(-(tok * 128 + 1024 * k + 256) // 1024) * 1024  # 1024-byte aligned stages (128-byte swizzle)
 
 
+def _lut_bytes(k: int) -> int:
+    """The pair table's bytes in these kernels: lut_bytes, or with KBIT_WGMMA_OPTS' experiment hook
+    -DKBIT_K4_LOG2_COPIES=n the k = 4 table's 2**n copies."""
+    if k == 4:
+        for o in WGMMA.options:
+            if o.startswith("-DKBIT_K4_LOG2_COPIES="):
+                return (1 << 8) * (1 << int(o.split("=", 1)[1])) * 4
+    return lut_bytes(k)
+
+
 def smem_bytes(k: int, tok: int, stages: int) -> int:
     # + 1024: the stages start at the first 1024-byte aligned address after the tables
-    return lut_bytes(k) + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
+    return _lut_bytes(k) + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
 
 
 def choose_tok(M: int, choices=TOK_CHOICES, n_tiles: int = 0, sms: int = 0, k_tiles: int = 0) -> int:

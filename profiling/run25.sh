@@ -18,4 +18,26 @@ if [ "$STEP" = scbd ]; then
     echo "## KBIT_STREAM_CBD=$v"; grep -E "^### M|TOTAL" "$W/bench_scbd$v.log"
   done
 fi
+# STEP=occ2: two CTAs per SM for the dense wgmma kernel at TOK = 128 (-DKBIT_WG_MINB=2: registers capped at 128,
+#   no spills at k = 2..5; k = 4 needs its pair table at 16 copies, -DKBIT_K4_LOG2_COPIES=4, for two CTAs' shared
+#   memory).  The kernel is latency bound at one CTA per SM (issue slots 19 % busy, run24 / sixteenth session);
+#   expected: M = 128..256 main loop up to ~1.5x faster where the plan's splits (now filling 2 x 132 slots) do
+#   not eat it.  gemm_probe's wgmma at its plan and forced 3 / 4 / 6 splits; k = 4 also 16 copies alone.
+#   Then the streaming GEMV's CBD with its tables after the wait (-DKBIT_STREAM_CBD_LATE) against no CBD.
+if [ "$STEP" = occ2 ]; then
+  for v in "2:" "2:-DKBIT_WG_MINB=2" "3:" "3:-DKBIT_WG_MINB=2" "4:" "4:-DKBIT_K4_LOG2_COPIES=4" \
+           "4:-DKBIT_WG_MINB=2 -DKBIT_K4_LOG2_COPIES=4"; do
+    k=${v%%:*}; o=${v#*:}
+    echo "## k=$k KBIT_WGMMA_OPTS='$o'" | tee -a "$W/occ2.log"
+    KBIT_WGMMA_OPTS="$o" GEMM=0 DQ=$([ -z "$o" ] && echo 1 || echo 0) WG=1 WGSPLITS=${WGSPLITS:-3,4,6} KS=$k \
+      MS=${MS:-64,128,256} SHAPES_=${SHAPES_:-gateup,down,Q,O,KV} timeout 200 python3 profiling/gemm_probe.py 2>&1 \
+      | tee -a "$W/occ2.log"
+  done
+  for v in "0:" "1:-DKBIT_STREAM_CBD_LATE" "0b:" "1b:-DKBIT_STREAM_CBD_LATE"; do
+    c=${v%%:*}; o=${v#*:}
+    KBIT_STREAM_CBD=${c%b} KBIT_STREAM_OPTS="$o" timeout 120 python3 profiling/bench.py --out "$W" --M 16,32 --k 4 \
+      --columns STREAM --reps 15 --tag "scbdlate$c" > "$W/bench_scbdlate$c.log" 2>&1
+    echo "## KBIT_STREAM_CBD=$c '$o'"; grep -E "^### M|TOTAL" "$W/bench_scbdlate$c.log"
+  done
+fi
 finish_run run25
