@@ -40,4 +40,16 @@ if [ "$STEP" = occ2 ]; then
     echo "## KBIT_STREAM_CBD=$c '$o'"; grep -E "^### M|TOTAL" "$W/bench_scbdlate$c.log"
   done
 fi
+# STEP=ksweep: the wgmma kernels' split-K count swept (occ2 showed the plan's "fill sms x occupancy slots"
+#   rule 9-18 % off at M = 64 (TOK = 64, two CTAs per SM: Q 12.66 us at ks = 8 vs 10.39 at 4) and M = 128 (down /
+#   O: ks = 8 through the workspace vs 6 over a cluster, 17.73 vs 16.07 / 16.24 vs 13.98)): dense gemm_probe at
+#   ks = 1..8 (k = 4, 2; M = 16..128; six shapes), grouped moe_ab at ks = 1..6 (8 / 10 experts, 16..64 tokens).
+if [ "$STEP" = ksweep ]; then
+  for k in ${KS:-4 2}; do
+    GEMM=0 DQ=0 WG=1 WGSPLITS=1,2,3,4,5,6,8 KS=$k MS=${MS:-16,24,32,48,64,96,128} \
+      SHAPES_=${SHAPES_:-gateup,down,Q,O,KV,lin_key} timeout 280 python3 profiling/gemm_probe.py 2>&1 | tee -a "$W/ksweep.log"
+  done
+  KS=4 MS=16,32,64 ES=8,10 SHAPES=moe_gu_fused,moe_dn moe_wg "$W/ksweep_moe.log" 200 \
+    "d:;ks1:+ks=1;ks2:+ks=2;ks3:+ks=3;ks4:+ks=4;ks6:+ks=6;ks8:+ks=8"
+fi
 finish_run run25
