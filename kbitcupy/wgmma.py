@@ -11,11 +11,13 @@ Configuration (see the .cu header for the design):
   * one 128-column strip of the layout per CTA (2 warpgroups of 64 columns).
   * K tiles of 64 through a `stages`-deep cp.async pipeline (MIN_STAGES..MAX_STAGES), the most
     CTAs per SM first (at most 2), then the deepest pipeline that fits.
-  * split-K over K tiles to fill one wave of resident CTAs, >= MIN_TILES_PER_SPLIT
-    tiles each.  With 2..8 splits (CLUSTER) a tile's splits run as one thread block
-    cluster and sum their partials through distributed shared memory, each CTA a share
-    of the tile (no workspace); more splits: per-split workspace slots, the last CTA
-    sums, as in kbitcupy.gemm.
+  * split-K over K tiles, >= MIN_TILES_PER_SPLIT tiles each.  With 2..8 splits (CLUSTER) a tile's
+    splits run as one thread block cluster and sum their partials through distributed shared
+    memory, each CTA a share of the tile (no workspace) where that keeps the grid resident
+    (cluster_pays); otherwise per-split workspace slots, the last CTA sums, as in kbitcupy.gemm.
+    The dense kernel fills one CTA per SM (dense_splits: a second CTA on an SM buys nothing) and
+    takes a smaller split count whose launch sums over a cluster where the model says that pays;
+    the grouped kernel fills one wave of resident CTAs (default_splits).
 """
 from __future__ import annotations
 
@@ -161,6 +163,36 @@ def default_splits(k_tiles: int, slots: int, tiles: int) -> int:
     return max(1, min(MAX_SPLITS, k_tiles // MIN_TILES_PER_SPLIT, slots // max(1, tiles)))
 
 
+# The dense split-K model (H100, 2026-11-26, profiling/run25.sh ksweep: k = 2 / 4, six shapes, M = 16..128,
+# every split count 1..8): a CTA's K tile costs TILE_US[TOK] us whatever the split count; a second CTA on
+# an SM does not overlap the first (Q, M = 64: 8 splits on 256 CTAs 12.43 us, 4 on 128 CTAs 10.34), so the
+# split count fills one CTA per SM; the workspace sum costs WS_SPLIT_US[TOK] per split more than the
+# cluster sum (TOK = 128, 8 splits: ~4.2 us; down / O / linear key at M = 128 ran 9-25 % faster on 6
+# clustered splits than on 8 through the workspace).
+TILE_US = {16: 0.45, 32: 0.48, 64: 0.5, 128: 0.66, 192: 0.85}
+WS_SPLIT_US = {16: 0.03, 32: 0.14, 64: 0.2, 128: 0.58, 192: 0.9}
+
+
+def dense_splits(k_tiles: int, sms: int, tiles: int, tok: int, clustered) -> int:
+    """The dense plan's split-K count: one CTA per SM (default_splits over `sms` slots), or the
+    largest smaller count whose launch sums over a cluster (clustered(ks) -> bool) where the model
+    above prices it lower (fewer splits: more K tiles per CTA; no workspace sum).  The sweep's 84
+    cells (k = 2 / 4, M = 16..128): the rule's pick within 3.3 % of the fastest split count in every
+    cell, the sum 6.8 % below the previous "fill sms x occupancy slots" rule's, which was up to 29 %
+    over (linear key M = 96)."""
+    fill = default_splits(k_tiles, sms, tiles)
+    if fill == 1 or clustered(fill):
+        return fill
+    alt = next((s for s in range(fill - 1, 1, -1) if clustered(s)), None)
+    if alt is None:
+        return fill
+
+    def cost(ks, cl):
+        return TILE_US[tok] * -(-k_tiles // ks) + (0.0 if cl else WS_SPLIT_US[tok] * ks)
+
+    return alt if cost(alt, True) < cost(fill, False) else fill
+
+
 def choose_stages(info: dict, k: int, tok: int, regs: int):
     """(stages, CTAs per SM): the most resident CTAs (up to MAX_OCCUPANCY), then the deepest pipeline."""
     return best_stages(info, range(MAX_STAGES, MIN_STAGES - 1, -1), lambda st: smem_bytes(k, tok, st), regs,
@@ -230,25 +262,45 @@ def cluster_pays(fn, smem: int, ks: int, grid: int, info: dict) -> bool:
 
 
 def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_splits, stages, label: str,
-                 max_stages: int = MAX_STAGES, cluster=None, spread=None) -> Plan:
+                 max_stages: int = MAX_STAGES, cluster=None, spread=None, dense: bool = False) -> Plan:
     """Fill split-K count, pipeline depth, grid and workspace of a plan over `tiles`
-    (token tile x column strip) work tiles (dense and grouped kernels alike)."""
-    st, occ = choose_stages(info, k, tok, p.fn.num_regs)
-    st = min(st, max_stages)
+    (token tile x column strip) work tiles (dense and grouped kernels alike; dense: the split
+    count from dense_splits)."""
+    st0, occ = choose_stages(info, k, tok, p.fn.num_regs)
+    st0 = min(st0, max_stages)
     k_tiles = -(-K // TILE_K)
     if k_tiles >= 1 << 16:  # the kernel splits K tiles in 32-bit arithmetic (k_tiles * k_splits < 2^32)
         raise DoesNotFit(f"{label}: K = {K} has {k_tiles} K tiles of 64, more than the kernel's 65535")
+    if stages is not None:
+        if not MIN_STAGES <= int(stages) <= MAX_STAGES:
+            raise ValueError(f"stages must be in {MIN_STAGES}..{MAX_STAGES}, got {stages}")
+
+    def stages_for(ks):
+        return int(stages) if stages is not None else max(MIN_STAGES, min(st0, -(-k_tiles // ks) + 2))
+
+    def cl_smem_for(ks):
+        # A clustered launch goes out with enough shared memory that an SM holds at most the plan's
+        # `occ` CTAs: the kernels of 80 registers fit three, and clusters packed three to an SM (Q,
+        # k = 2, M = 16: 8.6 -> 9.7 us, H100) where the plain grid has at most two.
+        return max(smem_bytes(k, tok, stages_for(ks)), spread_smem(info, occ))
+
+    def clustered(ks):
+        # cluster: None = CLUSTER where the split count fits a cluster and the launch keeps its CTAs as
+        # resident as the plain one (cluster_pays); a given True needs the split count to fit.
+        if cluster is not None:
+            return bool(cluster) and 2 <= ks <= MAX_CLUSTER
+        return CLUSTER and 2 <= ks <= MAX_CLUSTER and cluster_pays(p.fn, cl_smem_for(ks), ks, tiles * ks, info)
+
     if k_splits is None:
-        ks = default_splits(k_tiles, info["sms"] * occ, tiles)
+        if dense:
+            ks = dense_splits(k_tiles, info["sms"], tiles, tok, clustered)
+        else:
+            ks = default_splits(k_tiles, info["sms"] * occ, tiles)
     else:
         ks = int(k_splits)
         if not 1 <= ks <= k_tiles:
             raise ValueError(f"k_splits must be in 1..{k_tiles} (K tiles of 64) for K = {K}, got {k_splits}")
-    st = max(MIN_STAGES, min(st, -(-k_tiles // ks) + 2))
-    if stages is not None:
-        st = int(stages)
-        if not MIN_STAGES <= st <= MAX_STAGES:
-            raise ValueError(f"stages must be in {MIN_STAGES}..{MAX_STAGES}, got {stages}")
+    st = stages_for(ks)
     p.tok, p.k_splits, p.stages, p.tiles, p.occ = tok, ks, st, tiles, occ
     p.grid = tiles * ks
     if p.grid >= 2**31:
@@ -256,18 +308,10 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
     p.smem = smem_bytes(k, tok, st)
     if p.smem > info["smem_block"]:
         raise DoesNotFit(f"{label} with {st} stages needs {p.smem} bytes of shared memory")
-    # cluster: None = CLUSTER where the split count fits a cluster and the launch keeps its
-    # CTAs as resident as the plain one (cluster_pays); a given True needs the split count to fit.
-    # A clustered launch goes out with enough shared memory that an SM holds at most the plan's
-    # `occ` CTAs: the kernels of 80 registers fit three, and clusters packed three to an SM (Q,
-    # k = 2, M = 16: 8.6 -> 9.7 us, H100) where the plain grid has at most two.
-    cl_smem = max(p.smem, spread_smem(info, occ))
-    if cluster is None:
-        p.cluster = CLUSTER and 2 <= ks <= MAX_CLUSTER and cluster_pays(p.fn, cl_smem, ks, tiles * ks, info)
-    else:
-        p.cluster = bool(cluster) and 2 <= ks <= MAX_CLUSTER
-        if cluster and not p.cluster and ks > 1:
-            raise ValueError(f"cluster=True needs 2..{MAX_CLUSTER} splits, got k_splits={ks}")
+    cl_smem = cl_smem_for(ks)
+    p.cluster = clustered(ks)
+    if cluster and not p.cluster and ks > 1:
+        raise ValueError(f"cluster=True needs 2..{MAX_CLUSTER} splits, got k_splits={ks}")
     p.ws_floats = ks * tiles * 128 * tok if ks > 1 and not p.cluster else 0
     # spread: launched with enough (unused) dynamic shared memory that one CTA fills an SM's,
     # so a clustered grid cannot be packed two CTAs to an SM (experiment: profiling/cluster_probe.py)
@@ -298,7 +342,7 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     p.fn = WGMMA.function(("cbd", k, dtype_name, tok) if cbd else (k, dtype_name, tok))
     p.m_tiles = -(-M // tok)
     p = _finish_plan(p, info, k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
-                     f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster, spread=spread)
+                     f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster, spread=spread, dense=True)
     _PLANS[key] = p
     return p
 

@@ -52,4 +52,20 @@ if [ "$STEP" = ksweep ]; then
   KS=4 MS=16,32,64 ES=8,10 SHAPES=moe_gu_fused,moe_dn moe_wg "$W/ksweep_moe.log" 200 \
     "d:;ks1:+ks=1;ks2:+ks=2;ks3:+ks=3;ks4:+ks=4;ks6:+ks=6;ks8:+ks=8"
 fi
+# STEP=tune25: the dense wgmma plan's new split rule (kbitcupy.wgmma.dense_splits: one CTA per SM, a clustered
+#   smaller count where the model prices it lower; in-sample on ksweep: 6.8 % less summed time, every cell within
+#   3.3 % of its fastest split count).  The wgmma / stream / matmul GPU tests, then the WGMMA columns at k = 2..5
+#   (wg-tune25, for the dispatch tables) and every kernel at k = 2 / 4 (final40), M = 16..128.
+if [ "$STEP" = tune25 ]; then
+  python3 profiling/warm_cache.py wgmma gemv_stream gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_tune25.log" 400 tests/test_wgmma_gpu.py tests/test_gemv_stream_gpu.py tests/test_matmul.py \
+    tests/test_gemm_gpu.py
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_tune25.log" | head -20
+  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,3,4,5 --columns WGMMA,WGMMA+PDL \
+    --reps 15 --tag wg-tune25 > "$W/wgtune25.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/wgtune25.log"
+  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,4 \
+    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final40} > "$W/bench40.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench40.log"
+fi
 finish_run run25

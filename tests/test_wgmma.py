@@ -1,0 +1,42 @@
+"""CPU tests of the wgmma kernels' plan rules (kbitcupy.wgmma; no GPU)."""
+import pytest
+
+from kbitcupy.wgmma import MAX_SPLITS, TILE_US, WS_SPLIT_US, default_splits, dense_splits
+
+
+def test_dense_splits_fill_one_cta_per_sm():
+    """Without a cluster anywhere the split count fills one CTA per SM (not SMs x occupancy), at
+    most MAX_SPLITS and at least two K tiles per split."""
+    never = lambda ks: False  # noqa: E731
+    assert dense_splits(32, 132, 32, 64, never) == 4      # Q, M = 64: 128 CTAs (the old rule: 8 on 256)
+    assert dense_splits(32, 132, 40, 64, never) == 3      # gate/up
+    assert dense_splits(80, 132, 16, 128, never) == 8     # down, capped
+    assert dense_splits(4, 132, 4, 32, never) == 2        # two K tiles per split at least
+    assert dense_splits(32, 132, 200, 128, never) == 1    # more tiles than SMs
+    for kt, tiles in ((32, 1), (80, 16), (2, 3)):
+        assert dense_splits(kt, 132, tiles, 64, never) == default_splits(kt, 132, tiles) <= MAX_SPLITS
+
+
+def test_dense_splits_cluster_alternative_priced():
+    """A smaller split count whose launch sums over a cluster wins where the model prices it lower:
+    always at TOK = 128 (the workspace sum of 8 splits costs ~8 x 0.58 us), not where it would add
+    more K tiles than the workspace sum costs (Q at TOK = 64: 4 through the workspace beats 3 on a
+    cluster, 10.3 vs 12.7 us measured)."""
+    six = lambda ks: ks in (2, 3, 4, 5, 6)  # noqa: E731  (8 splits: the cluster does not keep the grid resident)
+    assert dense_splits(80, 132, 16, 128, six) == 6       # down M = 128: 15.9 vs 17.4 us measured
+    assert dense_splits(32, 132, 16, 64, six) == 6        # linear key M = 64
+    assert dense_splits(80, 132, 16, 32, six) == 8        # down M = 32: more K tiles would cost more
+    only3 = lambda ks: ks == 3  # noqa: E731
+    assert dense_splits(32, 132, 32, 64, only3) == 4      # Q M = 64
+    assert dense_splits(32, 132, 32, 128, only3) == 3     # Q M = 128
+    assert dense_splits(80, 132, 4, 64, lambda ks: True) == 8  # the fill clusters: kept
+    assert set(TILE_US) == set(WS_SPLIT_US)
+
+
+@pytest.mark.parametrize("tok", sorted(TILE_US))
+def test_dense_splits_in_range(tok):
+    for kt in (1, 2, 3, 8, 32, 80, 200):
+        for tiles in (1, 4, 16, 40, 132, 500):
+            for cl in (lambda ks: False, lambda ks: True, lambda ks: ks % 2 == 0):
+                ks = dense_splits(kt, 132, tiles, tok, cl)
+                assert 1 <= ks <= max(1, min(MAX_SPLITS, kt // 2))
