@@ -31,9 +31,7 @@
 //
 // pdl (launched as a programmatic dependent): 1 = weights, codebook and pair table before
 // griddepcontrol.wait; A, the workspace, the counters and C only after it; KBIT_PDL_SAFE = wait
-// before anything (kbit_common.cuh) -- but with CBD (the weight's codebook is the default one,
-// its levels immediates) the consumers build the pair and scale tables before that wait: shared
-// memory only, over the previous grid's tail instead of after a codebook load.
+// before anything (kbit_common.cuh).
 #include "kbit_pairlut.cuh"
 
 namespace kbit_stream_detail {
@@ -131,12 +129,13 @@ __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;
 // CTA per SM (gridDim.x <= number of units).  Dynamic shared memory:
 // pair table | stages x StageLayout | 2 x stages + 2 mbarriers | codebook (32 floats) | 2 flags (16 B) |
 // scale table (256 words: E4M4 code -> scale as a half2 / bf162 pair).
-template <int K, typename T, int MT, bool CBD = false>
+template <int K, typename T, int MT>
 __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     kbit_gemv_stream(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
                      const float* __restrict__ codebook, T* __restrict__ C, float* __restrict__ ws,
                      int* __restrict__ counters, int M, int N, int Kdim, int stages, float tensor_scale, int pdl) {
     using namespace kbit_stream_detail;
+    pdl_safe_entry(pdl);           // KBIT_PDL_SAFE: wait before anything (kbit_common.cuh)
     const bool early = pdl == 1;   // weights before the wait, A after it
     typedef StageLayout<K, MT> SL;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -150,26 +149,6 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     const u32 first_done = empty0 + 8 * stages, published = first_done + 8;  // the early publish (below)
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    // The pair table and the scale table, by the 256 consumer threads (the codebook's levels: CBD
-    // immediates, else loaded).
-    auto build_tables = [&]() {
-        if (tid < 32) cb_s[tid] = tid < (1 << K) ? (CBD ? kbit_default_level<K>(tid) : __ldg(codebook + tid)) : 0.0f;
-        consumer_sync();
-        build_pair_lut<K, T>(lut, cb_s, 256);
-        // the scale table (build_scale_table's entries) with one code per consumer thread: no loop
-        s2tab[tid] = scale_pair<T>(e4m4_decode((u32)tid));
-    };
-#ifndef KBIT_STREAM_CBD_LATE  // experiment hook: the levels compiled in, the tables after the wait
-    const bool tables_early = CBD && pdl == KBIT_PDL_SAFE;
-#else
-    const bool tables_early = false;
-#endif
-    if (tables_early) {
-        if (warp < 8) build_tables();  // read by the consumers after the __syncthreads below
-        griddep_wait_release();
-    } else {
-        pdl_safe_entry(pdl);  // KBIT_PDL_SAFE: wait before anything (kbit_common.cuh)
-    }
 #ifdef KBIT_STREAM_TRACE
     if (tid == 0) {
         unsigned long long g_;
@@ -273,7 +252,15 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     }
 
     // ------------------------------------------------------------------ consumers
-    if (!tables_early) build_tables();
+#ifndef KBIT_EXPERIMENT_CB_CONST
+    if (tid < 32) cb_s[tid] = tid < (1 << K) ? __ldg(codebook + tid) : 0.0f;
+#else  // experiment: no codebook load (wrong levels; times the load's share of the prologue)
+    if (tid < 32) cb_s[tid] = tid < (1 << K) ? (float)(2 * tid + 1 - (1 << K)) / (float)(1 << K) : 0.0f;
+#endif
+    consumer_sync();
+    build_pair_lut<K, T>(lut, cb_s, 256);
+    // the scale table (build_scale_table's entries) with one code per consumer thread: no loop
+    s2tab[tid] = scale_pair<T>(e4m4_decode((u32)tid));
     griddep_wait();  // (pdl) ws, counters and C may belong to the previous grid
     consumer_sync();  // pair table complete
     griddep_launch_dependents();  // after our own wait: no grid two back can still run

@@ -29,7 +29,7 @@ from . import _pdl
 from ._compile import Family, register
 from .gemm import _workspace, device_info
 from .gemv import lut_bytes
-from .wgmma import _env_on, supported as WG_SUPPORTED
+from .wgmma import supported as WG_SUPPORTED
 from .quantize import CTYPE
 from .reference import TILE_K, TILE_N, bfloat16
 
@@ -41,31 +41,17 @@ MAX_STAGES = 16
 
 
 def _instances():
-    inst = {}
-    for k in (2, 3, 4, 5):
-        for t in ("float16", "bfloat16"):
-            for mt in TILES:
-                inst[(k, t, mt)] = f"kbit_gemv_stream<{k}, {CTYPE[t]}, {mt}>"
-                # "cbd": the default codebook compiled in (the weight's default_codebook): in safe PDL the
-                # consumers build their tables before the wait; a group of its own
-                inst[("cbd", k, t, mt)] = f"kbit_gemv_stream<{k}, {CTYPE[t]}, {mt}, true>"
-    return inst
-
-
-def _group_of(key):
-    return key[:3] if key[0] == "cbd" else key[:2]
+    return {(k, t, mt): f"kbit_gemv_stream<{k}, {CTYPE[t]}, {mt}>"
+            for k in (2, 3, 4, 5) for t in ("float16", "bfloat16") for mt in TILES}
 
 
 # mbarrier-paced cp.async stages, PDL: compiled for sm_90 only (like wgmma).  KBIT_STREAM_OPTS
 # (environment, read at import): extra compiler options, an experiment hook
 # (profiling/sanitize_stream.py runs once with -DKBIT_STREAM_SYNC_ARRIVE).
-STREAM = register("gemv_stream", Family("kbit_gemv_stream.cu", _instances(), group_of=_group_of,
+STREAM = register("gemv_stream", Family("kbit_gemv_stream.cu", _instances(), group_of=lambda key: key[:2],
                                         options=tuple(os.environ.get("KBIT_STREAM_OPTS", "").split()), arch="sm_90"))
 # Runs where the wgmma kernel runs (compute capability 9.0: both are built for sm_90 only).
 supported = WG_SUPPORTED
-# The kernels with the default codebook compiled in for weights that have it (env KBIT_STREAM_CBD=0: the
-# runtime codebook everywhere, an A/B hook)
-CBD = _env_on("KBIT_STREAM_CBD")
 
 
 def tiles_for(M: int) -> int:
@@ -128,13 +114,12 @@ def launch_args(A, qw, out, plan_override=None):
         raise ValueError("the streaming GEMV needs a tiled weight with E4M4 absmax (kbitcupy.repack)")
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     dev = A.data.device_id
-    cbd = CBD and qw.default_codebook
-    key = (dev, M, N, K, qw.k, tname, plan_override, cbd)
+    key = (dev, M, N, K, qw.k, tname, plan_override)
     cfg = _LAUNCH.get(key)
     if cfg is None:
         ov = dict(plan_override or ())
         mt, G, st, smem, maxc, wsf, n_tiles = plan(N, K, M, qw.k, dev, ov.get("stages"), ov.get("ctas"))
-        fn = STREAM.function(("cbd", qw.k, tname, mt) if cbd else (qw.k, tname, mt))
+        fn = STREAM.function((qw.k, tname, mt))
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         cfg = _LAUNCH[key] = (fn, G, st, smem, wsf, n_tiles)

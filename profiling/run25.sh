@@ -6,6 +6,9 @@
 #   consumers' codebook load (~0.6-1 us of L2 / DRAM latency) and table build leave the path after the wait, so
 #   STREAM -0.3..-0.5 us per call where its prologue is exposed (M = 16: gate/up 7.6 us -> ~7.2).
 #   OUT=/tmp/out STEP=scbd bash profiling/run25.sh
+#   Measured (H100, commit 641b8c9): slower, M = 16 k = 4 TOTAL 33.68..33.88 -> 35.25..35.34 us (+0.3..0.45 us per
+#   call, every shape); with the tables after the wait (occ2 step, -DKBIT_STREAM_CBD_LATE) still +0.4..0.5 us
+#   TOTAL.  Reverted (the kernel, its launcher and test as before 641b8c9).
 . profiling/run_env.sh
 start_run scbd
 if [ "$STEP" = scbd ]; then

@@ -112,8 +112,6 @@ def test_stream_first_strip_summed_by_its_publisher(k, rng):
         q, Wd = _weight(cp, (N, K), k, rng)
         A, out = _check(cp, q, Wd, M, np.float16, rng)
         key = (k, "float16", S.tiles_for(M))
-        if S.CBD and q.default_codebook:  # the kernel launch_args picks
-            key = ("cbd",) + key
         expr = S.STREAM.instances[key]
         mod, low = load_arch_module(S.STREAM.source, [expr], S.STREAM.arch,
                                     tuple(S.STREAM.options) + ("-DKBIT_STREAM_PUBLISH_DELAY_US=20",))
@@ -138,50 +136,6 @@ def test_stream_tensor_scale_and_codebook(rng):
     Wd = kb.dequantize(q, np.float32).astype(cp.float64)
     for dt in (np.float16, kb.bfloat16):
         _check(cp, q, Wd, 3, dt, rng)
-
-
-@pytest.mark.parametrize("k", [2, 3, 4, 5])
-def test_stream_default_codebook_kernel(k, rng):
-    """A weight with the default codebook runs the kernel with its levels compiled in (CBD; in safe
-    PDL the consumers build their tables before the wait): bit for bit the result of the same weight
-    flagged not default (the codebook loaded), plain / safe / full PDL, both dtypes, 1..64 tokens,
-    strips split over CTAs and whole; the flag forced onto another codebook gives the default
-    levels' result (the CBD kernel really ran); another codebook, not flagged, matches its own
-    reference."""
-    import cupy as cp
-    from dataclasses import replace
-
-    from test_gemm_gpu import other_codebook
-
-    from kbitcupy.gemv_stream import gemv_stream
-
-    old = kb.set_pdl(False)
-    try:
-        for shape in ((640, 2080), (2048, 5120)):
-            q, Wd = _weight(cp, shape, k, rng)
-            assert q.default_codebook
-            loaded = replace(q)
-            object.__setattr__(loaded, "default_codebook", False)
-            ob, forced = other_codebook(q, k)
-            Wo = kb.dequantize(ob, np.float32).astype(cp.float64)
-            N, K = shape
-            for mode in (False, "safe", True):
-                kb.set_pdl(mode)
-                for dt in (np.float16, kb.bfloat16):
-                    for M in (1, 16, 40):
-                        A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
-                        outs = []
-                        for w in (q, loaded, forced, ob):
-                            out = cp.full((M, N), np.nan, dtype=dt)
-                            gemv_stream(A, w, out)
-                            outs.append(out)
-                        A64 = A.astype(cp.float64)
-                        assert _rel_err(outs[0], A64 @ Wd.T) < TOL[np.dtype(dt).name], (shape, mode, M)
-                        for o in outs[1:3]:
-                            assert bool((o.view(cp.uint16) == outs[0].view(cp.uint16)).all()), (shape, mode, M)
-                        assert _rel_err(outs[3], A64 @ Wo.T) < TOL[np.dtype(dt).name], (shape, mode, M)
-    finally:
-        kb.set_pdl(old)
 
 
 def test_stream_graph_capture_and_two_streams(rng):
