@@ -289,6 +289,8 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
         # resident as the plain one (cluster_pays); a given True needs the split count to fit.
         if cluster is not None:
             return bool(cluster) and 2 <= ks <= MAX_CLUSTER
+        if smem_bytes(k, tok, stages_for(ks)) > info["smem_block"]:
+            return False  # does not fit (forced stages): DoesNotFit below, no occupancy query
         return CLUSTER and 2 <= ks <= MAX_CLUSTER and cluster_pays(p.fn, cl_smem_for(ks), ks, tiles * ks, info)
 
     if k_splits is None:

@@ -71,4 +71,16 @@ if [ "$STEP" = tune25 ]; then
     --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final40} > "$W/bench40.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench40.log"
 fi
+# STEP=check25: the GPU tests that tune25 failed (a forced-stages plan's occupancy query before its DoesNotFit;
+#   test_dispatch_kinds_run without the wgmma / stream kinds) and the dispatch / PDL GPU tests, then every kernel
+#   at k = 2 / 4 with the re-tuned tables (TAG, default final41).
+if [ "$STEP" = check25 ]; then
+  python3 profiling/warm_cache.py wgmma gemv_stream gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_check25.log" 300 tests/test_wgmma_gpu.py tests/test_gemm_gpu.py tests/test_pdl_gpu.py \
+    tests/test_launch_gpu.py
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_check25.log" | head -20
+  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,4 \
+    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final41} > "$W/bench41.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench41.log"
+fi
 finish_run run25

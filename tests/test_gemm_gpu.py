@@ -429,14 +429,17 @@ def test_dispatch_kinds_run(rng):
     from kbitcupy.gemm import gemm
     from kbitcupy.gemv import gemv
 
-    fns = {"gemv": gemv, "gemm": gemm, "dq": dequant_matmul}
+    from kbitcupy.gemv_stream import gemv_stream
+    from kbitcupy.wgmma import wgmma_gemm
+
+    fns = {"gemv": gemv, "gemm": gemm, "dq": dequant_matmul, "wgmma": wgmma_gemm, "stream": gemv_stream}
     q, Wd = _weight(2048, 2048, 4, rng)
     seen = set()
-    for M in (1, 8, 9, 64, 65, 300):
+    for M in (1, 8, 9, 16, 24, 64, 65, 300):
         kind = dispatch.choose(M, 2048, 2048, 4, np.float16)
         seen.add(kind)
         A = _A(M, 2048, np.float16, rng)
         out = cp.full((M, 2048), np.nan, dtype=np.float16)
         fns[kind](A, q, out)
         assert _rel(out, A.astype(cp.float64) @ Wd.T) < TOL["float16"], (M, kind)
-    assert seen <= {"gemv", "gemm", "dq"}
+    assert seen <= set(fns)
