@@ -83,4 +83,13 @@ if [ "$STEP" = check25 ]; then
     --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final41} > "$W/bench41.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench41.log"
 fi
+# STEP=tok25: smaller token tiles where the covering TOK leaves the machine idle (KV: 4 strips, 32 CTAs at 8 splits):
+#   gemm_probe's wgmma at its plan and TOK = 16 / 32 / 64 / 128 forced (each with the new split rule), KV, linear key,
+#   down, O, Q at M = 32..128, k = 4.  Expected: KV M = 128 8.45 -> ~7.1 us at TOK = 64 (twenty-first session);
+#   the wider shapes no better.
+if [ "$STEP" = tok25 ]; then
+  GEMM=0 DQ=1 WG=1 WGTOKS=16,32,64,128 KS=${KS:-4} MS=${MS:-32,48,64,96,128} SHAPES_=${SHAPES_:-KV,lin_key,down,O,Q} \
+    timeout 250 python3 profiling/gemm_probe.py 2>&1 | tee "$W/tok25.log"
+  KS=4 MS=32,64 ES=8,10 SHAPES=moe_gu_fused,moe_dn moe_wg "$W/tok25_moe.log" 150 "d:;t32:+tok=32;t16:+tok=16;t128:+tok=128"
+fi
 finish_run run25
