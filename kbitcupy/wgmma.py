@@ -131,6 +131,18 @@ def smem_bytes(k: int, tok: int, stages: int) -> int:
     return _lut_bytes(k) + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
 
 
+def fill_tok(tok: int, M: int, n_tiles: int, sms: int, choices=TOK_CHOICES) -> int:
+    """The dense plan's token tile: the next smaller TOK where the covering one leaves at least half
+    the SMs idle even at MAX_SPLITS splits (narrow weights: KV, 4 column strips, is 32 CTAs), so
+    that twice the token tiles fill the machine.  H100 k = 4 (`tok25`, profiling/run25.sh): KV M =
+    48 / 64 / 96 / 128 6.58 / 6.78 / 8.19 / 8.41 -> 6.14 / 6.31 / 6.70 / 6.84 us; the shapes with 16+
+    strips keep their TOK (the smaller one was 0-60 % slower there)."""
+    smaller = [t for t in choices if t < tok]
+    if smaller and sms > 0 and -(-M // tok) * n_tiles * MAX_SPLITS <= sms // 2:
+        return smaller[-1]
+    return tok
+
+
 def choose_tok(M: int, choices=TOK_CHOICES, n_tiles: int = 0, sms: int = 0, k_tiles: int = 0) -> int:
     """The smallest TOK covering M.  Above the largest (TOK >= 128 runs one CTA per SM), the one
     of 128 / 192 with the least waves x TOK x K tiles per split, the split count as the plan's
@@ -338,8 +350,10 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     if p is not None:
         return p
     info = device_info(dev_id)
-    tok = _check_tok(choose_tok(M, TOK_CHOICES, -(-N // TILE_N), info["sms"], -(-K // TILE_K))
-                     if tok is None else int(tok))
+    if tok is None:
+        n_tiles = -(-N // TILE_N)
+        tok = fill_tok(choose_tok(M, TOK_CHOICES, n_tiles, info["sms"], -(-K // TILE_K)), M, n_tiles, info["sms"])
+    tok = _check_tok(int(tok))
     p = Plan()
     p.fn = WGMMA.function(("cbd", k, dtype_name, tok) if cbd else (k, dtype_name, tok))
     p.m_tiles = -(-M // tok)

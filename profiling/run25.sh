@@ -92,4 +92,18 @@ if [ "$STEP" = tok25 ]; then
     timeout 250 python3 profiling/gemm_probe.py 2>&1 | tee "$W/tok25.log"
   KS=4 MS=32,64 ES=8,10 SHAPES=moe_gu_fused,moe_dn moe_wg "$W/tok25_moe.log" 150 "d:;t32:+tok=32;t16:+tok=16;t128:+tok=128"
 fi
+# STEP=kv25: the dense plan's fill_tok (KV's token tile halved where 4 strips leave the machine idle): the wgmma GPU
+#   tests, KV's WGMMA columns at k = 2..5, M = 16..128 (wg-tune25kv, for the dispatch tables), and every kernel at
+#   k = 2 / 4 (final42).
+if [ "$STEP" = kv25 ]; then
+  python3 profiling/warm_cache.py wgmma gemv_stream gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_kv25.log" 300 tests/test_wgmma_gpu.py
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_kv25.log" | head -20
+  timeout 150 python3 profiling/bench.py --out "$W" --shapes KV --M 16,24,32,48,64,128 --k 2,3,4,5 \
+    --columns WGMMA,WGMMA+PDL --reps 15 --tag wg-tune25kv > "$W/wgtune25kv.log" 2>&1
+  grep -E "^### M|\| KV" "$W/wgtune25kv.log" | head -40
+  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,4 \
+    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final42} > "$W/bench42.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench42.log"
+fi
 finish_run run25

@@ -40,3 +40,18 @@ def test_dense_splits_in_range(tok):
             for cl in (lambda ks: False, lambda ks: True, lambda ks: ks % 2 == 0):
                 ks = dense_splits(kt, 132, tiles, tok, cl)
                 assert 1 <= ks <= max(1, min(MAX_SPLITS, kt // 2))
+
+
+def test_fill_tok_narrow_weights_only():
+    """The token tile halves only where the covering one leaves half the SMs idle at MAX_SPLITS:
+    KV (4 strips of 128 columns) at M = 33..192, never the 16+-strip shapes or the smallest TOK."""
+    from kbitcupy.wgmma import choose_tok, fill_tok
+
+    def tok(M, N):
+        n = -(-N // 128)
+        return fill_tok(choose_tok(M, n_tiles=n, sms=132, k_tiles=32), M, n, 132)
+
+    assert [tok(M, 512) for M in (1, 16, 32, 48, 64, 96, 128)] == [16, 16, 16, 32, 32, 64, 64]
+    assert [tok(M, 2048) for M in (16, 32, 64, 128)] == [16, 32, 64, 128]
+    assert [tok(M, 5120) for M in (16, 64, 128, 256)] == [16, 64, 128, 128]
+    assert fill_tok(64, 64, 4, 0) == 64  # no SM count: unchanged
