@@ -259,6 +259,8 @@ def test_h100_table_is_measured():
     # KV and linear key k = 4 at M = 64 (final38, one run): wgmma 6.81 / 9.24 us vs dq + cuBLAS 7.61 / 10.18 (final36:
     # the previous table's dq + cuBLAS was 10.6 / 8.5 % over the wgmma kernel there)
     assert c(64, 512, 2048, 4) == "wgmma" and c(64, 2048, 2048, 4) == "wgmma"
+    # KV at M = 128 since fill_tok halved its token tile (final42): wgmma 6.92 vs dq + cuBLAS 7.71 us
+    assert c(128, 512, 2048, 4) == "wgmma" and c(256, 512, 2048, 4) == "dq"
     # k = 5 gate/up: the GEMV to M = 8 since its groups share one table per SM (tenth session, k5-gpb)
     assert [c(M, 5120, 2048, 5) for M in (4, 8, 16)] == ["gemv", "gemv", "stream"]
     # unmeasured shapes: the bands of the nearest measured one (3000 x 3000: Q / O at equal distance,
