@@ -106,4 +106,17 @@ if [ "$STEP" = kv25 ]; then
     --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final42} > "$W/bench42.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench42.log"
 fi
+# STEP=final25: the GPU tests of the touched modules on the final tree (wgmma, gemm / dispatch, stream, PDL, launch,
+#   matmul), memcheck over sanitize_plans25.py (the new default plans), and every kernel at k = 2 / 4, M = 16..128
+#   with the final tables (final43).
+if [ "$STEP" = final25 ]; then
+  python3 profiling/warm_cache.py wgmma gemv_stream gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_final25.log" 400 tests/test_wgmma_gpu.py tests/test_gemm_gpu.py tests/test_gemv_stream_gpu.py \
+    tests/test_pdl_gpu.py tests/test_launch_gpu.py tests/test_matmul.py tests/test_dispatch.py tests/test_wgmma.py
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_final25.log" | head -20
+  sanitize memcheck "$W/sanitize_memcheck_plans25.txt" 300 profiling/sanitize_plans25.py
+  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,4 \
+    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final43} > "$W/bench43.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench43.log"
+fi
 finish_run run25
