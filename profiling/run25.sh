@@ -119,4 +119,16 @@ if [ "$STEP" = final25 ]; then
     --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final43} > "$W/bench43.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench43.log"
 fi
+# STEP=h200_25: on an H200 only (exits at once elsewhere): the WGMMA columns at k = 2..5 (wg-tune25) and every kernel at
+#   k = 2 / 4 (final40), M = 16..128, after the dense split rule and fill_tok, for the H200 / H200+PDL tables.
+if [ "$STEP" = h200_25 ]; then
+  case "$GPU" in *H200*) ;; *) echo "not an H200 ($GPU): nothing run"; finish_run run25; exit 0 ;; esac
+  python3 profiling/warm_cache.py wgmma gemv_stream gemv 2>&1 | tail -1
+  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,3,4,5 --columns WGMMA,WGMMA+PDL \
+    --reps 15 --tag wg-tune25 > "$W/wgtune25.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/wgtune25.log"
+  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,4 \
+    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final40 > "$W/bench40.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench40.log"
+fi
 finish_run run25
