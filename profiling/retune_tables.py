@@ -18,9 +18,10 @@ GPU = {"H200": "nvidia-h200", "H100": "nvidia-h100-80gb-hbm3"}
 FILES = {
     "H200": ["allm4", "m16-64", "m8-128-k4", "m8-128-k235", "m32-128", "stream-tune", "+dq-tune", "+stream-tune2",
              "+stream64", "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb", "+wg-tune11", "+final18",
-             "+wg-tune24", "+final38", "+final38b"],
+             "+wg-tune24", "+final38", "+final38b", "+wg-tune25", "+final40"],
     "H200+PDL": ["pdl-tune-k45", "pdl-tune-k23", "stream-tune", "+dq-tune", "+stream-tune2", "+stream64",
-                 "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb", "+k5-pdlplan", "+wg-tune11", "+wg-tune24"],
+                 "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb", "+k5-pdlplan", "+wg-tune11", "+wg-tune24",
+                 "+wg-tune25"],
     "H100": ["allm3", "m16-64", "m8-128", "m32-128", "stream-tune", "+dq-tune", "+stream-tune2", "+stream64",
              "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb", "+wg-tune11", "+final18", "+final20",
              "+wg-tune15", "gap15", "+wg-tune24", "+final38", "+wg-tune25", "+final40", "+wg-tune25kv", "+final42"],
