@@ -131,4 +131,14 @@ if [ "$STEP" = h200_25 ]; then
     --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final40 > "$W/bench40.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench40.log"
 fi
+# STEP=suite: the whole GPU test suite on the final tree (every family; warmed caches first), then the MoE table
+#   (k = 4, 1..64 tokens per expert; the grouped plans are unchanged, the dense dispatch inside moe_forward is not).
+if [ "$STEP" = suite ]; then
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_suite25.log" 420 tests
+  grep -E "FAIL|Error" "$W/gpu_tests_suite25.log" | head -20
+  timeout 110 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
+    --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final43 > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | head -30
+fi
 finish_run run25
