@@ -141,4 +141,14 @@ if [ "$STEP" = suite ]; then
     --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final43 > "$W/bench_moe.log" 2>&1
   grep -E "TOTAL" "$W/bench_moe.log" | head -30
 fi
+# STEP=stages25: pipeline depth.  The dense plan now runs one CTA per SM, but its stage count is still chosen to fit
+#   two (TOK <= 64: 6 stages where 8 would fit): gemm_probe's wgmma at its plan and 4 / 6 / 8 stages forced (k = 4,
+#   M = 16..64, five shapes).  The grouped kernel's 4-stage cap (H200, 2026-11-22, an older kernel): moe_ab at 3 / 5 / 6
+#   stages and 32 / 64 tokens.
+if [ "$STEP" = stages25 ]; then
+  GEMM=0 DQ=0 WG=1 WGSTAGES=4,6,8 KS=4 MS=${MS:-16,32,48,64} SHAPES_=${SHAPES_:-gateup,down,Q,O,KV} \
+    timeout 200 python3 profiling/gemm_probe.py 2>&1 | tee "$W/stages25.log"
+  KS=4 MS=16,32,64 ES=8,10 SHAPES=moe_gu_fused,moe_dn moe_wg "$W/stages25_moe.log" 150 \
+    "d:;st3:+stages=3;st5:+stages=5;st6:+stages=6"
+fi
 finish_run run25
