@@ -48,8 +48,10 @@ MIN_TILES_PER_SPLIT = 2   # K tiles of 64 per split-K slice (default heuristic)
 MAX_SPLITS = 8
 # Grouped kernel: at most 4 stages.  H200 (profiling/results/nvidia-h200_2026-11-22_moe_ab.log):
 # 4 stages beat the deepest pipeline that fits in 16 of 18 MoE cells, by 1-6 %
-# (10 experts, 32 tokens, gate/up + down 30.2 -> 28.4 us); a split holds 2-8 K tiles.
-GROUPED_MAX_STAGES = 4
+# (10 experts, 32 tokens, gate/up + down 30.2 -> 28.4 us); a split holds 2-8 K tiles.  H100, 2026-11-26 (the kernel of
+# today; profiling/run25.sh stages25, k = 4): 5 stages beat 4 on gate/up fused in all 6 MoE cells (16..64 tokens,
+# 8 / 10 experts; 1-4 %, 10 experts 16 tokens 12.95 -> 12.48 us), down equal (-1.4..+0.4 %); 6 no better than 5.
+GROUPED_MAX_STAGES = 5
 MAX_OCCUPANCY = int(os.environ.get("KBIT_WG_MAXOCC", "2"))  # CTAs per SM the stage choice aims for (env: experiment)
 
 

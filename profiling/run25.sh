@@ -151,4 +151,14 @@ if [ "$STEP" = stages25 ]; then
   KS=4 MS=16,32,64 ES=8,10 SHAPES=moe_gu_fused,moe_dn moe_wg "$W/stages25_moe.log" 150 \
     "d:;st3:+stages=3;st5:+stages=5;st6:+stages=6"
 fi
+# STEP=moe25: the grouped wgmma kernel at up to 5 stages (was 4): the grouped / MoE-layer GPU tests, then the MoE table
+#   (k = 2 / 4, 1..64 tokens per expert) tagged moe-final44.
+if [ "$STEP" = moe25 ]; then
+  python3 profiling/warm_cache.py wgmma grouped gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_moe25.log" 300 tests/test_grouped_gpu.py tests/test_layers_gpu.py
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_moe25.log" | head -20
+  timeout 200 python3 profiling/bench.py --out "$W" --shapes moe --k 2,4 --moe-M 1,2,4,8,16,32,64 \
+      --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final44 > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | head -8; grep -E "as moe_forward" "$W/bench_moe.log" | head -40
+fi
 finish_run run25
