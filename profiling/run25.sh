@@ -161,4 +161,16 @@ if [ "$STEP" = moe25 ]; then
       --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final44 > "$W/bench_moe.log" 2>&1
   grep -E "TOTAL" "$W/bench_moe.log" | head -8; grep -E "as moe_forward" "$W/bench_moe.log" | head -40
 fi
+# STEP=h200check: on an H200 only: every kernel at k = 2 / 4, M = 16..128 with the re-tuned H200 table (final41), and the
+#   MoE table k = 4 with the grouped kernel's 5 stages (moe-final44).
+if [ "$STEP" = h200check ]; then
+  case "$GPU" in *H200*) ;; *) echo "not an H200 ($GPU): nothing run"; finish_run run25; exit 0 ;; esac
+  python3 profiling/warm_cache.py wgmma gemv_stream gemv grouped 2>&1 | tail -1
+  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,4 \
+    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final41 > "$W/bench41.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench41.log"
+  timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
+      --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final44 > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe.log" | head -12; grep -E "as moe_forward" "$W/bench_moe.log" | head -12
+fi
 finish_run run25
