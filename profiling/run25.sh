@@ -11,6 +11,13 @@
 #   TOTAL.  Reverted (the kernel, its launcher and test as before 641b8c9).
 . profiling/run_env.sh
 start_run scbd
+# dense_all TAG: every kernel column at k = 2 / 4, M = 16..128, every dense shape (bench.py) tagged TAG into $W; prints
+# the TOTAL rows.
+dense_all() {
+  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,4 \
+    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag "$1" > "$W/bench_$1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_$1.log"
+}
 if [ "$STEP" = scbd ]; then
   python3 profiling/warm_cache.py gemv_stream 2>&1 | tail -1
   gpu_tests "$W/gpu_tests_scbd.log" 300 tests/test_gemv_stream_gpu.py
@@ -67,9 +74,7 @@ if [ "$STEP" = tune25 ]; then
   timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,3,4,5 --columns WGMMA,WGMMA+PDL \
     --reps 15 --tag wg-tune25 > "$W/wgtune25.log" 2>&1
   grep -E "^### M|TOTAL" "$W/wgtune25.log"
-  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,4 \
-    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final40} > "$W/bench40.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench40.log"
+  dense_all "${TAG:-final40}"
 fi
 # STEP=check25: the GPU tests that tune25 failed (a forced-stages plan's occupancy query before its DoesNotFit;
 #   test_dispatch_kinds_run without the wgmma / stream kinds) and the dispatch / PDL GPU tests, then every kernel
@@ -79,9 +84,7 @@ if [ "$STEP" = check25 ]; then
   gpu_tests "$W/gpu_tests_check25.log" 300 tests/test_wgmma_gpu.py tests/test_gemm_gpu.py tests/test_pdl_gpu.py \
     tests/test_launch_gpu.py
   grep -E "FAIL|Error|assert" "$W/gpu_tests_check25.log" | head -20
-  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,4 \
-    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final41} > "$W/bench41.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench41.log"
+  dense_all "${TAG:-final41}"
 fi
 # STEP=tok25: smaller token tiles where the covering TOK leaves the machine idle (KV: 4 strips, 32 CTAs at 8 splits):
 #   gemm_probe's wgmma at its plan and TOK = 16 / 32 / 64 / 128 forced (each with the new split rule), KV, linear key,
@@ -102,9 +105,7 @@ if [ "$STEP" = kv25 ]; then
   timeout 150 python3 profiling/bench.py --out "$W" --shapes KV --M 16,24,32,48,64,128 --k 2,3,4,5 \
     --columns WGMMA,WGMMA+PDL --reps 15 --tag wg-tune25kv > "$W/wgtune25kv.log" 2>&1
   grep -E "^### M|\| KV" "$W/wgtune25kv.log" | head -40
-  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,4 \
-    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final42} > "$W/bench42.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench42.log"
+  dense_all "${TAG:-final42}"
 fi
 # STEP=final25: the GPU tests of the touched modules on the final tree (wgmma, gemm / dispatch, stream, PDL, launch,
 #   matmul), memcheck over sanitize_plans25.py (the new default plans), and every kernel at k = 2 / 4, M = 16..128
@@ -115,9 +116,7 @@ if [ "$STEP" = final25 ]; then
     tests/test_pdl_gpu.py tests/test_launch_gpu.py tests/test_matmul.py tests/test_dispatch.py tests/test_wgmma.py
   grep -E "FAIL|Error|assert" "$W/gpu_tests_final25.log" | head -20
   sanitize memcheck "$W/sanitize_memcheck_plans25.txt" 300 profiling/sanitize_plans25.py
-  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,4 \
-    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag ${TAG:-final43} > "$W/bench43.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench43.log"
+  dense_all "${TAG:-final43}"
 fi
 # STEP=h200_25: on an H200 only (exits at once elsewhere): the WGMMA columns at k = 2..5 (wg-tune25) and every kernel at
 #   k = 2 / 4 (final40), M = 16..128, after the dense split rule and fill_tok, for the H200 / H200+PDL tables.
@@ -127,9 +126,7 @@ if [ "$STEP" = h200_25 ]; then
   timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,3,4,5 --columns WGMMA,WGMMA+PDL \
     --reps 15 --tag wg-tune25 > "$W/wgtune25.log" 2>&1
   grep -E "^### M|TOTAL" "$W/wgtune25.log"
-  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,4 \
-    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final40 > "$W/bench40.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench40.log"
+  dense_all "final40"
 fi
 # STEP=suite: the whole GPU test suite on the final tree (every family; warmed caches first), then the MoE table
 #   (k = 4, 1..64 tokens per expert; the grouped plans are unchanged, the dense dispatch inside moe_forward is not).
@@ -166,9 +163,7 @@ fi
 if [ "$STEP" = h200check ]; then
   case "$GPU" in *H200*) ;; *) echo "not an H200 ($GPU): nothing run"; finish_run run25; exit 0 ;; esac
   python3 profiling/warm_cache.py wgmma gemv_stream gemv grouped 2>&1 | tail -1
-  timeout 200 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128 --k 2,4 \
-    --columns GEMV,STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final41 > "$W/bench41.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench41.log"
+  dense_all "final41"
   timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 \
       --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final44 > "$W/bench_moe.log" 2>&1
   grep -E "TOTAL" "$W/bench_moe.log" | head -12; grep -E "as moe_forward" "$W/bench_moe.log" | head -12
