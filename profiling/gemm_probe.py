@@ -4,7 +4,7 @@ with its two dequantize kernels alone.  The full tables (with fp16 cuBLAS) come 
 bench_foundation.SHAPES), SPLITS (forced k_splits); ONE="shape,k,M,k_splits" runs 5 plain launches of one gemm
 (the ncu target of profiling/ncu_gemm.sh).  WG=1 adds the Hopper wgmma kernel at its default plan and
 WGSPLITS / WGTOKS / WGSTAGES forced variants (WGNOCL=1: each also with the workspace split-K sum,
-cluster=False); ONE_WG=1 makes ONE launch it instead of kbit_gemm."""
+cluster=False; WGCL=1: each also forced onto clusters, cluster=True, and the clustered grids' capacity printed); ONE_WG=1 makes ONE launch it instead of kbit_gemm."""
 import os
 import sys
 
@@ -64,6 +64,13 @@ for name, N, K, k, M, q, Wd, _, cps, A, ref, out in dense_cases(rng, names, ks, 
             [(f"wg/st{t}", dict(stages=t)) for t in envl("WGSTAGES")]
         if os.environ.get("WGNOCL", "0") == "1":  # each variant also with the workspace split-K sum
             wgs = [v for label, kw in wgs for v in ((label, kw), (label + "/ws", dict(kw, cluster=False)))]
+        if os.environ.get("WGCL", "0") == "1":  # each variant also forced onto clusters (2..8 splits)
+            wgs = [v for label, kw in wgs for v in ((label, kw), (label + "/cl", dict(kw, cluster=True)))]
+            from kbitcupy.gemm import device_info as _di
+            for s_ in envl("WGSPLITS"):
+                p_ = WGM.plan(M, N, K, k, "float16", dev, s_, None, None, True)
+                print(f"  {name} M={M} ks={s_}: cluster capacity (all, one per SM) "
+                      f"{WGM.cluster_capacity(p_.fn, p_.launch_smem, s_, _di(dev))} for {p_.grid} CTAs", flush=True)
         for label, kw in wgs:
             try:
                 out.fill(np.nan)

@@ -168,4 +168,12 @@ if [ "$STEP" = h200check ]; then
       --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final44 > "$W/bench_moe.log" 2>&1
   grep -E "TOTAL" "$W/bench_moe.log" | head -12; grep -E "as moe_forward" "$W/bench_moe.log" | head -12
 fi
+# STEP=cl25: the clusters the plan refuses at M = 96 / 128 (cluster_pays): gate/up at 3 splits (120 CTAs, workspace
+#   sum ~1.7 us by the model), down / O at 8 splits (128 CTAs); each split count also forced onto clusters, with the
+#   clustered grid's capacity (all CTAs, one per SM) printed.  Expected from the fifteenth session: a clustered grid
+#   that puts two CTAs on some SMs is 14-23 % slower; if the capacity allows one per SM, the cluster wins.
+if [ "$STEP" = cl25 ]; then
+  GEMM=0 DQ=0 WG=1 WGCL=1 WGSPLITS=${WGSPLITS:-3,4,6,8} KS=4 MS=${MS:-96,128} SHAPES_=${SHAPES_:-gateup,down,O,Q} \
+    timeout 250 python3 profiling/gemm_probe.py 2>&1 | tee "$W/cl25.log"
+fi
 finish_run run25
