@@ -118,19 +118,15 @@ def stage_bytes(k: int, tok: int) -> int:
     return -(-(tok * 128 + 1024 * k + 256) // 1024) * 1024  # 1024-byte aligned stages (128-byte swizzle)
 
 
-def _lut_bytes(k: int) -> int:
-    """The pair table's bytes in these kernels: lut_bytes, or with KBIT_WGMMA_OPTS' experiment hook
-    -DKBIT_K4_LOG2_COPIES=n the k = 4 table's 2**n copies."""
-    if k == 4:
-        for o in WGMMA.options:
-            if o.startswith("-DKBIT_K4_LOG2_COPIES="):
-                return (1 << 8) * (1 << int(o.split("=", 1)[1])) * 4
-    return lut_bytes(k)
+# The k = 4 pair table's copies (log2) when KBIT_WGMMA_OPTS sets the experiment hook -DKBIT_K4_LOG2_COPIES=n
+# (the kernels then build 2**n copies instead of lut_bytes' 32); None otherwise.
+_K4_LOG2_COPIES = next((int(o.split("=", 1)[1]) for o in WGMMA.options if o.startswith("-DKBIT_K4_LOG2_COPIES=")), None)
 
 
 def smem_bytes(k: int, tok: int, stages: int) -> int:
+    lut = (1 << 8) * (1 << _K4_LOG2_COPIES) * 4 if k == 4 and _K4_LOG2_COPIES is not None else lut_bytes(k)
     # + 1024: the stages start at the first 1024-byte aligned address after the tables
-    return _lut_bytes(k) + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
+    return lut + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
 
 
 def fill_tok(tok: int, M: int, n_tiles: int, sms: int, choices=TOK_CHOICES) -> int:
@@ -292,18 +288,21 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
     def stages_for(ks):
         return int(stages) if stages is not None else max(MIN_STAGES, min(st0, -(-k_tiles // ks) + 2))
 
+    def smem_for(ks):
+        return smem_bytes(k, tok, stages_for(ks))
+
     def cl_smem_for(ks):
         # A clustered launch goes out with enough shared memory that an SM holds at most the plan's
         # `occ` CTAs: the kernels of 80 registers fit three, and clusters packed three to an SM (Q,
         # k = 2, M = 16: 8.6 -> 9.7 us, H100) where the plain grid has at most two.
-        return max(smem_bytes(k, tok, stages_for(ks)), spread_smem(info, occ))
+        return max(smem_for(ks), spread_smem(info, occ))
 
     def clustered(ks):
         # cluster: None = CLUSTER where the split count fits a cluster and the launch keeps its CTAs as
         # resident as the plain one (cluster_pays); a given True needs the split count to fit.
         if cluster is not None:
             return bool(cluster) and 2 <= ks <= MAX_CLUSTER
-        if smem_bytes(k, tok, stages_for(ks)) > info["smem_block"]:
+        if smem_for(ks) > info["smem_block"]:
             return False  # does not fit (forced stages): DoesNotFit below, no occupancy query
         return CLUSTER and 2 <= ks <= MAX_CLUSTER and cluster_pays(p.fn, cl_smem_for(ks), ks, tiles * ks, info)
 
@@ -321,7 +320,7 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
     p.grid = tiles * ks
     if p.grid >= 2**31:
         raise DoesNotFit(f"{label}: {p.grid} CTAs exceed the grid limit")
-    p.smem = smem_bytes(k, tok, st)
+    p.smem = smem_for(ks)
     if p.smem > info["smem_block"]:
         raise DoesNotFit(f"{label} with {st} stages needs {p.smem} bytes of shared memory")
     cl_smem = cl_smem_for(ks)

@@ -6,10 +6,11 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tune_dispatch import COLS  # noqa: E402  (kernel column -> dispatch kind)
 
-KERNELS = ("GEMV", "STREAM", "GEMM", "WGMMA", "dq+cuBLAS")
-COLUMN = {"gemv": "GEMV", "stream": "STREAM", "gemm": "GEMM", "wgmma": "WGMMA", "dq": "dq+cuBLAS"}
+COLUMN = {kind: col for col, kind in COLS.items()}  # dispatch kind -> kernel column
 
 
 def main(argv):
@@ -24,7 +25,7 @@ def main(argv):
             cols = c["columns"]
             if "matmul" not in cols:
                 continue
-            ks = {k: v["us"] for k, v in cols.items() if k in KERNELS and v.get("check_ok", True) and "us" in v}
+            ks = {k: v["us"] for k, v in cols.items() if k in COLS and v.get("check_ok", True) and "us" in v}
             if not ks:
                 continue
             best = min(ks.values())
