@@ -369,7 +369,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // on most shapes the full ring's prefetch delays the previous grid's own loads more than it saves).
 #define KBIT_PDL_SAFE_PF1 4
 // The grouped kernels' pdl argument for safe PDL with ids the kernel right before did not write
-// (kbitcupy/_pdl.py GROUPED_SAFE_EARLY; the grouped GEMV only): ids read and weights L2-prefetched
+// (kbitcupy/_pdl.py GROUPED_SAFE_EARLY; the grouped GEMV and wgmma kernels): ids read and weights L2-prefetched
 // before the wait, nothing else.
 #define KBIT_GROUPED_SAFE_EARLY 3
 __device__ __forceinline__ void pdl_safe_entry(int pdl) {

@@ -678,6 +678,13 @@ __global__ void __launch_bounds__(256, 1)
     // before the wait, as the dense kernel.  CBD's tables are built after the wait all the same: built
     // before the wait of mode 1 (as the dense kernel's CBD) they were 0.3-1.9 % slower at 16..64 tokens
     // per expert (H100 2026-11-26, run24.sh cbd: the early build competes with the previous kernel).
+    // 3 (KBIT_GROUPED_SAFE_EARLY) = safe PDL with the same guarantee: the ids and offsets are read
+    // before the wait, and the first token tile's first K tiles' weights only L2-prefetched (a hint:
+    // the loads after the wait see whatever the previous grid wrote); the tensor scale, the weights
+    // into shared memory, A, the workspace and C after it.  Every block waits before it exits: were
+    // every block to exit unwaited, the next grid could start while the one before us runs.
+    const bool safe_early = pdl == KBIT_GROUPED_SAFE_EARLY;
+    const bool early_ids = pdl == 2 || safe_early;  // the ids read before the wait
     if (pdl == 1) {
         griddep_wait_release();
     }
@@ -692,23 +699,54 @@ __global__ void __launch_bounds__(256, 1)
     const int e = expert_ids[slot];
     const int r0 = offsets[slot], r1 = offsets[slot + 1];
     if (e < 0 || e >= E) {
-        if (reporter) report_err(err, KBIT_ERR_EXPERT_ID, pdl == 2);
+        if (reporter) report_err(err, KBIT_ERR_EXPERT_ID, early_ids);
+        if (safe_early) griddep_wait();
         return;
     }
     if (r0 < 0 || r1 < r0 || r1 > rows) {
-        if (reporter) report_err(err, KBIT_ERR_OFFSETS, pdl == 2);
+        if (reporter) report_err(err, KBIT_ERR_OFFSETS, early_ids);
+        if (safe_early) griddep_wait();
         return;
     }
     const int ntok = r1 - r0;
-    if (ntok > max_tokens && reporter) report_err(err, KBIT_ERR_MAX_TOKENS, pdl == 2);
+    if (ntok > max_tokens && reporter) report_err(err, KBIT_ERR_MAX_TOKENS, early_ids);
     // the same decision in every split of a tile, so split-K counters stay consistent
-    if (mt * TOK >= ntok) return;
+    if (mt * TOK >= ntok) {
+        if (safe_early) griddep_wait();
+        return;
+    }
     const int tiles = (int)(gridDim.x / per_slot) * n_tiles * m_tiles;
     const int tile = (slot * n_tiles + nt) * m_tiles + mt;
     const T* Ae = A + (long)r0 * Kdim;
     T* Ce = C + (long)r0 * N;
     const u32* pe = packed + (long)e * wpe;
     const u8* ae = absmax + (long)e * ape;
+    bool tables_built = false;
+    if (safe_early) {
+        // the K tiles wgmma_cta's prologue requests first (stages - 2 of this split's), or fewer
+        // (KBIT_WG_SAFE_PF_TILES), as 128-byte L2 lines: 8k of weights and 2 of absmax per tile
+        const int k_tiles = (Kdim + KBIT_TILE_K - 1) / KBIT_TILE_K;
+        const int kt0 = (int)((unsigned)k_tiles * (unsigned)split / (unsigned)k_splits);
+        const int kt1 = (int)((unsigned)k_tiles * (unsigned)(split + 1) / (unsigned)k_splits);
+#ifdef KBIT_WG_SAFE_PF_TILES
+        const int npf = min(KBIT_WG_SAFE_PF_TILES, kt1 - kt0);
+#else
+        const int npf = min(stages - 2, kt1 - kt0);
+#endif
+        constexpr int WL = 8 * K;  // lines of one layout tile's words
+        for (int l = threadIdx.x; l < npf * (WL + 2); l += 256) {
+            const int i = l / (WL + 2), r = l - i * (WL + 2);
+            const long tl = (long)(kt0 + i) * n_tiles + nt;  // layout tile (K tile, strip)
+            prefetch_l2(r < WL ? (const void*)(pe + tl * (32 * WL) + 32 * r) : (const void*)(ae + tl * 256 + 128 * (r - WL)));
+        }
+#ifdef KBIT_WG_SAFE_EARLY_TABLES  // experiment hook: the default codebook's tables before the wait too
+        if (CBD) {
+            kbit_wgmma_detail::wgmma_default_tables<K, T>();
+            tables_built = true;
+        }
+#endif
+        griddep_wait_release();
+    }
     const float ts = tscale[e];
     for (int m = mt; m * TOK < ntok; m += m_tiles) {
         const bool first = m == mt;
@@ -718,6 +756,6 @@ __global__ void __launch_bounds__(256, 1)
         }
         kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD>(Ae, pe, ae, codebook, Ce, ws, counters, ntok, N, Kdim, m, nt,
                                                      first ? split : 0, first ? k_splits : 1, stages, ts, vec8, tile,
-                                                     tiles, pdl == 2 && first, cluster != 0 && first);
+                                                     tiles, pdl == 2 && first, cluster != 0 && first, first && tables_built);
     }
 }

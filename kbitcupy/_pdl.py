@@ -247,7 +247,7 @@ def _packed_params(args):
 # The grouped kernels' pdl argument (cuda_src: kbit_gemv_grouped, kbit_wgmma_grouped,
 # kbit_grouped): 0 plain launch, 1 wait before reading expert ids / offsets, 2 the ids
 # are not written by the kernel right before (read them, request weights, then wait),
-# 3 (safe PDL, the grouped GEMV only: KBIT_GROUPED_SAFE_EARLY) the same guarantee in safe
+# 3 (safe PDL, the grouped GEMV and wgmma kernels: KBIT_GROUPED_SAFE_EARLY) the same guarantee in safe
 # mode: read the ids and L2-prefetch the first weights before the wait (a hint: the loads
 # after it return what they would without), load nothing else before it.
 GROUPED_OFF, GROUPED_WAIT, GROUPED_EARLY, GROUPED_SAFE_EARLY = 0, 1, 2, 3
@@ -256,7 +256,7 @@ GROUPED_OFF, GROUPED_WAIT, GROUPED_EARLY, GROUPED_SAFE_EARLY = 0, 1, 2, 3
 def grouped_mode(device_id: int, ids_stable: bool, safe_early: bool = False) -> int:
     """The pdl argument of a grouped kernel launched now on this device.  Safe mode:
     GROUPED_WAIT, or GROUPED_SAFE_EARLY where the ids are stable and the kernel
-    (safe_early: the grouped GEMV) implements it."""
+    (safe_early: the grouped GEMV, the grouped wgmma) implements it."""
     if active(device_id):
         return GROUPED_EARLY if ids_stable else GROUPED_WAIT
     if safe_active(device_id):

@@ -65,6 +65,13 @@ ERR_EXPERT_ID, ERR_OFFSETS, ERR_MAX_TOKENS = 1, 2, 4
 MAX_TOKENS_KERNEL = 64
 MAX_WARPS = 8
 SM_COUNT = 132
+# plan(): blocks per SM below which the column groups per block (cg) are halved.  H100, 2026-11-26
+# (profiling/results/nvidia-h100-80gb-hbm3_2026-11-26_mmaplan26.log, down 2048 x 512, 9 / 12 / 16 tokens):
+# with 2 per SM, 8 experts got cg = 4 (512 blocks of 4 warps) and ran slower than 10 experts on cg = 8
+# (k = 2: 8.55 / 8.69 / 9.05 us against 7.02 / 7.04 / 7.13); cg = 8 at 8 experts: 7.10 / 7.00 / 7.08 (k = 3
+# 7.74..8.33 -> 7.39..7.44, k = 5 11.4..12.6 -> 8.7).  k = 4 keeps 2 (cg = 4: 7.86 / 8.05 / 7.27 against
+# cg = 8's 7.92 / 7.92 / 7.98).
+_MIN_BLOCKS_PER_SM = {4: 2}
 
 
 # ----------------------------------------------------------------------------- bank
@@ -341,14 +348,14 @@ def plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, warps=None, cg=N
 
     Defaults: each warp keeps ~4 K-steps of 128 (the register ring depth) -> kw = KS/4
     (1..8), cg = 8 / kw column groups so one pair table serves 8 warps; cg is halved
-    while the grid would have fewer than 2 blocks per SM.  A pass stages min(64,
+    while the grid would have fewer than 1 block per SM (k = 4: 2; _MIN_BLOCKS_PER_SM).  A pass stages min(64,
     max_tokens) token rows (fewer if shared memory would overflow)."""
     KS = -(-K // 128)
     groups = -(-N // 8)
     if warps is None and cg is None:
         kw = _pow2_floor(max(1, min(MAX_WARPS, KS // 4)))
         cg = max(1, min(MAX_WARPS // kw, _pow2_floor(groups)))
-        while cg > 1 and max(1, n_slots) * (-(-groups // cg)) < 2 * SM_COUNT:
+        while cg > 1 and max(1, n_slots) * (-(-groups // cg)) < _MIN_BLOCKS_PER_SM.get(k, 1) * SM_COUNT:
             cg //= 2
         warps = kw * cg
     elif warps is None:
@@ -646,7 +653,7 @@ def choose_impl(A, bank, max_tokens: int, pdl_stable: bool = False) -> str:
     wg = wgmma_ok(A, bank)
     if use_grouped_gemv(max_tokens, bank.K) and not wg:
         return "gemv"
-    if max_tokens <= GROUPED_MAX_TOKENS and bank.K < 1024 and not (wg and pdl_stable):
+    if max_tokens <= GROUPED_MAX_TOKENS and bank.K < 1024 and not (wg and (pdl_stable or bank.k == 5)):
         return "mma"
     return "wgmma" if wg else "mma"
 

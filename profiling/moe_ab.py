@@ -6,7 +6,8 @@ Env: MOE_VARIANTS="name:-DFLAG=1 +per_block=2 +warps=4 src=FILE;..." (a column "
 plan and source unless MOE_GEMV=0, and "mma" = the grouped MMA kernel unless MOE_MMA=0),
 MOE_WG="name:+tok=32 +ks_div=2 +ks=3 +stages=4 +cluster=0;..." grouped wgmma kernel columns (plan
 overrides; ks_div divides the default split-K count, ks sets it, cluster=0 sums through the workspace), KS (default 4), MS (tokens per expert, default 1,4,8,16),
-ES (active experts, default 8,10), SHAPES (moe_gu_fused,moe_dn).
+ES (active experts, default 8,10), SHAPES (moe_gu_fused,moe_dn), MOE_MMA_PLANS="name:cg=8 warps=8;..." grouped
+mma.sync kernel columns (kbit_grouped plan overrides).
 usage (GPU machine): python3 profiling/moe_ab.py [--out DIR]
 """
 import argparse
@@ -56,7 +57,7 @@ def column(name, toks):
 def wg_column(name, toks):
     """The grouped wgmma kernel with plan overrides +tok=, +ks_div=, +ks= (split count), +stages=,
     +cluster=0/1 (split-K sum through the workspace / over a thread block cluster), +spread=1 (one CTA
-    per SM's shared memory at launch)."""
+    per SM's shared memory at launch), +stable=1 (the launch's ids_stable)."""
     from kbitcupy import wgmma as WG
 
     ov = {t[1:].split("=")[0]: int(t.split("=")[1]) for t in toks if t.startswith("+")}
@@ -71,7 +72,8 @@ def wg_column(name, toks):
             tname = "bfloat16" if c.A.dtype == WG.bfloat16 else "float16"
             p = WG.grouped_plan(*c.bank.shape, c.bank.k, tname, c.A.device.id, int(c.ids.size), c.M, tok=kw["tok"])
             kw["k_splits"] = max(1, p.k_splits // ov["ks_div"])
-        return WG.grouped_wgmma(c.A, c.bank, c.ids, c.offsets, c.out, c.M, _err_buffer(), **kw)
+        return WG.grouped_wgmma(c.A, c.bank, c.ids, c.offsets, c.out, c.M, _err_buffer(),
+                                ids_stable=bool(ov.get("stable", 0)), **kw)
     return B.MoeColumn(name, launch)
 
 
@@ -85,6 +87,11 @@ def main():
     cols += [wg_column(v.split(":")[0], v.split(":", 1)[1].split()) for v in os.environ.get("MOE_WG", "").split(";") if v]
     if os.environ.get("MOE_MMA", "1") == "1":  # the grouped MMA kernel (kbit_grouped.cu) beside it
         cols.append(B.MoeColumn("mma", lambda c: _launch(c.A, c.bank, c.ids, c.offsets, c.out, c.M, plan_override={})))
+    for v in os.environ.get("MOE_MMA_PLANS", "").split(";"):
+        if v:
+            ov = {t.split("=")[0]: int(t.split("=")[1]) for t in v.split(":", 1)[1].split()}
+            cols.append(B.MoeColumn(v.split(":")[0], functools.partial(
+                lambda ov_, c: _launch(c.A, c.bank, c.ids, c.offsets, c.out, c.M, plan_override=ov_), ov)))
     ks = [int(x) for x in os.environ.get("KS", "4").split(",")]
     Ms = [int(x) for x in os.environ.get("MS", "1,4,8,16").split(",")]
     Es = [int(x) for x in os.environ.get("ES", "8,10").split(",")]

@@ -234,8 +234,8 @@ def test_choose_impl(monkeypatch):
     import kbitcupy.grouped as G
 
     class Bank:
-        def __init__(self, K):
-            self.K = K
+        def __init__(self, K, k=4):
+            self.K, self.k = K, k
 
     for sm90 in (True, False):
         monkeypatch.setattr(G, "wgmma_ok", lambda A, bank: sm90)
@@ -246,6 +246,21 @@ def test_choose_impl(monkeypatch):
         # with PDL and stable ids, down (K = 512) takes wgmma at 9..16 where it exists
         assert G.choose_impl(None, Bank(512), 16, pdl_stable=True) == wg
         assert G.choose_impl(None, Bank(512), 8, pdl_stable=True) == "gemv"
+        # k = 5 down: wgmma at 9..16 where it exists (the mma kernel measured slower at every count)
+        assert [G.choose_impl(None, Bank(512, 5), m) for m in (8, 9, 16, 17)] == ["gemv", wg, wg, wg]
+        assert G.choose_impl(None, Bank(512, 2), 16) == "mma"
+
+
+def test_plan_column_groups_per_block():
+    """cg halves until the grid has one block per SM (k = 4: two), as measured (grouped._MIN_BLOCKS_PER_SM)."""
+    import kbitcupy.grouped as G
+
+    # down 2048 x 512: 256 groups of 8 columns, one K-split warp; 8 experts x 32 blocks of cg = 8 = 256 >= 132
+    assert [plan(2048, 512, k, 8, 16)["cg"] for k in (2, 3, 4, 5)] == [8, 8, 4, 8]
+    assert [plan(2048, 512, k, 10, 16)["cg"] for k in (2, 4)] == [8, 8]  # 320 blocks >= 2 x 132
+    assert plan(2048, 512, 2, 4, 16)["cg"] == 4  # 4 experts: 256 blocks of cg = 4 (cg = 8: 128 < 132)
+    assert plan(2048, 512, 4, 4, 16)["cg"] == 2
+    assert G._MIN_BLOCKS_PER_SM.get(2, 1) == 1
 
 
 def test_grouped_wgmma_plan(monkeypatch):

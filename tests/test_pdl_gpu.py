@@ -288,15 +288,19 @@ def test_safe_pdl_grouped_late_writer(rng, impl):
         _safe_matches_plain(call, out, "grouped")
 
 
-@pytest.mark.parametrize("k,ntok,dt", [(4, 1, "float16"), (4, 4, "bfloat16"), (5, 1, "bfloat16"), (2, 8, "float16"),
-                                       (3, 20, "bfloat16")])
-def test_safe_pdl_grouped_stable_weight_late_writer(rng, k, ntok, dt):
-    """Safe PDL with ids_stable (the grouped GEMV reads the ids and L2-prefetches its first
-    weights before its wait): the bank's packed words, absmax and tensor scales written by a
-    kernel that lets its dependents launch at once and writes ~60 us later.  k = 5 has the
-    default codebook compiled in (its table built before the wait); ntok 20 runs three passes;
+@pytest.mark.parametrize("impl,k,ntok,dt", [("gemv", 4, 1, "float16"), ("gemv", 4, 4, "bfloat16"),
+                                            ("gemv", 5, 1, "bfloat16"), ("gemv", 2, 8, "float16"),
+                                            ("gemv", 3, 20, "bfloat16"), ("wgmma", 4, 16, "float16"),
+                                            ("wgmma", 2, 40, "bfloat16"), ("wgmma", 5, 64, "float16"),
+                                            ("wgmma", 3, 130, "bfloat16")])
+def test_safe_pdl_grouped_stable_weight_late_writer(rng, impl, k, ntok, dt):
+    """Safe PDL with ids_stable (the grouped GEMV and wgmma kernels read the ids and L2-prefetch
+    their first weights before their wait): the bank's packed words, absmax and tensor scales
+    written by a kernel that lets its dependents launch at once and writes ~60 us later.  k = 5
+    has the default codebook compiled in (the GEMV's table built before the wait); ntok 20 runs
+    three GEMV passes, 130 three wgmma token tiles; slot 1 has no tokens (its blocks still wait);
     fp16 and bf16.  Bit-exact against PDL off, every output written."""
-    cp = _cp_hopper()
+    cp = _sm90()[0] if impl == "wgmma" else _cp_hopper()
     from dataclasses import replace
 
     from kbitcupy.grouped import grouped_matmul, quantize_experts
@@ -308,10 +312,12 @@ def test_safe_pdl_grouped_stable_weight_late_writer(rng, k, ntok, dt):
                   tensor_scale_host=None)
     bank = replace(src, packed=cp.zeros_like(src.packed), absmax=cp.zeros_like(src.absmax),
                    tensor_scale=cp.zeros_like(src.tensor_scale), tensor_scale_host=None)
-    A = cp.asarray(rng.standard_normal((S * ntok, K), dtype=np.float32)).astype(dt)
+    counts = np.full(S, ntok, np.int32)
+    counts[1] = 0
+    A = cp.asarray(rng.standard_normal((int(counts.sum()), K), dtype=np.float32)).astype(dt)
     ids = cp.asarray(rng.permutation(E)[:S].astype(np.int32))
-    offs = cp.asarray(np.arange(S + 1, dtype=np.int32) * ntok)
-    out = cp.empty((S * ntok, N), A.dtype)
+    offs = cp.asarray(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+    out = cp.empty((A.shape[0], N), A.dtype)
 
     def call():
         for a in (bank.packed, bank.absmax, bank.tensor_scale):
@@ -320,10 +326,10 @@ def test_safe_pdl_grouped_stable_weight_late_writer(rng, k, ntok, dt):
         copy(src.packed, bank.packed)
         copy(src.absmax, bank.absmax)
         copy(src.tensor_scale, bank.tensor_scale)
-        grouped_matmul(A, bank, ids, offs, ntok, out=out, method="kernel", impl="gemv", ids_stable=True)
+        grouped_matmul(A, bank, ids, offs, ntok, out=out, method="kernel", impl=impl, ids_stable=True)
         return _bits(out)
 
-    _safe_matches_plain(call, out, f"grouped stable k={k} ntok={ntok}")
+    _safe_matches_plain(call, out, f"grouped stable {impl} k={k} ntok={ntok}")
 
 
 @pytest.mark.parametrize("pf", [1, 2])
@@ -565,3 +571,13 @@ def test_pdl_grouped_ids_stable(rng, impl, ntok):
         _err_buffer().fill(0)  # the reset kernel right before the dependent call
         grouped_matmul(A, bank, bad, routes[0][1], ntok, out=outs[0], method="kernel", impl=impl, ids_stable=True)
         assert read_errors(reset=True) & ERR_EXPERT_ID
+    old = kb.set_pdl("safe")  # the default mode: the GEMV and wgmma kernels read the ids before their wait there
+    try:
+        bad = routes[1][0].copy()
+        bad[0] = -1
+        cp.cuda.get_current_stream().synchronize()
+        _err_buffer().fill(0)
+        grouped_matmul(A, bank, bad, routes[1][1], ntok, out=outs[1], method="kernel", impl=impl, ids_stable=True)
+        assert read_errors(reset=True) & ERR_EXPERT_ID
+    finally:
+        kb.set_pdl(old)

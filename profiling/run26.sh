@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Twenty-third session (2026-11-26).
+#   OUT=/tmp/out STEP=impl bash profiling/run26.sh
+. profiling/run_env.sh
+start_run impl
+# STEP=impl: which grouped kernel at 8..16 tokens per expert (grouped.choose_impl: 9..16 the mma.sync kernel for
+#   down (K < 1024), the wgmma one for gate/up; an H200 rule of the fifth session, k = 4 only).  Every moe-final table
+#   since the twentieth session has moe_dn k = 2 at 16 tokens 8 experts at 9.03-9.10 us (0.90x fp16), slower than
+#   k = 4 (7.33), while the PDL column (wgmma there) is 6.3-6.5.  Expected: the wgmma kernel faster on down at
+#   9..16 tokens at k = 2 (and maybe every k); every grouped kernel forced, k = 2..5, 8 / 10 experts.
+if [ "$STEP" = impl ]; then
+  python3 profiling/warm_cache.py grouped wgmma gemv 2>&1 | tail -1
+  timeout 400 python3 profiling/bench.py --out "$W" --shapes moe --k ${KS:-2,3,4,5} --moe-M ${MS:-8,12,16} \
+    --columns Grouped,g-GEMV,g-MMA,g-WGMMA,Grouped:stable --reps 15 --tag moe-impl26 > "$W/bench_impl26.log" 2>&1
+  grep -E "^### |moe_dn|moe_gu_fused|TOTAL" "$W/bench_impl26.log" | head -150
+fi
+# STEP=mmaplan: the grouped mma.sync kernel on down (K = 512) is erratic at 9..16 tokens (impl26: 8 experts k = 2 at
+#   16 tokens 9.01 us, 10 experts 7.13): its plan halves the column groups per block (cg) until the grid has 2 blocks
+#   per SM, so 8 experts get cg = 4 (512 blocks of 4 warps) and 10 get cg = 8 (320 of 8).  Expected: cg = 8 at 8
+#   experts near the 10-expert time scaled (~6 us at k = 2).  moe_ab with the mma kernel at cg = 4 / 8 / 16, the
+#   grouped GEMV and the grouped wgmma, k = 2..5, 9 / 12 / 16 tokens.
+if [ "$STEP" = mmaplan ]; then
+  python3 profiling/warm_cache.py grouped wgmma gemv 2>&1 | tail -1
+  KS=${KS:-2,3,4,5} MS=${MS:-9,12,16} ES=8,10 SHAPES=${SHAPES:-moe_dn} MOE_MMA_PLANS="cg4:cg=4;cg8:cg=8;cg16:cg=16" \
+    MOE_WG="wg:" timeout 300 python3 profiling/moe_ab.py --out "$W" > "$W/mmaplan26.log" 2>&1
+  grep -vE "^\s*$" "$W/mmaplan26.log" | tail -40
+fi
+# STEP=safe: the grouped wgmma kernel's safe-PDL early mode (pdl 3 with ids_stable: ids read and the first K tiles'
+#   weights L2-prefetched before the wait; moe_forward passes ids_stable to gate/up and down at > 8 tokens).  Expected
+#   (the full-PDL early mode's gain at 8 experts, k = 4: gate/up fused 64 tokens 14.96 -> 13.47 us, down 9.15 -> 8.50;
+#   the grouped GEMV's safe early mode got ~0.7 us of down's 1-token time): the stable column 0.3-0.8 us faster per
+#   projection at 16..64 tokens.  The touched GPU tests, then moe_ab (wg = ids not stable, the control; wgs = stable)
+#   in four processes: KBIT_WG_SAFE_EARLY=0 (the old wait at entry), 1, 1 with one K tile prefetched, 1 with the
+#   default codebook's tables built before the wait too.
+if [ "$STEP" = safe ]; then
+  python3 profiling/warm_cache.py grouped wgmma gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_safe26.log" 400 tests/test_pdl_gpu.py tests/test_grouped_gpu.py tests/test_grouped.py \
+    tests/test_wgmma_gpu.py -k "grouped or moe or Grouped or choose or plan"
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_safe26.log" | head -20
+  for v in "se0:0:" "se1:1:" "pf1:1:-DKBIT_WG_SAFE_PF_TILES=1" "tab:1:-DKBIT_WG_SAFE_EARLY_TABLES" "se1b:1:"; do
+    n=${v%%:*}; r=${v#*:}; e=${r%%:*}; o=${r#*:}
+    echo "## $n KBIT_WG_SAFE_EARLY=$e KBIT_WGMMA_OPTS='$o'" | tee -a "$W/safe26.log"
+    KBIT_WG_SAFE_EARLY=$e KBIT_WGMMA_OPTS="$o" KS=${KS:-4,2} MS=${MS:-16,32,64} ES=8,10 SHAPES=moe_gu_fused,moe_dn \
+      MOE_GEMV=0 MOE_MMA=0 MOE_WG="wg:;wgs:+stable=1" timeout 200 python3 profiling/moe_ab.py --out "$W" 2>&1 \
+      | grep -vE "^\s*$" | tail -30 | tee -a "$W/safe26.log"
+  done
+fi
+finish_run run26
