@@ -663,6 +663,11 @@ __global__ void __launch_bounds__(256, KBIT_WG_MINB) kbit_wgmma(const T* __restr
 // `cluster`: as the dense kernel (a slot's CTAs split-major within a token tile and strip).
 // CBD: the bank's codebook is the default one (no codebook load; the tables are still built after
 // the wait, see below).
+// The grouped kernel's safe early mode (pdl 3) builds the default codebook's tables before its wait
+// from this k on (experiment hook).
+#ifndef KBIT_WG_SAFE_TABLES_MIN_K
+#define KBIT_WG_SAFE_TABLES_MIN_K 4
+#endif
 template <int K, typename T, int TOK, bool CBD = false>
 __global__ void __launch_bounds__(256, 1)
     kbit_wgmma_grouped(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
@@ -683,6 +688,8 @@ __global__ void __launch_bounds__(256, 1)
     // the loads after the wait see whatever the previous grid wrote); the tensor scale, the weights
     // into shared memory, A, the workspace and C after it.  Every block waits before it exits: were
     // every block to exit unwaited, the next grid could start while the one before us runs.
+    // H100, 2026-11-26 (safe26.log, k = 4, gate/up fused + down against the wait at entry): 8 experts
+    // 16 / 32 / 64 tokens 18.73 / 20.30 / 24.59 -> 17.35 / 18.83 / 22.90 us (tables after the wait).
     const bool safe_early = pdl == KBIT_GROUPED_SAFE_EARLY;
     const bool early_ids = pdl == 2 || safe_early;  // the ids read before the wait
     if (pdl == 1) {
@@ -739,12 +746,13 @@ __global__ void __launch_bounds__(256, 1)
             const long tl = (long)(kt0 + i) * n_tiles + nt;  // layout tile (K tile, strip)
             prefetch_l2(r < WL ? (const void*)(pe + tl * (32 * WL) + 32 * r) : (const void*)(ae + tl * 256 + 128 * (r - WL)));
         }
-#ifdef KBIT_WG_SAFE_EARLY_TABLES  // experiment hook: the default codebook's tables before the wait too
-        if (CBD) {
+        // CBD: the default codebook's tables before the wait too where they are large (k >= 4: 32 KB+).
+        // H100, 2026-11-26 (run26.sh safe, safe26.log, TOTAL gate/up fused + down, 16..64 tokens): k = 4
+        // -0.1..-1.1 us (10 experts 64 tokens 25.83 -> 24.76), k = 2 +0.1..+0.5 at 8 experts.
+        if (CBD && K >= KBIT_WG_SAFE_TABLES_MIN_K) {
             kbit_wgmma_detail::wgmma_default_tables<K, T>();
             tables_built = true;
         }
-#endif
         griddep_wait_release();
     }
     const float ts = tscale[e];

@@ -48,6 +48,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from .gemv import MAX_M as GEMV_MAX_M, gemv
+from .grouped import GEMV_MAX_TOKENS
 from .matmul import matmul
 from .reference import bfloat16
 
@@ -207,7 +208,8 @@ MOE_PDL_FORCED = ("g-MMA+PDL", "g-WGMMA+PDL")
 DENSE_PDL_FORCED = ("GEMV+PDL", "GEMM+PDL", "WGMMA+PDL", "STREAM+PDL")
 # the dispatched calls launched plainly (set_pdl(False)), opt-in: every other column runs in the
 # default mode, which on Hopper is PDL's safe mode (every kernel waits before touching memory)
-# and the grouped call told its ids are stable (ids_stable=True: as moe_forward's down), opt-in too
+# and the grouped call told its ids are stable (ids_stable=True: as moe_forward's down, and its gate/up
+# above GEMV_MAX_TOKENS tokens per expert), opt-in too
 PLAIN_COLUMNS = ("matmul:plain", "Grouped:plain", "Grouped:stable")
 STABLE_COLUMN = PLAIN_COLUMNS[2]
 NOT_IN_BEST = {PDL_COLUMN, MOE_PDL_COLUMN, *MOE_PDL_FORCED, *DENSE_PDL_FORCED, *PLAIN_COLUMNS}
@@ -681,7 +683,8 @@ def format_moe_tables(moe: dict) -> str:
                              fmt_us(t["best_us"]), fmt_x(t["vs_cublas"]), fmt_pct(t["pct_sol"])]
                             + ([fmt_x(t.get("vs_cublas_pdl"))] if pdl else []))
         fw = [t for t in moe.get("totals") or [] if t["M"] == M and t.get("forward_us")]
-        note = "".join(f"\n- TOTAL as moe_forward launches them (moe_gu_fused Grouped + moe_dn {STABLE_COLUMN}), "
+        gu = STABLE_COLUMN if M > GEMV_MAX_TOKENS else "Grouped"
+        note = "".join(f"\n- TOTAL as moe_forward launches them (moe_gu_fused {gu} + moe_dn {STABLE_COLUMN}), "
                        f"E = {t['experts']}, k = {t['k']}: {fmt_us(t['forward_us'])} us, "
                        f"{fmt_x(t.get('vs_cublas_forward'))} {dt}" for t in fw)
         parts.append(f"### MoE, M = {M} token{'s' if M != 1 else ''} per expert\n\n" + md_table(header, rows)
@@ -762,7 +765,9 @@ def _moe_section(moe: dict) -> List[str]:
         f"(PDL) = best {dt} / Grouped+PDL; g-MMA+PDL / g-WGMMA+PDL = those kernels forced, with PDL (not in Best); "
         "Grouped:plain (when named) = Grouped launched without PDL (set_pdl(False), not in Best); Grouped:stable "
         "(when named) = Grouped with ids_stable=True in the default mode (the ids read and the first weights "
-        "L2-prefetched before the PDL wait, as moe_forward's down; not in Best); every other "
+        "L2-prefetched before the PDL wait, as moe_forward's down, and its gate/up above "
+        f"{GEMV_MAX_TOKENS} tokens per expert, where a gather kernel runs between the routing and gate/up; not in "
+        "Best); every other "
         "column runs in the default mode (on Hopper PDL's safe mode: a programmatic dependent that waits for the "
         "previous grid before touching memory).",
         f"- {dt} loop = E torch.mm on the views W[e] of the fp16 bank (same rotation), one cuBLAS call per "
@@ -1360,9 +1365,11 @@ def compute_moe_totals(cells: Sequence[dict], total_shapes: Sequence[str], Ms, E
                          sol_us=sol, fp16=fp, columns=cols, vs_cublas=(cub / best) if cub and best else None,
                          pct_sol=(100.0 * sol / best) if sol and best else None,
                          vs_cublas_pdl=(cub / pdl_us) if cub and pdl_us else None)
-                # as moe_forward launches them: gate/up right after the routing (Grouped), down with
-                # ids_stable (Grouped:stable)
-                fw = _tsum([(c["columns"].get(STABLE_COLUMN if c["shape"] == "moe_dn" else "Grouped") or {}).get("us")
+                # as moe_forward launches them: down with ids_stable (Grouped:stable); gate/up too above
+                # GEMV_MAX_TOKENS (a gather kernel runs between the routing and gate/up there), right after
+                # the routing (Grouped) at decode sizes (the grouped GEMV with the gather fused in)
+                gu = STABLE_COLUMN if M > GEMV_MAX_TOKENS else "Grouped"
+                fw = _tsum([(c["columns"].get(STABLE_COLUMN if c["shape"] == "moe_dn" else gu) or {}).get("us")
                             for c in rows]) if "moe_dn" in total_shapes and STABLE_COLUMN in kbit_names else None
                 if fw:
                     t.update(forward_us=fw, vs_cublas_forward=(cub / fw) if cub else None)

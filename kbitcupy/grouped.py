@@ -72,6 +72,8 @@ SM_COUNT = 132
 # 7.74..8.33 -> 7.39..7.44, k = 5 11.4..12.6 -> 8.7).  k = 4 keeps 2 (cg = 4: 7.86 / 8.05 / 7.27 against
 # cg = 8's 7.92 / 7.92 / 7.98).
 _MIN_BLOCKS_PER_SM = {4: 2}
+# choose_impl: the grouped GEMV up to this many tokens per expert where the wgmma kernel exists
+GEMV_MAX_TOKENS = 8
 
 
 # ----------------------------------------------------------------------------- bank
@@ -647,8 +649,11 @@ def choose_impl(A, bank, max_tokens: int, pdl_stable: bool = False) -> str:
     pdl_stable (PDL on and ids_stable): the wgmma kernel requests its weights before its
     wait and the mma.sync kernel does not, so down takes wgmma at 9..16 too (H200,
     2026-11-24, profiling/results/nvidia-h200_2026-11-24_pdl9.md: 6.98 vs 7.61 us at 8
-    experts, 7.84 vs 8.73 at 10)."""
-    if max_tokens <= 8:
+    experts, 7.84 vs 8.73 at 10).  Also in safe PDL with ids_stable, where the wgmma kernel
+    L2-prefetches its first weights before the wait (H100, 2026-11-26, safe26.log: down at 16
+    tokens k = 2 / 4, 8 experts 6.53 / 7.24 us, 10 experts 7.23 / 8.26, against the mma
+    kernel's 7.08 / 7.27 and 7.13 / 8.29 in mmaplan26.log)."""
+    if max_tokens <= GEMV_MAX_TOKENS:
         return "gemv"
     wg = wgmma_ok(A, bank)
     if use_grouped_gemv(max_tokens, bank.K) and not wg:
@@ -664,8 +669,9 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, 
     (kbit_grouped plan keywords) implies 'mma'."""
     N, K = bank.shape
     if impl is None:
+        dev = A.device.id
         impl = "mma" if plan_override is not None else choose_impl(
-            A, bank, max_tokens, ids_stable and _pdl.active(A.device.id))
+            A, bank, max_tokens, ids_stable and (_pdl.active(dev) or (_pdl.safe_active(dev) and WG.SAFE_EARLY)))
     if impl == "gemv":
         # decode-sized experts: the GEMV design (weights as the MMA A operand, one pair
         # table per block for several column groups)

@@ -45,4 +45,19 @@ if [ "$STEP" = safe ]; then
       | grep -vE "^\s*$" | tail -30 | tee -a "$W/safe26.log"
   done
 fi
+# STEP=moe26: the grouped wgmma's safe early mode with the default codebook's tables before the wait at k >= 4, the
+#   mma plan's cg rule, k = 5 down on wgmma, down on wgmma at 9..16 tokens when the ids are stable in safe mode, the
+#   MoE forward TOTAL with gate/up stable above 8 tokens: the grouped / PDL / wgmma / layer GPU tests, memcheck and
+#   racecheck over sanitize_driver.py, then the MoE table k = 2..5, 1..64 tokens (moe-final45).
+if [ "$STEP" = moe26 ]; then
+  python3 profiling/warm_cache.py grouped wgmma gemv quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_moe26.log" 500 tests/test_pdl_gpu.py tests/test_grouped_gpu.py tests/test_grouped.py \
+    tests/test_wgmma_gpu.py tests/test_layers_gpu.py
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_moe26.log" | head -20
+  sanitize memcheck "$W/memcheck26.txt" 300 profiling/sanitize_driver.py
+  sanitize racecheck "$W/racecheck26.txt" 400 profiling/sanitize_driver.py
+  timeout 400 python3 profiling/bench.py --out "$W" --shapes moe --k 2,3,4,5 --moe-M 1,2,4,8,16,32,64 \
+    --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final45 > "$W/bench_moe45.log" 2>&1
+  grep -E "^### |TOTAL|as moe_forward" "$W/bench_moe45.log" | head -120
+fi
 finish_run run26

@@ -96,7 +96,7 @@ try:
                 grouped_matmul(A, bank, ids, offs, mt, out=out, impl=impl)
                 grouped_matmul(A, bank, ids, offs, mt, out=out, impl=impl)  # counters reset
                 check(f"grouped {impl} k={k} max_tokens={mt}", out, ref)
-            if impl == "gemv":  # the default (safe) mode's early ids read (GROUPED_SAFE_EARLY), a 0-row slot
+            if impl != "mma":  # the default (safe) mode's early ids read (GROUPED_SAFE_EARLY), a 0-row slot
                 out = cp.full((A.shape[0], N), np.nan, cp.float16)
                 grouped_matmul(A, bank, ids, offs, int(counts.max()), out=out, impl=impl, ids_stable=True)
                 check(f"grouped {impl} k={k} ids_stable", out, ref)
@@ -114,6 +114,10 @@ try:
                 out = cp.full((A.shape[0], N), np.nan, cp.float16)
                 grouped_wgmma(A, bank, ids, offs, out, int(counts.max()), _err_buffer(), k_splits=2, tok=tok)
                 check(f"grouped wgmma k={k} tok={tok} splits=2", out, ref)
+                out = cp.full((A.shape[0], N), np.nan, cp.float16)  # the safe early mode with split-K
+                grouped_wgmma(A, bank, ids, offs, out, int(counts.max()), _err_buffer(), k_splits=2, tok=tok,
+                              ids_stable=True)
+                check(f"grouped wgmma k={k} tok={tok} splits=2 ids_stable", out, ref)
     # the MoE decode path: gather and SwiGLU fused into the grouped GEMV (row index 9 lies
     # outside x and must read as zeros, not out of bounds)
     from kbitcupy.grouped import grouped_gemv_fused

@@ -585,6 +585,13 @@ def test_moe_totals_as_moe_forward():
     meta = dict(M=[1], experts=[8], k=[4], shapes=list(B.MOE_TOTAL_SHAPES), columns=names, dtype="fp16")
     md = B.format_moe_tables(dict(meta=meta, cells=cells, totals=[t]))
     assert "as moe_forward launches them" in md and "E = 8, k = 4: 11.00 us, 2.00x fp16" in md
+    # above GEMV_MAX_TOKENS tokens per expert gate/up runs after the gather kernel: stable too
+    M = B.GEMV_MAX_TOKENS + 1
+    cells = [B.finish_moe_cell(dict(c, M=M), names) for c in cells]
+    (t,) = B.compute_moe_totals(cells, list(B.MOE_TOTAL_SHAPES), [M], [8], [4], names)
+    assert t["forward_us"] == pytest.approx(10.0) and t["vs_cublas_forward"] == pytest.approx(2.2)
+    md = B.format_moe_tables(dict(meta=dict(meta, M=[M]), cells=cells, totals=[t]))
+    assert f"moe_gu_fused {B.STABLE_COLUMN} + moe_dn" in md and "10.00 us, 2.20x fp16" in md
 
 
 def fake_layer(eager=False):
