@@ -206,24 +206,6 @@ def dense_splits(k_tiles: int, sms: int, tiles: int, tok: int, clustered) -> int
     return alt if cost(alt, True) < cost(fill, False) else fill
 
 
-def grouped_splits(k_tiles: int, sms: int, occ: int, tiles: int, tok: int) -> int:
-    """The grouped plan's split-K count: default_splits over sms x occ slots; where one CTA fills an
-    SM (occ 1: k = 5 at TOK = 64, every k at 128) and the tiles are fewer than two waves, the count with
-    the least K tiles per SM (waves x K tiles per split, the model of dense_splits, workspace sum), fewer
-    splits on ties.  The fill rule
-    gave 10 experts at k = 5, 64 tokens one split: down 160 CTAs on 132 SMs (two waves, 17.1 us against
-    9.1 at 8 experts), gate/up fused 80 CTAs (24.4 us against 16.2; H100 moe-final45)."""
-    fill = default_splits(k_tiles, sms * occ, tiles)
-    if occ > 1 or sms <= 0 or tiles >= 2 * sms:  # (many waves: splits add sums, not balance)
-        return fill
-    top = max(1, min(MAX_SPLITS, k_tiles // MIN_TILES_PER_SPLIT))
-
-    def cost(ks):
-        return -(-tiles * ks // sms) * -(-k_tiles // ks) * TILE_US[tok] + (WS_SPLIT_US[tok] * ks if ks > 1 else 0.0)
-
-    return min(range(1, top + 1), key=lambda ks: (cost(ks), ks))
-
-
 def choose_stages(info: dict, k: int, tok: int, regs: int):
     """(stages, CTAs per SM): the most resident CTAs (up to MAX_OCCUPANCY), then the deepest pipeline."""
     return best_stages(info, range(MAX_STAGES, MIN_STAGES - 1, -1), lambda st: smem_bytes(k, tok, st), regs,
@@ -331,7 +313,7 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
         if dense:
             ks = dense_splits(k_tiles, info["sms"], tiles, tok, clustered)
         else:
-            ks = grouped_splits(k_tiles, info["sms"], occ, tiles, tok)
+            ks = default_splits(k_tiles, info["sms"] * occ, tiles)
     else:
         ks = int(k_splits)
         if not 1 <= ks <= k_tiles:

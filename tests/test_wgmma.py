@@ -55,19 +55,3 @@ def test_fill_tok_narrow_weights_only():
     assert [tok(M, 2048) for M in (16, 32, 64, 128)] == [16, 32, 64, 128]
     assert [tok(M, 5120) for M in (16, 64, 128, 256)] == [16, 64, 128, 128]
     assert fill_tok(64, 64, 4, 0) == 64  # no SM count: unchanged
-
-
-def test_grouped_splits():
-    """The grouped plan's split count: the fill rule where two CTAs share an SM or the tiles are many
-    waves; with one CTA per SM the least K tiles per SM (10 experts at k = 5, 64 tokens: 1 split was
-    two waves on down and 80 of 132 SMs on gate/up fused)."""
-    from kbitcupy.wgmma import default_splits, grouped_splits
-
-    assert grouped_splits(32, 132, 2, 80, 64) == default_splits(32, 264, 80) == 3
-    assert grouped_splits(8, 132, 2, 160, 64) == 1
-    assert grouped_splits(32, 132, 1, 80, 64) == 3   # gate/up fused, 10 experts: 240 CTAs, ~11 K tiles each
-    assert grouped_splits(8, 132, 1, 160, 64) == 4   # down, 10 experts: 640 CTAs of 2 K tiles
-    assert grouped_splits(32, 132, 1, 64, 64) == 2   # 8 experts: as the fill rule
-    assert grouped_splits(8, 132, 1, 128, 64) == 1
-    assert grouped_splits(8, 132, 1, 512 * 16, 128) == 1  # many waves: no splits
-    assert grouped_splits(1, 132, 1, 10, 64) == 1
