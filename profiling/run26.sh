@@ -60,4 +60,21 @@ if [ "$STEP" = moe26 ]; then
     --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final45 > "$W/bench_moe45.log" 2>&1
   grep -E "^### |TOTAL|as moe_forward" "$W/bench_moe45.log" | head -120
 fi
+# STEP=k5split: the grouped plan's split count where one CTA fills an SM (wgmma.grouped_splits: k = 5 at TOK = 64,
+#   every k at 128).  moe-final45 had 10 experts, k = 5, 64 tokens at 0.70x fp16 (down 17.1 us against 9.1 at 8
+#   experts: 160 one-split CTAs on 132 SMs; gate/up fused 24.4 against 16.2: 80 CTAs).  Expected: down ~10-11 us
+#   (4 splits), gate/up fused ~18-19 (3 splits).  moe_ab with the plan (d) against forced split counts and TOK = 32,
+#   k = 5 at 32 / 64 tokens and k = 4 at 128 (TOK = 128, one CTA per SM too), 8 / 10 experts.
+#   Measured (commit 7504654, k5split26.log): more splits are slower in every cell (down 10 experts k = 5 64 tokens
+#   1 / 2 / 4 splits 16.98 / 23.01 / 33.53 us; k = 4 128 tokens 18.49 / 26.92 / 38.82): each extra CTA per SM repeats
+#   the prologue (k = 5's 64 KB pair table) and the fill rule's one split was the best count in 10 of 12 cells.
+#   Reverted (4449171); the k = 5 10-expert cliff at 64 tokens stays.
+if [ "$STEP" = k5split ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_k5split.log" 300 tests/test_wgmma.py tests/test_grouped_gpu.py -k "wgmma or plan or split"
+  for v in "5:32,64" "4:128"; do
+    KS=${v%%:*} MS=${v#*:} ES=8,10 SHAPES=moe_gu_fused,moe_dn moe_wg "$W/k5split_${v%%:*}.log" 200 \
+      "d:;ks1:+ks=1;ks2:+ks=2;ks3:+ks=3;ks4:+ks=4;ks8:+ks=8;t32:+tok=32"
+  done
+fi
 finish_run run26
