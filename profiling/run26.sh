@@ -77,4 +77,17 @@ if [ "$STEP" = k5split ]; then
       "d:;ks1:+ks=1;ks2:+ks=2;ks3:+ks=3;ks4:+ks=4;ks8:+ks=8;t32:+tok=32"
   done
 fi
+# STEP=k5cp: the k = 5 10-expert cliff at 64 tokens (one CTA per SM: a 64 KB pair table + 4 stages of 14 KB; 160
+#   down CTAs on 132 SMs run two waves): the pair table at 8 copies (KBIT_K5_LOG2_COPIES=3, 32 KB: two CTAs per SM)
+#   against 16, k = 5, 16..64 tokens, 8 / 10 experts, the grouped wgmma at its plan.  Expected: 10 experts 64 tokens
+#   down 17 -> ~11 us, gate/up fused 24 -> ~20; the lookups' 2-way bank conflicts may cost the loop elsewhere.
+if [ "$STEP" = k5cp ]; then
+  for c in 4 3 4b 3b; do
+    echo "## KBIT_K5_LOG2_COPIES=${c%b}" | tee -a "$W/k5cp26.log"
+    KBIT_K5_LOG2_COPIES=${c%b} KBITCUPY_CACHE_DIR=/tmp/kbit_cache_k5$c python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+    KBIT_K5_LOG2_COPIES=${c%b} KBITCUPY_CACHE_DIR=/tmp/kbit_cache_k5$c KS=5 MS=16,32,64 ES=8,10 \
+      SHAPES=moe_gu_fused,moe_dn MOE_GEMV=0 MOE_MMA=0 MOE_WG="d:" timeout 200 python3 profiling/moe_ab.py --out "$W" 2>&1 \
+      | grep -vE "^\s*$" | tail -18 | tee -a "$W/k5cp26.log"
+  done
+fi
 finish_run run26
