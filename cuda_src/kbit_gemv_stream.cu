@@ -315,87 +315,55 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     const long TILE_FLOATS = (long)MT * 4 * 256, split_stride = (long)n_tiles * TILE_FLOATS;
     int jf = -1;  // the partial first strip, -1: none
 
-    // One unit's operands in registers: this lane's two blocks (columns c0, c0 + 8; block t of the
-    // unit), their scales, and (!BIG) its A fragments, zero where the block lies past K or the row
-    // past M.  fetch() waits for the unit's stage, reads them and (!BIG) releases the stage.
-    struct Unit {
-        u32 wA[K], wB[K], sA, sB;
-        uint4 a[MT1][4];
-    };
-    auto fetch = [&](const UnitPos& x, int i, Unit& d) {
-        mbar_wait(full0 + 8 * x.s, x.ph);
+    UnitPos pos(u0, U);
+    for (int i = 0; i < nu; i++, pos.next(U, stages)) {
+        const int j = pos.j, p = pos.p, s = pos.s;
+        const int kvalid = min(4, (Kdim - 128 * p) >> 5);
+        mbar_wait(full0 + 8 * s, pos.ph);
         if (i < 8) KST(3 + i);
-        const unsigned char* st = stage0 + (long)x.s * SL::BYTES;
+        const unsigned char* st = stage0 + (long)s * SL::BYTES;
+        // this lane's two blocks (columns c0, c0 + 8; block t of the unit)
+        u32 wA[K], wB[K];
         const u32* wp = reinterpret_cast<const u32*>(st + o_w);
         constexpr int o1 = 16 * K;  // words from column c0's block to column c0 + 8's
         if (K == 4) {
-            const uint4 v = *reinterpret_cast<const uint4*>(wp), y = *reinterpret_cast<const uint4*>(wp + o1);
-            d.wA[0] = v.x; d.wA[1 % K] = v.y; d.wA[2 % K] = v.z; d.wA[3 % K] = v.w;
-            d.wB[0] = y.x; d.wB[1 % K] = y.y; d.wB[2 % K] = y.z; d.wB[3 % K] = y.w;
+            const uint4 x = *reinterpret_cast<const uint4*>(wp), y = *reinterpret_cast<const uint4*>(wp + o1);
+            wA[0] = x.x; wA[1 % K] = x.y; wA[2 % K] = x.z; wA[3 % K] = x.w;
+            wB[0] = y.x; wB[1 % K] = y.y; wB[2 % K] = y.z; wB[3 % K] = y.w;
         } else if (K == 2) {
-            const uint2 v = *reinterpret_cast<const uint2*>(wp), y = *reinterpret_cast<const uint2*>(wp + o1);
-            d.wA[0] = v.x; d.wA[1 % K] = v.y;
-            d.wB[0] = y.x; d.wB[1 % K] = y.y;
+            const uint2 x = *reinterpret_cast<const uint2*>(wp), y = *reinterpret_cast<const uint2*>(wp + o1);
+            wA[0] = x.x; wA[1 % K] = x.y;
+            wB[0] = y.x; wB[1 % K] = y.y;
         } else {
 #pragma unroll
-            for (int b = 0; b < K; b++) { d.wA[b] = wp[b]; d.wB[b] = wp[o1 + b]; }
+            for (int b = 0; b < K; b++) { wA[b] = wp[b]; wB[b] = wp[o1 + b]; }
         }
-        d.sA = s2tab[st[o_ab]];
-        d.sB = s2tab[st[o_ab + 16]];
-        if constexpr (!BIG) {
-            const bool k_ok = t < min(4, (Kdim - 128 * x.p) >> 5);  // block t lies before K's end
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                const bool ok = k_ok && row_ok[mt];
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    d.a[mt][e] = ok ? *reinterpret_cast<const uint4*>(st + o_a[e] + 8 * mt * SL::A_ROW)
-                                    : make_uint4(0u, 0u, 0u, 0u);
-            }
-            __syncwarp();
-            if (lane == 0) mbar_arrive(empty0 + 8 * x.s);  // this warp is done with the stage
-        }
-    };
-    // PIPE (MT <= 2: ~40 more registers, 115 -> ~157 of the 168 a 384-thread block allows): unit
-    // i + 1's operands are fetched before unit i's lookups and MMAs, so each warp has two
-    // independent chains -- the next unit's stage wait and shared-memory loads beside this one's
-    // dequantize (the consumers' per-unit time is latency bound: 2 warps per scheduler).
-#if !defined(KBIT_STREAM_NO_PIPE)
-    constexpr bool PIPE = !BIG && MT <= 2;
-#else  // experiment hook: fetch each unit right before its compute
-    constexpr bool PIPE = false;
-#endif
-    Unit cur, nxt;
-    UnitPos pos(u0, U);
-    if (PIPE && nu > 0) fetch(pos, 0, cur);
-    for (int i = 0; i < nu; i++, pos.next(U, stages)) {
-        const int j = pos.j, p = pos.p, s = pos.s;
-        if constexpr (PIPE) {
-            if (i + 1 < nu) {
-                UnitPos q = pos;
-                q.next(U, stages);
-                fetch(q, i + 1, nxt);
-            }
-        } else {
-            fetch(pos, i, cur);
-        }
+        const u32 sA = s2tab[st[o_ab]], sB = s2tab[st[o_ab + 16]];
+        const bool k_ok = t < kvalid;  // block t lies before K's end
         if constexpr (BIG) {  // A read during the MMAs: the stage is released after them
-            const unsigned char* st = stage0 + (long)s * SL::BYTES;
-            const bool k_ok = t < min(4, (Kdim - 128 * p) >> 5);
-            block_pair_mma<K, T, MT>(acc0, acc0, cur.wA, cur.sA, cur.wB, cur.sB, [&](int mt, int r) {
+            block_pair_mma<K, T, MT>(acc0, acc0, wA, sA, wB, sB, [&](int mt, int r) {
                 return k_ok && row_ok[mt] ? *reinterpret_cast<const uint4*>(st + o_a[r] + 8 * mt * SL::A_ROW)
                                           : make_uint4(0u, 0u, 0u, 0u);
             }, lut_lane);
             __syncwarp();
             if (lane == 0) mbar_arrive(empty0 + 8 * s);
         } else {
+            uint4 a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const bool ok = k_ok && row_ok[mt];
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    a[mt][e] = ok ? *reinterpret_cast<const uint4*>(st + o_a[e] + 8 * mt * SL::A_ROW) : make_uint4(0u, 0u, 0u, 0u);
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(empty0 + 8 * s);  // this warp is done with the stage
 #ifndef KBIT_STREAM_NO_COMPUTE  // profiling/stream_probe.py: time without the dequantize + MMA
-            block_pair_mma<K, T, MT>(acc0, acc1, cur.wA, cur.sA, cur.wB, cur.sB, cur.a, lut_lane);
+            block_pair_mma<K, T, MT>(acc0, acc1, wA, sA, wB, sB, a, lut_lane);
 #else
-            acc0[0][0] += __uint_as_float((cur.wA[0] ^ cur.wB[K - 1] ^ cur.sA ^ cur.sB ^ cur.a[0][0].x) & 0x3fffffu);
+            acc0[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif
         }
-        if constexpr (PIPE) cur = nxt;
         if (i < nu - 1 && p + 1 < U) continue;
         // end of this CTA's part of strip j
         float4 v[MT];
