@@ -90,4 +90,24 @@ if [ "$STEP" = k5cp ]; then
       | grep -vE "^\s*$" | tail -18 | tee -a "$W/k5cp26.log"
   done
 fi
+# STEP=pipe: the streaming GEMV's consumers fetch unit i + 1's operands (stage wait, weight words, scales, A fragments)
+#   before unit i's lookups and MMAs (PIPE, MT <= 2: 115 -> 158-166 registers, no spills).  The per-unit time is latency
+#   bound (ninth session: 2 warps per scheduler, issue slots ~32 % busy, each unit starting with a dependent chain
+#   stage wait -> LDS -> keys -> LDS -> HMUL2 -> MMA); expected: M = 9..16 STREAM 3-10 % faster (issue 4's M = 16 TOTAL
+#   needs ~7 %), M <= 8 likewise where the stream serves.  The streaming GEMV GPU tests, then STREAM / matmul at
+#   M = 8 / 16, k = 2 / 4, PIPE off (-DKBIT_STREAM_NO_PIPE) / on, alternated twice (separate processes).
+#   Measured (commit 4a594f5, pipe26.log): slower, k = 4 STREAM TOTAL M = 16 34.76 / 34.66 -> 37.11 / 37.05 us, M = 8
+#   30.86 / 30.72 -> 32.00 / 31.90; k = 2 likewise.  Reverted: a warp that waits for unit i + 1's stage before computing
+#   unit i waits on the arrivals, and the unit-start chain was not what limited it.
+if [ "$STEP" = pipe ]; then
+  python3 profiling/warm_cache.py gemv_stream 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_pipe.log" 300 tests/test_gemv_stream_gpu.py
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_pipe.log" | head -20
+  for v in off on offb onb; do
+    o=$([ "${v%b}" = off ] && echo "-DKBIT_STREAM_NO_PIPE" || echo "")
+    KBIT_STREAM_OPTS="$o" KBITCUPY_CACHE_DIR=/tmp/kbit_cache_pipe${v%b} timeout 150 python3 profiling/bench.py --out "$W" \
+      --M ${MS:-8,16} --k ${KS:-2,4} --columns STREAM,matmul --reps 15 --tag "pipe-$v" > "$W/bench_pipe_$v.log" 2>&1
+    echo "## PIPE $v"; grep -E "^### M|TOTAL" "$W/bench_pipe_$v.log"
+  done
+fi
 finish_run run26
