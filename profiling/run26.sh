@@ -110,4 +110,14 @@ if [ "$STEP" = pipe ]; then
     echo "## PIPE $v"; grep -E "^### M|TOTAL" "$W/bench_pipe_$v.log"
   done
 fi
+# STEP=suite: the whole GPU test suite on the final tree (every family; warmed caches first), then the MoE table at
+#   k = 4, 16..64 tokens as a replicate of moe-final45 (tag moe-final46; on an H200 too when one comes).
+if [ "$STEP" = suite ]; then
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_suite26.log" 480 tests
+  grep -E "FAIL|Error" "$W/gpu_tests_suite26.log" | head -20
+  timeout 200 python3 profiling/bench.py --out "$W" --shapes moe --k ${KS:-4} --moe-M ${MS:-1,4,16,32,64} \
+    --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag ${TAG:-moe-final46} > "$W/bench_moe46.log" 2>&1
+  grep -E "^### |TOTAL|as moe_forward" "$W/bench_moe46.log" | head -60
+fi
 finish_run run26
