@@ -120,4 +120,16 @@ if [ "$STEP" = suite ]; then
     --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag ${TAG:-moe-final46} > "$W/bench_moe46.log" 2>&1
   grep -E "^### |TOTAL|as moe_forward" "$W/bench_moe46.log" | head -60
 fi
+# STEP=layer: the MoE layer step (moe_forward, top-10 of 512 experts, k = 4) at prefill batches, where moe_forward's
+#   grouped calls pass ids_stable to both projections: KBIT_WG_SAFE_EARLY=0 (the grouped wgmma waits at entry) / 1 /
+#   0 / 1 (separate processes).  T = 256 (~5 tokens per expert, max ~12-15: the 9..16 band) and 1024 (~20, the wgmma
+#   kernel).  Expected: -1..-2 us per grouped call with the early mode, i.e. -2..-4 us per layer step.
+if [ "$STEP" = layer ]; then
+  python3 profiling/warm_cache.py grouped wgmma gemv gemm quant 2>&1 | tail -1
+  for v in 0 1 0b 1b; do
+    KBIT_WG_SAFE_EARLY=${v%b} timeout 200 python3 profiling/bench.py --shapes none --moe-layer --k 4 \
+      --layer-T ${LT:-1,256,1024} --reps 15 --out "$W" --tag "layer26-se$v" > "$W/bench_layer_$v.log" 2>&1
+    echo "## KBIT_WG_SAFE_EARLY=$v"; grep -E "^\| [0-9]" "$W/bench_layer_$v.log" | head -10
+  done
+fi
 finish_run run26
