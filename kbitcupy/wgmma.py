@@ -69,7 +69,8 @@ MAX_CLUSTER = 8
 # codebook everywhere, an A/B hook)
 CBD = _env_on("KBIT_WG_CBD")
 # The grouped kernel's safe-PDL early mode where the caller's ids are stable (_pdl.GROUPED_SAFE_EARLY: ids read
-# and the first K tiles' weights L2-prefetched before the wait); env KBIT_WG_SAFE_EARLY=0: wait at entry (A/B).
+# and the first K tiles' weights L2-prefetched before the wait; grids of one wave only, grouped_wgmma); env
+# KBIT_WG_SAFE_EARLY=0: wait at entry (A/B).
 SAFE_EARLY = _env_on("KBIT_WG_SAFE_EARLY")
 
 
@@ -457,7 +458,10 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
                      CBD and bank.default_codebook)
     set_smem(p.fn, p.launch_smem)
     ws, cnt = plan_workspace(p, dev, out)
-    pdl = _pdl.grouped_mode(dev, ids_stable, safe_early=SAFE_EARLY)
+    # the safe early mode for grids of one wave: with several, every later CTA would prefetch what it
+    # loads at once anyway (H100, 2026-11-26, layer26: moe_forward with 505-512 experts at 256 / 1024
+    # tokens 2-4 % slower with it)
+    pdl = _pdl.grouped_mode(dev, ids_stable, safe_early=SAFE_EARLY and p.grid <= device_info(dev)["sms"] * p.occ)
     args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws, cnt, np.int32(N),
             np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]), np.int64(bank.words_per_expert),
             np.int64(bank.absmax_per_expert), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),

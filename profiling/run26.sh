@@ -124,6 +124,11 @@ fi
 #   grouped calls pass ids_stable to both projections: KBIT_WG_SAFE_EARLY=0 (the grouped wgmma waits at entry) / 1 /
 #   0 / 1 (separate processes).  T = 256 (~5 tokens per expert, max ~12-15: the 9..16 band) and 1024 (~20, the wgmma
 #   kernel).  Expected: -1..-2 us per grouped call with the early mode, i.e. -2..-4 us per layer step.
+#   Measured (git 18f6bf5, layer26-se*): moe_forward 2-4 % slower with the early mode at T = 256 / 1024 (1474 / 1477 ->
+#   1507 / 1544 us, 1898 / 1898 -> 1937 / 1937; 505-512 experts: grids of many waves, whose later CTAs prefetch what
+#   they load at once anyway); T = 1 equal.  Now the early mode only for grids of one wave (grouped_wgmma).
+#   Found on the way: the step at T = 256 / 1024 is 16-20 % of SOL (1.4-1.8 ms against 274 us; fp16 loop 4.8-5.2 ms)
+#   and moe_route's argsort path (> 2048 pairs) takes 114-125 us of it.
 if [ "$STEP" = layer ]; then
   python3 profiling/warm_cache.py grouped wgmma gemv gemm quant 2>&1 | tail -1
   for v in 0 1 0b 1b; do
@@ -131,5 +136,18 @@ if [ "$STEP" = layer ]; then
       --layer-T ${LT:-1,256,1024} --reps 15 --out "$W" --tag "layer26-se$v" > "$W/bench_layer_$v.log" 2>&1
     echo "## KBIT_WG_SAFE_EARLY=$v"; grep -E "^\| [0-9]" "$W/bench_layer_$v.log" | head -10
   done
+fi
+# STEP=many: the grouped kernels with many active experts (layer26: a prefill step with 505-512 experts runs at 16-20 %
+#   of SOL).  Every grouped kernel forced, 128 / 512 experts, 4..32 tokens each, k = 2 / 4; then the layer step at
+#   T = 256 / 1024 with the one-wave rule for the early mode (expected: back to the se0 times).
+if [ "$STEP" = many ]; then
+  python3 profiling/warm_cache.py grouped wgmma gemv gemm quant 2>&1 | tail -1
+  timeout 330 python3 profiling/bench.py --out "$W" --shapes moe --experts ${ES:-128,512} --k ${KS:-4,2} \
+    --moe-M ${MS:-4,8,12,16,32} --columns Grouped,g-GEMV,g-MMA,g-WGMMA,Grouped:stable --reps 10 --tag moe-many26 \
+    > "$W/bench_many26.log" 2>&1
+  grep -E "^### |moe_gu_fused|moe_dn|TOTAL" "$W/bench_many26.log" | head -90
+  timeout 150 python3 profiling/bench.py --shapes none --moe-layer --k 4 --layer-T 256,1024 --reps 15 --out "$W" \
+    --tag layer26-wave > "$W/bench_layer_wave.log" 2>&1
+  grep -E "^\| [0-9]" "$W/bench_layer_wave.log" | head -6
 fi
 finish_run run26
