@@ -143,7 +143,7 @@ fi
 if [ "$STEP" = many ]; then
   python3 profiling/warm_cache.py grouped wgmma gemv gemm quant 2>&1 | tail -1
   timeout 330 python3 profiling/bench.py --out "$W" --shapes moe --experts ${ES:-128,512} --k ${KS:-4,2} \
-    --moe-M ${MS:-4,8,12,16,32} --columns Grouped,g-GEMV,g-MMA,g-WGMMA,Grouped:stable --reps 10 --tag moe-many26 \
+    --moe-M ${MS:-4,8,12,16,32} --columns Grouped,g-GEMV,g-MMA,g-WGMMA,Grouped:stable --reps 15 --tag moe-many26 \
     > "$W/bench_many26.log" 2>&1
   grep -E "^### |moe_gu_fused|moe_dn|TOTAL" "$W/bench_many26.log" | head -90
   timeout 150 python3 profiling/bench.py --shapes none --moe-layer --k 4 --layer-T 256,1024 --reps 15 --out "$W" \
