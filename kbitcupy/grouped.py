@@ -74,6 +74,10 @@ SM_COUNT = 132
 _MIN_BLOCKS_PER_SM = {4: 2}
 # choose_impl: the grouped GEMV up to this many tokens per expert where the wgmma kernel exists
 GEMV_MAX_TOKENS = 8
+# choose_impl: down-like banks (K < 1024) at 9..16 tokens take the wgmma kernel from this many of its tiles
+# (slots x 128-column strips: two waves of two CTAs per SM); measured 8 / 10 experts (128 / 160 tiles: the mma
+# kernel as fast or 12 % faster) and 128 / 512 (2048 / 8192 tiles: wgmma 7-12 % faster)
+WGMMA_MANY_TILES = 4 * SM_COUNT
 
 
 # ----------------------------------------------------------------------------- bank
@@ -637,7 +641,7 @@ def wgmma_ok(A, bank) -> bool:
     return WG.supported(A.device.id) and bank.packed.data.ptr % 16 == 0 and bank.absmax.data.ptr % 16 == 0
 
 
-def choose_impl(A, bank, max_tokens: int, pdl_stable: bool = False) -> str:
+def choose_impl(A, bank, max_tokens: int, pdl_stable: bool = False, n_slots: int = 0) -> str:
     """Which grouped kernel runs for this many tokens per expert (host bound).
 
     H200, 2026-11-22 (profiling/results/nvidia-h200_2026-11-22_moe-wg1.md, k = 4, 8 and 10
@@ -652,13 +656,17 @@ def choose_impl(A, bank, max_tokens: int, pdl_stable: bool = False) -> str:
     experts, 7.84 vs 8.73 at 10).  Also in safe PDL with ids_stable, where the wgmma kernel
     L2-prefetches its first weights before the wait (H100, 2026-11-26, safe26.log: down at 16
     tokens k = 2 / 4, 8 experts 6.53 / 7.24 us, 10 experts 7.23 / 8.26, against the mma
-    kernel's 7.08 / 7.27 and 7.13 / 8.29 in mmaplan26.log)."""
+    kernel's 7.08 / 7.27 and 7.13 / 8.29 in mmaplan26.log).  And where the wgmma grid is several
+    waves (n_slots x column strips >= WGMMA_MANY_TILES; H100, 2026-11-26, moe-many26: down at 12 / 16
+    tokens, 128 and 512 experts, k = 2 / 4: 7-12 % faster than the mma kernel, e.g. 512 experts k = 4
+    252 against 271 / 283 us)."""
     if max_tokens <= GEMV_MAX_TOKENS:
         return "gemv"
     wg = wgmma_ok(A, bank)
     if use_grouped_gemv(max_tokens, bank.K) and not wg:
         return "gemv"
-    if max_tokens <= GROUPED_MAX_TOKENS and bank.K < 1024 and not (wg and (pdl_stable or bank.k == 5)):
+    many = n_slots * -(-bank.shape[0] // WG.TILE_N) >= WGMMA_MANY_TILES  # the wgmma grid: several waves
+    if max_tokens <= GROUPED_MAX_TOKENS and bank.K < 1024 and not (wg and (pdl_stable or bank.k == 5 or many)):
         return "mma"
     return "wgmma" if wg else "mma"
 
@@ -671,7 +679,8 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, 
     if impl is None:
         dev = A.device.id
         impl = "mma" if plan_override is not None else choose_impl(
-            A, bank, max_tokens, ids_stable and (_pdl.active(dev) or (_pdl.safe_active(dev) and WG.SAFE_EARLY)))
+            A, bank, max_tokens, ids_stable and (_pdl.active(dev) or (_pdl.safe_active(dev) and WG.SAFE_EARLY)),
+            int(ids.size))
     if impl == "gemv":
         # decode-sized experts: the GEMV design (weights as the MMA A operand, one pair
         # table per block for several column groups)

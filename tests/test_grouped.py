@@ -235,7 +235,7 @@ def test_choose_impl(monkeypatch):
 
     class Bank:
         def __init__(self, K, k=4):
-            self.K, self.k = K, k
+            self.K, self.k, self.shape = K, k, (2048 if K == 512 else 1024, K)
 
     for sm90 in (True, False):
         monkeypatch.setattr(G, "wgmma_ok", lambda A, bank: sm90)
@@ -249,6 +249,12 @@ def test_choose_impl(monkeypatch):
         # k = 5 down: wgmma at 9..16 where it exists (the mma kernel measured slower at every count)
         assert [G.choose_impl(None, Bank(512, 5), m) for m in (8, 9, 16, 17)] == ["gemv", wg, wg, wg]
         assert G.choose_impl(None, Bank(512, 2), 16) == "mma"
+        # many experts (the wgmma grid several waves): wgmma for down at 9..16 where it exists
+        assert G.choose_impl(None, Bank(512, 2), 16, n_slots=10) == "mma"
+        assert G.choose_impl(None, Bank(512, 2), 12, n_slots=128) == wg
+        assert G.choose_impl(None, Bank(512, 4), 16, n_slots=33) == wg  # 33 x 16 strips = 528 tiles
+        assert G.choose_impl(None, Bank(512, 4), 16, n_slots=32) == "mma"
+        assert G.choose_impl(None, Bank(512, 4), 8, n_slots=512) == "gemv"
 
 
 def test_plan_column_groups_per_block():
