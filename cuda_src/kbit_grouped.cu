@@ -419,3 +419,115 @@ __global__ void __launch_bounds__(1024) kbit_moe_route(const int* __restrict__ i
         sorted_token[dst] = p / topk;
     }
 }
+
+// MoE routing for prefill-sized batches (P > ROUTE_KERNEL_MAX_PAIRS, kbitcupy/moe.py): the same
+// stable counting sort as kbit_moe_route in three grid-wide passes over blocks of 1024 choices (the
+// one-block kernel's stable rank is O(P^2); the CuPy argsort path it replaces took ~115 us per layer
+// step at 2560-10240 choices on H100, profiling/results/..._layer26-se0.md).
+// Pass 1: per-block expert histograms hist[b][0..E] (E = the bucket of ids outside [0, E)), the ids
+// cleaned into ids_c.  Dynamic smem: ints cnt[E + 1].
+__global__ void __launch_bounds__(1024) kbit_moe_route_count(const int* __restrict__ ids_in, int P, int E,
+                                                             int* __restrict__ ids_c, int* __restrict__ hist,
+                                                             int* __restrict__ err) {
+    extern __shared__ int cnt_rc[];
+    const int tid = threadIdx.x, p = blockIdx.x * 1024 + tid;
+    for (int i = tid; i <= E; i += 1024) cnt_rc[i] = 0;
+    __syncthreads();
+    if (p < P) {
+        int e = ids_in[p];
+        if (e < 0 || e >= E) {
+            e = E;
+            atomicOr(err, 1);
+        }
+        ids_c[p] = e;
+        atomicAdd(&cnt_rc[e], 1);
+    }
+    __syncthreads();
+    for (int i = tid; i <= E; i += 1024) hist[(long)blockIdx.x * (E + 1) + i] = cnt_rc[i];
+}
+
+// Pass 2 (one block): hist[b][e] becomes the first row of block b's choices of expert e (the
+// expert's start + the rows of earlier blocks), and the slot layout (expert_ids, offsets, unused
+// slots) is written as kbit_moe_route writes it.  Dynamic smem: ints tot[E + 1], part[2 * blockDim].
+__global__ void __launch_bounds__(1024) kbit_moe_route_scan(int B, int P, int E, int S, int* __restrict__ hist,
+                                                            int* __restrict__ expert_ids, int* __restrict__ offsets) {
+    extern __shared__ int sm_rs[];
+    int* tot = sm_rs;
+    int* part = tot + (E + 1);
+    const int tid = threadIdx.x, bd = blockDim.x;
+    for (int e = tid; e <= E; e += bd) {  // per expert: exclusive prefix over blocks, total
+        int run = 0;
+        for (int b = 0; b < B; b++) {
+            const int c = hist[(long)b * (E + 1) + e];
+            hist[(long)b * (E + 1) + e] = run;
+            run += c;
+        }
+        tot[e] = run;
+    }
+    __syncthreads();
+    const int c = (E + 1 + bd - 1) / bd, lo = min(tid * c, E + 1), hi = min(lo + c, E + 1);
+    int rows = 0, act = 0;
+    for (int j = lo; j < hi; j++) {
+        rows += tot[j];
+        act += (j < E && tot[j] > 0);
+    }
+    part[tid] = rows;
+    part[bd + tid] = act;
+    __syncthreads();
+    for (int off = 1; off < bd; off <<= 1) {  // Hillis-Steele inclusive scan
+        const int r = tid >= off ? part[tid - off] : 0, a = tid >= off ? part[bd + tid - off] : 0;
+        __syncthreads();
+        part[tid] += r;
+        part[bd + tid] += a;
+        __syncthreads();
+    }
+    int run = part[tid] - rows, slot = part[bd + tid] - act;
+    for (int j = lo; j < hi; j++) {
+        const int cj = tot[j];
+        for (int b = 0; b < B; b++) hist[(long)b * (E + 1) + j] += run;
+        if (j < E && cj > 0) {
+            expert_ids[slot] = j;
+            offsets[slot] = run;
+            slot++;
+        }
+        if (j == E) tot[E] = run;  // now the first row of the parked (bad id) choices
+        run += cj;
+    }
+    __syncthreads();
+    const int nact = part[2 * bd - 1];
+    for (int s = nact + tid; s <= S; s += bd) {  // unused slots: expert 0, no rows
+        if (s < S) expert_ids[s] = 0;
+        offsets[s] = s == nact ? tot[E] : P;
+    }
+}
+
+// Pass 3: the stable rank of each choice among its block's choices of the same expert, in choice
+// order: the block's 32 warps one after the other, each warp's equal ids found with match_any (its
+// leader takes the running row of that expert and advances it).  Dynamic smem: ints run[E + 1].
+__global__ void __launch_bounds__(1024) kbit_moe_route_scatter(const int* __restrict__ ids_c, int P, int topk, int E,
+                                                               const int* __restrict__ hist,
+                                                               int* __restrict__ sorted_token, int* __restrict__ pos) {
+    extern __shared__ int run_rs[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, p = blockIdx.x * 1024 + tid;
+    for (int i = tid; i <= E; i += 1024) run_rs[i] = hist[(long)blockIdx.x * (E + 1) + i];
+    const int e = p < P ? ids_c[p] : -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    const int leader = __ffs(same) - 1, before = __popc(same & ((1u << lane) - 1u));
+    __syncthreads();
+    for (int w = 0; w < 32; w++) {
+        if (warp == w) {
+            int base = 0;
+            if (lane == leader && e >= 0) {
+                base = run_rs[e];
+                run_rs[e] = base + __popc(same);
+            }
+            base = __shfl_sync(0xffffffffu, base, leader);
+            if (e >= 0) {
+                const int dst = base + before;
+                pos[p] = dst;
+                sorted_token[dst] = p / topk;
+            }
+        }
+        __syncthreads();
+    }
+}

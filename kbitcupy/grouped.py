@@ -50,6 +50,8 @@ def _instances():
         for w in _WT:
             inst[("combine", t, w)] = f"kbit_moe_combine<{CTYPE[t]}, {CTYPE[w]}>"
     inst[("route",)] = "kbit_moe_route"
+    for part in ("count", "scan", "scatter"):
+        inst[("route", part)] = f"kbit_moe_route_{part}"
     inst[("gather", "u16")] = "kbit_gather_rows<unsigned short>"
     inst[("gather", "u128")] = "kbit_gather_rows<uint4>"
     return inst

@@ -115,6 +115,8 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
     with stream_ctx(topk_ids):
         if 0 < P <= ROUTE_KERNEL_MAX_PAIRS and E <= ROUTE_KERNEL_MAX_EXPERTS:
             return _route_kernel(ids, T, topk, E, S, max_tokens)
+        if P > ROUTE_KERNEL_MAX_PAIRS and E <= ROUTE_KERNEL_MAX_EXPERTS and P <= ROUTE_GRID_MAX_PAIRS:
+            return _route_grid(ids, T, topk, E, S, max_tokens)
         flat = ids.reshape(-1).astype(cp.int64)
         order = cp.argsort(flat * max(P, 1) + cp.arange(P, dtype=cp.int64))  # unique keys: deterministic
         sorted_e = flat[order]
@@ -165,6 +167,40 @@ def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens):
         fn.max_dynamic_shared_size_bytes = smem
     fn((1,), (threads,), (flat, np.int32(P), np.int32(topk), np.int32(E), np.int32(S), sorted_token, pos,
                           expert_ids, offsets, _err_buffer()), shared_mem=smem)
+    mt = T if max_tokens is None else int(max_tokens)
+    return MoeRouting(sorted_token, pos, expert_ids, offsets, T, topk, E, mt)
+
+
+# Larger batches: the same counting sort in three grid-wide passes (kbit_moe_route_count / _scan /
+# _scatter, blocks of 1024 choices); the scan pass walks every block's histogram per expert, so it
+# stays below ~512 blocks.  Beyond: the CuPy argsort path.
+ROUTE_GRID_MAX_PAIRS = 512 * 1024
+
+
+def _route_grid(ids, T: int, topk: int, E: int, S: int, max_tokens):
+    import cupy as cp
+
+    P = T * topk
+    flat = ids.reshape(-1)
+    if flat.dtype != cp.int32 or not flat.flags.c_contiguous:
+        flat = cp.ascontiguousarray(flat, dtype=cp.int32)
+    B = -(-P // 1024)
+    sorted_token = cp.empty(P, dtype=cp.int32)
+    pos = cp.empty(P, dtype=cp.int32)
+    expert_ids = cp.empty(S, dtype=cp.int32)
+    offsets = cp.empty(S + 1, dtype=cp.int32)
+    ids_c = cp.empty(P, dtype=cp.int32)
+    hist = cp.empty(B * (E + 1), dtype=cp.int32)
+    fns = [GROUPED.function(("route", part)) for part in ("count", "scan", "scatter")]
+    smem = (4 * (E + 1), 4 * (E + 1 + 2 * 1024), 4 * (E + 1))
+    for fn, sm in zip(fns, smem):
+        if fn.max_dynamic_shared_size_bytes < sm:
+            fn.max_dynamic_shared_size_bytes = sm
+    fns[0]((B,), (1024,), (flat, np.int32(P), np.int32(E), ids_c, hist, _err_buffer()), shared_mem=smem[0])
+    fns[1]((1,), (1024,), (np.int32(B), np.int32(P), np.int32(E), np.int32(S), hist, expert_ids, offsets),
+           shared_mem=smem[1])
+    fns[2]((B,), (1024,), (ids_c, np.int32(P), np.int32(topk), np.int32(E), hist, sorted_token, pos),
+           shared_mem=smem[2])
     mt = T if max_tokens is None else int(max_tokens)
     return MoeRouting(sorted_token, pos, expert_ids, offsets, T, topk, E, mt)
 

@@ -150,4 +150,19 @@ if [ "$STEP" = many ]; then
     --tag layer26-wave > "$W/bench_layer_wave.log" 2>&1
   grep -E "^\| [0-9]" "$W/bench_layer_wave.log" | head -6
 fi
+# STEP=route: moe_route's grid kernels for > 2048 choices (kbit_moe_route_count / _scan / _scatter; layer26: the CuPy
+#   argsort path took 114-125 us of a prefill layer step).  Expected: moe_route ~10-20 us at T = 256 / 1024, moe_forward
+#   -100 us.  The route / MoE GPU tests, memcheck and racecheck over sanitize_route.py, then the layer step.
+if [ "$STEP" = route ]; then
+  python3 profiling/warm_cache.py grouped wgmma gemv gemm quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_route26.log" 300 tests/test_grouped_gpu.py tests/test_layers_gpu.py tests/test_pdl_gpu.py \
+    -k "route or moe or Moe or layer"
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_route26.log" | head -20
+  sanitize memcheck "$W/memcheck_route26.txt" 200 profiling/sanitize_route.py
+  sanitize racecheck "$W/racecheck_route26.txt" 300 profiling/sanitize_route.py
+  grep -E "route T=|BAD" "$W/racecheck_route26.txt"
+  timeout 150 python3 profiling/bench.py --shapes none --moe-layer --k 4 --layer-T 1,256,1024 --reps 15 --out "$W" \
+    --tag layer26-route > "$W/bench_layer_route.log" 2>&1
+  grep -E "^\| [0-9]" "$W/bench_layer_route.log" | head -8
+fi
 finish_run run26

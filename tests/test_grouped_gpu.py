@@ -497,7 +497,10 @@ def test_torch_tensors(rng):
 @pytest.mark.gpu
 def test_moe_route_gpu_matches_reference(rng):
     cp = _cp()
-    for T, topk, E in ((1, 10, 512), (33, 4, 16), (200, 10, 512), (5, 2, 4), (300, 10, 512)):  # last: CuPy path
+    # (300, 10, 512) .. (1100, 8, 64): the grid kernels (> 2048 choices; 3000, 5000: partial last blocks, 64 / 512
+    # experts; 1100 x 8: every expert in every block); (300, 10, 9000): the CuPy path (more experts than the kernels')
+    for T, topk, E in ((1, 10, 512), (33, 4, 16), (200, 10, 512), (5, 2, 4), (300, 10, 512), (500, 10, 512),
+                       (1024, 10, 512), (1100, 8, 64), (300, 10, 9000)):
         ids = np.array([rng.choice(E, topk, replace=False) for _ in range(T)], np.int32)
         ref = reference_route(ids, E)
         r = moe_route(cp.asarray(ids), E)
@@ -507,6 +510,21 @@ def test_moe_route_gpu_matches_reference(rng):
     read_errors(reset=True)
     moe_route(cp.asarray(np.array([[0, 1], [2, 5]], np.int32)), 4)  # id 5 of 4 experts
     assert read_errors(reset=True) == ERR_EXPERT_ID
+    # the grid kernels: bad ids parked after every valid row, the flag raised, valid rows as the reference's
+    ids = np.array([rng.choice(16, 4, replace=False) for _ in range(700)], np.int32)
+    ids[3, 1], ids[650, 2] = 16, -2
+    r = moe_route(cp.asarray(ids), 16)
+    assert read_errors(reset=True) == ERR_EXPERT_ID
+    good = (ids >= 0) & (ids < 16)
+    nvalid = int(good.sum())
+    assert r.offsets.get()[np.searchsorted(r.expert_ids.get(), 15) + 1] == nvalid
+    pos = r.pos.get().reshape(ids.shape)
+    assert sorted(pos[~good].tolist()) == [nvalid, nvalid + 1]
+    np.testing.assert_array_equal(r.expert_ids.get(), np.unique(ids[good]))
+    st = r.sorted_token.get()
+    for e in range(16):  # each expert's rows: its tokens in order
+        rows = st[r.offsets.get()[e]:r.offsets.get()[e + 1]]
+        np.testing.assert_array_equal(rows, np.nonzero((ids == e).any(1))[0])
     with pytest.raises(ValueError, match="outside"):
         moe_route(cp.asarray(np.array([[0, 1], [2, 5]], np.int32)), 4, check=True)
 
