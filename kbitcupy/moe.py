@@ -18,6 +18,7 @@ is still computed correctly by the grouped kernel (it sets an info bit).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -364,12 +365,30 @@ def plan_tokens(routing: MoeRouting) -> int:
     expert on average (decode batches), plan for 8: an expert with more rows is still
     computed, in passes of 8 rows (kbit_gemv_grouped; the info bit ERR_MAX_TOKENS is
     set).  H200, 2026-11-22: a 32-token step over 242 experts took 809 us planned for 32
-    rows per expert.  Only for the kernel path on device indices without check=True
-    (host-side validation holds max_tokens as a strict bound)."""
+    rows per expert.  More rows per expert (prefill): the expected largest count of a
+    random routing (below), not T; the wgmma kernel computes a larger expert's extra
+    token tiles in its first split.  Only for the kernel path on device indices without
+    check=True (host-side validation holds max_tokens as a strict bound); env
+    KBIT_MOE_PLAN_TOKENS (experiments): "bound" or a count."""
     P = routing.num_tokens * routing.topk
-    if routing.max_tokens > 8 and P <= 4 * min(routing.num_experts, P):
+    mt = routing.max_tokens
+    hook = os.environ.get("KBIT_MOE_PLAN_TOKENS")  # experiment hook: "bound" (the loose bound) or a count
+    if hook:
+        return mt if hook == "bound" else min(mt, int(hook))
+    S = min(routing.num_experts, P)
+    if mt <= 8 or S <= 0:
+        return mt
+    if P <= 4 * S:
         return 8
-    return routing.max_tokens
+    # Prefill batches: the loose bound T made every expert's tiles T rows tall (T = 256 / 1024, top-10 of 512:
+    # 5 / 20 rows per expert planned for 256 / 1024).  Plan for the expected largest count of a random routing
+    # (a Poisson count of mean P / S over S experts stays below mean + 4 sqrt(mean)), as a power of two >= 16;
+    # a skewed routing's larger experts are still computed, in extra passes / token tiles.
+    mean = P / S
+    b = 16
+    while b < mean + 4.0 * mean ** 0.5:
+        b *= 2
+    return min(mt, b)
 
 
 def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: MoeRouting | None = None,

@@ -165,4 +165,22 @@ if [ "$STEP" = route ]; then
     --tag layer26-route > "$W/bench_layer_route.log" 2>&1
   grep -E "^\| [0-9]" "$W/bench_layer_route.log" | head -8
 fi
+# STEP=plantok: moe_forward's token plan at prefill sizes (moe.plan_tokens: the loose bound T made the grouped kernels
+#   plan every expert's tiles T rows tall: T = 256 / 1024 tokens top-10 of 512, 5 / 20 rows per expert; new: the
+#   expected largest count of a random routing as a power of two >= 16).  Expected: the layer step at T = 256 / 1024
+#   (1359 / 1776 us) toward the moe-many26 grouped times (16 / 32 tokens per expert over 512 experts: ~640 / ~690 us
+#   for gate/up + down).  The MoE GPU tests, then the layer step at T = 128..1024 with the plan forced (bound = the old
+#   rule, 8, 16, 32, 64) and the new default.
+if [ "$STEP" = plantok ]; then
+  python3 profiling/warm_cache.py grouped wgmma gemv gemm quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_plantok.log" 300 tests/test_grouped_gpu.py tests/test_layers_gpu.py tests/test_grouped.py \
+    -k "route or moe or Moe or layer or plan"
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_plantok.log" | head -20
+  for v in bound new 8 16 32 64; do
+    KBIT_MOE_PLAN_TOKENS=$([ $v = new ] && echo "" || echo $v) timeout 150 python3 profiling/bench.py --shapes none \
+      --moe-layer --k 4 --layer-T ${LT:-128,256,512,1024} --reps 15 --out "$W" --tag "layer26-pt$v" \
+      > "$W/bench_layer_pt$v.log" 2>&1
+    echo "## plan $v"; grep -E "^\| [0-9]+ \| 4 " "$W/bench_layer_pt$v.log" | head -6
+  done
+fi
 finish_run run26

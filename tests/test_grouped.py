@@ -547,6 +547,9 @@ def test_plan_tokens():
         return MoeRouting(None, None, None, None, T, topk, E, mt)
     assert plan_tokens(r(32, 10, 512, 32)) == 8     # decode batch: 320 pairs over <= 320 experts
     assert plan_tokens(r(64, 10, 512, 64)) == 8     # 640 pairs, 512 experts: 1.25 each
-    assert plan_tokens(r(256, 10, 512, 256)) == 256  # 5 per expert: planned for the bound
+    assert plan_tokens(r(256, 10, 512, 256)) == 16  # 5 per expert: mean + 4 sqrt(mean) = 13.9
+    assert plan_tokens(r(1024, 10, 512, 1024)) == 64  # 20 per expert: 37.9
+    assert plan_tokens(r(512, 10, 512, 512)) == 32  # 10 per expert: 22.6
     assert plan_tokens(r(1, 10, 512, 1)) == 1 and plan_tokens(r(8, 10, 512, 8)) == 8
-    assert plan_tokens(r(9, 4, 16, 9)) == 8 and plan_tokens(r(40, 4, 16, 40)) == 40
+    assert plan_tokens(r(9, 4, 16, 9)) == 8 and plan_tokens(r(40, 4, 16, 40)) == 32
+    assert plan_tokens(r(20, 4, 4, 20)) == 20  # 20 per expert: 37.9 -> 64, capped at the bound
