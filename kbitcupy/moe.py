@@ -365,9 +365,9 @@ def plan_tokens(routing: MoeRouting) -> int:
     expert on average (decode batches), plan for 8: an expert with more rows is still
     computed, in passes of 8 rows (kbit_gemv_grouped; the info bit ERR_MAX_TOKENS is
     set).  H200, 2026-11-22: a 32-token step over 242 experts took 809 us planned for 32
-    rows per expert.  More rows per expert (prefill): the expected largest count of a
-    random routing (below), not T; the wgmma kernel computes a larger expert's extra
-    token tiles in its first split.  Only for the kernel path on device indices without
+    rows per expert.  More rows per expert (prefill): a power of two over 1.5x the mean
+    (below), not T; the wgmma kernel computes a larger expert's extra token tiles in its
+    first split.  Only for the kernel path on device indices without
     check=True (host-side validation holds max_tokens as a strict bound); env
     KBIT_MOE_PLAN_TOKENS (experiments): "bound" or a count."""
     P = routing.num_tokens * routing.topk
@@ -378,15 +378,16 @@ def plan_tokens(routing: MoeRouting) -> int:
     S = min(routing.num_experts, P)
     if mt <= 8 or S <= 0:
         return mt
-    if P <= 4 * S:
-        return 8
-    # Prefill batches: the loose bound T made every expert's tiles T rows tall (T = 256 / 1024, top-10 of 512:
-    # 5 / 20 rows per expert planned for 256 / 1024).  Plan for the expected largest count of a random routing
-    # (a Poisson count of mean P / S over S experts stays below mean + 4 sqrt(mean)), as a power of two >= 16;
-    # a skewed routing's larger experts are still computed, in extra passes / token tiles.
-    mean = P / S
-    b = 16
-    while b < mean + 4.0 * mean ** 0.5:
+    # The smallest power of two >= 8 covering 1.5x the mean rows per expert: an expert with more is still
+    # computed (the GEMV in passes of 8 rows, the wgmma kernel's first split over its extra token tiles), and
+    # that tail costs less than planning every expert's tiles taller.  H100, 2026-11-26 (layer26-pt*, k = 4,
+    # top-10 of 512, moe_forward per layer step; planned for 8 / 16 / 32 / 64 rows, the loose bound T before):
+    # T = 128 (mean 2.7): 518 / 632 / 647 / 712 us; T = 256 (5.1): 609 / 658 / 690 / 761, bound 1360; T = 512
+    # (10): 970 / 702 / 721 / 792, bound 1507; T = 1024 (20): 1702 / 1192 / 785 / 828, bound 1775.  (mean <= 4:
+    # 8, the decode rule of 2026-11-22.)  A skewed routing (hot experts at many times the mean) runs those
+    # experts' extra tiles serially: pass max_tokens to moe_forward where the routing is known to be skewed.
+    b = 8
+    while b < 1.5 * P / S:
         b *= 2
     return min(mt, b)
 

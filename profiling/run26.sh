@@ -171,6 +171,10 @@ fi
 #   (1359 / 1776 us) toward the moe-many26 grouped times (16 / 32 tokens per expert over 512 experts: ~640 / ~690 us
 #   for gate/up + down).  The MoE GPU tests, then the layer step at T = 128..1024 with the plan forced (bound = the old
 #   rule, 8, 16, 32, 64) and the new default.
+#   Measured (git 64605ba, layer26-pt*): moe_forward per step planned for 8 / 16 / 32 / 64 rows, the bound: T = 128
+#   518 / 632 / 647 / 712; T = 256 609 / 658 / 690 / 761, bound 1360; T = 512 970 / 702 / 721 / 792, bound 1507;
+#   T = 1024 1702 / 1192 / 785 / 828, bound 1775 us.  The fastest is the power of two >= 8 over 1.5x the mean rows per
+#   expert (2.7 / 5.1 / 10 / 20): that rule replaces mean + 4 sqrt(mean) (the "new" column, 3-9 % slower).
 if [ "$STEP" = plantok ]; then
   python3 profiling/warm_cache.py grouped wgmma gemv gemm quant 2>&1 | tail -1
   gpu_tests "$W/gpu_tests_plantok.log" 300 tests/test_grouped_gpu.py tests/test_layers_gpu.py tests/test_grouped.py \
@@ -182,5 +186,15 @@ if [ "$STEP" = plantok ]; then
       > "$W/bench_layer_pt$v.log" 2>&1
     echo "## plan $v"; grep -E "^\| [0-9]+ \| 4 " "$W/bench_layer_pt$v.log" | head -6
   done
+fi
+# STEP=final26: the final plan_tokens rule: the MoE / grouped / layer GPU tests and the layer step at T = 1..1024.
+if [ "$STEP" = final26 ]; then
+  python3 profiling/warm_cache.py grouped wgmma gemv gemm quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_final26.log" 300 tests/test_grouped_gpu.py tests/test_layers_gpu.py tests/test_grouped.py \
+    tests/test_pdl_gpu.py -k "route or moe or Moe or layer or plan"
+  grep -E "FAIL|Error|assert" "$W/gpu_tests_final26.log" | head -20
+  timeout 200 python3 profiling/bench.py --shapes none --moe-layer --k 4 --layer-T 1,8,32,128,256,512,1024 --reps 15 \
+    --out "$W" --tag layer26-final > "$W/bench_layer_final.log" 2>&1
+  grep -E "^\| [0-9]+ \| 4 " "$W/bench_layer_final.log" | head -8
 fi
 finish_run run26
