@@ -561,6 +561,29 @@ def test_moe_forward_gpu(rng, dtype, fused, skewed):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("k", [2, 4])
+def test_moe_forward_prefill_plan_overflow(rng, k):
+    """A prefill batch planned below its largest expert (moe.plan_tokens: 16 rows per expert on
+    average -> planned for 32; expert 3 is in every one of the 300 tokens): the wgmma kernel's
+    first split runs that expert's extra token tiles; against the float reference."""
+    cp = _cp()
+    from kbitcupy.moe import plan_tokens
+
+    E, H, I, T, topk = 64, 512, 128, 300, 4
+    bgu = quantize_experts((rng.standard_normal((E, 2 * I, H)) * 0.1).astype(np.float32), k).cuda()
+    bd = quantize_experts((rng.standard_normal((E, H, I)) * 0.1).astype(np.float32), k).cuda()
+    ids = np.array([[3] + list(rng.choice(np.delete(np.arange(E), 3), topk - 1, replace=False)) for _ in range(T)],
+                   np.int32)
+    assert plan_tokens(moe_route(cp.asarray(ids), E)) == 32
+    x = rng.standard_normal((T, H)).astype(np.float16)
+    w = rng.random((T, topk)).astype(np.float32)
+    out = moe_forward(_dev(x), bgu, bd, cp.asarray(ids), cp.asarray(w))
+    ref = moe_forward_reference(x, bgu, bd, ids, w, round=True)
+    o = _host(out).astype(np.float64)
+    assert np.all(np.isfinite(o)) and np.abs(o - ref).max() < 2 * TOL[np.dtype(np.float16)] * np.abs(ref).max()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("T,topk,E", [(1, 10, 64), (8, 10, 64), (5, 4, 8)])
 def test_moe_forward_fused_gemv_matches_unfused(rng, monkeypatch, dtype, T, topk, E):

@@ -533,10 +533,14 @@ def test_pdl_grouped_ids_written_right_before(rng, impl, ntok):
 
 def test_pdl_moe_forward(rng):
     """The whole MoE forward (device routing, gather, grouped gate/up, silu, grouped
-    down, combine) with PDL on: bit-exact with PDL off, for decode and prefill sizes."""
+    down, combine) with PDL on: bit-exact with PDL off, for decode and prefill sizes.
+    At T = 96 (6 rows per expert) moe_forward plans for 16 rows, where down runs the mma
+    kernel in a plain launch and the wgmma one with stable ids under PDL (grouped.choose_impl,
+    measured per mode): bit-exact with max_tokens = 96 (wgmma both ways), and the default
+    plan in every mode against the float reference."""
     cp = _cp_hopper()
     from kbitcupy.grouped import quantize_experts
-    from kbitcupy.moe import moe_forward
+    from kbitcupy.moe import moe_forward, moe_forward_reference
 
     E, H, I, topk = 64, 1024, 256, 4
     bgu = quantize_experts(cp.asarray(rng.standard_normal((E, 2 * I, H), dtype=np.float32) * 0.05), 4)
@@ -545,9 +549,19 @@ def test_pdl_moe_forward(rng):
         x = cp.asarray(rng.standard_normal((T, H), dtype=np.float32)).astype(cp.float16)
         ids = cp.asarray(np.array([rng.choice(E, topk, replace=False) for _ in range(T)], np.int32))
         w = cp.asarray(rng.random((T, topk)).astype(np.float32))
-        ref = _bits(moe_forward(x, bgu, bd, ids, w))
+        mt = T if T > 16 else None
+        ref = _bits(moe_forward(x, bgu, bd, ids, w, max_tokens=mt))
         with kb.pdl():
-            np.testing.assert_array_equal(_bits(moe_forward(x, bgu, bd, ids, w)), ref)
+            np.testing.assert_array_equal(_bits(moe_forward(x, bgu, bd, ids, w, max_tokens=mt)), ref)
+        if T > 16:
+            exp = moe_forward_reference(x.get(), bgu, bd, ids.get(), w.get(), round=True).astype(np.float64)
+            for mode in (False, "safe", True):
+                old = kb.set_pdl(mode)
+                try:
+                    got = moe_forward(x, bgu, bd, ids, w).get().astype(np.float64)
+                finally:
+                    kb.set_pdl(old)
+                assert np.abs(got - exp).max() < 2e-2 * np.abs(exp).max(), mode
 
 
 @pytest.mark.parametrize("impl,ntok", [("gemv", 1), ("gemv", 8), ("gemv", 20), ("mma", 12), ("wgmma", 16),
