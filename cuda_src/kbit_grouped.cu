@@ -349,6 +349,35 @@ __global__ void __launch_bounds__(256) kbit_moe_combine(const T* __restrict__ Cs
     }
 }
 
+// The routing kernels' block-wide exclusive scans of the per-expert row counts cnt[0..E] (E: the
+// parked bad ids) and of "expert is active": thread tid owns experts [lo, hi), whose first row is
+// `run` and first slot `slot`; nact = active experts.  part: 2 * blockDim ints of shared scratch.
+__device__ __forceinline__ void route_scan(const int* cnt, int E, int* part, int& lo, int& hi, int& run, int& slot,
+                                           int& nact) {
+    const int tid = threadIdx.x, bd = blockDim.x;
+    const int c = (E + 1 + bd - 1) / bd;
+    lo = min(tid * c, E + 1);
+    hi = min(lo + c, E + 1);
+    int rows = 0, act = 0;
+    for (int j = lo; j < hi; j++) {
+        rows += cnt[j];
+        act += (j < E && cnt[j] > 0);
+    }
+    part[tid] = rows;
+    part[bd + tid] = act;
+    __syncthreads();
+    for (int off = 1; off < bd; off <<= 1) {  // Hillis-Steele inclusive scan
+        const int r = tid >= off ? part[tid - off] : 0, a = tid >= off ? part[bd + tid - off] : 0;
+        __syncthreads();
+        part[tid] += r;
+        part[bd + tid] += a;
+        __syncthreads();
+    }
+    run = part[tid] - rows;
+    slot = part[bd + tid] - act;
+    nact = part[2 * bd - 1];
+}
+
 // MoE routing for decode-sized batches in one block (the CuPy argsort path costs ~15
 // launches, ~57 us on H200): a counting sort of the P = T * topk choices by expert,
 // stable in the choice index, so the layout equals moe.reference_route's.  Ids outside
@@ -376,24 +405,8 @@ __global__ void __launch_bounds__(1024) kbit_moe_route(const int* __restrict__ i
         atomicAdd(&cnt[e], 1);
     }
     __syncthreads();
-    // Block-wide exclusive scans of the counts and of "expert is active", chunk per thread.
-    const int c = (E + 1 + bd - 1) / bd, lo = min(tid * c, E + 1), hi = min(lo + c, E + 1);
-    int rows = 0, act = 0;
-    for (int j = lo; j < hi; j++) {
-        rows += cnt[j];
-        act += (j < E && cnt[j] > 0);
-    }
-    part[tid] = rows;
-    part[bd + tid] = act;
-    __syncthreads();
-    for (int off = 1; off < bd; off <<= 1) {  // Hillis-Steele inclusive scan
-        const int r = tid >= off ? part[tid - off] : 0, a = tid >= off ? part[bd + tid - off] : 0;
-        __syncthreads();
-        part[tid] += r;
-        part[bd + tid] += a;
-        __syncthreads();
-    }
-    int run = part[tid] - rows, slot = part[bd + tid] - act;
+    int lo, hi, run, slot, nact;
+    route_scan(cnt, E, part, lo, hi, run, slot, nact);
     for (int j = lo; j < hi; j++) {
         start[j] = run;
         if (j < E && cnt[j] > 0) {
@@ -404,7 +417,6 @@ __global__ void __launch_bounds__(1024) kbit_moe_route(const int* __restrict__ i
         run += cnt[j];
     }
     __syncthreads();  // start[E] (read below) is written by the thread whose chunk holds E
-    const int nact = part[2 * bd - 1];
     for (int s = nact + tid; s <= S; s += bd) {  // unused slots: expert 0, no rows
         if (s < S) expert_ids[s] = 0;
         offsets[s] = s == nact ? start[E] : P;
@@ -465,23 +477,8 @@ __global__ void __launch_bounds__(1024) kbit_moe_route_scan(int B, int P, int E,
         tot[e] = run;
     }
     __syncthreads();
-    const int c = (E + 1 + bd - 1) / bd, lo = min(tid * c, E + 1), hi = min(lo + c, E + 1);
-    int rows = 0, act = 0;
-    for (int j = lo; j < hi; j++) {
-        rows += tot[j];
-        act += (j < E && tot[j] > 0);
-    }
-    part[tid] = rows;
-    part[bd + tid] = act;
-    __syncthreads();
-    for (int off = 1; off < bd; off <<= 1) {  // Hillis-Steele inclusive scan
-        const int r = tid >= off ? part[tid - off] : 0, a = tid >= off ? part[bd + tid - off] : 0;
-        __syncthreads();
-        part[tid] += r;
-        part[bd + tid] += a;
-        __syncthreads();
-    }
-    int run = part[tid] - rows, slot = part[bd + tid] - act;
+    int lo, hi, run, slot, nact;
+    route_scan(tot, E, part, lo, hi, run, slot, nact);
     for (int j = lo; j < hi; j++) {
         const int cj = tot[j];
         for (int b = 0; b < B; b++) hist[(long)b * (E + 1) + j] += run;
@@ -494,7 +491,6 @@ __global__ void __launch_bounds__(1024) kbit_moe_route_scan(int B, int P, int E,
         run += cj;
     }
     __syncthreads();
-    const int nact = part[2 * bd - 1];
     for (int s = nact + tid; s <= S; s += bd) {  // unused slots: expert 0, no rows
         if (s < S) expert_ids[s] = 0;
         offsets[s] = s == nact ? tot[E] : P;
