@@ -532,8 +532,10 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
       gate/up, or the row gather / silu_mul in between).  With full PDL
       (kbitcupy.set_pdl(True)) the GEMV and wgmma kernels then request the experts'
       weights and build their tables before waiting, as the dense kernels do; in the
-      default safe mode the GEMV reads the ids and only prefetches its first weights into
-      L2 before waiting (a hint: safe whatever the previous kernel wrote to the weights).
+      default safe mode the GEMV and the wgmma kernel (grids of one wave) read the ids and
+      only prefetch their first weights into L2 before waiting (a hint: safe whatever the
+      previous kernel wrote to the weights; the wgmma kernel at k >= 4 also builds the
+      default codebook's tables there, shared memory only).
     """
     if not isinstance(bank, KbitExpertBank):
         raise TypeError(f"bank must be a KbitExpertBank, got {type(bank).__name__}")
