@@ -683,8 +683,8 @@ def format_moe_tables(moe: dict) -> str:
                              fmt_us(t["best_us"]), fmt_x(t["vs_cublas"]), fmt_pct(t["pct_sol"])]
                             + ([fmt_x(t.get("vs_cublas_pdl"))] if pdl else []))
         fw = [t for t in moe.get("totals") or [] if t["M"] == M and t.get("forward_us")]
-        gu = STABLE_COLUMN if M > GEMV_MAX_TOKENS else "Grouped"
-        note = "".join(f"\n- TOTAL as moe_forward launches them (moe_gu_fused {gu} + moe_dn {STABLE_COLUMN}), "
+        note = "".join(f"\n- TOTAL as moe_forward launches them (moe_gu_fused {_forward_gate_up_column(M)} + moe_dn "
+                       f"{STABLE_COLUMN}), "
                        f"E = {t['experts']}, k = {t['k']}: {fmt_us(t['forward_us'])} us, "
                        f"{fmt_x(t.get('vs_cublas_forward'))} {dt}" for t in fw)
         parts.append(f"### MoE, M = {M} token{'s' if M != 1 else ''} per expert\n\n" + md_table(header, rows)
@@ -1343,6 +1343,13 @@ def finish_moe_cell(cell: dict, kbit_names: Sequence[str]) -> dict:
     return finish_cell(cell, kbit_names)
 
 
+def _forward_gate_up_column(M: int) -> str:
+    """The column moe_forward's gate/up launch is timed by: Grouped:stable above GEMV_MAX_TOKENS tokens per
+    expert (a gather kernel runs between the routing and gate/up there), Grouped at decode sizes (the
+    grouped GEMV with the gather fused in runs right after the routing)."""
+    return STABLE_COLUMN if M > GEMV_MAX_TOKENS else "Grouped"
+
+
 def compute_moe_totals(cells: Sequence[dict], total_shapes: Sequence[str], Ms, Es, ks, kbit_names) -> List[dict]:
     """Per (M, E, k): sums over the MoE TOTAL shapes (all of them must be in the run)."""
     out = []
@@ -1365,10 +1372,8 @@ def compute_moe_totals(cells: Sequence[dict], total_shapes: Sequence[str], Ms, E
                          sol_us=sol, fp16=fp, columns=cols, vs_cublas=(cub / best) if cub and best else None,
                          pct_sol=(100.0 * sol / best) if sol and best else None,
                          vs_cublas_pdl=(cub / pdl_us) if cub and pdl_us else None)
-                # as moe_forward launches them: down with ids_stable (Grouped:stable); gate/up too above
-                # GEMV_MAX_TOKENS (a gather kernel runs between the routing and gate/up there), right after
-                # the routing (Grouped) at decode sizes (the grouped GEMV with the gather fused in)
-                gu = STABLE_COLUMN if M > GEMV_MAX_TOKENS else "Grouped"
+                # as moe_forward launches them: down with ids_stable, gate/up as _forward_gate_up_column says
+                gu = _forward_gate_up_column(M)
                 fw = _tsum([(c["columns"].get(STABLE_COLUMN if c["shape"] == "moe_dn" else gu) or {}).get("us")
                             for c in rows]) if "moe_dn" in total_shapes and STABLE_COLUMN in kbit_names else None
                 if fw:

@@ -115,10 +115,8 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
     E = int(num_experts)
     S = min(E, P)
     with stream_ctx(topk_ids):
-        if 0 < P <= ROUTE_KERNEL_MAX_PAIRS and E <= ROUTE_KERNEL_MAX_EXPERTS:
+        if 0 < P <= ROUTE_GRID_MAX_PAIRS and E <= ROUTE_KERNEL_MAX_EXPERTS:
             return _route_kernel(ids, T, topk, E, S, max_tokens)
-        if P > ROUTE_KERNEL_MAX_PAIRS and E <= ROUTE_KERNEL_MAX_EXPERTS and P <= ROUTE_GRID_MAX_PAIRS:
-            return _route_grid(ids, T, topk, E, S, max_tokens)
         flat = ids.reshape(-1).astype(cp.int64)
         order = cp.argsort(flat * max(P, 1) + cp.arange(P, dtype=cp.int64))  # unique keys: deterministic
         sorted_e = flat[order]
@@ -151,58 +149,45 @@ ROUTE_KERNEL_MAX_PAIRS = 2048
 ROUTE_KERNEL_MAX_EXPERTS = 8192
 
 
-def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens):
-    import cupy as cp
-
-    P = T * topk
-    flat = ids.reshape(-1)
-    if flat.dtype != cp.int32 or not flat.flags.c_contiguous:
-        flat = cp.ascontiguousarray(flat, dtype=cp.int32)
-    sorted_token = cp.empty(P, dtype=cp.int32)
-    pos = cp.empty(P, dtype=cp.int32)
-    expert_ids = cp.empty(S, dtype=cp.int32)
-    offsets = cp.empty(S + 1, dtype=cp.int32)
-    threads = 1024 if P > 256 or E > 1024 else 256
-    smem = 4 * (2 * (E + 1) + 2 * threads + P)
-    fn = GROUPED.function(("route",))
-    if fn.max_dynamic_shared_size_bytes < smem:
-        fn.max_dynamic_shared_size_bytes = smem
-    fn((1,), (threads,), (flat, np.int32(P), np.int32(topk), np.int32(E), np.int32(S), sorted_token, pos,
-                          expert_ids, offsets, _err_buffer()), shared_mem=smem)
-    mt = T if max_tokens is None else int(max_tokens)
-    return MoeRouting(sorted_token, pos, expert_ids, offsets, T, topk, E, mt)
-
-
 # Larger batches: the same counting sort in three grid-wide passes (kbit_moe_route_count / _scan /
 # _scatter, blocks of 1024 choices); the scan pass walks every block's histogram per expert, so it
 # stays below ~512 blocks.  Beyond: the CuPy argsort path.
 ROUTE_GRID_MAX_PAIRS = 512 * 1024
 
 
-def _route_grid(ids, T: int, topk: int, E: int, S: int, max_tokens):
+def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens):
+    """The routing kernels: kbit_moe_route (one block) up to ROUTE_KERNEL_MAX_PAIRS choices, the three
+    grid passes above (up to ROUTE_GRID_MAX_PAIRS)."""
     import cupy as cp
 
     P = T * topk
     flat = ids.reshape(-1)
     if flat.dtype != cp.int32 or not flat.flags.c_contiguous:
         flat = cp.ascontiguousarray(flat, dtype=cp.int32)
-    B = -(-P // 1024)
     sorted_token = cp.empty(P, dtype=cp.int32)
     pos = cp.empty(P, dtype=cp.int32)
     expert_ids = cp.empty(S, dtype=cp.int32)
     offsets = cp.empty(S + 1, dtype=cp.int32)
-    ids_c = cp.empty(P, dtype=cp.int32)
-    hist = cp.empty(B * (E + 1), dtype=cp.int32)
-    fns = [GROUPED.function(("route", part)) for part in ("count", "scan", "scatter")]
-    smem = (4 * (E + 1), 4 * (E + 1 + 2 * 1024), 4 * (E + 1))
-    for fn, sm in zip(fns, smem):
-        if fn.max_dynamic_shared_size_bytes < sm:
-            fn.max_dynamic_shared_size_bytes = sm
-    fns[0]((B,), (1024,), (flat, np.int32(P), np.int32(E), ids_c, hist, _err_buffer()), shared_mem=smem[0])
-    fns[1]((1,), (1024,), (np.int32(B), np.int32(P), np.int32(E), np.int32(S), hist, expert_ids, offsets),
-           shared_mem=smem[1])
-    fns[2]((B,), (1024,), (ids_c, np.int32(P), np.int32(topk), np.int32(E), hist, sorted_token, pos),
-           shared_mem=smem[2])
+
+    def launch(part, grid, threads, args, smem):
+        fn = GROUPED.function(("route",) + part)
+        if fn.max_dynamic_shared_size_bytes < smem:
+            fn.max_dynamic_shared_size_bytes = smem
+        fn((grid,), (threads,), args, shared_mem=smem)
+
+    if P <= ROUTE_KERNEL_MAX_PAIRS:
+        threads = 1024 if P > 256 or E > 1024 else 256
+        launch((), 1, threads, (flat, np.int32(P), np.int32(topk), np.int32(E), np.int32(S), sorted_token, pos,
+                                expert_ids, offsets, _err_buffer()), 4 * (2 * (E + 1) + 2 * threads + P))
+    else:
+        B = -(-P // 1024)
+        ids_c = cp.empty(P, dtype=cp.int32)
+        hist = cp.empty(B * (E + 1), dtype=cp.int32)
+        launch(("count",), B, 1024, (flat, np.int32(P), np.int32(E), ids_c, hist, _err_buffer()), 4 * (E + 1))
+        launch(("scan",), 1, 1024, (np.int32(B), np.int32(P), np.int32(E), np.int32(S), hist, expert_ids, offsets),
+               4 * (E + 1 + 2 * 1024))
+        launch(("scatter",), B, 1024, (ids_c, np.int32(P), np.int32(topk), np.int32(E), hist, sorted_token, pos),
+               4 * (E + 1))
     mt = T if max_tokens is None else int(max_tokens)
     return MoeRouting(sorted_token, pos, expert_ids, offsets, T, topk, E, mt)
 
@@ -358,6 +343,10 @@ def _banks(bank_gate_up, bank_down, H):
     return gate_banks, I, E
 
 
+# plan_tokens' experiment hook (read at import): "bound" (the loose bound T) or a row count
+_PLAN_TOKENS_HOOK = os.environ.get("KBIT_MOE_PLAN_TOKENS", "").strip()
+
+
 def plan_tokens(routing: MoeRouting) -> int:
     """Rows per expert to plan the grouped kernels for (their ``max_tokens``).
 
@@ -372,9 +361,8 @@ def plan_tokens(routing: MoeRouting) -> int:
     KBIT_MOE_PLAN_TOKENS (experiments): "bound" or a count."""
     P = routing.num_tokens * routing.topk
     mt = routing.max_tokens
-    hook = os.environ.get("KBIT_MOE_PLAN_TOKENS")  # experiment hook: "bound" (the loose bound) or a count
-    if hook:
-        return mt if hook == "bound" else min(mt, int(hook))
+    if _PLAN_TOKENS_HOOK:
+        return mt if _PLAN_TOKENS_HOOK == "bound" else min(mt, int(_PLAN_TOKENS_HOOK))
     S = min(routing.num_experts, P)
     if mt <= 8 or S <= 0:
         return mt

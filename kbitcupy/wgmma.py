@@ -216,7 +216,7 @@ def choose_stages(info: dict, k: int, tok: int, regs: int):
 # ----------------------------------------------------------------------------- plan
 class Plan:
     __slots__ = ("fn", "grid", "smem", "tok", "m_tiles", "k_splits", "stages", "tiles", "ws_floats", "occ", "cluster",
-                 "launch_smem")
+                 "launch_smem", "one_wave")
 
     @property
     def cl_size(self) -> int:
@@ -322,6 +322,7 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
     st = stages_for(ks)
     p.tok, p.k_splits, p.stages, p.tiles, p.occ = tok, ks, st, tiles, occ
     p.grid = tiles * ks
+    p.one_wave = p.grid <= info["sms"] * occ  # every CTA resident at once
     if p.grid >= 2**31:
         raise DoesNotFit(f"{label}: {p.grid} CTAs exceed the grid limit")
     p.smem = smem_for(ks)
@@ -461,7 +462,7 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
     # the safe early mode for grids of one wave: with several, every later CTA would prefetch what it
     # loads at once anyway (H100, 2026-11-26, layer26: moe_forward with 505-512 experts at 256 / 1024
     # tokens 2-4 % slower with it)
-    pdl = _pdl.grouped_mode(dev, ids_stable, safe_early=SAFE_EARLY and p.grid <= device_info(dev)["sms"] * p.occ)
+    pdl = _pdl.grouped_mode(dev, ids_stable, safe_early=SAFE_EARLY and p.one_wave)
     args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws, cnt, np.int32(N),
             np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]), np.int64(bank.words_per_expert),
             np.int64(bank.absmax_per_expert), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),

@@ -289,6 +289,8 @@ def test_grouped_wgmma_plan(monkeypatch):
     p = WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32)
     assert (p.tok, p.m_tiles, p.tiles, p.occ) == (32, 1, 32, 2)
     assert p.k_splits == 264 // 32 and p.grid == 32 * p.k_splits
+    assert p.one_wave  # (the safe early mode's condition, grouped_wgmma)
+    assert not WG.grouped_plan(2048, 512, 4, "float16", 0, 512, 16).one_wave  # 512 experts x 16 strips
     # 8 splits: one thread block cluster per tile sums them (no workspace) unless told not to
     assert p.cluster == WG.CLUSTER and p.ws_floats == (0 if WG.CLUSTER else p.k_splits * p.tiles * 128 * 32)
     p = WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32, cluster=False)
