@@ -311,9 +311,24 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
                 # 9.82 -> 9.48, k = 5 16.68 -> 16.24, but gate/up (a share of 4) at 8 tokens 7.05 -> 7.48 at
                 # k = 2; the shares of 5 and 10 (10 experts) lost that way)
                 gpb = share // 2
-        elif share > 16:
-            warps = 2 if ks >= 8 else 1
-            gpb = 16 // warps
+            # The share rounds up per slot: ceil(groups / gpb) blocks a slot can overflow the SMs (14
+            # experts' down: 10 x 14 = 140 blocks of 14 warps, one per SM): a second wave of whole
+            # chains, ~2x the time (steady27c: gate/up fused 14 / 20 experts k = 4 19.67 / 27.81 us).
+            per_sm = max(1, 16 // (gpb * warps))  # warps per SM: 16 at the kernel's 128 registers
+            if max(1, n_slots) * -(-groups // gpb) > per_sm * sms:
+                gpb = None
+        if share > 16 or (share >= 2 and gpb is None):
+            # Several waves: small blocks, several per SM, so one block's prologue and tail run beside
+            # the others' loads (H100, 2026-11-26, steady27c, 1 token, 10..242 experts, k = 2..5, against
+            # the one-block-per-SM plan of 16 warps: TOTAL gate/up fused + down k = 4 20 / 74 / 242
+            # experts 40.85 / 80.99 / 237.40 -> ~26 / ~72 / ~208 us; deeper register rings were slower):
+            # down (K < 1024: 4 steps) 4 one-warp groups a block (8 at k = 5, whose pair table caps the
+            # blocks per SM); gate/up 4 groups of 2 warps, 8 of 1 warp from 48 groups per SM on.
+            if ks >= 8:
+                gpb, warps = (4, 2) if share <= 48 else (8, 1)
+            else:
+                gpb, warps = (8, 1) if k == 5 else (4, 1)
+            warps = min(ks, warps)
     warps = min(8, ks) if warps is None else int(warps)
     gpb = 0 if gpb is None else int(gpb)
     if gpb:

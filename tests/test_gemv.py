@@ -109,9 +109,24 @@ def test_grouped_plan_an_sms_share_side_by_side():
         assert (gpb, warps) == want and gx == -(-(N // 16) // gpb) and gx * E <= per_sm * 132 and tiles == 1
         assert warps * gpb <= 16 and smem == G.smem_bytes(4, 8, -(-K // 128), warps * gpb, 1)
     assert G.grouped_plan(512, 2048, 4, 4, 1)[4] == 0      # 128 groups: one per SM, the loop
-    # more than 16 groups per SM: 8 x 2 warps (K of 8 or more steps) or 16 x 1, several waves
-    assert G.grouped_plan(1024, 2048, 4, 74, 1)[4::-4] == (8, 2)
-    assert G.grouped_plan(2048, 512, 4, 74, 1)[4::-4] == (16, 1)
+    # several waves (more than 16 groups per SM, or a share whose blocks overflow one wave): small
+    # blocks, several per SM: gate/up (K of 8 or more steps) 4 x 2 warps, 8 x 1 from 48 groups per SM
+    # on; down 4 x 1 (8 x 1 at k = 5)
+    assert G.grouped_plan(1024, 2048, 4, 74, 1)[4::-4] == (4, 2)
+    assert G.grouped_plan(1024, 2048, 4, 242, 1)[4::-4] == (8, 1)
+    assert G.grouped_plan(2048, 512, 4, 74, 1)[4::-4] == (4, 1)
+    assert G.grouped_plan(2048, 512, 5, 74, 1)[4::-4] == (8, 1)
+    # 14 experts' down: a share of 14 one-warp groups is ceil(128 / 14) = 10 blocks a slot, 140 blocks of
+    # 14 warps on 132 SMs (a second wave); 20 experts' gate/up: 7 x 20 blocks of 10 warps
+    assert G.grouped_plan(2048, 512, 4, 14, 1)[4::-4] == (4, 1)
+    assert G.grouped_plan(1024, 2048, 4, 20, 1)[4::-4] == (4, 2)
+    for (N, K) in ((1024, 2048), (2048, 512)):
+        for E in range(1, 40):
+            warps, gx, smem, tiles, gpb = G.grouped_plan(N, K, 4, E, 1)
+            share = -(-(N // 16) * E // 132)
+            if 2 <= share <= 16 and gpb == share or gpb * 2 == share:  # the share plan: one wave
+                assert gx * E <= max(1, 16 // (gpb * warps)) * 132
+            assert warps * gpb <= 16
     assert G.grouped_plan(1024, 2048, 4, 8, 12)[4] == 0    # two token tiles: the loop
     assert G.grouped_plan(1024, 2048, 4, 8, 1, sms=264)[4] == 2  # a share per SM of the device
     assert G.grouped_plan(1024, 2048, 4, 6, 1, sms=96)[4] == 2  # share 4: two blocks per SM

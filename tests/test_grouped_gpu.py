@@ -161,15 +161,36 @@ def test_many_experts_active(rng):
     offs = _offsets(counts)
     A = rng.standard_normal((offs[-1], 64)).astype(dtype)
     _check(_run(A, bank512, ids, offs, int(counts.max()), dtype), A, bank512, ids, offs, dtype)
-    # more than 16 column groups per SM (200 slots x 17 groups): the slices plan over several waves
+    # more than 16 column groups per SM (200 slots x 17 groups): small slice blocks over several waves
     bank_w = _bank(rng, 64, 264, 1056, 4)
     ids = rng.integers(0, 64, size=200).astype(np.int32)
     counts = rng.integers(0, 3, size=200)
     offs = _offsets(counts)
     A = rng.standard_normal((offs[-1], 1056)).astype(dtype)
     from kbitcupy.gemv import grouped_plan
-    assert grouped_plan(264, 1056, 4, 200, 2)[4] == 8  # 8 groups of 2 warps per block
+    assert grouped_plan(264, 1056, 4, 200, 2)[4::-4] == (4, 2)  # 4 groups of 2 warps per block
     _check(_run(A, bank_w, ids, offs, int(counts.max()), dtype), A, bank_w, ids, offs, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+@pytest.mark.parametrize("shape,slots", [((1024, 2048), 48), ((2048, 512), 48), ((256, 1024), 400)])
+def test_many_slots_small_block_plans(rng, k, shape, slots):
+    # the several-wave plans of grouped_plan: 4 x 2-warp groups (gate/up, 48 slots), 4 or (k = 5) 8
+    # one-warp groups (down), 8 one-warp groups (K of 8 steps, 400 slots: over 48 groups per SM);
+    # repeated ids, empty slots, up to 3 rows a slot
+    from kbitcupy.gemv import grouped_plan
+
+    N, K = shape
+    dtype = DTYPES[k % 2]
+    want = {(1024, 2048): (4, 2), (2048, 512): (8, 1) if k == 5 else (4, 1), (256, 1024): (8, 1)}[shape]
+    assert grouped_plan(N, K, k, slots, 8)[4::-4] == want
+    bank = _bank(rng, 24, N, K, k, on_gpu_quant=True)
+    ids = rng.integers(0, 24, size=slots).astype(np.int32)
+    counts = rng.integers(0, 4, size=slots)
+    offs = _offsets(counts)
+    A = rng.standard_normal((offs[-1], K)).astype(dtype)
+    _check(_run(A, bank, ids, offs, 8, dtype), A, bank, ids, offs, dtype)
 
 
 @pytest.mark.gpu

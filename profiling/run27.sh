@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Twenty-fourth session (2026-11-26).
+#   OUT=/tmp/out STEP=steady bash profiling/run27.sh
+. profiling/run_env.sh
+start_run steady
+# STEP=steady: the grouped GEMV in steady state (many active experts, several waves: the decode layer step at
+#   T = 8 / 32 tokens activates ~74 / ~242 experts; layer26-final: 87 / 253 us, 48 / 52 % of SOL; moe-many26: 512
+#   experts 4 tokens gate/up fused 60 %, down 48 % of SOL).  The plan there: 512-thread slice blocks (gate/up 8 x 2
+#   warps, down 16 x 1), one block per SM, D = 2 steps (1 KB a warp-step at k = 4) in flight per warp: ~32 KB per
+#   SM, about what Little's law needs at 3 TB/s, with nothing in flight while a block ends and the next starts.
+#   Expected: deeper rings (d3 / d4) and two 256-thread blocks per SM (g4w2 / g8w1, one block's prologue under the
+#   other's loads) faster by 10-30 % at 74 / 242 experts; the group loop (loop4 / loop8: the next group's first
+#   steps requested before the current reduction) maybe too.
+if [ "$STEP" = steady ]; then
+  python3 profiling/warm_cache.py grouped gemv 2>&1 | tail -1
+  KS=${KS:-4,2} MS=${MS:-1,4} ES=${ES:-74,242} MOE_MMA=0 MOE_VARIANTS="d3:-DKBIT_GROUPED_SL_DEPTH=3;d4:-DKBIT_GROUPED_SL_DEPTH=4;g4w2:+gpb=4 +warps=2;g8w1:+gpb=8 +warps=1;g4w2d4:+gpb=4 +warps=2 -DKBIT_GROUPED_SL_DEPTH=4;g8w1d4:+gpb=8 +warps=1 -DKBIT_GROUPED_SL_DEPTH=4;loop4:+gpb=0 +per_block=4 +warps=8;loop8:+gpb=0 +per_block=8 +warps=8" \
+    timeout 500 python3 profiling/moe_ab.py --out "$W" > "$W/steady27.log" 2>&1
+  grep -vE "^\s*$" "$W/steady27.log" | tail -30
+fi
+# Measured (steady27.log, H100): two 256-thread blocks per SM of 8 one-warp groups (g8w1) 9-12 % faster than the plan
+#   on every cell (TOTAL k = 4 1 token 74 / 242 experts 82.10 / 236.48 -> 72.80 / 207.97 us; k = 2 -9 / -12 %); deeper
+#   rings slower (d3 +3..7 %, d4 +4..8 %, with g8w1 too); the group loop much slower.  Not the bytes in flight, then.
+# STEP=steady2: around g8w1: 4 / 2 one-warp groups a block (more, smaller blocks per SM: 16 warps at <= 128 registers
+#   either way), 2- and 4-warp groups on gate/up (K = 2048: 16 steps), at 20 / 40 / 74 / 242 experts (the layer step's
+#   T = 2 / 4 / 8 / 32).  Expected: g4w1 near g8w1 or faster on down (a block's prologue shares the SM with three
+#   others); the 2-warp groups of gate/up behind g8w1 (g4w2 was at 242 experts).
+if [ "$STEP" = steady2 ]; then
+  python3 profiling/warm_cache.py grouped gemv 2>&1 | tail -1
+  KS=${KS:-4,2} MS=${MS:-1} ES=${ES:-20,40,74,242} MOE_MMA=0 MOE_VARIANTS="g8w1:+gpb=8 +warps=1;g4w1:+gpb=4 +warps=1;g2w1:+gpb=2 +warps=1;g4w2:+gpb=4 +warps=2;g2w2:+gpb=2 +warps=2;g2w4:+gpb=2 +warps=4;g16w1:+gpb=16 +warps=1" \
+    timeout 500 python3 profiling/moe_ab.py --out "$W" > "$W/steady27b.log" 2>&1
+  grep -vE "^\s*$" "$W/steady27b.log" | tail -30
+fi
+# Measured (steady27b.log): g4w1 fastest on down at every E and k (k = 4 20 / 40 / 74 / 242 experts 12.99 / 19.11 /
+#   30.98 / 90.13 -> 10.50 / 16.34 / 26.88 / 79.23 us); gate/up mixed (k = 4: 20 experts g4w1 15.51 (plan 28.36),
+#   40 g4w2 26.94 (31.07), 74 all 44.7-45.5 (49.79), 242 g8w1 127.08 (146.31)).  The plan's 28.36 at 20 experts: a
+#   share of 10 groups per SM makes 10 one-warp slices a block (320 threads, one block per SM by registers) and
+#   ceil(64 / 10) = 7 blocks per slot, 140 blocks: a second wave of one 16-step chain.
+# STEP=steady3: the candidates at every k and at 10 / 14 / 20 / 40 / 74 / 242 experts (14: down's share 14 -> 10
+#   blocks a slot, 140 blocks, the same cliff).  Expected: g4w1 (down) and g4w1 / g8w1 (gate/up) at or below the plan
+#   everywhere above one wave; k = 5's larger pair table may cap blocks per SM.
+if [ "$STEP" = steady3 ]; then
+  python3 profiling/warm_cache.py grouped gemv 2>&1 | tail -1
+  KS=${KS:-2,3,4,5} MS=${MS:-1} ES=${ES:-10,14,20,40,74,242} MOE_MMA=0 MOE_VARIANTS="g4w1:+gpb=4 +warps=1;g8w1:+gpb=8 +warps=1;g4w2:+gpb=4 +warps=2;g2w2:+gpb=2 +warps=2;g2w1:+gpb=2 +warps=1" \
+    timeout 550 python3 profiling/moe_ab.py --out "$W" > "$W/steady27c.log" 2>&1
+  grep -vE "^\s*$" "$W/steady27c.log" | tail -60
+fi
+# Measured (steady27c.log): the plan's share of 7 / 10 groups (14 / 20 experts' gate/up) and 14 (14 experts' down)
+#   overflow one wave (140 blocks, one per SM): 2x (gate/up fused 14 / 20 experts k = 4 19.67 / 27.81 us against
+#   10.71 / 15.32); above one wave g4w1 fastest on down at k <= 4 (k = 5: g8w1), gate/up g4w2 up to 74 experts and
+#   g8w1 at 242.  New rule (gemv.grouped_plan): the share plan only where it fits one wave; else down 4 x 1 (8 x 1
+#   at k = 5), gate/up 4 x 2 up to 48 groups per SM, 8 x 1 above.
+# STEP=verify: grouped / MoE GPU tests, then the whole package against the previous tree (PREV_TREE=ab_prev: git
+#   archive of e03df5b) in one run: the MoE table at 10..242 experts (1 and 8 tokens) and the layer step at T = 1, 2,
+#   4, 8, 32.  Expected: 14..242 experts -10..-45 % per projection, 8 / 10 experts unchanged (the same plans);
+#   layer step T = 2 / 4 / 8 / 32 faster by ~10-35 %, T = 1 unchanged.
+if [ "$STEP" = verify ]; then
+  python3 profiling/warm_cache.py grouped gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_verify27.log" 500 tests/test_grouped_gpu.py tests/test_gemv_gpu.py -k "grouped or moe or many or plan"
+  grep -E "FAIL|Error" "$W/gpu_tests_verify27.log" | head -20
+  OUT=$W PREV_TREE=ab_prev AB_TAG=moe27 WARM="grouped gemv" AB_TIMEOUT=200 \
+    AB_ARGS="--shapes moe --experts 10,14,20,40,74,242 --k 2,4,5 --moe-M 1,8 --columns Grouped --reps 15" \
+    bash profiling/tree_ab.sh 2>&1 | tail -40
+  OUT=$W PREV_TREE=ab_prev AB_TAG=layer27 WARM="grouped gemv" AB_TIMEOUT=200 \
+    AB_ARGS="--shapes none --moe-layer --k 4 --layer-T 1,2,4,8,32 --reps 15" bash profiling/tree_ab.sh > /dev/null 2>&1
+  for v in new prev; do echo "== layer $v"; grep -E "^\| [0-9]+ \| 4 " "$W/layer27_$v.log"; done
+fi
+finish_run run27
