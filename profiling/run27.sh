@@ -64,4 +64,18 @@ if [ "$STEP" = verify ]; then
     AB_ARGS="--shapes none --moe-layer --k 4 --layer-T 1,2,4,8,32 --reps 15" bash profiling/tree_ab.sh > /dev/null 2>&1
   for v in new prev; do echo "== layer $v"; grep -E "^\| [0-9]+ \| 4 " "$W/layer27_$v.log"; done
 fi
+# Measured (verify; moe27_{new,prev}, layer27_{new,prev}; 140 grouped GPU tests passed): TOTAL 1 token k = 4, 14 / 20 /
+#   40 / 74 / 242 experts 31.76 / 41.27 / 50.19 / 81.10 / 237.24 -> 17.33 / 28.05 / 43.22 / 71.74 / 207.31 us (k = 5 14 /
+#   20 experts 0.78x / 0.82x fp16 -> 1.36x / 1.22x); 8 tokens -6..-45 %; 10 experts unchanged.  Layer step (k = 4)
+#   T = 2 / 4 / 8 / 32: 46.97 / 56.91 / 89.30 / 255.77 -> 35.22 / 50.72 / 82.64 / 232.26 us; T = 1 unchanged.
+# STEP=pfa: what still bounds the several-wave plans: at k = 2 the bytes in flight (16 warps x 2 steps x 512 B = 16 KB
+#   an SM, Little's law at ~1.5 us: ~11 GB/s an SM, measured ~9; k = 4 32 KB).  Without registers: L2 prefetches of
+#   the steps past the ring (-DKBIT_GEMV_PF_AHEAD=2 / 4); more warps: a 96-register cap (no spills; 5 four-warp blocks
+#   an SM).  Expected: k = 2 -15..-30 %, k = 4 -5..-15 % at 74 / 242 experts; 8 / 10 experts (one wave) maybe worse.
+if [ "$STEP" = pfa ]; then
+  python3 profiling/warm_cache.py grouped gemv 2>&1 | tail -1
+  KS=${KS:-2,4,5} MS=${MS:-1} ES=${ES:-10,20,74,242} MOE_MMA=0 MOE_VARIANTS="pf2:-DKBIT_GEMV_PF_AHEAD=2;pf4:-DKBIT_GEMV_PF_AHEAD=4;r96:-DKBIT_GROUPED_SL_MAXNREG=96;r96g4w1:+gpb=4 +warps=1 -DKBIT_GROUPED_SL_MAXNREG=96;pf2r96:-DKBIT_GEMV_PF_AHEAD=2 -DKBIT_GROUPED_SL_MAXNREG=96" \
+    timeout 550 python3 profiling/moe_ab.py --out "$W" > "$W/pfa27.log" 2>&1
+  grep -vE "^\s*$" "$W/pfa27.log" | tail -40
+fi
 finish_run run27
