@@ -21,6 +21,10 @@ _VARIANTS = (("uint8", True), ("float32", False), ("uint8", False))
 # 1..16 tokens: k = 5 faster (10 experts TOTAL 19.86 -> 19.30 us at 1 token, 8 experts equal),
 # k = 2 / 4 slower in every cell (+0.2..+0.5 us per kernel, plain launches too; not understood).
 GROUPED_CBD_KS = (5,)
+# The several-wave grouped plans' 4-warp blocks run kbit_gemv_grouped_slw (96 registers, five blocks
+# per SM) at k in SLW_KS; k = 5 measured slower capped (pfa27: down 242 experts 126.2 -> 128.0 us), k = 3's
+# SwiGLU instantiation spills 4 bytes at 96.
+SLW_KS = (2, 4)
 
 
 def _instances():
@@ -62,11 +66,16 @@ def _instances():
                     # slices (grouped_plan's gpb): column groups side by side instead of the group loop
                     for am in (0, 1, 2):
                         inst[("grouped_sl", k, t, mt, am, cbd)] = f"kbit_gemv_grouped_sl<{k}, {CTYPE[t]}, {mt}, {am}{tail}"
+                        # 96 registers: the several-wave plans' 4-warp blocks (grouped_gemv; one token tile)
+                        if k in SLW_KS and mt == 1:
+                            inst[("grouped_slw", k, t, mt, am, cbd)] = (
+                                f"kbit_gemv_grouped_slw<{k}, {CTYPE[t]}, {mt}, {am}{tail}")
     return inst
 
 
 GEMV = register("gemv", Family("kbit_gemv.cu", _instances(),
-                               group_of=lambda key: key[:3] if key[0] in ("grouped", "grouped_fused", "grouped_sl")
+                               group_of=lambda key: key[:3] if key[0] in ("grouped", "grouped_fused", "grouped_sl",
+                                                                          "grouped_slw")
                                else key[:2]))
 
 # Hopper has 132 SMs; the plan aims for enough warps to keep ~all weight bytes in flight.
@@ -323,9 +332,12 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
             # the one-block-per-SM plan of 16 warps: TOTAL gate/up fused + down k = 4 20 / 74 / 242
             # experts 40.85 / 80.99 / 237.40 -> ~26 / ~72 / ~208 us; deeper register rings were slower):
             # down (K < 1024: 4 steps) 4 one-warp groups a block (8 at k = 5, whose pair table caps the
-            # blocks per SM); gate/up 4 groups of 2 warps, 8 of 1 warp from 48 groups per SM on.
+            # blocks per SM); gate/up 4 groups of 2 warps, 8 of 1 warp from 48 groups per SM on; at
+            # k <= 3 (small tables) 4 of 1 warp, five blocks per SM at 96 registers (pfa27, k = 2: 20 /
+            # 74 / 242 experts 16.04 / 40.52 / 113.87 -> 13.86 / 34.25 / 104.68 us).  The 4-warp blocks
+            # run the 96-register kernel at k in SLW_KS (grouped_kernel_key).
             if ks >= 8:
-                gpb, warps = (4, 2) if share <= 48 else (8, 1)
+                gpb, warps = (4, 1) if k <= 3 else (4, 2) if share <= 48 else (8, 1)
             else:
                 gpb, warps = (8, 1) if k == 5 else (4, 1)
             warps = min(ks, warps)
@@ -344,6 +356,17 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
         per_block = next((p for p in (1, 2, 3) if max(1, n_slots) * -(-groups // p) <= resident), 4)
     gx = -(-groups // per_block)
     return warps, gx, smem_bytes(k, 8 * tiles, ks, warps, tiles, itemsize), tiles, 0
+
+
+def grouped_kernel_key(k: int, tname: str, amode: int, cbd: bool, plan_, n_slots: int, sms: int = 132):
+    """The GEMV family key of the grouped kernel for a grouped_plan result: the slices kernel (gpb),
+    at 96 registers (grouped_slw) for several waves of 4-warp blocks at k in SLW_KS (five blocks
+    per SM instead of four); the group loop (gpb = 0), with a fused MoE step (amode) or not."""
+    warps, gx, _, tiles, gpb = plan_
+    if gpb:
+        slw = (gpb * warps <= 4 and tiles == 1 and k in SLW_KS and gx * max(1, n_slots) > sms * (16 // (gpb * warps)))
+        return ("grouped_slw" if slw else "grouped_sl", k, tname, tiles, amode, cbd)
+    return ("grouped", k, tname, tiles, cbd) if amode == 0 else ("grouped_fused", k, tname, tiles, amode, cbd)
 
 
 def _sm_count(device_id: int) -> int:
@@ -381,10 +404,9 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
     if cfg is None:
         ov = dict(plan_override or ())
         ov.setdefault("sms", _sm_count(key[0]))
-        warps, _, smem, tiles, gpb = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
-        fn = (kernel or GEMV.function)(("grouped_sl", bank.k, tname, tiles, amode, cbd) if gpb else
-                                       ("grouped", bank.k, tname, tiles, cbd) if amode == 0 else
-                                       ("grouped_fused", bank.k, tname, tiles, amode, cbd))
+        plan_ = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
+        fn = (kernel or GEMV.function)(grouped_kernel_key(bank.k, tname, amode, cbd, plan_, n_slots, ov["sms"]))
+        warps, _, smem, tiles, gpb = plan_
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
         ov.setdefault("resident", resident_blocks(fn, warps * 32 * max(gpb, 1), smem, key[0]))

@@ -78,4 +78,26 @@ if [ "$STEP" = pfa ]; then
     timeout 550 python3 profiling/moe_ab.py --out "$W" > "$W/pfa27.log" 2>&1
   grep -vE "^\s*$" "$W/pfa27.log" | tail -40
 fi
+# Measured (pfa27.log): L2 prefetches past the ring slower everywhere (+3..15 %: the bytes in flight are not the
+#   limit); the 96-register cap: down at 20..242 experts -5..-25 % (k = 4 20 experts 10.55 -> 8.12 us, 242 79.42 ->
+#   74.83; five 4-warp blocks per SM), k = 2 gate/up as 4 x 1 -13..-15 % (242 experts 113.87 -> 104.68); k = 5 and the
+#   8-warp blocks no faster.  New: kbit_gemv_grouped_slw (the slices kernel at 96 registers, k = 2 / 4; k = 3's SwiGLU
+#   instantiation spills 4 bytes there) for several waves of 4-warp blocks; gate/up at k <= 3 as 4 x 1.
+# STEP=verify2: GPU tests (grouped, MoE, PDL), memcheck over sanitize_slices.py (now with several waves of the slw
+#   kernel), and the whole package against the session's start (PREV_TREE=ab_prev, e03df5b): MoE 10..242 experts, k =
+#   2..5, 1 / 8 tokens; layer step T = 1, 2, 4, 8, 32.  Expected: verify's gains plus ~-5..-10 % at k = 2 / 4 on 20+
+#   experts; 8 / 10 experts and T = 1 unchanged.
+if [ "$STEP" = verify2 ]; then
+  python3 profiling/warm_cache.py grouped gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_verify27b.log" 500 tests/test_grouped_gpu.py tests/test_pdl_gpu.py tests/test_layers_gpu.py \
+    -k "grouped or moe or many or plan or Grouped"
+  grep -E "FAIL|Error" "$W/gpu_tests_verify27b.log" | head -20
+  sanitize memcheck "$W/memcheck_slices27.log" 300 profiling/sanitize_slices.py
+  OUT=$W PREV_TREE=ab_prev AB_TAG=moe27b WARM="grouped gemv" AB_TIMEOUT=250 \
+    AB_ARGS="--shapes moe --experts 10,14,20,40,74,242 --k 2,3,4,5 --moe-M 1,8 --columns Grouped --reps 15" \
+    bash profiling/tree_ab.sh 2>&1 | tail -50
+  OUT=$W PREV_TREE=ab_prev AB_TAG=layer27b WARM="grouped gemv" AB_TIMEOUT=200 \
+    AB_ARGS="--shapes none --moe-layer --k 4,2 --layer-T 1,2,4,8,32 --reps 15" bash profiling/tree_ab.sh > /dev/null 2>&1
+  for v in new prev; do echo "== layer $v"; grep -E "^\| [0-9]+ \| [245] " "$W/layer27b_$v.log"; done
+fi
 finish_run run27

@@ -113,6 +113,7 @@ def test_grouped_plan_an_sms_share_side_by_side():
     # blocks, several per SM: gate/up (K of 8 or more steps) 4 x 2 warps, 8 x 1 from 48 groups per SM
     # on; down 4 x 1 (8 x 1 at k = 5)
     assert G.grouped_plan(1024, 2048, 4, 74, 1)[4::-4] == (4, 2)
+    assert G.grouped_plan(1024, 2048, 2, 74, 1)[4::-4] == (4, 1)  # k <= 3: four blocks of 4 warps
     assert G.grouped_plan(1024, 2048, 4, 242, 1)[4::-4] == (8, 1)
     assert G.grouped_plan(2048, 512, 4, 74, 1)[4::-4] == (4, 1)
     assert G.grouped_plan(2048, 512, 5, 74, 1)[4::-4] == (8, 1)
@@ -120,6 +121,11 @@ def test_grouped_plan_an_sms_share_side_by_side():
     # 14 warps on 132 SMs (a second wave); 20 experts' gate/up: 7 x 20 blocks of 10 warps
     assert G.grouped_plan(2048, 512, 4, 14, 1)[4::-4] == (4, 1)
     assert G.grouped_plan(1024, 2048, 4, 20, 1)[4::-4] == (4, 2)
+    # the 96-register kernel: 4-warp blocks over several waves at k = 2, 4 only
+    key = lambda k, E, N=2048, K=512: G.grouped_kernel_key(k, "float16", 0, False, G.grouped_plan(N, K, k, E, 1), E)[0]
+    assert key(4, 74) == key(2, 74) == key(2, 74, 1024, 2048) == "grouped_slw"
+    assert key(5, 74) == key(3, 74) == key(4, 74, 1024, 2048) == key(4, 10) == key(4, 8) == "grouped_sl"
+    assert G.grouped_kernel_key(4, "float16", 1, False, G.grouped_plan(2048, 512, 4, 1, 1), 1)[0] == "grouped_fused"
     for (N, K) in ((1024, 2048), (2048, 512)):
         for E in range(1, 40):
             warps, gx, smem, tiles, gpb = G.grouped_plan(N, K, 4, E, 1)
