@@ -481,11 +481,14 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     const bool safe_early = pdl == KBIT_GROUPED_SAFE_EARLY;
     // AMODE 1 (the row gather fused in): sorted row r is A's row a_rows[r]; AMODE 2: A's rows
     // are [gate | up] (2 Kdim) and the kernel multiplies silu(gate) * up (kbitcupy/moe.py)
-    for (int c0 = r0; c0 < r1; c0 += 8 * MT) {
+    // Passes of at most max_tokens rows: the launch reserves shared memory for that many staged A rows
+    // (kbitcupy.gemv.grouped_plan), so small plans fit more blocks per SM.
+    const int chunk = min(8 * MT, max(1, max_tokens));
+    for (int c0 = r0; c0 < r1; c0 += chunk) {
         // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
         gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL, CBD>(
             AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
-            codebook, C + (long)c0 * N, min(8 * MT, r1 - c0), N, Kdim, safe_early ? 0.f : tscale[e], blockIdx.x,
+            codebook, C + (long)c0 * N, min(chunk, r1 - c0), N, Kdim, safe_early ? 0.f : tscale[e], blockIdx.x,
             gridDim.x, (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows,
             safe_early && c0 == r0, lut_ready, safe_early ? tscale + e : nullptr, 1);
         __syncthreads();

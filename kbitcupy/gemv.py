@@ -301,6 +301,8 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
     groups = -(-N // 16)
     ks = -(-K // 128)
     tiles = 1 if max_tokens <= 8 else 2
+    # A rows staged per pass: the kernel computes a slot's rows in passes of at most max_tokens
+    rows = min(8 * tiles, max(1, max_tokens))
     if gpb is None and per_block is None and warps is None and tiles == 1:
         # An SM's share of all slots' groups in one block over one pair table, as the dense k = 5
         # GEMV (H200, 2026-11-25, k = 4, 1..8 tokens: moe_gu_fused 8 / 10 experts 8.76 -> 7.95 /
@@ -346,7 +348,7 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
     if gpb:
         if warps * gpb > 16:
             raise ValueError(f"grouped_plan: {gpb} groups of {warps} warps exceed the kernel's 512 threads")
-        return warps, -(-groups // gpb), smem_bytes(k, 8 * tiles, ks, warps * gpb, tiles, itemsize), tiles, gpb
+        return warps, -(-groups // gpb), smem_bytes(k, rows, ks, warps * gpb, tiles, itemsize), tiles, gpb
     if per_block is None:
         # The fewest groups per block that keep the grid in one wave (H200, 2026-11-22,
         # profiling/NOTES.md: down, 8 experts, 1 token: 512 blocks x 2 groups 6.30 us,
@@ -355,7 +357,7 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
         # passes every expert of the bank), and an active one must not be left to one block.
         per_block = next((p for p in (1, 2, 3) if max(1, n_slots) * -(-groups // p) <= resident), 4)
     gx = -(-groups // per_block)
-    return warps, gx, smem_bytes(k, 8 * tiles, ks, warps, tiles, itemsize), tiles, 0
+    return warps, gx, smem_bytes(k, rows, ks, warps, tiles, itemsize), tiles, 0
 
 
 def grouped_kernel_key(k: int, tname: str, amode: int, cbd: bool, plan_, n_slots: int, sms: int = 132):

@@ -100,4 +100,25 @@ if [ "$STEP" = verify2 ]; then
     AB_ARGS="--shapes none --moe-layer --k 4,2 --layer-T 1,2,4,8,32 --reps 15" bash profiling/tree_ab.sh > /dev/null 2>&1
   for v in new prev; do echo "== layer $v"; grep -E "^\| [0-9]+ \| [245] " "$W/layer27b_$v.log"; done
 fi
+# Measured (verify2; moe27b_{new,prev}, layer27b_{new,prev}; 165 GPU tests passed, memcheck clean over
+#   sanitize_slices.py): TOTAL 1 token k = 4 14 / 20 / 40 / 74 / 242 experts 31.60 / 41.26 / 50.22 / 81.35 / 238.05 ->
+#   17.34 / 25.57 / 42.28 / 70.30 / 202.93 us, k = 2 28.01 / 37.88 / 43.58 / 71.24 / 209.73 -> 17.99 / 22.59 / 32.10 /
+#   54.87 / 165.66; k = 3 (no 96-register kernel) 31.84 / .. / 244.18 -> 20.65 / .. / 210.35.  Layer step k = 4 T = 2 /
+#   4 / 8 / 32: 47.73 / 57.63 / 90.23 / 258.64 -> 32.55 / 49.73 / 81.40 / 224.94 us (k = 2 42.54 / 50.25 / 78.38 / 226.68
+#   -> 26.93 / 41.09 / 66.71 / 188.05); T = 1 unchanged.
+#   Then: the grouped GEMV stages at most max_tokens rows a pass and reserves shared memory for that many (was 8 per
+#   token tile): k = 4 gate/up's 4-warp blocks fit five per SM at 1..4 tokens (36 KB instead of 64 KB).
+# STEP=gu4: GPU tests of the passes, then gate/up fused at k = 4 (and 3): 4 x 1 (now 96 registers at k = 4, five blocks
+#   per SM at <= 4 tokens) against the plan's 4 x 2 / 8 x 1, 20..242 experts, 1 / 4 / 8 tokens.  Expected: 4 x 1 at k = 4
+#   like k = 2's -13 % at 1..4 tokens; at 8 tokens (64 KB blocks: three per SM) no gain.
+if [ "$STEP" = gu4 ]; then
+  python3 profiling/warm_cache.py grouped gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_gu4_27.log" 500 tests/test_grouped_gpu.py tests/test_pdl_gpu.py tests/test_layers_gpu.py \
+    -k "grouped or moe or many or plan or Grouped or passes or understated"
+  grep -E "FAIL|Error" "$W/gpu_tests_gu4_27.log" | head -20
+  KS=${KS:-4,3} MS=${MS:-1,4,8} ES=${ES:-20,40,74,242} SHAPES=moe_gu_fused MOE_MMA=0 \
+    MOE_VARIANTS="g4w1:+gpb=4 +warps=1;g4w2:+gpb=4 +warps=2;g8w1:+gpb=8 +warps=1" \
+    timeout 400 python3 profiling/moe_ab.py --out "$W" > "$W/gu4_27.log" 2>&1
+  grep -vE "^\s*$" "$W/gu4_27.log" | tail -30
+fi
 finish_run run27

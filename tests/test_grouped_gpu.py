@@ -305,6 +305,40 @@ def test_grouped_gemv_slices(rng, k):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("k", [2, 4])
+def test_grouped_gemv_passes_of_max_tokens(rng, k):
+    """The grouped GEMV stages at most max_tokens rows a pass (its shared memory is reserved for
+    that many): a slot over it runs more passes, flagged, bit-identical with a plan for 8 rows
+    (a row's result does not depend on the pass), in the loop, the slices and the 96-register
+    slices kernel; the fused SwiGLU too."""
+    from kbitcupy.gemv import grouped_gemv
+    from kbitcupy.grouped import _err_buffer
+
+    cp = _cp()
+    E, N, K = 5, 200, 608
+    bank = _bank(rng, E, N, K, k)
+    counts = [1, 7, 0, 2, 3]
+    ids, offs = np.array([3, 0, 1, 4, 3], np.int32), _offsets(counts)
+    ids_d, offs_d = cp.asarray(ids), cp.asarray(offs)
+    A = rng.standard_normal((offs[-1], K)).astype(np.float16)
+    h = rng.standard_normal((offs[-1], 2 * K)).astype(np.float16)
+    # ("sms", 1): the plan's device of one SM, so that 4-warp slice blocks count as several waves (slw)
+    for ov in ((("gpb", 0), ("warps", 4)), (("gpb", 3), ("warps", 4)), (("gpb", 4), ("warps", 1), ("sms", 1)), None):
+        for src, kw in ((A, {}), (h, dict(a_silu=True))):
+            got = {}
+            for mt in (8, 2, 1):
+                read_errors(reset=True)
+                out = _nan((offs[-1], N), np.float16)
+                grouped_gemv(_dev(src), bank, ids_d, offs_d, out, mt, _err_buffer(), plan_override=ov, **kw)
+                got[mt] = _host(out).view(np.uint16)
+                assert read_errors(reset=True) == (0 if mt == 8 else ERR_MAX_TOKENS), (ov, mt)
+            np.testing.assert_array_equal(got[8], got[2])
+            np.testing.assert_array_equal(got[8], got[1])
+            if not kw:
+                _check(_dev(got[1].view(np.float16)), A, bank, ids, offs, np.float16)
+
+
+@pytest.mark.gpu
 def test_grouped_gemv_plan_follows_max_tokens(rng):
     """The grouped GEMV's cached launch follows grouped_plan for every max_tokens, whatever was
     called before (a key of only "max_tokens > 8" once let a 1-token call's two-block plan serve
