@@ -335,11 +335,12 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
             # experts 40.85 / 80.99 / 237.40 -> ~26 / ~72 / ~208 us; deeper register rings were slower):
             # down (K < 1024: 4 steps) 4 one-warp groups a block (8 at k = 5, whose pair table caps the
             # blocks per SM); gate/up 4 groups of 2 warps, 8 of 1 warp from 48 groups per SM on; at
-            # k <= 3 (small tables) 4 of 1 warp, five blocks per SM at 96 registers (pfa27, k = 2: 20 /
-            # 74 / 242 experts 16.04 / 40.52 / 113.87 -> 13.86 / 34.25 / 104.68 us).  The 4-warp blocks
-            # run the 96-register kernel at k in SLW_KS (grouped_kernel_key).
+            # k = 2 (a small table) 4 of 1 warp, five blocks per SM at 96 registers (pfa27: 20 / 74 / 242
+            # experts 16.04 / 40.52 / 113.87 -> 13.86 / 34.25 / 104.68 us; k = 3 at 128 registers and k = 4
+            # at 4 tokens were slower that way, gu4_27).  The 4-warp blocks run the 96-register kernel at
+            # k in SLW_KS (grouped_kernel_key).
             if ks >= 8:
-                gpb, warps = (4, 1) if k <= 3 else (4, 2) if share <= 48 else (8, 1)
+                gpb, warps = (4, 1) if k == 2 else (4, 2) if share <= 48 else (8, 1)
             else:
                 gpb, warps = (8, 1) if k == 5 else (4, 1)
             warps = min(ks, warps)

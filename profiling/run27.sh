@@ -121,4 +121,31 @@ if [ "$STEP" = gu4 ]; then
     timeout 400 python3 profiling/moe_ab.py --out "$W" > "$W/gu4_27.log" 2>&1
   grep -vE "^\s*$" "$W/gu4_27.log" | tail -30
 fi
+# Measured (gu4_27.log; 167 GPU tests passed): k = 4 gate/up as 4 x 1 (96 registers) at 1 token 40 / 74 / 242 experts
+#   -15 / -11 / -3 % but 20 experts +7 % and at 4 tokens +5..+14 % (four blocks per SM by shared memory): not taken;
+#   k = 3 (128 registers) 4 x 2 faster than 4 x 1 up to 74 experts (40 experts 30.81 -> 27.54 us): the rule's 4 x 1 for
+#   gate/up now k = 2 only.
+# STEP=final1: the GPU tests of the grouped / PDL / layer files, then the MoE table (8 / 10 experts, k = 2..5, 1..64
+#   tokens; the twenty-third session's moe-final45 is the baseline).  Expected: 8 / 10 experts as before (their plans
+#   and kernels unchanged but for the passes' loop bound and the shared memory reserved at 1..4 tokens).
+if [ "$STEP" = final1 ]; then
+  python3 profiling/warm_cache.py grouped gemv wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_final27.log" 400 tests/test_grouped_gpu.py tests/test_pdl_gpu.py tests/test_layers_gpu.py
+  grep -E "FAIL|Error" "$W/gpu_tests_final27.log" | head -20
+  timeout 300 python3 profiling/bench.py --out "$W" --shapes moe --k 2,3,4,5 --moe-M 1,2,4,8,16,32,64 \
+    --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final47 > "$W/bench_moe47.log" 2>&1
+  grep -E "TOTAL" "$W/bench_moe47.log" | grep -E "\| 4 \||k = 4" | head -30
+fi
+# STEP=final2: the layer step (k = 4 and 2, T = 1..128), many experts (128 / 512, 1..8 tokens), memcheck over
+#   sanitize_slices.py.  Expected: layer27b's numbers; 512 experts 4 tokens TOTAL ~-15 % against moe-many26.
+if [ "$STEP" = final2 ]; then
+  python3 profiling/warm_cache.py grouped gemv wgmma 2>&1 | tail -1
+  timeout 200 python3 profiling/bench.py --out "$W" --shapes none --moe-layer --k 4,2 --layer-T 1,2,4,8,32,128 --reps 15 \
+    --tag layer27-final > "$W/bench_layer27.log" 2>&1
+  grep -E "^\| [0-9]+ \| [24] " "$W/bench_layer27.log"
+  timeout 200 python3 profiling/bench.py --out "$W" --shapes moe --experts 128,512 --k 4,2 --moe-M 1,4,8 \
+    --columns Grouped --reps 15 --tag moe-many27 > "$W/bench_many27.log" 2>&1
+  grep -E "TOTAL" "$W/bench_many27.log"
+  sanitize memcheck "$W/memcheck_slices27b.log" 200 profiling/sanitize_slices.py
+fi
 finish_run run27

@@ -113,7 +113,8 @@ def test_grouped_plan_an_sms_share_side_by_side():
     # blocks, several per SM: gate/up (K of 8 or more steps) 4 x 2 warps, 8 x 1 from 48 groups per SM
     # on; down 4 x 1 (8 x 1 at k = 5)
     assert G.grouped_plan(1024, 2048, 4, 74, 1)[4::-4] == (4, 2)
-    assert G.grouped_plan(1024, 2048, 2, 74, 1)[4::-4] == (4, 1)  # k <= 3: four blocks of 4 warps
+    assert G.grouped_plan(1024, 2048, 2, 74, 1)[4::-4] == (4, 1)  # k = 2: 4-warp blocks (five per SM)
+    assert G.grouped_plan(1024, 2048, 3, 74, 1)[4::-4] == (4, 2)
     assert G.grouped_plan(1024, 2048, 4, 242, 1)[4::-4] == (8, 1)
     assert G.grouped_plan(2048, 512, 4, 74, 1)[4::-4] == (4, 1)
     assert G.grouped_plan(2048, 512, 5, 74, 1)[4::-4] == (8, 1)

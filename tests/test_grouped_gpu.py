@@ -176,16 +176,16 @@ def test_many_experts_active(rng):
 @pytest.mark.parametrize("k", [2, 3, 4, 5])
 @pytest.mark.parametrize("shape,slots", [((1024, 2048), 48), ((2048, 512), 48), ((256, 1024), 400)])
 def test_many_slots_small_block_plans(rng, k, shape, slots):
-    # the several-wave plans of grouped_plan: gate/up (48 slots) 4 x 2-warp groups (4 x 1 at k <= 3),
+    # the several-wave plans of grouped_plan: gate/up (48 slots) 4 x 2-warp groups (4 x 1 at k = 2),
     # down 4 (k = 5: 8) one-warp groups, K of 8 steps at 400 slots (over 48 groups per SM) 8 x 1 (4 x 1
-    # at k <= 3);
+    # at k = 2);
     # repeated ids, empty slots, up to 3 rows a slot
     from kbitcupy.gemv import grouped_kernel_key, grouped_plan
 
     N, K = shape
     dtype = DTYPES[k % 2]
-    want = {(1024, 2048): (4, 1) if k <= 3 else (4, 2), (2048, 512): (8, 1) if k == 5 else (4, 1),
-            (256, 1024): (4, 1) if k <= 3 else (8, 1)}[shape]
+    want = {(1024, 2048): (4, 1) if k == 2 else (4, 2), (2048, 512): (8, 1) if k == 5 else (4, 1),
+            (256, 1024): (4, 1) if k == 2 else (8, 1)}[shape]
     p = grouped_plan(N, K, k, slots, 8)
     assert p[4::-4] == want
     # 4-warp blocks at k = 2, 4: the 96-register kernel (grouped_slw)
