@@ -148,4 +148,19 @@ if [ "$STEP" = final2 ]; then
   grep -E "TOTAL" "$W/bench_many27.log"
   sanitize memcheck "$W/memcheck_slices27b.log" 200 profiling/sanitize_slices.py
 fi
+# Measured (final1 / final2, H100): 238 GPU tests passed; moe-final47 (8 / 10 experts) as moe-final45; moe-many27 512
+#   experts k = 4 4 / 8 tokens 449.6 / 529.5 us (moe-many26 507.6 / 601.5); layer27-final T = 1 / 2 / 4 / 8 / 32 / 128
+#   20.7 / 32.1 / 49.1 / 80.8 / 222.7 / 460.6 us; memcheck clean.
+# STEP=h200: the same tree A/B on an H200 (the plans were tuned on the H100; same SM count, more bandwidth): MoE 10..242
+#   experts k = 2 / 4 at 1 token, layer step T = 1 / 2 / 8 / 32.  Expected: the H100's direction (-10..-40 % at 14+
+#   experts, 8 / 10 experts and T = 1 unchanged).
+if [ "$STEP" = h200 ]; then
+  python3 profiling/warm_cache.py grouped gemv 2>&1 | tail -1
+  OUT=$W PREV_TREE=ab_prev AB_TAG=moe27h WARM="grouped gemv" AB_TIMEOUT=200 \
+    AB_ARGS="--shapes moe --experts 10,20,74,242 --k 4,2 --moe-M 1 --columns Grouped --reps 15" \
+    bash profiling/tree_ab.sh 2>&1 | tail -20
+  OUT=$W PREV_TREE=ab_prev AB_TAG=layer27h WARM="grouped gemv" AB_TIMEOUT=200 \
+    AB_ARGS="--shapes none --moe-layer --k 4 --layer-T 1,2,8,32 --reps 15" bash profiling/tree_ab.sh > /dev/null 2>&1
+  for v in new prev; do echo "== layer $v"; grep -E "^\| [0-9]+ \| 4 " "$W/layer27h_$v.log"; done
+fi
 finish_run run27
