@@ -329,7 +329,11 @@ __global__ void __launch_bounds__(256) kbit_silu_mul(const T* __restrict__ gate,
 }
 
 // out[tok, h] = sum_j weights[tok, j] * Cs[pos[tok, j], h] in fp32 (fixed j order),
-// rounded once.  pos = row of pair (tok, j) in the expert-sorted layout.
+// rounded once.  pos = row of pair (tok, j) in the expert-sorted layout.  The choices go in
+// batches of 8: their pos / weight loads, then their rows' loads, each batch in flight together,
+// then the sum in j order.  One choice at a time was two dependent L2 round trips per choice
+// (topk = 10 at decode: ~20 in a row per thread).
+#define KBIT_COMBINE_BATCH 8
 template <typename T, typename WT>
 __global__ void __launch_bounds__(256) kbit_moe_combine(const T* __restrict__ Cs, const int* __restrict__ pos,
                                                         const WT* __restrict__ weights, T* __restrict__ out,
@@ -341,9 +345,23 @@ __global__ void __launch_bounds__(256) kbit_moe_combine(const T* __restrict__ Cs
         const long tok = idx / H;
         const int h = (int)(idx - tok * H);
         float s = 0.0f;
-        for (int j = 0; j < topk; j++) {
-            const long p = tok * topk + j;
-            s += KbitType<WT>::to_float(weights[p]) * KbitType<T>::to_float(Cs[(long)pos[p] * H + h]);
+        for (int j0 = 0; j0 < topk; j0 += KBIT_COMBINE_BATCH) {
+            const long p0 = tok * topk + j0;
+            const int nb = min(KBIT_COMBINE_BATCH, topk - j0);
+            int pr[KBIT_COMBINE_BATCH];
+            float wv[KBIT_COMBINE_BATCH], cv[KBIT_COMBINE_BATCH];
+#pragma unroll
+            for (int u = 0; u < KBIT_COMBINE_BATCH; u++)
+                if (u < nb) {
+                    pr[u] = pos[p0 + u];
+                    wv[u] = KbitType<WT>::to_float(weights[p0 + u]);
+                }
+#pragma unroll
+            for (int u = 0; u < KBIT_COMBINE_BATCH; u++)
+                if (u < nb) cv[u] = KbitType<T>::to_float(Cs[(long)pr[u] * H + h]);
+#pragma unroll
+            for (int u = 0; u < KBIT_COMBINE_BATCH; u++)
+                if (u < nb) s += wv[u] * cv[u];
         }
         out[idx] = KbitType<T>::from_float(s);
     }
@@ -383,10 +401,14 @@ __device__ __forceinline__ void route_scan(const int* cnt, int E, int* part, int
 // stable in the choice index, so the layout equals moe.reference_route's.  Ids outside
 // [0, E) set err bit 1 and are parked after every valid row (their outputs undefined).
 // Dynamic smem: ints cnt[E + 1], start[E + 1], part[2 * blockDim], ids[P].
+// pdl: launched as a programmatic dependent (kbitcupy/_pdl.py, either mode): wait for the previous
+// grid before reading the ids; then let the next grid (the grouped gate/up, which reads our output
+// only after its own wait) launch, so its blocks are resident when we finish.
 __global__ void __launch_bounds__(1024) kbit_moe_route(const int* __restrict__ ids_in, int P, int topk, int E, int S,
                                                        int* __restrict__ sorted_token, int* __restrict__ pos,
                                                        int* __restrict__ expert_ids, int* __restrict__ offsets,
-                                                       int* __restrict__ err) {
+                                                       int* __restrict__ err, int pdl) {
+    moe_helper_prologue(pdl);
     extern __shared__ int sm_route[];
     int* cnt = sm_route;
     int* start = cnt + (E + 1);

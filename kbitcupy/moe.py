@@ -169,16 +169,21 @@ def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens):
     expert_ids = cp.empty(S, dtype=cp.int32)
     offsets = cp.empty(S + 1, dtype=cp.int32)
 
-    def launch(part, grid, threads, args, smem):
+    def launch(part, grid, threads, args, smem, pdl=False):
         fn = GROUPED.function(("route",) + part)
         if fn.max_dynamic_shared_size_bytes < smem:
             fn.max_dynamic_shared_size_bytes = smem
-        fn((grid,), (threads,), args, shared_mem=smem)
+        _pdl.launch(fn, (grid,), (threads,), args, smem, pdl=pdl)
 
     if P <= ROUTE_KERNEL_MAX_PAIRS:
+        # decode sizes: a programmatic dependent with PDL on (either mode; it waits at entry), so the
+        # grouped gate/up after it can be resident when it ends
         threads = 1024 if P > 256 or E > 1024 else 256
+        dev = cp.cuda.Device().id
+        pdl = _pdl.active(dev) or _pdl.safe_active(dev)
         launch((), 1, threads, (flat, np.int32(P), np.int32(topk), np.int32(E), np.int32(S), sorted_token, pos,
-                                expert_ids, offsets, _err_buffer()), 4 * (2 * (E + 1) + 2 * threads + P))
+                                expert_ids, offsets, _err_buffer(), np.int32(pdl)), 4 * (2 * (E + 1) + 2 * threads + P),
+               pdl=pdl)
     else:
         B = -(-P // 1024)
         ids_c = cp.empty(P, dtype=cp.int32)

@@ -163,4 +163,24 @@ if [ "$STEP" = h200 ]; then
     AB_ARGS="--shapes none --moe-layer --k 4 --layer-T 1,2,8,32 --reps 15" bash profiling/tree_ab.sh > /dev/null 2>&1
   for v in new prev; do echo "== layer $v"; grep -E "^\| [0-9]+ \| 4 " "$W/layer27h_$v.log"; done
 fi
+# Measured (h200, an H200): TOTAL 1 token k = 4 20 / 74 / 242 experts 41.76 / 81.60 / 240.80 -> 25.86 / 70.77 / 204.36 us;
+#   layer step T = 2 / 8 / 32 47.26 / 90.50 / 261.48 -> 31.88 / 80.17 / 223.81 us; 10 experts and T = 1 unchanged.
+# STEP=decode: the decode layer step's two helper kernels.  The combine summed its topk choices one at a time: per
+#   choice a pos / weight load, then the row's load, each waiting (topk = 10: ~20 dependent L2 round trips per thread);
+#   now in batches of 8 (loads in flight together, the sum in the same order: bit-identical).  The one-block routing
+#   kernel now launches as a programmatic dependent (waits at entry) and lets gate/up launch at once.  Expected: layer
+#   step T = 1 -1.5..-3 us (20.7 us), T = 2 / 8 less in proportion.  GPU tests (routing, combine, a late writer of the
+#   ids / rows / weights in safe and full PDL), memcheck / racecheck over sanitize_route.py, then the layer step against
+#   the previous commit (PREV_TREE=ab_prev: git archive of 6972073).
+if [ "$STEP" = decode ]; then
+  python3 profiling/warm_cache.py grouped gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_decode27.log" 300 tests/test_pdl_gpu.py tests/test_grouped_gpu.py \
+    -k "route or combine or moe_forward or late_writer"
+  grep -E "FAIL|Error" "$W/gpu_tests_decode27.log" | head -20
+  sanitize memcheck "$W/memcheck_route27.log" 120 profiling/sanitize_route.py
+  sanitize racecheck "$W/racecheck_route27.log" 120 profiling/sanitize_route.py
+  OUT=$W PREV_TREE=ab_prev AB_TAG=layer27d WARM="grouped gemv" AB_TIMEOUT=150 \
+    AB_ARGS="--shapes none --moe-layer --k 4 --layer-T 1,2,8 --reps 20" bash profiling/tree_ab.sh > /dev/null 2>&1
+  for v in new prev; do echo "== layer $v"; grep -E "^\| [0-9]+ \| 4 " "$W/layer27d_$v.log"; done
+fi
 finish_run run27

@@ -288,6 +288,51 @@ def test_safe_pdl_grouped_late_writer(rng, impl):
         _safe_matches_plain(call, out, "grouped")
 
 
+@pytest.mark.parametrize("T", [1, 8, 150])
+def test_safe_pdl_route_and_combine_late_writer(rng, T):
+    """Safe PDL: the one-block routing kernel (a programmatic dependent at decode sizes) reads topk
+    ids a late writer writes ~60 us after letting it launch (the ids before: all expert 0), and
+    the combine reads C_sorted / weights written so: both bit-exact against PDL off."""
+    cp = _cp_hopper()
+    from kbitcupy.moe import moe_combine, moe_route
+
+    copy = _late_copy(cp)
+    E, topk, H = 512, 10, 512
+    ids_src = cp.asarray(np.stack([rng.permutation(E)[:topk] for _ in range(T)]).astype(np.int32))
+    ids = cp.zeros_like(ids_src)
+    C_src = cp.asarray(rng.standard_normal((T * topk, H), dtype=np.float32)).astype(cp.float16)
+    C = cp.zeros_like(C_src)
+    w_src = cp.asarray(rng.random((T, topk), dtype=np.float32))
+    w = cp.zeros_like(w_src)
+    r0 = moe_route(ids_src, E)
+
+    def call():
+        ids.fill(0)
+        C.fill(0)
+        w.fill(0)
+        copy(ids_src, ids)
+        r = moe_route(ids, E)
+        copy(C_src, C)
+        copy(w_src, w)
+        o = moe_combine(C, r0, w)
+        return [a.get() for a in (r.sorted_token, r.pos, r.expert_ids, r.offsets)] + [_bits(o)]
+
+    old = kb.set_pdl(False)
+    try:
+        ref = call()
+    finally:
+        kb.set_pdl(old)
+    assert (ref[2] != 0).any()
+    for mode in ("safe", True):
+        old = kb.set_pdl(mode)
+        try:
+            for _ in range(3):
+                for a, b in zip(call(), ref):
+                    np.testing.assert_array_equal(a, b, err_msg=str(mode))
+        finally:
+            kb.set_pdl(old)
+
+
 @pytest.mark.parametrize("impl,k,ntok,dt", [("gemv", 4, 1, "float16"), ("gemv", 4, 4, "bfloat16"),
                                             ("gemv", 5, 1, "bfloat16"), ("gemv", 2, 8, "float16"),
                                             ("gemv", 3, 20, "bfloat16"), ("wgmma", 4, 16, "float16"),
