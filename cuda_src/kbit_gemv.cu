@@ -513,19 +513,18 @@ __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS) kbit_gemv_grouped(KBIT_GR
 #ifndef KBIT_GROUPED_SL_MAXNREG
 #define KBIT_GROUPED_SL_MAXNREG 128
 #endif
-template <int K, typename T, int MT, int AMODE, bool CBD = false>
-__global__ void __maxnreg__(KBIT_GROUPED_SL_MAXNREG) kbit_gemv_grouped_sl(KBIT_GROUPED_ARGS) {
-    grouped_gemv_body<K, T, MT, AMODE, true, CBD>(KBIT_GROUPED_PASS);
-}
-// The same at 96 registers (no spills at k = 2, 4): five 4-warp blocks per SM instead of four, for
-// the several-wave plans (kbitcupy.gemv.grouped_gemv).  Their time is the warps' dependent
-// lookup -> MMA chains, not the bytes in flight: L2 prefetches of two / four steps past the ring
-// were 3-15 % slower, the 96-register cap 5-25 % faster on down (4 one-warp groups a block) and
-// k = 2 gate/up (H100, 2026-11-26, profiling/results/..._pfa27.log).
+// kbit_gemv_grouped_slw: the same at 96 registers (no spills at k = 2, 4): five 4-warp blocks per SM
+// instead of four, for the several-wave plans (kbitcupy.gemv.grouped_kernel_key).  Their time is the
+// warps' dependent lookup -> MMA chains, not the bytes in flight: L2 prefetches of two / four steps
+// past the ring were 3-15 % slower, the 96-register cap 5-25 % faster on down (4 one-warp groups a
+// block) and k = 2 gate/up (H100, 2026-11-26, profiling/results/..._pfa27.log).
 #ifndef KBIT_GROUPED_SLW_MAXNREG
 #define KBIT_GROUPED_SLW_MAXNREG 96
 #endif
-template <int K, typename T, int MT, int AMODE, bool CBD = false>
-__global__ void __maxnreg__(KBIT_GROUPED_SLW_MAXNREG) kbit_gemv_grouped_slw(KBIT_GROUPED_ARGS) {
-    grouped_gemv_body<K, T, MT, AMODE, true, CBD>(KBIT_GROUPED_PASS);
-}
+#define KBIT_GROUPED_SLICES_KERNEL(NAME, MAXNREG)                                  \
+    template <int K, typename T, int MT, int AMODE, bool CBD = false>             \
+    __global__ void __maxnreg__(MAXNREG) NAME(KBIT_GROUPED_ARGS) {                \
+        grouped_gemv_body<K, T, MT, AMODE, true, CBD>(KBIT_GROUPED_PASS);          \
+    }
+KBIT_GROUPED_SLICES_KERNEL(kbit_gemv_grouped_sl, KBIT_GROUPED_SL_MAXNREG)
+KBIT_GROUPED_SLICES_KERNEL(kbit_gemv_grouped_slw, KBIT_GROUPED_SLW_MAXNREG)
