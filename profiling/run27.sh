@@ -183,6 +183,13 @@ if [ "$STEP" = decode ]; then
     AB_ARGS="--shapes none --moe-layer --k 4 --layer-T 1,2,8 --reps 20" bash profiling/tree_ab.sh > /dev/null 2>&1
   for v in new prev; do echo "== layer $v"; grep -E "^\| [0-9]+ \| 4 " "$W/layer27d_$v.log"; done
 fi
+# STEP=final3: the final tree's GPU tests of the touched families (grouped / PDL / layers; the dense GEMV cubins are
+#   byte-identical to e03df5b's, cubin_diff.py).
+if [ "$STEP" = final3 ]; then
+  python3 profiling/warm_cache.py grouped gemv wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_final27b.log" 400 tests/test_grouped_gpu.py tests/test_pdl_gpu.py tests/test_layers_gpu.py
+  grep -E "FAIL|Error" "$W/gpu_tests_final27b.log" | head -20
+fi
 # Measured (decode, H100; 37 GPU tests passed with the late-writer test, memcheck / racecheck clean over sanitize_route.py):
 #   layer step k = 4 T = 1 / 2 / 8, moe_forward 20.02 / 31.71 / 80.25 -> 19.45 / 31.42 / 79.71 us; the routing alone 3.23 ->
 #   2.80 us; the steps with the routing given (the combine's batches) 18.62 -> 18.44 at T = 1: the combine was ~0.2 us
