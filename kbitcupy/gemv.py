@@ -296,8 +296,11 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
                  per_block: int | None = None, resident: int = 2 * 132, gpb: int | None = None, sms: int = 132):
     """(warps, blocks per slot, smem, token tiles, gpb) for kbit_gemv_grouped: each block loops
     over per_block 16-column groups of one slot with one pair table (gpb = 0), or (gpb >= 1,
-    kbit_gemv_grouped_sl) holds gpb groups side by side, warps each, over one table; resident =
-    blocks the whole GPU holds at once (grouped_gemv measures it: CUDA occupancy x SMs)."""
+    kbit_gemv_grouped_sl / _slw, grouped_kernel_key) holds gpb groups side by side, warps each,
+    over one table; resident = blocks the whole GPU holds at once (grouped_gemv measures it: CUDA
+    occupancy x SMs).  At one token tile: an SM's share of all slots' groups side by side where
+    that grid fits one wave, else small blocks several per SM (below).  smem stages at most
+    max_tokens rows of A (the kernel's pass)."""
     groups = -(-N // 16)
     ks = -(-K // 128)
     tiles = 1 if max_tokens <= 8 else 2

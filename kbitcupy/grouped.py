@@ -515,7 +515,9 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
       independent).  offsets: [n_slots + 1] int32, non-decreasing, within [0, rows].
       NumPy/list values are validated on the host (then uploaded: not capturable);
       device arrays must be int32 and are guarded on the device (see module doc).
-    max_tokens: host-side upper bound of any slot's token count (no device->host sync).
+    max_tokens: host-side upper bound of any slot's token count (no device->host sync).  The
+      kernels are planned for it (a pass holds at most that many rows); a slot with more rows
+      is still computed correctly, in more passes (slower), and sets ERR_MAX_TOKENS.
     out: optional [rows, N] output (same dtype as A); rows no slot covers are untouched.
     method: 'auto' (the kernel; without the sm_90 wgmma kernel only if max_tokens <= 64,
       else dequant), 'kernel' (any max_tokens; more rows than a pass holds are done in
