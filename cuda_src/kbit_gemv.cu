@@ -73,9 +73,6 @@ __device__ __forceinline__ void build_default_lut(u32* lut, float* cb_s, unsigne
 // 0..3 / 4..7 the A rows of those halves (the cross terms are never read).  Half as many
 // columns per group: gate/up's 320 groups on 132 SMs leave 3 on some SMs and 2 on others,
 // its 640 half-width ones 5 and 4.
-#ifndef KBIT_GEMV_PF_AHEAD
-#define KBIT_GEMV_PF_AHEAD 0
-#endif
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0,
           bool SLICES = false, bool CBD = false, bool C8 = false>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
@@ -141,25 +138,12 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         w0 = TILED ? tiled_word_offset<K>(n, kb, n_tiles) : ((long)n * KB + kb) * K;
         return (!SLICES || grp < ngroups) && (TILED || n < N);
     };
-    // Experiment hook: KBIT_GEMV_PF_AHEAD steps past the register ring L2-prefetched (bytes in
-    // flight without registers; the several-wave grouped plans are bound by them at k = 2).
-    auto prefetch_step = [&](int sl) {
-#pragma unroll
-        for (int c = 0; c < 2; c++)
-            if (col_ok[c] && sl < S && kblock_of(sl, c) < KB) {
-                const long w = woff[c] + sl * wstep;
-                prefetch_l2(packed + w);
-                prefetch_l2(absmax + w / K);
-            }
-    };
     auto start_group = [&](int grp) {
 #pragma unroll
         for (int c = 0; c < 2; c++) col_ok[c] = slot_start(grp, c, woff[c]);
 #pragma unroll
         for (int j = 0; j < D; j++)
             if (j < S && (MULTI || j == 0)) load_step(j, j);
-#pragma unroll
-        for (int p = 0; p < KBIT_GEMV_PF_AHEAD; p++) prefetch_step(D + p);
     };
     // safe_pf (safe PDL, not yet waited): the first pf_steps (<= D) ring steps of group grp as
     // L2 prefetches only (prefetch_l2: no effect on what the loads after the wait return).
@@ -331,7 +315,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                     if (lane == 0 && warp < 8 && sl < 2) KTR(4 + 4 * warp + 2 * sl, probe_clock_after(wA[0] ^ wB[0]));
 #endif
                     if (sl + D < S) load_step(j, sl + D);
-                    if (KBIT_GEMV_PF_AHEAD > 0) prefetch_step(sl + D + KBIT_GEMV_PF_AHEAD);
 #ifndef KBIT_EXPERIMENT_RING_EARLY
                     if (LATE && !MULTI && sl == 0) fill_ring();  // once step 0 has landed
 #endif

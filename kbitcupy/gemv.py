@@ -25,6 +25,13 @@ GROUPED_CBD_KS = (5,)
 # per SM) at k in SLW_KS; k = 5 measured slower capped (pfa27: down 242 experts 126.2 -> 128.0 us), k = 3's
 # SwiGLU instantiation spills 4 bytes at 96.
 SLW_KS = (2, 4)
+# Warps per SM of the slices kernels at their 128-register cap (64K registers).
+SL_WARPS_PER_SM = 16
+
+
+def _slices_one_wave(n_slots: int, gx: int, gpb: int, warps: int, sms: int) -> bool:
+    """Whether n_slots x gx slice blocks of gpb x warps warps fit the SMs at once (128 registers)."""
+    return max(1, n_slots) * gx <= max(1, SL_WARPS_PER_SM // (gpb * warps)) * sms
 
 
 def _instances():
@@ -328,8 +335,7 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
             # The share rounds up per slot: ceil(groups / gpb) blocks a slot can overflow the SMs (14
             # experts' down: 10 x 14 = 140 blocks of 14 warps, one per SM): a second wave of whole
             # chains, ~2x the time (steady27c: gate/up fused 14 / 20 experts k = 4 19.67 / 27.81 us).
-            per_sm = max(1, 16 // (gpb * warps))  # warps per SM: 16 at the kernel's 128 registers
-            if max(1, n_slots) * -(-groups // gpb) > per_sm * sms:
+            if not _slices_one_wave(n_slots, -(-groups // gpb), gpb, warps, sms):
                 gpb = None
         if share > 16 or (share >= 2 and gpb is None):
             # Several waves: small blocks, several per SM, so one block's prologue and tail run beside
@@ -370,7 +376,7 @@ def grouped_kernel_key(k: int, tname: str, amode: int, cbd: bool, plan_, n_slots
     per SM instead of four); the group loop (gpb = 0), with a fused MoE step (amode) or not."""
     warps, gx, _, tiles, gpb = plan_
     if gpb:
-        slw = (gpb * warps <= 4 and tiles == 1 and k in SLW_KS and gx * max(1, n_slots) > sms * (16 // (gpb * warps)))
+        slw = gpb * warps <= 4 and tiles == 1 and k in SLW_KS and not _slices_one_wave(n_slots, gx, gpb, warps, sms)
         return ("grouped_slw" if slw else "grouped_sl", k, tname, tiles, amode, cbd)
     return ("grouped", k, tname, tiles, cbd) if amode == 0 else ("grouped_fused", k, tname, tiles, amode, cbd)
 

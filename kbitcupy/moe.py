@@ -179,8 +179,7 @@ def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens):
         # decode sizes: a programmatic dependent with PDL on (either mode; it waits at entry), so the
         # grouped gate/up after it can be resident when it ends
         threads = 1024 if P > 256 or E > 1024 else 256
-        dev = cp.cuda.Device().id
-        pdl = _pdl.active(dev) or _pdl.safe_active(dev)
+        pdl = _helper_pdl()
         launch((), 1, threads, (flat, np.int32(P), np.int32(topk), np.int32(E), np.int32(S), sorted_token, pos,
                                 expert_ids, offsets, _err_buffer(), np.int32(pdl)), 4 * (2 * (E + 1) + 2 * threads + P),
                pdl=pdl)
@@ -307,12 +306,19 @@ def _launch_helper(fn, work: int, args):
     """Launch a MoE helper kernel (gather / silu_mul / combine: 256 threads, grid-stride
     over `work` items) on the current stream; with PDL on as a programmatic dependent
     (the kernel's last argument), kbitcupy/_pdl.py."""
+    blocks = int(min(-(-work // 256), 132 * 16))
+    pdl = _helper_pdl()
+    _pdl.launch(fn, (blocks,), (256,), args + (np.int32(pdl),), 0, pdl=pdl)
+
+
+def _helper_pdl() -> bool:
+    """Whether a helper kernel (gather / silu_mul / combine / the one-block routing:
+    moe_helper_prologue waits at entry in either mode) launches as a programmatic dependent:
+    PDL on, full or safe, on the current device."""
     import cupy as cp
 
-    blocks = int(min(-(-work // 256), 132 * 16))
     dev = cp.cuda.Device().id
-    pdl = _pdl.active(dev) or _pdl.safe_active(dev)  # the helpers wait at entry in either mode
-    _pdl.launch(fn, (blocks,), (256,), args + (np.int32(pdl),), 0, pdl=pdl)
+    return _pdl.active(dev) or _pdl.safe_active(dev)
 
 
 def _banks(bank_gate_up, bank_down, H):

@@ -72,6 +72,7 @@ fi
 #   an SM, Little's law at ~1.5 us: ~11 GB/s an SM, measured ~9; k = 4 32 KB).  Without registers: L2 prefetches of
 #   the steps past the ring (-DKBIT_GEMV_PF_AHEAD=2 / 4); more warps: a 96-register cap (no spills; 5 four-warp blocks
 #   an SM).  Expected: k = 2 -15..-30 %, k = 4 -5..-15 % at 74 / 242 experts; 8 / 10 experts (one wave) maybe worse.
+#   (The -DKBIT_GEMV_PF_AHEAD hook was removed after this step: slower everywhere; a rerun needs it back, see git de7f7ce.)
 if [ "$STEP" = pfa ]; then
   python3 profiling/warm_cache.py grouped gemv 2>&1 | tail -1
   KS=${KS:-2,4,5} MS=${MS:-1} ES=${ES:-10,20,74,242} MOE_MMA=0 MOE_VARIANTS="pf2:-DKBIT_GEMV_PF_AHEAD=2;pf4:-DKBIT_GEMV_PF_AHEAD=4;r96:-DKBIT_GROUPED_SL_MAXNREG=96;r96g4w1:+gpb=4 +warps=1 -DKBIT_GROUPED_SL_MAXNREG=96;pf2r96:-DKBIT_GEMV_PF_AHEAD=2 -DKBIT_GROUPED_SL_MAXNREG=96" \
