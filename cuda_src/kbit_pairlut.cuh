@@ -14,10 +14,15 @@
 #ifndef KBIT_K4_LOG2_COPIES
 #define KBIT_K4_LOG2_COPIES 5
 #endif
-template <int K> struct PairLut {
+// The table's copies (log2) unless a kernel asks for others (LC >= 0: the grouped wgmma kernel's k = 5
+// instantiation with 8 copies, whose 32 KB fit two CTAs per SM at 64 tokens a tile).
+template <int K> __host__ __device__ constexpr int pair_lut_log2_copies() {
+    return K <= 3 ? 5 : K == 4 ? KBIT_K4_LOG2_COPIES : KBIT_K5_LOG2_COPIES;
+}
+template <int K, int LC = -1> struct PairLut {
     static constexpr int ENTRIES = 1 << (2 * K);
     // k = 5: 16 copies (64 KB), ~1.5-way conflicts
-    static constexpr int LOG2_COPIES = K <= 3 ? 5 : K == 4 ? KBIT_K4_LOG2_COPIES : KBIT_K5_LOG2_COPIES;
+    static constexpr int LOG2_COPIES = LC >= 0 ? LC : pair_lut_log2_copies<K>();
     static constexpr int COPIES = 1 << LOG2_COPIES;
     static constexpr int WORDS = ENTRIES * COPIES;
 };
@@ -26,15 +31,15 @@ template <int K> struct PairLut {
 // [key][copy] so lane l always reads bank l (copy l % COPIES).
 // nthreads: the threads that call it (tid < nthreads), default the whole block; tid: the
 // caller's linear thread index (default threadIdx.x: 1-D blocks).
-template <int K, typename T>
+template <int K, typename T, int LC = -1>
 __device__ __forceinline__ void build_pair_lut(u32* lut, const float* cb_s, int nthreads = 0, int tid = -1) {
     typedef typename KbitType<T>::T2 T2;
     // One thread per distinct entry (computed once) writes its COPIES/4 16-byte chunks,
     // starting at chunk (thread % CH) and rotating: the 8 threads of each quarter-warp
     // then hit 8 different chunk positions = all 32 banks, so every store instruction
     // runs at the minimum 4 wavefronts (the same chunk for all threads was 32-way).
-    constexpr int CH = PairLut<K>::COPIES / 4;
-    for (int e = tid < 0 ? (int)threadIdx.x : tid; e < PairLut<K>::ENTRIES; e += nthreads ? nthreads : blockDim.x) {
+    constexpr int CH = PairLut<K, LC>::COPIES / 4;
+    for (int e = tid < 0 ? (int)threadIdx.x : tid; e < PairLut<K, LC>::ENTRIES; e += nthreads ? nthreads : blockDim.x) {
         T2 v = KbitType<T>::pack2(cb_s[deinterleave_even((u32)e)], cb_s[deinterleave_even((u32)e >> 1)]);
         const u32 u = *reinterpret_cast<u32*>(&v);
         const uint4 q = make_uint4(u, u, u, u);

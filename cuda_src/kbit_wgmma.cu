@@ -201,15 +201,15 @@ namespace kbit_wgmma_detail {
 // The pair table and the E4M4 scale table of the default codebook (CBD: its levels are immediates)
 // in shared memory, by all 256 threads, with no global access: a programmatic dependent builds them
 // before griddepcontrol.wait (wgmma_cta's tables_built), off the path after it.
-template <int K, typename T>
+template <int K, typename T, int LC = -1>
 __device__ __forceinline__ void wgmma_default_tables() {
     extern __shared__ __align__(128) unsigned char smem[];
-    constexpr int LUT_BYTES = PairLut<K>::WORDS * 4;
+    constexpr int LUT_BYTES = PairLut<K, LC>::WORDS * 4;
     float* cb_s = reinterpret_cast<float*>(smem + LUT_BYTES + 1024);
     const int tid = threadIdx.x;
     if (tid < 32) cb_s[tid] = tid < (1 << K) ? kbit_default_level<K>(tid) : 0.0f;
     __syncthreads();
-    build_pair_lut<K, T>(reinterpret_cast<u32*>(smem), cb_s);
+    build_pair_lut<K, T, LC>(reinterpret_cast<u32*>(smem), cb_s);
     build_scale_table<T>(reinterpret_cast<u32*>(smem + LUT_BYTES), tid, 256);
 }
 
@@ -217,8 +217,8 @@ __device__ __forceinline__ void wgmma_default_tables() {
 // split `split` of `k_splits`; C[M, N] += its part (split-K tile index `tile` of `tiles`
 // in ws / counters).  Returns false where a split-K contributor leaves the sum to the
 // last one.  A, packed, absmax and C are this GEMM's bases (the grouped kernel passes
-// one expert's).
-template <int K, typename T, int TOK, bool CBD = false>
+// one expert's).  LC: the pair table's copies (log2; -1: PairLut's default).
+template <int K, typename T, int TOK, bool CBD = false, int LC = -1>
 __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __restrict__ packed,
                                           const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                           T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
@@ -231,8 +231,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     constexpr int A_BYTES = TOK * 128;              // tokens x 64 elements
     constexpr int W_BYTES = 1024 * K;               // one layout tile: 128 cols x 2 blocks x K words
     constexpr int STAGE_BYTES = (A_BYTES + W_BYTES + 256 + 1023) / 1024 * 1024;  // 1024-aligned (swizzle)
-    constexpr int LUT_BYTES = PairLut<K>::WORDS * 4;
-    constexpr int SH = PairLut<K>::LOG2_COPIES + 2;  // log2 bytes per LUT entry row
+    constexpr int LUT_BYTES = PairLut<K, LC>::WORDS * 4;
+    constexpr int SH = PairLut<K, LC>::LOG2_COPIES + 2;  // log2 bytes per LUT entry row
     constexpr int CS_STRIDE = 128 + 8;               // C staging row (elements), 16 B aligned, spreads banks
 
     extern __shared__ __align__(128) unsigned char smem[];
@@ -325,7 +325,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     }
     __syncthreads();
     if (!tables_built) {
-        build_pair_lut<K, T>(lut, cb_s);
+        build_pair_lut<K, T, LC>(lut, cb_s);
         build_scale_table<T>(s2tab, tid, 256);
     }
     if (pdl) {
@@ -344,7 +344,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
 #pragma unroll
     for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
 
-    const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4u * (u32)(lane & (PairLut<K>::COPIES - 1));
+    const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4u * (u32)(lane & (PairLut<K, LC>::COPIES - 1));
     const u32 s2_base = (u32)__cvta_generic_to_shared(s2tab);
     const int col_lo = 16 * warp + g;  // column of the 128-strip for fragment rows g (and +8)
     const int ksh = 2 * t;             // key_word shift
@@ -668,7 +668,10 @@ __global__ void __launch_bounds__(256, KBIT_WG_MINB) kbit_wgmma(const T* __restr
 #ifndef KBIT_WG_SAFE_TABLES_MIN_K
 #define KBIT_WG_SAFE_TABLES_MIN_K 4
 #endif
-template <int K, typename T, int TOK, bool CBD = false>
+// LC: the pair table's copies (log2, -1: PairLut's default).  k = 5 at 8 copies (32 KB, more bank
+// conflicts) fits two CTAs per SM at TOK = 64, where its 16 copies fit one (kbitcupy.wgmma.grouped_plan
+// picks; H100 2026-11-26, profiling/run28.sh k5copies).
+template <int K, typename T, int TOK, bool CBD = false, int LC = -1>
 __global__ void __launch_bounds__(256, 1)
     kbit_wgmma_grouped(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
                        const float* __restrict__ codebook, const float* __restrict__ tscale,
@@ -750,7 +753,7 @@ __global__ void __launch_bounds__(256, 1)
         // H100, 2026-11-26 (run26.sh safe, safe26.log, TOTAL gate/up fused + down, 16..64 tokens): k = 4
         // -0.1..-1.1 us (10 experts 64 tokens 25.83 -> 24.76), k = 2 +0.1..+0.5 at 8 experts.
         if (CBD && K >= KBIT_WG_SAFE_TABLES_MIN_K) {
-            kbit_wgmma_detail::wgmma_default_tables<K, T>();
+            kbit_wgmma_detail::wgmma_default_tables<K, T, LC>();
             tables_built = true;
         }
         griddep_wait_release();
@@ -762,7 +765,7 @@ __global__ void __launch_bounds__(256, 1)
             if (split != 0) break;
             __syncthreads();  // the previous tile's epilogue still reads the stage buffers
         }
-        kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD>(Ae, pe, ae, codebook, Ce, ws, counters, ntok, N, Kdim, m, nt,
+        kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, LC>(Ae, pe, ae, codebook, Ce, ws, counters, ntok, N, Kdim, m, nt,
                                                      first ? split : 0, first ? k_splits : 1, stages, ts, vec8, tile,
                                                      tiles, pdl == 2 && first, cluster != 0 && first, first && tables_built);
     }

@@ -53,6 +53,13 @@ MAX_SPLITS = 8
 # 8 / 10 experts; 1-4 %, 10 experts 16 tokens 12.95 -> 12.48 us), down equal (-1.4..+0.4 %); 6 no better than 5.
 GROUPED_MAX_STAGES = 5
 MAX_OCCUPANCY = int(os.environ.get("KBIT_WG_MAXOCC", "2"))  # CTAs per SM the stage choice aims for (env: experiment)
+# The grouped kernel at k = 5 also comes with 2**GROUPED_K5_LC copies of the pair table (32 KB instead of
+# 64 KB: two CTAs per SM at TOK = 64 / 128, more bank conflicts in the lookups); grouped_plan takes it where
+# fewer_copies_pays.  H100, 2026-11-26 (profiling/run28.sh k5sweep / k5copies, 8 / 10 / 12 experts, 16..64
+# tokens): 10 experts at 64 tokens gate/up fused 24.30 -> 19.31 us, down 16.97 -> 12.83 (two waves at one CTA
+# per SM -> one at two), but 8 experts' down 9.05 -> 10.51 and 16 tokens 4-9 % slower (the conflicts).
+GROUPED_K5_LC = 3
+GROUPED_K5_LC_TOKS = (64,)  # (TOK = 128 takes 182 registers: one CTA per SM whatever the table)
 
 
 def _env_on(name: str) -> bool:
@@ -90,11 +97,17 @@ def _instances():
             for tok in GROUPED_TOK_CHOICES:
                 inst[("grouped", k, t, tok)] = f"kbit_wgmma_grouped<{k}, {CTYPE[t]}, {tok}>"
                 inst[("grouped_cbd", k, t, tok)] = f"kbit_wgmma_grouped<{k}, {CTYPE[t]}, {tok}, true>"
+                # k = 5 with GROUPED_K5_LC copies of the pair table (grouped_plan's choice where the 16
+                # copies leave one CTA per SM)
+                if k == 5 and tok in GROUPED_K5_LC_TOKS:
+                    for cbd in (False, True):
+                        inst[("grouped_lc" + ("_cbd" if cbd else ""), k, t, tok)] = (
+                            f"kbit_wgmma_grouped<{k}, {CTYPE[t]}, {tok}, {'true' if cbd else 'false'}, {GROUPED_K5_LC}>")
     return inst
 
 
 def _group_of(key):
-    return key[:3] if key[0] in ("grouped", "cbd", "grouped_cbd") else key[:2]
+    return key[:3] if key[0] in ("grouped", "cbd", "grouped_cbd", "grouped_lc", "grouped_lc_cbd") else key[:2]
 
 
 # wgmma exists on sm_90a only; one NVRTC call per (k, dtype) compiles its TOK variants
@@ -127,8 +140,13 @@ def stage_bytes(k: int, tok: int) -> int:
 _K4_LOG2_COPIES = next((int(o.split("=", 1)[1]) for o in WGMMA.options if o.startswith("-DKBIT_K4_LOG2_COPIES=")), None)
 
 
-def smem_bytes(k: int, tok: int, stages: int) -> int:
-    lut = (1 << 8) * (1 << _K4_LOG2_COPIES) * 4 if k == 4 and _K4_LOG2_COPIES is not None else lut_bytes(k)
+def smem_bytes(k: int, tok: int, stages: int, lc=None) -> int:
+    """Dynamic shared memory of a CTA; lc: the pair table's copies (log2) where not lut_bytes' (the
+    grouped kernel's GROUPED_K5_LC instantiation)."""
+    if lc is not None:
+        lut = (1 << (2 * k)) * (1 << lc) * 4
+    else:
+        lut = (1 << 8) * (1 << _K4_LOG2_COPIES) * 4 if k == 4 and _K4_LOG2_COPIES is not None else lut_bytes(k)
     # + 1024: the stages start at the first 1024-byte aligned address after the tables
     return lut + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
 
@@ -207,16 +225,19 @@ def dense_splits(k_tiles: int, sms: int, tiles: int, tok: int, clustered) -> int
     return alt if cost(alt, True) < cost(fill, False) else fill
 
 
-def choose_stages(info: dict, k: int, tok: int, regs: int):
+def choose_stages(info: dict, k: int, tok: int, regs: int, lc=None):
     """(stages, CTAs per SM): the most resident CTAs (up to MAX_OCCUPANCY), then the deepest pipeline."""
-    return best_stages(info, range(MAX_STAGES, MIN_STAGES - 1, -1), lambda st: smem_bytes(k, tok, st), regs,
+    return best_stages(info, range(MAX_STAGES, MIN_STAGES - 1, -1), lambda st: smem_bytes(k, tok, st, lc), regs,
                        MAX_OCCUPANCY, f"kbit_wgmma<k={k}, TOK={tok}>", THREADS)
 
 
 # ----------------------------------------------------------------------------- plan
 class Plan:
     __slots__ = ("fn", "grid", "smem", "tok", "m_tiles", "k_splits", "stages", "tiles", "ws_floats", "occ", "cluster",
-                 "launch_smem", "one_wave")
+                 "launch_smem", "one_wave", "lc")
+
+    def __init__(self):
+        self.lc = None  # the pair table's copies (log2) where not lut_bytes' (smem_bytes' lc)
 
     @property
     def cl_size(self) -> int:
@@ -226,6 +247,7 @@ class Plan:
     def __repr__(self):
         return (f"WgmmaPlan(TOK={self.tok}, m_tiles={self.m_tiles}, k_splits={self.k_splits}, stages={self.stages}, "
                 f"grid={self.grid}, smem={self.smem}, occ={self.occ}, cluster={self.cluster}"
+                + (f", lc={self.lc}" if self.lc is not None else "")
                 + (f", launch_smem={self.launch_smem}" if self.launch_smem != self.smem else "") + ")")
 
 
@@ -280,7 +302,7 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
     """Fill split-K count, pipeline depth, grid and workspace of a plan over `tiles`
     (token tile x column strip) work tiles (dense and grouped kernels alike; dense: the split
     count from dense_splits)."""
-    st0, occ = choose_stages(info, k, tok, p.fn.num_regs)
+    st0, occ = choose_stages(info, k, tok, p.fn.num_regs, p.lc)
     st0 = min(st0, max_stages)
     k_tiles = -(-K // TILE_K)
     if k_tiles >= 1 << 16:  # the kernel splits K tiles in 32-bit arithmetic (k_tiles * k_splits < 2^32)
@@ -293,7 +315,7 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
         return int(stages) if stages is not None else max(MIN_STAGES, min(st0, -(-k_tiles // ks) + 2))
 
     def smem_for(ks):
-        return smem_bytes(k, tok, stages_for(ks))
+        return smem_bytes(k, tok, stages_for(ks), p.lc)
 
     def cl_smem_for(ks):
         # A clustered launch goes out with enough shared memory that an SM holds at most the plan's
@@ -370,23 +392,68 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
 
 
 def grouped_plan(N: int, K: int, k: int, dtype_name: str, dev_id: int, n_slots: int, max_tokens: int,
-                 k_splits=None, tok=None, stages=None, cluster=None, spread=None, cbd: bool = False) -> Plan:
+                 k_splits=None, tok=None, stages=None, cluster=None, spread=None, cbd: bool = False,
+                 fewer_copies=None) -> Plan:
     """Plan of the grouped kernel: every slot gets ceil(max_tokens / TOK) token tiles x
-    the column strips of one expert; split-K fills one wave as for the dense kernel."""
+    the column strips of one expert; split-K fills one wave as for the dense kernel.  k = 5 at
+    TOK in GROUPED_K5_LC_TOKS: the kernel with 2**GROUPED_K5_LC pair-table copies where
+    fewer_copies_pays (None; k_splits or stages given: the default copies), or as fewer_copies says
+    (True / False)."""
     key = ("grouped", dev_id, N, K, k, dtype_name, n_slots, max_tokens, k_splits, tok, stages, cluster, CLUSTER, spread,
-           bool(cbd))
+           bool(cbd), fewer_copies)
     p = _PLANS.get(key)
     if p is not None:
         return p
     mt = max(1, int(max_tokens))
     tok = _check_tok(choose_tok(mt, GROUPED_TOK_CHOICES) if tok is None else int(tok), GROUPED_TOK_CHOICES)
-    p = Plan()
-    p.fn = WGMMA.function(("grouped_cbd" if cbd else "grouped", k, dtype_name, tok))
-    p.m_tiles = -(-mt // tok)
-    p = _finish_plan(p, device_info(dev_id), k, K, tok, n_slots * p.m_tiles * -(-N // TILE_N), k_splits, stages,
-                     f"kbit_wgmma_grouped<k={k}, TOK={tok}>", GROUPED_MAX_STAGES, cluster, spread)
+    info = device_info(dev_id)
+
+    def make(lc):
+        q = Plan()
+        q.lc = lc
+        q.fn = WGMMA.function((("grouped_lc" if lc is not None else "grouped") + ("_cbd" if cbd else ""), k, dtype_name,
+                               tok))
+        q.m_tiles = -(-mt // tok)
+        return _finish_plan(q, info, k, K, tok, n_slots * q.m_tiles * -(-N // TILE_N), k_splits, stages,
+                            f"kbit_wgmma_grouped<k={k}, TOK={tok}>", GROUPED_MAX_STAGES, cluster, spread)
+
+    lc_ok = k == 5 and tok in GROUPED_K5_LC_TOKS
+    if fewer_copies and not lc_ok:
+        raise ValueError(f"fewer_copies: the grouped kernel has fewer table copies at k = 5, TOK in {GROUPED_K5_LC_TOKS} "
+                         f"only (k = {k}, TOK = {tok})")
+    p = make(GROUPED_K5_LC if fewer_copies else None)
+    if fewer_copies is None and lc_ok and k_splits is None and stages is None:
+        q = make(GROUPED_K5_LC)
+        if fewer_copies_pays(p.grid, p.occ, p.k_splits, q.grid, q.occ, q.k_splits, -(-K // TILE_K), info["sms"]):
+            p = q
     _PLANS[key] = p
     return p
+
+
+# The grouped plans' cost model for the choice of table copies (H100, 2026-11-26, k5sweep28 / k5copies28,
+# k = 5, TOK = 64): a wave of CTAs costs ~5-7 us of fixed work (prologue, pipeline fill, epilogue) plus
+# ~0.53 us per K tile of the SM's CTAs (gate/up fused, 8 experts: 32 K tiles a CTA 24.3 us, 16 tiles 16.0);
+# the 8-copy table's bank conflicts cost ~5 % a tile (16 tokens: 12.70 -> 13.22 us at the same plan).
+GROUPED_WAVE_US = 5.0
+GROUPED_TILE_US = 0.55
+GROUPED_LC_PENALTY = 1.05
+
+
+def grouped_cost(grid: int, occ: int, k_splits: int, k_tiles: int, sms: int, penalty: float = 1.0) -> float:
+    """Modelled time (us) of a grouped wgmma grid: its waves' fixed cost plus the K tiles of the
+    busiest SM's CTAs."""
+    waves = -(-grid // (sms * max(1, occ)))
+    return waves * GROUPED_WAVE_US + -(-grid // sms) * -(-k_tiles // k_splits) * GROUPED_TILE_US * penalty
+
+
+def fewer_copies_pays(grid: int, occ: int, ks: int, grid_lc: int, occ_lc: int, ks_lc: int, k_tiles: int,
+                      sms: int) -> bool:
+    """Whether the grouped plan at fewer pair-table copies (grid_lc CTAs, occ_lc per SM, ks_lc splits)
+    beats the plan at the default copies (grid, occ, ks) in grouped_cost.  Measured (k5copies28): 10 / 12
+    experts at 64 tokens (gate/up fused 80 / 96 tiles on one split at one CTA per SM, down 160 / 192
+    tiles in two waves) faster with 8 copies; 8 experts and 16..32 tokens slower."""
+    return occ_lc > occ and (grouped_cost(grid_lc, occ_lc, ks_lc, k_tiles, sms, GROUPED_LC_PENALTY)
+                             < grouped_cost(grid, occ, ks, k_tiles, sms))
 
 
 def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok=None, stream=None, cbd=False):
@@ -439,12 +506,12 @@ def _vec8(out) -> int:
 
 
 def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, tok=None, stages=None,
-                  ids_stable: bool = False, cluster=None, spread=None):
+                  ids_stable: bool = False, cluster=None, spread=None, fewer_copies=None):
     """C_sorted = per-slot A_sorted @ W_e^T (kbitcupy.grouped contract) with the grouped
     wgmma kernel, one launch.  Validated CuPy arrays (grouped.grouped_matmul checks them);
     err: the grouped kernels' int32 error flag.  No allocation after the first call of a
     shape on a stream (the split-K workspace is gemm's), no sync: capturable.  ids_stable:
-    see kbitcupy.grouped.grouped_matmul (PDL only)."""
+    see kbitcupy.grouped.grouped_matmul (PDL only); fewer_copies: grouped_plan's (k = 5)."""
     N, K = bank.shape
     dev = A.device.id
     if not supported(dev):
@@ -456,7 +523,7 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     p = grouped_plan(N, K, bank.k, tname, dev, n_slots, max_tokens, k_splits, tok, stages, cluster, spread,
-                     CBD and bank.default_codebook)
+                     CBD and bank.default_codebook, fewer_copies)
     set_smem(p.fn, p.launch_smem)
     ws, cnt = plan_workspace(p, dev, out)
     # the safe early mode for grids of one wave: with several, every later CTA would prefetch what it

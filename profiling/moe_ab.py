@@ -57,7 +57,8 @@ def column(name, toks):
 def wg_column(name, toks):
     """The grouped wgmma kernel with plan overrides +tok=, +ks_div=, +ks= (split count), +stages=,
     +cluster=0/1 (split-K sum through the workspace / over a thread block cluster), +spread=1 (one CTA
-    per SM's shared memory at launch), +stable=1 (the launch's ids_stable)."""
+    per SM's shared memory at launch), +stable=1 (the launch's ids_stable), +lc=0/1 (k = 5: the default /
+    fewer pair-table copies, grouped_plan's fewer_copies)."""
     from kbitcupy import wgmma as WG
 
     ov = {t[1:].split("=")[0]: int(t.split("=")[1]) for t in toks if t.startswith("+")}
@@ -68,6 +69,8 @@ def wg_column(name, toks):
             kw["cluster"] = bool(ov["cluster"])
         if "spread" in ov:
             kw["spread"] = bool(ov["spread"])
+        if "lc" in ov:
+            kw["fewer_copies"] = bool(ov["lc"])
         if "ks_div" in ov:
             tname = "bfloat16" if c.A.dtype == WG.bfloat16 else "float16"
             p = WG.grouped_plan(*c.bank.shape, c.bank.k, tname, c.A.device.id, int(c.ids.size), c.M, tok=kw["tok"])

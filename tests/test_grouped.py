@@ -325,6 +325,46 @@ def test_grouped_wgmma_plan(monkeypatch):
     WG._PLANS.clear()
 
 
+def test_grouped_wgmma_k5_table_copies(monkeypatch):
+    """k = 5 at TOK = 64: the kernel with fewer pair-table copies (two CTAs per SM) where one CTA per SM
+    leaves SMs idle on long split chains or needs a second wave (10 experts' gate/up fused and down at
+    64 tokens), the default copies where one wave of one CTA per SM holds the grid (8 experts), at 32
+    tokens (TOK = 32 fits two CTAs either way), at k = 4 and where the split count is forced."""
+    import kbitcupy.wgmma as WG
+
+    class FakeFn:
+        num_regs = 127  # the k = 5 TOK = 64 kernels (NVRTC, sm_90a)
+
+    info = dict(sms=132, smem_sm=228 * 1024, smem_block=227 * 1024, smem_reserved=1024, regs_sm=65536,
+                threads_sm=2048, blocks_sm=32)
+    monkeypatch.setattr(WG, "device_info", lambda dev: info)
+    monkeypatch.setattr(WG.WGMMA, "function", lambda key: FakeFn())
+    monkeypatch.setattr(WG, "cluster_capacity", lambda fn, smem, ks, info: (264, 132))
+    WG._PLANS.clear()
+    lc = WG.GROUPED_K5_LC
+    for (N, K, slots), want in (((1024, 2048, 10), lc), ((2048, 512, 10), lc), ((2048, 512, 12), lc),
+                                ((1024, 2048, 8), None), ((2048, 512, 8), None)):
+        p = WG.grouped_plan(N, K, 5, "float16", 0, slots, 64)
+        assert p.tok == 64 and p.lc == want, (N, K, slots, p)
+        assert p.occ == (2 if want else 1)
+        assert p.smem == WG.smem_bytes(5, 64, p.stages, p.lc) and p.smem <= info["smem_block"]
+    p = WG.grouped_plan(1024, 2048, 5, "float16", 0, 10, 64)
+    assert (p.k_splits, p.grid) == (3, 240)  # two CTAs per SM: three splits of 80 tiles
+    assert WG.smem_bytes(5, 64, 4, lc) == WG.smem_bytes(5, 64, 4) - 32 * 1024  # 8 copies: half of 64 KB
+    assert WG.grouped_plan(1024, 2048, 5, "float16", 0, 10, 32).lc is None
+    assert WG.grouped_plan(1024, 2048, 4, "float16", 0, 10, 64).lc is None
+    assert WG.grouped_plan(1024, 2048, 5, "float16", 0, 10, 64, k_splits=1).lc is None
+    assert WG.grouped_plan(1024, 2048, 5, "float16", 0, 8, 64, fewer_copies=True).lc == lc
+    assert WG.grouped_plan(1024, 2048, 5, "float16", 0, 10, 64, fewer_copies=False).lc is None
+    with pytest.raises(ValueError, match="fewer_copies"):
+        WG.grouped_plan(1024, 2048, 4, "float16", 0, 10, 64, fewer_copies=True)
+    # the model: a second wave costs a wave's fixed work, the conflicts ~5 % a tile
+    assert WG.fewer_copies_pays(160, 1, 1, 160, 2, 1, 8, 132)      # two waves -> one
+    assert not WG.fewer_copies_pays(128, 1, 1, 256, 2, 2, 8, 132)  # one wave either way
+    assert not WG.fewer_copies_pays(128, 1, 1, 128, 1, 1, 8, 132)  # no more CTAs per SM: never
+    WG._PLANS.clear()
+
+
 def test_family_instances_compile_without_spills():
     names = [GROUPED.instances[("mm", 4, "float16", 1)], GROUPED.instances[("mm", 5, "bfloat16", 4)],
              GROUPED.instances[("silu", "bfloat16")], GROUPED.instances[("combine", "float16", "float32")]]

@@ -791,6 +791,48 @@ def test_grouped_wgmma_moe_shapes(rng, shape, ntok):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_grouped_wgmma_k5_fewer_table_copies(rng, dtype):
+    """k = 5 with 8 pair-table copies (grouped_plan's choice for 10 experts at 64 tokens on a 132-SM
+    Hopper): bit-identical to the 16-copy kernel at the same split count (cluster and workspace sums),
+    and against the reference with uneven counts, an empty slot, a repeated expert and the bank's
+    default codebook or another."""
+    _need_sm90()
+    from kbitcupy.grouped import _err_buffer
+    from kbitcupy.wgmma import GROUPED_K5_LC, grouped_plan, grouped_wgmma
+
+    cp = _cp()
+    tname = "bfloat16" if dtype == bfloat16 else "float16"
+    chosen = 0
+    for N, K in ((1024, 2048), (2048, 512), (1000, 2080)):
+        for other_cb in (False, True):
+            bank = _bank(rng, 16, N, K, 5, on_gpu_quant=True)
+            if other_cb:
+                bank = other_codebook(bank, 5)[0]
+            ids = rng.permutation(16)[:10].astype(np.int32)
+            ids[7] = ids[2]  # a repeated expert
+            counts = rng.integers(40, 65, size=10)
+            counts[0], counts[5] = 64, 0
+            offs = _offsets(counts)
+            A_h = rng.standard_normal((offs[-1], K)).astype(dtype)
+            A, ids_d, offs_d = _dev(A_h), cp.asarray(ids), cp.asarray(offs)
+            p = grouped_plan(N, K, 5, tname, A.device.id, 10, 64, cbd=bank.default_codebook)
+            chosen += p.lc == GROUPED_K5_LC
+            out = _run(A_h, bank, ids, offs, 64, dtype, impl="wgmma")
+            _check(out, A_h, bank, ids, offs, dtype)
+            for ks, cl in ((1, None), (3, None), (3, False)):
+                outs = []
+                for fewer in (True, False):
+                    o = _nan((offs[-1], N), dtype)
+                    grouped_wgmma(A, bank, ids_d, offs_d, o, 64, _err_buffer(), k_splits=ks, cluster=cl,
+                                  fewer_copies=fewer)
+                    outs.append(_host(o).view(np.uint16))
+                np.testing.assert_array_equal(outs[0], outs[1])
+            assert read_errors() == 0
+    assert chosen, "no shape took the fewer-copies plan"
+
+
+@pytest.mark.gpu
 def test_grouped_wgmma_forced_splits_toks_deterministic(rng):
     """Forced split-K counts (1, 2, 3, max) and every TOK; repeated calls give bit-identical
     results (the split-K sum order is fixed, the counters reset themselves)."""

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Twenty-fifth session (2026-11-26).
+#   OUT=/tmp/out STEP=k5sweep bash profiling/run28.sh
+. profiling/run_env.sh
+start_run k5sweep
+# STEP=k5sweep: the grouped wgmma kernel at k = 5, 16..64 tokens per expert.  moe-final47 (H100) has a cliff there:
+#   10 experts, 64 tokens, gate/up fused 24.25 us (8 experts 15.96, 32 tokens 16.20) and down 17.05 (8 experts 9.12):
+#   0.70x fp16 bmm; k = 5 down is below fp16 at 16 / 32 tokens too (0.85-0.89x).  Why (the plan, CPU): at TOK = 64
+#   k = 5's 64 KB pair table leaves one CTA per SM (k = 4: two), and default_splits = slots // tiles floors to 1:
+#   gate/up's 80 tiles run 80 CTAs of all 32 K tiles (8 experts: 64 tiles x 2 splits), down's 160 tiles two waves.
+#   Expected: a split count of 2-3 on gate/up ~20-30 % faster; down at TOK = 32 (two CTAs per SM) or 2 splits
+#   faster; the mma.sync kernel (column "mma") may beat both on down.
+if [ "$STEP" = k5sweep ]; then
+  python3 profiling/warm_cache.py wgmma grouped 2>&1 | tail -1
+  MOE_GEMV=0 MOE_MMA=1 KS=${KS:-5} MS=${MS:-16,32,64} ES=${ES:-8,10,12} SHAPES=moe_gu_fused,moe_dn \
+    MOE_WG="d:;ks1:+ks=1;ks2:+ks=2;ks3:+ks=3;ks4:+ks=4;ks6:+ks=6;t32:+tok=32;t32k2:+tok=32 +ks=2;t32k3:+tok=32 +ks=3" \
+    timeout 450 python3 profiling/moe_ab.py --out "$W" > "$W/k5sweep28.log" 2>&1
+  grep -vE "^\s*$" "$W/k5sweep28.log" | tail -24
+fi
+# Measured (k5sweep28.log, H100): the plan's split count is the best or within 1 % in 16 of 18 cells (down E = 8 at 16 /
+#   32 tokens: 1 split 8.07 / 9.20 against the plan's 2, 9.12 / 9.60); more splits or TOK = 32 are slower everywhere
+#   (E = 10, 64 tokens, gate/up: 2 / 3 splits 30.40 / 26.13 us against 24.30; down 23.00 against 16.97; TOK = 32 32.60 /
+#   18.40).  A CTA wave at TOK = 64 costs ~7 us + 0.53 us per K tile (gate/up E = 8: 32 tiles 24.27, 16 tiles 15.95),
+#   so at one CTA per SM the cliff is the wave count: E = 10 gate/up 80 CTAs of 32 tiles, down 160 CTAs (two waves).
+# STEP=k5copies: the same at 8 copies of the k = 5 pair table (KBIT_K5_LOG2_COPIES=3: 32 KB instead of 64 KB, every
+#   family; lut_bytes plans with it).  Expected: TOK = 64 fits two CTAs per SM (k = 4 does, and runs 64 tokens at 10
+#   experts in 16.52 / 10.60 us against k = 5's 24.30 / 16.97): the plan then gives gate/up 3 splits (240 CTAs) and
+#   down one wave; k = 5 near k = 4's times, if the extra bank conflicts of the lookups cost less than the waves.
+#   Also the dense wgmma kernel at k = 5 (M = 32..128) both ways.
+if [ "$STEP" = k5copies ]; then
+  for c in 4 3; do
+    (export KBIT_K5_LOG2_COPIES=$c
+     python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+     MOE_GEMV=0 MOE_MMA=0 KS=5 MS=${MS:-16,32,64} ES=${ES:-8,10,12} SHAPES=moe_gu_fused,moe_dn \
+       MOE_WG="d:;ks1:+ks=1;ks2:+ks=2;ks3:+ks=3;ks4:+ks=4" \
+       timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/k5copies$c.log" 2>&1
+     echo "## KBIT_K5_LOG2_COPIES=$c"; grep -vE "^\s*$" "$W/k5copies$c.log" | tail -24 | grep -v "^TOTAL"
+     timeout 150 python3 profiling/bench.py --out "$W" --M 32,64,128 --k 5 --columns WGMMA,matmul --reps 10 \
+       --tag k5copies$c > "$W/bench_k5copies$c.log" 2>&1
+     grep -E "^### M|TOTAL" "$W/bench_k5copies$c.log")
+  done
+fi
+# Measured (k5copies28.log, H100, the same grid in both builds): 8 copies won where they gave the plan two CTAs per SM
+#   instead of a second wave or idle SMs on one split: 10 / 12 experts at 64 tokens gate/up fused 24.30 / 24.29 ->
+#   19.31 / 23.54 us, down 16.97 / 17.03 -> 12.83 / 12.85 (k = 5 TOTAL 41.26 -> 32.14: 0.70x -> 0.90x fp16 bmm); lost
+#   elsewhere (8 experts' down at 64 tokens 9.05 -> 10.51, 16 tokens gate/up 12.70 -> 13.22: the lookups' conflicts).
+#   The bench.py calls failed (--reps must be >= 15): the dense k = 5 wgmma was not measured.
+# STEP=verify: the grouped wgmma kernel with 8 k = 5 table copies as its own instantiation (kbit_wgmma_grouped<5, T,
+#   64, CBD, 3>), grouped_plan choosing it by a cost model (wgmma.fewer_copies_pays): GPU tests (bit-identical to the
+#   16-copy kernel at the same split count; against the reference), memcheck / racecheck over sanitize_k5lc.py, then
+#   the plan (d) against the 16 copies forced (old = the plan before) at k = 5, 8..32 experts, 16..100 tokens.
+#   Expected: d = old where the model keeps 16 copies; 10 / 12 experts at 64 tokens -4.4 / -4.2 us (down), -5 us
+#   (gate/up, 10 experts); 16 / 32 experts (several waves) unmeasured so far.
+if [ "$STEP" = verify ]; then
+  python3 profiling/warm_cache.py wgmma grouped 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_verify28.log" 400 tests/test_grouped_gpu.py tests/test_grouped.py -k "k5 or wgmma or impls"
+  sanitize memcheck "$W/memcheck_k5lc28.log" 240 profiling/sanitize_k5lc.py
+  sanitize racecheck "$W/racecheck_k5lc28.log" 300 profiling/sanitize_k5lc.py
+  MOE_GEMV=0 MOE_MMA=0 KS=5 MS=16,32,64,100 ES=8,10,12,16,32 SHAPES=moe_gu_fused,moe_dn \
+    MOE_WG="d:;old:+lc=0" timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/k5verify28.log" 2>&1
+  grep -vE "^\s*$" "$W/k5verify28.log" | tail -52 | grep -vE "^\s+k="
+fi
+finish_run run28
