@@ -60,4 +60,16 @@ if [ "$STEP" = verify ]; then
     MOE_WG="d:;old:+lc=0" timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/k5verify28.log" 2>&1
   grep -vE "^\s*$" "$W/k5verify28.log" | tail -52 | grep -vE "^\s+k="
 fi
+# Measured (k5verify28.log): the plan = the 16-copy plan in every cell but 64 tokens at 10 / 12 / 16 / 32 experts, where
+#   TOTAL 41.51 / 41.28 / 41.52 / 82.11 -> 32.35 / 37.14 / 37.22 / 64.28 us; GPU tests 37 passed; memcheck / racecheck
+#   clean.  At 100 tokens (TOK = 128: 182 registers, one CTA per SM with either table) k = 5 is 0.6-0.8x fp16 bmm.
+# STEP=trace: where a grouped wgmma CTA's time goes at 16 / 64 tokens (k = 4, 8 experts; one plain launch after an L2
+#   flush, profiling/wgmma_trace.py).  The k5 sweeps fit ~5-7 us of fixed work per wave besides ~0.53 us per K tile;
+#   expected: tables ~0.3-0.5 us, first tile ~1-1.5 us, split-K sum ~1 us, epilogue ~0.5 us.
+if [ "$STEP" = trace ]; then
+  KBIT_WG_CBD=0 KBIT_WGMMA_OPTS=-DKBIT_WG_TRACE KBITS=4 \
+    CASES="g:1024,2048,8,64;g:2048,512,8,64;g:1024,2048,8,16;g:2048,512,8,16;g:1024,2048,8,64,1;d:5120,2048,64" \
+    timeout 300 python3 profiling/wgmma_trace.py > "$W/wgtrace28.log" 2>&1
+  cat "$W/wgtrace28.log"
+fi
 finish_run run28
