@@ -171,9 +171,10 @@ __device__ __forceinline__ u32 key_word(const u32 (&p)[K], int sh) {
 
 // Timeline probe (profiling/wgmma_trace.py builds with -DKBIT_WG_TRACE): thread 0 of each
 // CTA stores clock64 at the phase boundaries (slots 0..5), globaltimer at entry / exit
-// (6, 7), its SM (8) and whether it summed the split-K partials (9).
+// (6, 7), its SM (8) and whether it summed the split-K partials (9); the cluster sum's steps (10:
+// partial stored, 11: first cluster barrier passed, 12: its share summed and stored).
 #ifdef KBIT_WG_TRACE
-#define KBIT_WG_TRACE_STRIDE 10
+#define KBIT_WG_TRACE_STRIDE 13
 __device__ unsigned long long kbit_wg_trace[65536 * KBIT_WG_TRACE_STRIDE];
 #define KBIT_WG_T(i, v)                                                                                   \
     do {                                                                                                  \
@@ -504,7 +505,9 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         for (int b = 0; b < TOK / 8; b++)
 #pragma unroll
             for (int e = 0; e < 4; e++) red[(8 * b + 2 * t + (e & 1)) * RS + col_lo + 8 * (e >> 1)] = acc[4 * b + e];
+        KBIT_WG_T(10, clock64());
         cluster_sync();
+        KBIT_WG_T(11, clock64());
         const int nch = min(TOK, M - m0) * 32;  // 4-column chunks of the tile's real tokens
         const int c0 = (int)((unsigned)nch * (unsigned)split / (unsigned)k_splits);  // nch <= 32 TOK: 32-bit
         const int c1 = (int)((unsigned)nch * (unsigned)(split + 1) / (unsigned)k_splits);
@@ -536,6 +539,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
                 for (int e = 0; e < 4 && col + e < N; e++) dst[e] = KbitType<T>::from_float(s4[e] * tensor_scale);
             }
         }
+        KBIT_WG_T(12, clock64());
         cluster_sync();
         KBIT_WG_T(4, clock64());
         KBIT_WG_T(9, split == 0 ? 1ull : 0ull);

@@ -72,4 +72,17 @@ if [ "$STEP" = trace ]; then
     timeout 300 python3 profiling/wgmma_trace.py > "$W/wgtrace28.log" 2>&1
   cat "$W/wgtrace28.log"
 fi
+# Measured (wgtrace28.log; the trace build takes more registers: one CTA per SM where production has two): tables
+#   after the wait 1.45-2.3 us (CBD off here; the default grouped mode builds them after its wait), a K tile ~0.63 us at
+#   TOK = 64 (wgmma issue ~0.2, dequantize ~0.18, copy issue ~0.11), and the cluster split-K sum 2.5 us at TOK = 64 with
+#   2 splits (gate/up, 8 experts, 64 tokens), 1.75 us at TOK = 16 (down, 16 tokens) -- more than the workspace sum
+#   (0.9 / 1.3 us at TOK = 16, 4 splits).
+# STEP=trace2: the cluster sum's steps (new stamps: partial to shared memory, first cluster barrier, the share summed
+#   and stored, second barrier).  Expected: the barriers or the DSMEM round trips, not the stores.
+if [ "$STEP" = trace2 ]; then
+  KBIT_WG_CBD=0 KBIT_WGMMA_OPTS=-DKBIT_WG_TRACE KBITS=4 \
+    CASES="g:1024,2048,8,64;g:2048,512,8,16;g:2048,512,8,64,2;d:2048,5120,64" \
+    timeout 300 python3 profiling/wgmma_trace.py > "$W/wgtrace28b.log" 2>&1
+  grep -E "^##|cluster sum|split-K|main loop|tables|CTA lifetime" "$W/wgtrace28b.log"
+fi
 finish_run run28

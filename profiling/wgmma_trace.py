@@ -1,7 +1,7 @@
 """Timeline of one launch of the wgmma GEMM (dense or grouped), cold L2: the kernel built
 with -DKBIT_WG_TRACE stores, per CTA, clock64 at entry, after the pair/scale tables, when
-K tile 0 has landed, after the main loop, after the split-K step and at exit, plus
-globaltimer at entry and exit, and thread 0's phase boundaries in main-loop iterations 0..7
+K tile 0 has landed, after the main loop, after the split-K step and at exit (and the cluster
+sum's steps), plus globaltimer at entry and exit, and thread 0's phase boundaries in main-loop iterations 0..7
 (steady state = iterations 2..6).  Prints percentiles over the CTAs (ns at the nominal clock).
 
 usage (GPU machine): KBIT_WGMMA_OPTS=-DKBIT_WG_TRACE python3 profiling/wgmma_trace.py
@@ -21,7 +21,7 @@ import kbitcupy as kb  # noqa: E402
 from kbitcupy import wgmma as WG  # noqa: E402
 from kbitcupy.grouped import _err_buffer, quantize_experts  # noqa: E402
 
-STRIDE = 10
+STRIDE = 13
 DEFAULT = "d:5120,2048,32;d:5120,2048,32,1;d:5120,2048,32,3;d:2048,5120,32;d:5120,2048,128;g:1024,2048,8,32;g:2048,512,8,32"
 
 
@@ -101,6 +101,11 @@ def main():
         c = (t[:, :6] - t[:, [0]]) * ns_per_clk
         rows = [("pair/scale tables", c[:, 1]), ("-> K tile 0 landed", c[:, 2] - c[:, 1]),
                 ("main loop (after tile 0)", c[:, 3] - c[:, 2])]
+        if p.k_splits > 1 and p.cluster:
+            rows += [("cluster sum: partial to smem", (t[:, 10] - t[:, 3]) * ns_per_clk),
+                     ("cluster sum: first barrier", (t[:, 11] - t[:, 10]) * ns_per_clk),
+                     ("cluster sum: share summed, stored", (t[:, 12] - t[:, 11]) * ns_per_clk),
+                     ("cluster sum: second barrier", (t[:, 4] - t[:, 12]) * ns_per_clk)]
         if p.k_splits > 1:
             last = t[:, 9] == 1
             rows += [("split-K: partial stored (not last)", (c[:, 4] - c[:, 3])[~last]),
