@@ -85,4 +85,29 @@ if [ "$STEP" = trace2 ]; then
     timeout 300 python3 profiling/wgmma_trace.py > "$W/wgtrace28b.log" 2>&1
   grep -E "^##|cluster sum|split-K|main loop|tables|CTA lifetime" "$W/wgtrace28b.log"
 fi
+# Measured (wgtrace28b.log): the cluster sum at 2 splits: first barrier ~0.6 us, the share's DSMEM loads + C stores
+#   0.47 us (TOK = 16) / 1.26 us (TOK = 64: four serial round trips), second barrier ~0.6 us; the workspace sum (gate/up
+#   8 experts 64 tokens, 4 splits; dense down M = 64, 8 splits): non-last CTAs 1.9-2.0 us from the main loop's end to
+#   return (16-32 KB of stores + the release), the last 3.7-4.0 us (its own stores and fence, then 8-16 serial L2 round
+#   trips of 4 float4).
+# STEP=fixup: both split-K sums shortened (same bits).  Cluster: every chunk of the thread's share summed together (one
+#   DSMEM round trip per SPB splits), the keep-alive barrier split (arrive when the partials are read, wait after the C
+#   stores).  Workspace: CTAs arrive first (counter low 16 bits); the last to arrive keeps its partial in shared memory
+#   instead of storing it and fencing, waits for the others' stores (high 16 bits, release / acquire), and sums two
+#   splits' 4 float4 at a time at TOK = 64.  Expected: the last CTA's 3.7-4.0 us -> ~1.5-2, the cluster sum 2.7 -> ~1.5
+#   us at TOK = 64; dense M = 64 / 128 and MoE 64 tokens 5-15 % faster.  GPU tests, memcheck over the dense plans, the
+#   trace again, then the tree A/B against the session's lc commit (b2017fc, ab_prev).
+if [ "$STEP" = fixup ]; then
+  python3 profiling/warm_cache.py wgmma grouped 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_fixup28.log" 400 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py tests/test_pdl_gpu.py -k "wgmma or impls or k5"
+  sanitize memcheck "$W/memcheck_plans28.log" 200 profiling/sanitize_plans25.py
+  KBIT_WG_CBD=0 KBIT_WGMMA_OPTS=-DKBIT_WG_TRACE KBITS=4 \
+    CASES="g:1024,2048,8,64;g:2048,512,8,16;g:2048,512,8,64,2;d:2048,5120,64;d:5120,2048,128" \
+    timeout 200 python3 profiling/wgmma_trace.py > "$W/wgtrace28c.log" 2>&1
+  grep -E "^##|cluster sum|split-K|main loop|CTA lifetime" "$W/wgtrace28c.log"
+  WARM="wgmma gemv_stream gemv quant" AB_TAG=fix28 PREV_TREE=ab_prev AB_TIMEOUT=150 \
+    AB_ARGS="--M 32,64,128 --k 4 --columns WGMMA,matmul --reps 15" OUT=$W bash profiling/tree_ab.sh
+  WARM="wgmma grouped gemv" AB_TAG=fix28moe PREV_TREE=ab_prev AB_TIMEOUT=150 \
+    AB_ARGS="--shapes moe --k 4 --moe-M 16,32,64 --experts 8,10 --columns Grouped,Grouped:stable --reps 15" OUT=$W bash profiling/tree_ab.sh
+fi
 finish_run run28
