@@ -447,96 +447,145 @@ __device__ __forceinline__ u32 probe_smid() {
 // For the fused GEMMs (kbit_wgmma; kbit_gemm.cu keeps an inline copy in its own
 // warp-major slot layout: moving it onto this helper changed the register allocation of
 // 38 of its instantiations and made two spill, not done without a GPU measurement).
-// The k_splits CTAs of an output tile meet on the tile's counter: low 16 bits = CTAs arrived,
-// high 16 bits = partials stored.  Each CTA first arrives (a relaxed atomic); the one that
-// arrives last keeps its own partial (NV float4 per thread) out of the workspace, waits until the
-// others' are stored, sums the k_splits partials in split order (its own from shared memory at
-// own_s, NV x NT float4: the result does not depend on which CTA arrives last), leaves the sum in
-// v, resets the counter to 0 (counters are all zero again after every launch, no host memset)
-// and returns true.  The others store their partials into their slots ws[split][tile][i][thread]
-// (coalesced 16-byte stores; of the NV float4 the first nv_live are real: rows past M are
-// skipped), publish them (release) and return false.  The last CTA's wait is for CTAs that have
-// arrived, i.e. finished their main loops and are storing: no deadlock whatever the grid.
-// Why not "store, then count" (the previous scheme): the last CTA paid its own 16-64 KB of
-// stores and a GPU-scope fence on the way to the sum (H100, 2026-11-26, wgtrace28b: non-last
-// CTAs 1.9-2.0 us from the end of the main loop to return, the last 3.7-4.0 us at TOK = 64).
-// LOADS: float4 loads in flight per thread in the sum (CHUNK of a split's float4s, LOADS / CHUNK
-// splits at a time; the caller's register budget decides: TOK <= 64 kernels keep two CTAs per SM).
-__device__ __forceinline__ int atomic_add_relaxed(int* p, int v) {
+// Every CTA of an output tile stores its fp32 partial (NV
+// float4 per thread, of which the first nv_live are real: rows past M are skipped) into
+// its own slot ws[split][tile][i][thread] (coalesced 16-byte stores), then thread 0
+// does one acquire-release atomicAdd on the tile's counter.  The CTA that sees count == k_splits - 1
+// sums the k_splits slots in split order (deterministic: the result does not depend on
+// which CTA arrives last), leaves the sum in v, resets the counter to 0 (so counters are
+// all zero again after every launch, no host memset) and returns true; the others
+// return false.  (A "first CTA stores, later CTAs atomicAdd" scheme would need the later
+// CTAs to wait for the first one's store; per-split slots avoid the wait and the atomics.)
+// The sums are latency-bound: for NV <= 4 the loads of SB slots x all NV float4s go out
+// together (8 in flight, one L2 round trip per SB slots; H200: 3-9 % of the whole GEMM at
+// M = 16 / 32).  Larger NV goes slot by slot with up to 8 float4 loads in flight, the
+// CTA's own slot re-read from L2 so that v itself holds the running sum (no extra
+// registers for it: the row-by-row loop it replaced cost one L2 round trip per float4
+// row, 16 round trips = 9.7 us of the last CTA at TOK = 128, profiling/wgmma_trace.py).
+// Both add in split order from 0, as the plain loop does: identical results.  CH: float4
+// loads in flight per thread for NV > 4 (the caller's register budget decides: 4 kept the
+// grouped TOK = 64 kernel at two CTAs per SM; one-CTA-per-SM callers pass more).
+// atomicAdd with acquire-release semantics at GPU scope (the split-K tile counters): one
+// MEMBAR.ALL.GPU + the atomic, where __threadfence() before and after a relaxed atomicAdd
+// is two fence.sc (MEMBAR.SC.GPU).
+__device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
     int old;
-    asm volatile("atom.add.relaxed.gpu.global.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
     return old;
 }
-__device__ __forceinline__ void red_add_release(int* p, int v) {
-    asm volatile("red.add.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ int ld_acquire(const int* p) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-template <int NV, int NT, int CHUNK = 4, int LOADS = CHUNK>
+#ifdef KBIT_SERIAL_FIXUP  // experiment hook: the plain row-by-row loop for every NV (A/B)
+#define KBIT_SERIAL_FIXUP_ON true
+#else
+#define KBIT_SERIAL_FIXUP_ON false
+#endif
+#ifdef KBIT_FIXUP_ROWWISE  // experiment hook: the plain loop for NV > 4 (the previous code, A/B)
+#define KBIT_FIXUP_ROWWISE_ON true
+#else
+#define KBIT_FIXUP_ROWWISE_ON false
+#endif
+template <int NV, int NT, int CHUNK = 4>
 __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float* __restrict__ ws,
                                              int* __restrict__ counters, int* flag, int tile, int tiles, int split,
-                                             int k_splits, float4* own_s) {
+                                             int k_splits) {
     const int tid = threadIdx.x;
     constexpr long TILE_FLOATS = (long)NV * 4 * NT;
     const long split_stride = (long)tiles * TILE_FLOATS;
     const float* base = ws + (long)tile * TILE_FLOATS + tid * 4;
-    if (tid == 0) *flag = (atomic_add_relaxed(counters + tile, 1) & 0xFFFF) == k_splits - 1;
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+        if (i < nv_live) __stcg(reinterpret_cast<float4*>(ws + (long)tile * TILE_FLOATS + tid * 4 + split * split_stride + i * 4 * NT), v[i]);
+    // Release: the barrier orders every thread's partial stores before thread 0's
+    // gpu-scope release (cumulative) on the counter; acquire: thread 0's atomic acquires,
+    // the barrier orders it before everyone's loads (the grid-barrier pattern): one fence
+    // per CTA instead of one per warp.  -DKBIT_FIXUP_FENCE_ALL: every thread fences (the
+    // previous scheme, an A/B hook).
+#ifdef KBIT_FIXUP_FENCE_ALL
+    __threadfence();
+#endif
     __syncthreads();
-    if (!*flag) {
-#pragma unroll
-        for (int i = 0; i < NV; i++)
-            if (i < nv_live) __stcg(reinterpret_cast<float4*>(ws + (base - ws) + split * split_stride + i * 4 * NT), v[i]);
-        // Release: the barrier orders every thread's partial stores before thread 0's gpu-scope
-        // release (cumulative) on the counter; the last CTA's thread 0 acquires, and its barrier
-        // orders that before everyone's loads (the grid-barrier pattern: one fence per CTA).
-        __syncthreads();
-        if (tid == 0) red_add_release(counters + tile, 1 << 16);
-        return false;
-    }
-#pragma unroll
-    for (int i = 0; i < NV; i++) own_s[i * NT + tid] = v[i];
     if (tid == 0) {
-        while ((ld_acquire(counters + tile) >> 16) != k_splits - 1) __nanosleep(32);
-        counters[tile] = 0;  // every other CTA of the tile is done with it
+#if defined(KBIT_FIXUP_FENCE_ALL)
+        const bool last = atomicAdd(counters + tile, 1) == k_splits - 1;
+#elif defined(KBIT_FIXUP_SC_FENCE)
+        __threadfence();
+        const bool last = atomicAdd(counters + tile, 1) == k_splits - 1;
+        if (last) __threadfence();
+#else
+        // One acquire-release atomic instead of __threadfence (fence.sc: MEMBAR.SC.GPU) before
+        // and after a relaxed one: release and acquire are all the pattern needs (release is
+        // cumulative over the barrier-ordered stores of the CTA), and SASS drops to one
+        // MEMBAR.ALL.GPU.  -DKBIT_FIXUP_SC_FENCE: the two sc fences (the previous code, A/B).
+        const bool last = atomic_add_acq_rel(counters + tile, 1) == k_splits - 1;
+#endif
+        *flag = last;
     }
     __syncthreads();
-    constexpr int CH = NV < CHUNK ? NV : CHUNK;
-    constexpr int SB = LOADS / CH > 1 ? LOADS / CH : 1;
-    static_assert(NV % CH == 0, "CHUNK must divide NV");
+    if (!*flag) return false;
+#ifdef KBIT_FIXUP_FENCE_ALL
+    __threadfence();
+#endif
+    if (NV > 4 && !KBIT_SERIAL_FIXUP_ON && !KBIT_FIXUP_ROWWISE_ON) {
+        constexpr int CH = NV < CHUNK ? NV : CHUNK;
+        static_assert(NV % CH == 0, "CHUNK must divide NV");
 #pragma unroll
-    for (int i0 = 0; i0 < NV; i0 += CH) {
-        float4 sum[CH];
+        for (int i0 = 0; i0 < NV; i0 += CH) {
 #pragma unroll
-        for (int i = 0; i < CH; i++) sum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 1
+            for (int i = 0; i < CH; i++) v[i0 + i] = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int sp = 0; sp < k_splits; sp++) {
+                float4 x[CH];
+#pragma unroll
+                for (int i = 0; i < CH; i++)
+                    x[i] = i0 + i < nv_live ? __ldcg(reinterpret_cast<const float4*>(base + sp * split_stride + (i0 + i) * 4 * NT))
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                for (int i = 0; i < CH; i++) {
+                    v[i0 + i].x += x[i].x; v[i0 + i].y += x[i].y; v[i0 + i].z += x[i].z; v[i0 + i].w += x[i].w;
+                }
+            }
+        }
+    } else if (NV > 4 || KBIT_SERIAL_FIXUP_ON) {
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            if (i >= nv_live) continue;
+            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int sp = 0; sp < k_splits; sp++) {
+                const float4 x = sp == split ? v[i] : __ldcg(reinterpret_cast<const float4*>(base + sp * split_stride + i * 4 * NT));
+                s.x += x.x; s.y += x.y; s.z += x.z; s.w += x.w;
+            }
+            v[i] = s;
+        }
+    } else {
+        constexpr int SB = NV <= 2 ? 4 : 2;
+        float4 sum[NV];
+#pragma unroll
+        for (int i = 0; i < NV; i++) sum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
         for (int sp0 = 0; sp0 < k_splits; sp0 += SB) {
-            float4 x[SB][CH];
+            float4 x[SB][NV];
 #pragma unroll
             for (int u = 0; u < SB; u++) {
                 const int sp = sp0 + u;
 #pragma unroll
-                for (int i = 0; i < CH; i++) {
+                for (int i = 0; i < NV; i++) {
                     x[u][i] = make_float4(0.f, 0.f, 0.f, 0.f);
-                    if (i0 + i >= nv_live || sp >= k_splits) continue;
-                    x[u][i] = sp == split ? own_s[(i0 + i) * NT + tid]
-                                          : __ldcg(reinterpret_cast<const float4*>(base + sp * split_stride + (i0 + i) * 4 * NT));
+                    if (i >= nv_live) continue;
+                    if (sp == split) x[u][i] = v[i];
+                    else if (sp < k_splits) x[u][i] = __ldcg(reinterpret_cast<const float4*>(base + sp * split_stride + i * 4 * NT));
                 }
             }
 #pragma unroll
-            for (int u = 0; u < SB; u++)
+            for (int u = 0; u < SB; u++) {
                 if (sp0 + u < k_splits) {
 #pragma unroll
-                    for (int i = 0; i < CH; i++) {
+                    for (int i = 0; i < NV; i++) {
                         sum[i].x += x[u][i].x; sum[i].y += x[u][i].y; sum[i].z += x[u][i].z; sum[i].w += x[u][i].w;
                     }
                 }
+            }
         }
 #pragma unroll
-        for (int i = 0; i < CH; i++)
-            if (i0 + i < nv_live) v[i0 + i] = sum[i];
+        for (int i = 0; i < NV; i++)
+            if (i < nv_live) v[i] = sum[i];
     }
+    if (tid == 0) counters[tile] = 0;
     return true;
 }

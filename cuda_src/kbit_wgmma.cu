@@ -104,7 +104,8 @@ __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sy
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-// The split form: arrive (relaxed: nothing of ours to publish) now, wait later.
+// The split form, arrive now and wait later; relaxed: the arrive orders none of our memory operations
+// (a release arrive waits until they are performed, the C stores included).
 __device__ __forceinline__ void cluster_arrive_relaxed() {
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 }
@@ -516,50 +517,24 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         const int nch = min(TOK, M - m0) * 32;  // 4-column chunks of the tile's real tokens
         const int c0 = (int)((unsigned)nch * (unsigned)split / (unsigned)k_splits);  // nch <= 32 TOK: 32-bit
         const int c1 = (int)((unsigned)nch * (unsigned)(split + 1) / (unsigned)k_splits);
-        // The thread's chunks i = c0 + tid + 256 j (j < CPT) summed together: their loads for SPB splits
-        // at a time go out at once (CPT x SPB float4 in flight), the adds in split order from 0 (the
-        // workspace path's order: the same bits).  One DSMEM round trip per SPB splits instead of one
-        // per chunk and split pair: H100 2026-11-26 (wgtrace28b), TOK = 64 with 2 splits: the sum
-        // and C stores took 1.26 us of the CTA, four round trips.  LB: the float4s in flight, within
-        // the registers the main loop leaves (the grouped TOK <= 64 kernels keep two CTAs per SM).
-        constexpr int CPT = (TOK * 32 / 2 + 255) / 256;  // chunks per thread at 2 splits (the most)
-        constexpr int LB = TOK >= 128 ? 16 : 8;
-        constexpr int SPB = LB / CPT > 1 ? LB / CPT : 1;
-        float4 v[CPT];
-        u32 la[CPT];
-#pragma unroll
-        for (int j = 0; j < CPT; j++) {
-            v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-            const int i = c0 + tid + 256 * j;
-            la[j] = stage0_s + 4u * (u32)((i >> 5) * RS + (i & 31) * 4);
-        }
-#pragma unroll 1
-        for (int sp0 = 0; sp0 < k_splits; sp0 += SPB) {
-            float4 x[CPT][SPB];
-#pragma unroll
-            for (int j = 0; j < CPT; j++)
-#pragma unroll
-                for (int q = 0; q < SPB; q++)
-                    x[j][q] = c0 + tid + 256 * j < c1 && sp0 + q < k_splits ? ld_cluster_f4(cluster_map(la[j], sp0 + q))
-                                                                            : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-            for (int j = 0; j < CPT; j++)
-#pragma unroll
-                for (int q = 0; q < SPB; q++)
-                    if (sp0 + q < k_splits) {
-                        v[j].x += x[j][q].x; v[j].y += x[j][q].y; v[j].z += x[j][q].z; v[j].w += x[j][q].w;
-                    }
-        }
-        // The partials read (their values are in v): arrive now, wait before exit -- the barrier that
-        // keeps every CTA's partial in place for the others overlaps the C stores.
-        cluster_arrive_relaxed();
-#pragma unroll
-        for (int j = 0; j < CPT; j++) {
-            const int i = c0 + tid + 256 * j;
+        for (int i = c0 + tid; i < c1; i += 256) {
             const int r = i >> 5, c4 = (i & 31) * 4;
             const int col = n0 + c4;
-            if (i >= c1 || col >= N) continue;
-            const float s4[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+            if (col >= N) continue;
+            const u32 la = stage0_s + 4u * (u32)(r * RS + c4);
+            // splits in pairs, two DSMEM loads in flight (all of them in flight cost the grouped
+            // kernel ~27 registers under CUDA 13, and with them its second CTA per SM)
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 1
+            for (int sp = 0; sp < k_splits; sp += 2) {
+                const float4 x0 = ld_cluster_f4(cluster_map(la, sp));
+                const float4 x1 = sp + 1 < k_splits ? ld_cluster_f4(cluster_map(la, sp + 1)) : make_float4(0.f, 0.f, 0.f, 0.f);
+                v.x += x0.x; v.y += x0.y; v.z += x0.z; v.w += x0.w;
+                if (sp + 1 < k_splits) {
+                    v.x += x1.x; v.y += x1.y; v.z += x1.z; v.w += x1.w;
+                }
+            }
+            const float s4[4] = {v.x, v.y, v.z, v.w};
             T* dst = C + (long)(m0 + r) * N + col;
             if (vec8 && col + 4 <= N) {  // 8-byte aligned: N % 8 == 0, 16-byte aligned base
                 __align__(8) T o[4];
@@ -571,6 +546,11 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
             }
         }
         KBIT_WG_T(12, clock64());
+        // Keep every CTA's partial in place until the others have read it: the reads are done (their
+        // values are in the C stores), so a relaxed arrive suffices; the release one (cluster_sync)
+        // waited for the C stores to be performed, ~0.6 us of the CTA (H100, 2026-11-26, wgtrace28b /
+        // wgtrace28c: 0.6 -> 0.03 us at TOK = 16 and 64, 2 splits).
+        cluster_arrive_relaxed();
         cluster_wait();
         KBIT_WG_T(4, clock64());
         KBIT_WG_T(9, split == 0 ? 1ull : 0ull);
@@ -586,13 +566,10 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         for (int i = 0; i < NACC / 4; i++) v[i] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
         // TOK >= 128 runs one CTA per SM: the last CTA's sum keeps 8-16 float4 loads in flight
         // per thread (4 made it one L2 round trip per 16 KB: 4.3 us at gate/up M = 128 with 3
-        // splits, 7 us at down with 8; profiling/wgmma_trace.py, H200, 2026-11-25); TOK = 64 two
-        // splits' 4 at a time.  The last CTA's own partial waits in the (idle) stage buffers.
+        // splits, 7 us at down with 8; profiling/wgmma_trace.py, H200, 2026-11-25)
         constexpr int SUM_CH = TOK == 128 ? 16 : TOK == 192 ? 8 : 4;
-        constexpr int SUM_LOADS = TOK == 64 ? 8 : SUM_CH;
-        static_assert(4 * STAGE_BYTES >= TOK * 128 * 4, "the own partial fits the stage buffers (>= 4 stages)");
-        const bool last = splitk_fixup<NACC / 4, 256, SUM_CH, SUM_LOADS>(
-            v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits, reinterpret_cast<float4*>(stage0));
+        const bool last =
+            splitk_fixup<NACC / 4, 256, SUM_CH>(v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits);
         KBIT_WG_T(4, clock64());  // partials stored (and summed by the last CTA)
         KBIT_WG_T(9, last ? 1ull : 0ull);
         if (!last) {

@@ -110,4 +110,25 @@ if [ "$STEP" = fixup ]; then
   WARM="wgmma grouped gemv" AB_TAG=fix28moe PREV_TREE=ab_prev AB_TIMEOUT=150 \
     AB_ARGS="--shapes moe --k 4 --moe-M 16,32,64 --experts 8,10 --columns Grouped,Grouped:stable --reps 15" OUT=$W bash profiling/tree_ab.sh
 fi
+# Measured (fixup, git 0785ba4; wgtrace28c, fix28-*, fix28moe-*): the cluster sum's keep-alive barrier 0.6 -> 0.03 us
+#   (the release arrive had waited for the C stores), but its batched loads no faster (TOK = 64 1.26 -> 1.36 us: not
+#   serial round trips); the arrive-first workspace sum no faster for the last CTA (gate/up 8 experts 64 tokens 3.7 ->
+#   3.8 us) and slower at 8 splits (dense down M = 64: 3.97 -> 5.67: the last arriver waits for the others' stores,
+#   which start only after their arrive's round trip); A/B: dense k = 4 TOTAL M = 32 / 64 / 128 42.98 / 52.10 / 65.82 ->
+#   41.94 / 53.14 / 65.77 us, MoE 16 tokens 17.71 -> 18.63 (8 experts), 64 tokens 23.87 -> 23.23.  A test failed:
+#   kbit_gemm.cu used the removed atomic_add_acq_rel (its family had not been compiled on the CPU).  Both reverted but
+#   the relaxed keep-alive arrive (kbit_wgmma.cu).
+# STEP=fixup2: that tree.  GPU tests (wgmma / grouped / PDL / gemm dispatch), the trace, the tree A/B as in fixup.
+#   Expected: cluster-sum plans (MoE down at 16 tokens, dense down / O at M = 128: 6 splits) ~0.5 us faster, the rest equal.
+if [ "$STEP" = fixup2 ]; then
+  python3 profiling/warm_cache.py wgmma grouped gemm 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_fixup28b.log" 400 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py tests/test_pdl_gpu.py -k "wgmma or impls or k5"
+  KBIT_WG_CBD=0 KBIT_WGMMA_OPTS=-DKBIT_WG_TRACE KBITS=4 CASES="g:2048,512,8,16;g:2048,512,8,64,2;d:2048,5120,128" \
+    timeout 200 python3 profiling/wgmma_trace.py > "$W/wgtrace28d.log" 2>&1
+  grep -E "^##|cluster sum|split-K|CTA lifetime" "$W/wgtrace28d.log"
+  WARM="wgmma gemv_stream gemv quant" AB_TAG=fix28b PREV_TREE=ab_prev AB_TIMEOUT=150 \
+    AB_ARGS="--M 32,64,128 --k 4 --columns WGMMA,matmul --reps 15" OUT=$W bash profiling/tree_ab.sh
+  WARM="wgmma grouped gemv" AB_TAG=fix28bmoe PREV_TREE=ab_prev AB_TIMEOUT=150 \
+    AB_ARGS="--shapes moe --k 4 --moe-M 16,32,64 --experts 8,10 --columns Grouped,Grouped:stable --reps 15" OUT=$W bash profiling/tree_ab.sh
+fi
 finish_run run28
