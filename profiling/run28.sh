@@ -131,4 +131,19 @@ if [ "$STEP" = fixup2 ]; then
   WARM="wgmma grouped gemv" AB_TAG=fix28bmoe PREV_TREE=ab_prev AB_TIMEOUT=150 \
     AB_ARGS="--shapes moe --k 4 --moe-M 16,32,64 --experts 8,10 --columns Grouped,Grouped:stable --reps 15" OUT=$W bash profiling/tree_ab.sh
 fi
+# Measured (fixup2; fix28b-*, fix28bmoe-*, wgtrace28d): 85 GPU tests passed; the keep-alive barrier 0.03-0.3 us (was
+#   ~0.6); same-run A/B against the session's lc commit: dense k = 4 TOTAL M = 32 / 64 / 128 42.98 / 52.11 / 66.19 -> 42.56 /
+#   51.01 / 63.90 us (0.74x -> 0.76x at 128: down / Q / O / KV -0.4..-0.6 us each), MoE k = 4 8 experts 16 / 32 / 64 tokens
+#   17.75 / 20.02 / 24.01 -> 17.71 / 19.47 / 23.51 (64 tokens 0.97x -> 0.99x).
+# STEP=final: closing tables of the session's tree: MoE k = 4 / 5 at 1..64 tokens (moe-final48), dense k = 4 M = 16..128
+#   (final44).
+if [ "$STEP" = final ]; then
+  python3 profiling/warm_cache.py wgmma grouped gemv gemv_stream quant 2>&1 | tail -1
+  timeout 230 python3 profiling/bench.py --out "$W" --shapes moe --k 4,5 --moe-M 1,4,16,32,64 --experts 8,10 \
+    --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final48 > "$W/bench_moe48.log" 2>&1
+  grep -E "TOTAL|as moe_forward" "$W/bench_moe48.log" | grep -E "\| 4 \||\| 5 \||k = 4|k = 5" | head -60
+  timeout 170 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
+    --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final44 > "$W/bench44.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench44.log"
+fi
 finish_run run28
