@@ -146,4 +146,22 @@ if [ "$STEP" = final ]; then
     --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final44 > "$W/bench44.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench44.log"
 fi
+# Measured (moe-final48, final44): MoE k = 4 as moe_forward launches them, 8 / 10 experts: 1 token 2.02x / 2.00x, 4 tokens
+#   1.96x / 1.98x, 16 tokens 1.36x / 1.41x, 32 tokens 1.25x / 1.34x, 64 tokens 1.06x / 1.17x; the default per-projection
+#   call at 64 tokens 0.99x / 1.07x (moe-final47: 0.96x / 1.06x); k = 5 at 64 tokens 0.94x / 0.90x (was 0.92x / 0.70x).
+#   Dense k = 4 TOTAL M = 16 / 32 / 64 / 128: 1.39x / 1.11x / 0.95x / 0.77x (final43: 1.40x / 1.11x / 0.92x / 0.74x).
+# STEP=h200: the same closing tables on an H200 (k = 4 / 5, 16..64 tokens; dense M = 32..128), and a same-run A/B of the
+#   k = 5 table copies (moe_ab: the plan against 16 copies forced).
+if [ "$STEP" = h200 ]; then
+  python3 profiling/warm_cache.py wgmma grouped gemv gemv_stream quant 2>&1 | tail -1
+  MOE_GEMV=0 MOE_MMA=0 KS=5 MS=64 ES=8,10,12 SHAPES=moe_gu_fused,moe_dn MOE_WG="d:;old:+lc=0" \
+    timeout 100 python3 profiling/moe_ab.py --out "$W" > "$W/k5verify28h.log" 2>&1
+  grep -E "^TOTAL" "$W/k5verify28h.log"
+  timeout 200 python3 profiling/bench.py --out "$W" --shapes moe --k 4,5 --moe-M 16,32,64 --experts 8,10 \
+    --columns Grouped,Grouped:stable --reps 15 --tag moe-final48h > "$W/bench_moe48h.log" 2>&1
+  grep -E "TOTAL|as moe_forward" "$W/bench_moe48h.log" | head -40
+  timeout 150 python3 profiling/bench.py --out "$W" --M 32,64,128 --k 4 \
+    --columns STREAM,WGMMA,dq+cuBLAS,matmul --reps 15 --tag final44h > "$W/bench44h.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench44h.log"
+fi
 finish_run run28
