@@ -164,4 +164,13 @@ if [ "$STEP" = h200 ]; then
     --columns STREAM,WGMMA,dq+cuBLAS,matmul --reps 15 --tag final44h > "$W/bench44h.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench44h.log"
 fi
+# Ran on the warm H100 (the device tool keeps a held machine for kind nvidia-h200 unless needs_h200): a replicate, files
+#   *_final44rep, *_moe-final48rep, *_k5verify28rep.log (k = 5 64 tokens 10 experts 42.27 -> 32.83 us, 12 experts 41.96 ->
+#   37.78; MoE k = 4 64 tokens 0.99x / 1.06x; dense M = 128 0.77x: the same as STEP=final).
+# STEP=suite: the whole GPU suite on the session's final kernels (every family's source includes kbit_pairlut.cuh, which
+#   changed).
+if [ "$STEP" = suite ]; then
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_suite28.log" 470
+fi
 finish_run run28
