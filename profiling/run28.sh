@@ -175,7 +175,8 @@ if [ "$STEP" = suite ]; then
 fi
 # Measured (gpu_tests_suite28.log): 553 passed, 1 failed: the new test_grouped_wgmma_k5_fewer_table_copies[float16]
 #   read the device error flag that an earlier test had left set (ERR_MAX_TOKENS; alone it passed, 37 / 85 tests in
-#   verify / fixup2); the test now clears the flag first.  STEP=suite2: that test file again.
+#   verify / fixup2); the test now clears the flag first.  STEP=suite2: that test file again -- 140 passed
+#   (gpu_tests_suite28b.log).
 if [ "$STEP" = suite2 ]; then
   gpu_tests "$W/gpu_tests_suite28b.log" 300 tests/test_grouped_gpu.py
 fi
