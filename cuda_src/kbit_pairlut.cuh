@@ -14,15 +14,12 @@
 #ifndef KBIT_K4_LOG2_COPIES
 #define KBIT_K4_LOG2_COPIES 5
 #endif
-// The table's copies (log2) unless a kernel asks for others (LC >= 0: the grouped wgmma kernel's k = 5
-// instantiation with 8 copies, whose 32 KB fit two CTAs per SM at 64 tokens a tile).
-template <int K> __host__ __device__ constexpr int pair_lut_log2_copies() {
-    return K <= 3 ? 5 : K == 4 ? KBIT_K4_LOG2_COPIES : KBIT_K5_LOG2_COPIES;
-}
+// LC >= 0: a kernel's own copies (log2; the grouped wgmma kernel's k = 5 instantiation with 8 copies,
+// whose 32 KB fit two CTAs per SM at 64 tokens a tile), else the defaults below.
 template <int K, int LC = -1> struct PairLut {
     static constexpr int ENTRIES = 1 << (2 * K);
     // k = 5: 16 copies (64 KB), ~1.5-way conflicts
-    static constexpr int LOG2_COPIES = LC >= 0 ? LC : pair_lut_log2_copies<K>();
+    static constexpr int LOG2_COPIES = LC >= 0 ? LC : K <= 3 ? 5 : K == 4 ? KBIT_K4_LOG2_COPIES : KBIT_K5_LOG2_COPIES;
     static constexpr int COPIES = 1 << LOG2_COPIES;
     static constexpr int WORDS = ENTRIES * COPIES;
 };
