@@ -180,4 +180,14 @@ fi
 if [ "$STEP" = suite2 ]; then
   gpu_tests "$W/gpu_tests_suite28b.log" 300 tests/test_grouped_gpu.py
 fi
+# STEP=batch (the session's last device seconds): the cluster sum's batched loads (hook -DKBIT_WG_CLUSTER_BATCH, the
+#   fixup step's loop) where the share loop is ~9 serial DSMEM round trips: dense down / O at M = 128 (TOK = 128, 6
+#   clustered splits; wgtrace28d: share summed and stored 2.36 us p50).  Expected, if latency-bound: ~0.8-1 us.
+if [ "$STEP" = batch ]; then
+  for o in "" "-DKBIT_WG_CLUSTER_BATCH"; do
+    echo "## KBIT_WGMMA_OPTS extra: '$o'"
+    KBIT_WG_CBD=0 KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE $o" KBITS=4 CASES="d:2048,5120,128;d:2048,4096,128" \
+      timeout 60 python3 profiling/wgmma_trace.py 2>&1 | grep -E "^##|cluster sum|CTA lifetime|span"
+  done 2>&1 | tee "$W/wgtrace28e.log"
+fi
 finish_run run28
