@@ -517,14 +517,15 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         const int nch = min(TOK, M - m0) * 32;  // 4-column chunks of the tile's real tokens
         const int c0 = (int)((unsigned)nch * (unsigned)split / (unsigned)k_splits);  // nch <= 32 TOK: 32-bit
         const int c1 = (int)((unsigned)nch * (unsigned)(split + 1) / (unsigned)k_splits);
-#ifndef KBIT_WG_CLUSTER_BATCH
         for (int i = c0 + tid; i < c1; i += 256) {
             const int r = i >> 5, c4 = (i & 31) * 4;
             const int col = n0 + c4;
             if (col >= N) continue;
             const u32 la = stage0_s + 4u * (u32)(r * RS + c4);
             // splits in pairs, two DSMEM loads in flight (all of them in flight cost the grouped
-            // kernel ~27 registers under CUDA 13, and with them its second CTA per SM)
+            // kernel ~27 registers under CUDA 13, and with them its second CTA per SM).  More in flight
+            // (all of a thread's chunks, two splits each) was slower: TOK = 64 / 2 splits 1.26 -> 1.36 us,
+            // TOK = 128 / 6 splits 2.36 -> 3.08 (H100 2026-11-26, wgtrace28c / wgtrace28e): not latency.
             float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 1
             for (int sp = 0; sp < k_splits; sp += 2) {
@@ -546,58 +547,6 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
                 for (int e = 0; e < 4 && col + e < N; e++) dst[e] = KbitType<T>::from_float(s4[e] * tensor_scale);
             }
         }
-#else  // experiment hook (run28.sh batch): every chunk of the thread's share at once
-        // The thread's chunks i = c0 + tid + 256 j (j < CPT) summed together: their loads for SPB splits
-        // at a time go out at once (CPT x SPB float4 in flight), the adds in split order from 0 (the
-        // same bits): one DSMEM round trip per SPB splits instead of one per chunk and split pair.
-        // TOK = 64 with 2 splits: no faster (1.26 -> 1.36 us, H100 2026-11-26, wgtrace28c); TOK = 128
-        // with 6 splits (dense down / O at M = 128: ~9 serial round trips, 2.4 us) is what to measure.
-        constexpr int CPT = (TOK * 32 / 2 + 255) / 256;  // chunks per thread at 2 splits (the most)
-        constexpr int LB = TOK >= 128 ? 16 : 8;
-        constexpr int SPB = LB / CPT > 1 ? LB / CPT : 1;
-        float4 v[CPT];
-        u32 la[CPT];
-#pragma unroll
-        for (int j = 0; j < CPT; j++) {
-            v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-            const int i = c0 + tid + 256 * j;
-            la[j] = stage0_s + 4u * (u32)((i >> 5) * RS + (i & 31) * 4);
-        }
-#pragma unroll 1
-        for (int sp0 = 0; sp0 < k_splits; sp0 += SPB) {
-            float4 x[CPT][SPB];
-#pragma unroll
-            for (int j = 0; j < CPT; j++)
-#pragma unroll
-                for (int q = 0; q < SPB; q++)
-                    x[j][q] = c0 + tid + 256 * j < c1 && sp0 + q < k_splits ? ld_cluster_f4(cluster_map(la[j], sp0 + q))
-                                                                            : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-            for (int j = 0; j < CPT; j++)
-#pragma unroll
-                for (int q = 0; q < SPB; q++)
-                    if (sp0 + q < k_splits) {
-                        v[j].x += x[j][q].x; v[j].y += x[j][q].y; v[j].z += x[j][q].z; v[j].w += x[j][q].w;
-                    }
-        }
-#pragma unroll
-        for (int j = 0; j < CPT; j++) {
-            const int i = c0 + tid + 256 * j;
-            const int r = i >> 5, c4 = (i & 31) * 4;
-            const int col = n0 + c4;
-            if (i >= c1 || col >= N) continue;
-            const float s4[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
-            T* dst = C + (long)(m0 + r) * N + col;
-            if (vec8 && col + 4 <= N) {  // 8-byte aligned: N % 8 == 0, 16-byte aligned base
-                __align__(8) T o[4];
-#pragma unroll
-                for (int e = 0; e < 4; e++) o[e] = KbitType<T>::from_float(s4[e] * tensor_scale);
-                *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(o);
-            } else {
-                for (int e = 0; e < 4 && col + e < N; e++) dst[e] = KbitType<T>::from_float(s4[e] * tensor_scale);
-            }
-        }
-#endif
         KBIT_WG_T(12, clock64());
         // Keep every CTA's partial in place until the others have read it: the reads are done (their
         // values are in the C stores), so a relaxed arrive suffices; the release one (cluster_sync)

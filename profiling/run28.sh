@@ -190,4 +190,7 @@ if [ "$STEP" = batch ]; then
       timeout 60 python3 profiling/wgmma_trace.py 2>&1 | grep -E "^##|cluster sum|CTA lifetime|span"
   done 2>&1 | tee "$W/wgtrace28e.log"
 fi
+# Measured (wgtrace28e.log): slower -- share summed and stored p50 2.36 -> 3.08 us (down), 2.36 -> 2.88 (O), launch span
+#   18.1 -> 18.8 us: more DSMEM loads in flight make it worse, so the share sum is bound by the cluster network's
+#   throughput, not by serial round trips.  Hook removed (the kernel's source is the fixup2 / final tree's again).
 finish_run run28
