@@ -224,8 +224,9 @@ __device__ __forceinline__ void wgmma_default_tables() {
 // split `split` of `k_splits`; C[M, N] += its part (split-K tile index `tile` of `tiles`
 // in ws / counters).  Returns false where a split-K contributor leaves the sum to the
 // last one.  A, packed, absmax and C are this GEMM's bases (the grouped kernel passes
-// one expert's).  LC: the pair table's copies (log2; -1: PairLut's default).
-template <int K, typename T, int TOK, bool CBD = false, int LC = -1>
+// one expert's).  LC: the pair table's copies (log2; -1: PairLut's default).  SUM64: float4 loads in
+// flight per thread in the workspace sum at TOK = 64 (see SUM_CH).
+template <int K, typename T, int TOK, bool CBD = false, int LC = -1, int SUM64 = 4>
 __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __restrict__ packed,
                                           const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                           T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
@@ -569,7 +570,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         // TOK >= 128 runs one CTA per SM: the last CTA's sum keeps 8-16 float4 loads in flight
         // per thread (4 made it one L2 round trip per 16 KB: 4.3 us at gate/up M = 128 with 3
         // splits, 7 us at down with 8; profiling/wgmma_trace.py, H200, 2026-11-25)
-        constexpr int SUM_CH = TOK == 128 ? 16 : TOK == 192 ? 8 : 4;
+        constexpr int SUM_CH = TOK == 128 ? 16 : TOK == 192 ? 8 : TOK == 64 ? SUM64 : 4;
         const bool last =
             splitk_fixup<NACC / 4, 256, SUM_CH>(v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits);
         KBIT_WG_T(4, clock64());  // partials stored (and summed by the last CTA)
@@ -646,6 +647,13 @@ __device__ __forceinline__ void work_coords(int i, int m_tiles, int k_splits, in
 #ifndef KBIT_WG_MINB
 #define KBIT_WG_MINB 1
 #endif
+// The dense kernel's workspace-sum loads in flight at TOK = 64 (experiment hook, run28.sh sumch: 8 halves
+// the last CTA's L2 round trips at 8 splits -- dense down M = 64, 3.97 us from the main loop's end,
+// wgtrace28b -- at 116 registers under CUDA 13, where the grouped kernel would take 156 and lose its second
+// CTA per SM).
+#ifndef KBIT_WG_DENSE_SUM64
+#define KBIT_WG_DENSE_SUM64 4
+#endif
 template <int K, typename T, int TOK, bool CBD = false>
 __global__ void __launch_bounds__(256, KBIT_WG_MINB) kbit_wgmma(const T* __restrict__ A, const u32* __restrict__ packed,
                                                      const u8* __restrict__ absmax, const float* __restrict__ codebook,
@@ -665,9 +673,9 @@ __global__ void __launch_bounds__(256, KBIT_WG_MINB) kbit_wgmma(const T* __restr
     }
     int mt, split, nt;
     kbit_wgmma_detail::work_coords(blockIdx.x, m_tiles, k_splits, cluster, mt, split, nt);
-    kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD>(A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt,
-                                                 split, k_splits, stages, tensor_scale, vec8, nt * m_tiles + mt,
-                                                 gridDim.x / k_splits, pdl == 1, cluster != 0, early);
+    kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, -1, KBIT_WG_DENSE_SUM64>(
+        A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt, split, k_splits, stages, tensor_scale, vec8,
+        nt * m_tiles + mt, gridDim.x / k_splits, pdl == 1, cluster != 0, early);
 }
 
 // Grouped (MoE) GEMM over an expert bank (kbitcupy/grouped.py has the contract): for

@@ -193,4 +193,15 @@ fi
 # Measured (wgtrace28e.log): slower -- share summed and stored p50 2.36 -> 3.08 us (down), 2.36 -> 2.88 (O), launch span
 #   18.1 -> 18.8 us: more DSMEM loads in flight make it worse, so the share sum is bound by the cluster network's
 #   throughput, not by serial round trips.  Hook removed (the kernel's source is the fixup2 / final tree's again).
+# STEP=sumch (prepared, not run: the session's device time ran out): the dense kernel's workspace sum at TOK = 64 with
+#   8 float4 loads in flight per thread instead of 4 (-DKBIT_WG_DENSE_SUM64=8; 116 registers under NVRTC 12.9 and
+#   nvcc 13, no spills).  Expected: the last CTA's 3.97 us after the main loop (dense down M = 64, 8 splits, wgtrace28b)
+#   -> ~3 us; down / O / Q at M = 48..64 0.5-1 us faster where they split through the workspace, the rest equal.
+if [ "$STEP" = sumch ]; then
+  for o in "" "-DKBIT_WG_DENSE_SUM64=8"; do
+    KBIT_WGMMA_OPTS="$o" timeout 150 python3 profiling/bench.py --out "$W" --M 48,64 --k 4 --columns WGMMA,matmul \
+      --reps 15 --tag "sumch${o:+8}" > "$W/bench_sumch${o:+8}.log" 2>&1
+    echo "## '$o'"; grep -E "^### M|WGMMA \||^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_sumch${o:+8}.log"
+  done
+fi
 finish_run run28
