@@ -95,6 +95,23 @@ KBIT_WG_DEFINE("f16", __half)
 KBIT_WG_DEFINE("bf16", __nv_bfloat16)
 
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// The token tile by TMA (experiment, kbit_wgmma_tma): one 2-D tensor copy of TOK rows x 64 elements per
+// stage, issued by one thread, landing in the 128-byte swizzle the wgmma descriptors expect, completing
+// on the stage's mbarrier (arrive + expect_tx by the issuing thread, try_wait by every thread).
+struct __align__(64) KbitTmap {  // CUtensorMap (cuTensorMapEncodeTiled, kbitcupy/wgmma.py), opaque
+    unsigned long long w[16];
+};
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void tma_load_2d(u32 dst, const KbitTmap* map, int c0, int c1, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+        ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
@@ -225,14 +242,16 @@ __device__ __forceinline__ void wgmma_default_tables() {
 // in ws / counters).  Returns false where a split-K contributor leaves the sum to the
 // last one.  A, packed, absmax and C are this GEMM's bases (the grouped kernel passes
 // one expert's).  LC: the pair table's copies (log2; -1: PairLut's default).  SUM64: float4 loads in
-// flight per thread in the workspace sum at TOK = 64 (see SUM_CH).
-template <int K, typename T, int TOK, bool CBD = false, int LC = -1, int SUM64 = 4>
+// flight per thread in the workspace sum at TOK = 64 (see SUM_CH).  TMA: the token tiles by tensor
+// copies through `tmap` (rows tma_row0 + m0 ..; A then is not read), see load_tokens.
+template <int K, typename T, int TOK, bool CBD = false, int LC = -1, int SUM64 = 4, bool TMA = false>
 __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __restrict__ packed,
                                           const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                           T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
                                           int M, int N, int Kdim, int mt, int nt, int split, int k_splits, int stages,
                                           float tensor_scale, int vec8, int tile, int tiles, bool pdl = false,
-                                          bool cl = false, bool tables_built = false) {
+                                          bool cl = false, bool tables_built = false,
+                                          const KbitTmap* tmap = nullptr, int tma_row0 = 0) {
     static_assert(TOK == 16 || TOK == 32 || TOK == 64 || TOK == 128 || TOK == 192 || TOK == 256, "TOK");
     constexpr int NACC = TOK / 2;                   // fp32 accumulators per thread (m64 x TOK / 128)
     constexpr int NSUB = TOK >= 64 ? TOK / 64 : 1;  // n64 sub-MMAs per k16 (TOK >= 64)
@@ -252,6 +271,14 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     const u32 smem_s = (u32)__cvta_generic_to_shared(smem);
     const u32 stage0_s = (smem_s + (u32)(LUT_BYTES + 1024 + 256) + 1023u) & ~1023u;
     unsigned char* stage0 = smem + (stage0_s - smem_s);
+    // TMA: one mbarrier per stage buffer (<= 8) in misc's upper 64 bytes; bit b of tma_ph = the parity
+    // of buffer b's next phase
+    const u32 mbar0_s = (u32)__cvta_generic_to_shared(misc) + 64u;
+    u32 tma_ph = 0;
+    if (TMA && threadIdx.x == 0) {
+        for (int b = 0; b < stages; b++) mbar_init(mbar0_s + 8u * b, 1);
+        fence_mbar_init();
+    }
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -290,6 +317,14 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
 #ifdef KBIT_WG_NO_TOKENS  // experiment hook (profiling/run24.sh wgprobe): no token copies (wrong results)
         return;
 #endif
+        if (TMA) {  // rows past the tensor's (M; K % 64 == 32: the upper half) arrive as zeros
+            if (tid == 0) {
+                const u32 bar = mbar0_s + 8u * (u32)buf;
+                mbar_expect_tx(bar, A_BYTES);
+                tma_load_2d(stage0_s + buf * STAGE_BYTES, tmap, kt * KBIT_TILE_K, tma_row0 + m0, bar);
+            }
+            return;
+        }
         const u32 st = stage0_s + buf * STAGE_BYTES + a_soff;
         const bool kok = kt * KBIT_TILE_K + a_c * 8 < Kdim;  // K % 64 == 32: the upper half is zero-filled
 #pragma unroll
@@ -454,7 +489,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     };
     // tile 0: landed (dist groups committed, tile j = group j), visible to the async proxy
     cp_async_wait_upto(dist - 1);
-    fence_proxy_async();
+    if (!TMA) fence_proxy_async();
     __syncthreads();
     KBIT_WG_T(2, clock64());  // tile 0 landed for every thread
     if (n_my > 0) dequant(0, frag_a);
@@ -463,9 +498,14 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         KBIT_WG_IT(it, 0, clock64());
         cp_async_wait_upto(dist - 2);
         KBIT_WG_IT(it, 1, clock64());
-        // cp.async wrote the tiles through the generic proxy; wgmma reads them through the
-        // async proxy: make this thread's writes visible to it before the barrier.
-        fence_proxy_async();
+        if (TMA) {  // tile it's tokens (its wgmma follows the barrier), buffer rd_m
+            mbar_wait(mbar0_s + 8u * (u32)rd_m, (tma_ph >> rd_m) & 1u);
+            tma_ph ^= 1u << rd_m;
+        } else {
+            // cp.async wrote the tiles through the generic proxy; wgmma reads them through the
+            // async proxy: make this thread's writes visible to it before the barrier.
+            fence_proxy_async();
+        }
         KBIT_WG_IT(it, 2, clock64());
         __syncthreads();
         KBIT_WG_IT(it, 3, clock64());
@@ -654,12 +694,13 @@ __device__ __forceinline__ void work_coords(int i, int m_tiles, int k_splits, in
 #ifndef KBIT_WG_DENSE_SUM64
 #define KBIT_WG_DENSE_SUM64 4
 #endif
-template <int K, typename T, int TOK, bool CBD = false>
-__global__ void __launch_bounds__(256, KBIT_WG_MINB) kbit_wgmma(const T* __restrict__ A, const u32* __restrict__ packed,
-                                                     const u8* __restrict__ absmax, const float* __restrict__ codebook,
-                                                     T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
-                                                     int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
-                                                     float tensor_scale, int vec8, int pdl, int cluster) {
+namespace kbit_wgmma_detail {
+template <int K, typename T, int TOK, bool CBD, bool TMA>
+__device__ __forceinline__ void wgmma_dense(const KbitTmap* tmap, const T* __restrict__ A, const u32* __restrict__ packed,
+                                            const u8* __restrict__ absmax, const float* __restrict__ codebook,
+                                            T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
+                                            int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
+                                            float tensor_scale, int vec8, int pdl, int cluster) {
 #ifndef KBIT_WG_CBD_LATE
     const bool early = CBD && pdl == KBIT_PDL_SAFE;
 #else  // experiment hook (run24.sh cbd2): the levels compiled in, the tables built after the wait
@@ -673,9 +714,28 @@ __global__ void __launch_bounds__(256, KBIT_WG_MINB) kbit_wgmma(const T* __restr
     }
     int mt, split, nt;
     kbit_wgmma_detail::work_coords(blockIdx.x, m_tiles, k_splits, cluster, mt, split, nt);
-    kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, -1, KBIT_WG_DENSE_SUM64>(
+    kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, -1, KBIT_WG_DENSE_SUM64, TMA>(
         A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt, split, k_splits, stages, tensor_scale, vec8,
-        nt * m_tiles + mt, gridDim.x / k_splits, pdl == 1, cluster != 0, early);
+        nt * m_tiles + mt, gridDim.x / k_splits, pdl == 1, cluster != 0, early, tmap);
+}
+}  // namespace kbit_wgmma_detail
+
+#define KBIT_WG_DENSE_ARGS                                                                                     \
+    const T *__restrict__ A, const u32 *__restrict__ packed, const u8 *__restrict__ absmax,                     \
+        const float *__restrict__ codebook, T *__restrict__ C, float *__restrict__ ws, int *__restrict__ counters, \
+        int M, int N, int Kdim, int m_tiles, int k_splits, int stages, float tensor_scale, int vec8, int pdl, int cluster
+#define KBIT_WG_DENSE_PASS \
+    A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, m_tiles, k_splits, stages, tensor_scale, vec8, pdl, cluster
+template <int K, typename T, int TOK, bool CBD = false>
+__global__ void __launch_bounds__(256, KBIT_WG_MINB) kbit_wgmma(KBIT_WG_DENSE_ARGS) {
+    kbit_wgmma_detail::wgmma_dense<K, T, TOK, CBD, false>(nullptr, KBIT_WG_DENSE_PASS);
+}
+// The same with the token tiles by TMA (experiment, env KBIT_WG_TMA=1 in kbitcupy/wgmma.py): tmap is a
+// 2-D tensor map of A (K elements x M rows, 64 x TOK boxes, 128-byte swizzle); A itself is not read.
+template <int K, typename T, int TOK, bool CBD = false>
+__global__ void __launch_bounds__(256, KBIT_WG_MINB)
+    kbit_wgmma_tma(const __grid_constant__ kbit_wgmma_detail::KbitTmap tmap, KBIT_WG_DENSE_ARGS) {
+    kbit_wgmma_detail::wgmma_dense<K, T, TOK, CBD, true>(&tmap, KBIT_WG_DENSE_PASS);
 }
 
 // Grouped (MoE) GEMM over an expert bank (kbitcupy/grouped.py has the contract): for

@@ -134,6 +134,38 @@ class _Config(ctypes.Structure):  # CUlaunchConfig
                 ("attrs", ctypes.POINTER(_Attr)), ("nattrs", ctypes.c_uint)]
 
 
+class TensorMap:
+    """A CUtensorMap (128 bytes, encode_tensor_map_2d) passed by value as a kernel's first argument
+    (a __grid_constant__ parameter, e.g. kbit_wgmma_tma's)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes):
+        if len(raw) != 128:
+            raise ValueError(f"a CUtensorMap is 128 bytes, got {len(raw)}")
+        self.raw = bytes(raw)
+
+
+def encode_tensor_map_2d(ptr: int, dtype: int, dim0: int, dim1: int, stride1_bytes: int, box0: int, box1: int,
+                         swizzle: int, l2_promotion: int) -> TensorMap:
+    """cuTensorMapEncodeTiled of a 2-D tensor at device address ptr (dim0 elements inner, dim1 rows
+    stride1_bytes apart; CUtensorMapDataType dtype), boxes box0 x box1, no interleave, the given
+    CUtensorMapSwizzle / CUtensorMapL2promotion, out-of-bounds elements read as zeros.  Host only."""
+    raw = (ctypes.c_uint64 * 24)()  # a CUtensorMap is 64-byte aligned (alignas(64) in cuda.h)
+    addr = -(-ctypes.addressof(raw) // 64) * 64
+    buf = ctypes.cast(addr, ctypes.POINTER(ctypes.c_uint64))
+    dims = (ctypes.c_uint64 * 2)(int(dim0), int(dim1))
+    strides = (ctypes.c_uint64 * 1)(int(stride1_bytes))
+    box = (ctypes.c_uint32 * 2)(int(box0), int(box1))
+    estr = (ctypes.c_uint32 * 2)(1, 1)
+    r = _lib().cuTensorMapEncodeTiled(buf, int(dtype), 2, ctypes.c_void_p(int(ptr)), dims, strides, box, estr,
+                                      0, int(swizzle), int(l2_promotion), 0)
+    if r:
+        raise RuntimeError(f"kbitcupy: cuTensorMapEncodeTiled failed: CUresult {r} (dims {dim0} x {dim1}, "
+                           f"row stride {stride1_bytes} B, box {box0} x {box1})")
+    return TensorMap(ctypes.string_at(addr, 128))
+
+
 def _lib():
     if not _LIB:
         with _lock:
@@ -145,6 +177,11 @@ def _lib():
                 lib.cuOccupancyMaxActiveClusters.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
                                                              ctypes.POINTER(_Config)]
                 lib.cuOccupancyMaxActiveClusters.restype = ctypes.c_int
+                u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
+                lib.cuTensorMapEncodeTiled.argtypes = [u64p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p,
+                                                       u64p, u32p, u32p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                                       ctypes.c_int]
+                lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
                 _LIB.append(lib)
     return _LIB[0]
 
@@ -202,8 +239,8 @@ _CODE: dict = {}  # argument type -> struct code (NumPy scalar types; filled on 
 def _codes():
     import numpy as np
 
-    _CODE.update({np.int32: "i", np.uint32: "I", np.int64: "q", np.uint64: "Q", np.float32: "f", np.float64: "d",
-                  np.bool_: "?", np.int16: "h", np.uint16: "H", np.int8: "b", np.uint8: "B",
+    _CODE.update({TensorMap: "128s", np.int32: "i", np.uint32: "I", np.int64: "q", np.uint64: "Q", np.float32: "f",
+                  np.float64: "d", np.bool_: "?", np.int16: "h", np.uint16: "H", np.int8: "b", np.uint8: "B",
                   bool: "?", int: "q", float: "d"})
     return _CODE
 
@@ -219,7 +256,10 @@ def _packed_params(args):
     codes, vals = [], []
     for a in args:
         c = table.get(type(a))  # by exact type: dtype.name costs ~5 us per argument
-        if c is not None:
+        if c == "128s":  # a TensorMap: 128 bytes by value (first, so the struct's offsets are the driver's)
+            codes.append(c)
+            vals.append(a.raw)
+        elif c is not None:
             codes.append(c)
             vals.append(a.item() if hasattr(a, "item") else a)  # NumPy scalar, or a Python bool / int / float
         else:  # CuPy array or kbitcupy._launch.DevPtr: an 8-byte pointer
@@ -270,8 +310,8 @@ def launch(fn, grid, block, args, smem: int, pdl=True, cluster: int = 1) -> None
     block clusters of ``cluster`` CTAs along x, else the plain CuPy launch.  The Launcher of
     a (kernel, grid, block, smem, pdl, cluster) and the parameter buffer of an argument
     signature are cached (the driver copies the parameters at launch)."""
-    if not pdl and cluster <= 1:
-        fn(grid, block, args, shared_mem=smem)
+    if not pdl and cluster <= 1 and not (args and type(args[0]) is TensorMap):
+        fn(grid, block, args, shared_mem=smem)  # (CuPy's launch cannot pass a tensor map)
         return
     import cupy as cp
 

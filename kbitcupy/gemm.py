@@ -332,19 +332,20 @@ def plan_workspace(p, dev_id: int, out):
     return _workspace(dev_id, cp.cuda.get_current_stream(), p.ws_floats, p.tiles)
 
 
-def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: int = 0):
+def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: int = 0, lead=()):
     """Launch a fused-GEMM plan (kbit_gemm or kbit_wgmma: the same argument list, and a wgmma
     plan's `cluster` flag after it) on the current stream, with this stream's split-K
     workspace; pdl: the kernel's pdl argument (_pdl.dense_arg; nonzero: launched as a
     programmatic dependent, kbitcupy/_pdl.py); a wgmma plan with
-    `cluster` set: in thread block clusters of its k_splits CTAs (the split-K sum over DSMEM)."""
+    `cluster` set: in thread block clusters of its k_splits CTAs (the split-K sum over DSMEM); lead:
+    arguments before the common list (kbit_wgmma_tma's tensor map)."""
     M, K = A.shape
     N = out.shape[1]
     cluster = getattr(p, "cluster", None)  # wgmma plans only
     smem = getattr(p, "launch_smem", p.smem)  # a wgmma plan may launch with more than it uses
     set_smem(p.fn, smem)
     ws, cnt = plan_workspace(p, A.device.id, out)
-    args = (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N), np.int32(K),
+    args = tuple(lead) + (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N), np.int32(K),
             np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages), np.float32(qw.tensor_scale), np.int32(vec),
             np.int32(int(pdl)))
     if cluster is not None:

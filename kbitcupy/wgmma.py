@@ -79,6 +79,11 @@ CBD = _env_on("KBIT_WG_CBD")
 # and the first K tiles' weights L2-prefetched before the wait; grids of one wave only, grouped_wgmma); env
 # KBIT_WG_SAFE_EARLY=0: wait at entry (A/B).
 SAFE_EARLY = _env_on("KBIT_WG_SAFE_EARLY")
+# The dense kernel with its token tiles by TMA (kbit_wgmma_tma: one tensor copy per stage by one thread
+# instead of 4-6 cp.async per thread; twenty-first session's per-SASS profile: the copy issue ~20 % of the
+# K-tile loop's warp samples at M = 128).  An experiment, off by default until measured: env KBIT_WG_TMA=1
+# or wgmma_gemm(..., tma=True).
+TMA = os.environ.get("KBIT_WG_TMA", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _instances():
@@ -94,6 +99,8 @@ def _instances():
             for tok in TOK_CHOICES:
                 inst[(k, t, tok)] = f"kbit_wgmma<{k}, {CTYPE[t]}, {tok}>"
                 inst[("cbd", k, t, tok)] = f"kbit_wgmma<{k}, {CTYPE[t]}, {tok}, true>"
+                inst[("tma", k, t, tok)] = f"kbit_wgmma_tma<{k}, {CTYPE[t]}, {tok}>"
+                inst[("tma_cbd", k, t, tok)] = f"kbit_wgmma_tma<{k}, {CTYPE[t]}, {tok}, true>"
             for tok in GROUPED_TOK_CHOICES:
                 inst[("grouped", k, t, tok)] = f"kbit_wgmma_grouped<{k}, {CTYPE[t]}, {tok}>"
                 inst[("grouped_cbd", k, t, tok)] = f"kbit_wgmma_grouped<{k}, {CTYPE[t]}, {tok}, true>"
@@ -107,7 +114,8 @@ def _instances():
 
 
 def _group_of(key):
-    return key[:3] if key[0] in ("grouped", "cbd", "grouped_cbd", "grouped_lc", "grouped_lc_cbd") else key[:2]
+    return key[:3] if key[0] in ("grouped", "cbd", "grouped_cbd", "grouped_lc", "grouped_lc_cbd", "tma",
+                                 "tma_cbd") else key[:2]
 
 
 # wgmma exists on sm_90a only; one NVRTC call per (k, dtype) compiles its TOK variants
@@ -370,10 +378,11 @@ def _check_tok(tok, choices=TOK_CHOICES):
 
 
 def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tok=None,
-         stages=None, cluster=None, spread=None, cbd: bool = False) -> Plan:
+         stages=None, cluster=None, spread=None, cbd: bool = False, tma: bool = False) -> Plan:
     """cbd: the weight has the default codebook (KbitWeight.default_codebook): the kernel with its
-    levels compiled in."""
-    key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages, cluster, CLUSTER, spread, bool(cbd))
+    levels compiled in.  tma: kbit_wgmma_tma (the token tiles by TMA; its launch leads with
+    tensor_map(A, plan.tok))."""
+    key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages, cluster, CLUSTER, spread, bool(cbd), bool(tma))
     p = _PLANS.get(key)
     if p is not None:
         return p
@@ -383,7 +392,8 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
         tok = fill_tok(choose_tok(M, TOK_CHOICES, n_tiles, info["sms"], -(-K // TILE_K)), M, n_tiles, info["sms"])
     tok = _check_tok(int(tok))
     p = Plan()
-    p.fn = WGMMA.function(("cbd", k, dtype_name, tok) if cbd else (k, dtype_name, tok))
+    base = ("cbd", k, dtype_name, tok) if cbd else (k, dtype_name, tok)
+    p.fn = WGMMA.function(((("tma_cbd",) + base[1:]) if cbd else ("tma",) + base) if tma else base)
     p.m_tiles = -(-M // tok)
     p = _finish_plan(p, info, k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
                      f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster, spread=spread, dense=True)
@@ -456,14 +466,15 @@ def fewer_copies_pays(grid: int, occ: int, ks: int, grid_lc: int, occ_lc: int, k
                              < grouped_cost(grid, occ, ks, k_tiles, sms))
 
 
-def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok=None, stream=None, cbd=False):
+def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok=None, stream=None, cbd=False,
+            tma=False):
     """Compile/load the kernel and size the stream's workspace for this call, so that a
     later capture of the same call allocates nothing."""
     import cupy as cp
 
     dev = cp.cuda.Device().id
     tname = "bfloat16" if np.dtype(dtype) == bfloat16 else "float16"
-    p = plan(M, N, K, k, tname, dev, k_splits, tok, cbd=cbd)
+    p = plan(M, N, K, k, tname, dev, k_splits, tok, cbd=cbd, tma=tma)
     set_smem(p.fn, p.launch_smem)
     stream = stream or cp.cuda.get_current_stream()
     if p.ws_floats:
@@ -472,14 +483,16 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok
 
 
 # ----------------------------------------------------------------------------- launch
-def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None, spread=None, validate=True):
+def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None, spread=None, validate=True,
+               tma=None):
     """out[M, N] = A[M, K] @ W^T with the wgmma kernel (sm_90 only).
 
     A: contiguous CuPy float16/bfloat16 [M, K] (16-byte aligned); qw: KbitWeight, tiled,
     on A's device; out: contiguous [M, N] of A's dtype.  Runs on the current stream.
     k_splits / tok / stages override the heuristic; cluster: True / False forces the split-K
     sum over a thread block cluster or through the workspace (None: CLUSTER where it fits);
-    spread: launch with one CTA per SM's worth of shared memory (experiment).
+    spread: launch with one CTA per SM's worth of shared memory (experiment); tma: the token
+    tiles by TMA (kbit_wgmma_tma; None: the module's TMA, env KBIT_WG_TMA).
     validate=False skips the argument checks (kbitcupy._checks) for callers that made them.
     """
     if validate:
@@ -496,8 +509,37 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None
     if M == 0:
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster, spread, CBD and qw.default_codebook)
-    return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.dense_arg(dev))
+    tma = TMA if tma is None else bool(tma)
+    p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster, spread, CBD and qw.default_codebook, tma)
+    lead = (tensor_map(A, p.tok),) if tma else ()
+    return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.dense_arg(dev), lead)
+
+
+# cuTensorMapEncodeTiled's enums (cuda.h)
+_TMAP_DTYPE = {"float16": 6, "bfloat16": 9}  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16 / _BFLOAT16
+_TMAP_SWIZZLE_128B = 3
+_TMAP_L2_PROMOTION_128B = 2
+_TMAPS: dict = {}
+
+
+def tensor_map(A, tok: int) -> "_pdl.TensorMap":
+    """The 2-D tensor map kbit_wgmma_tma copies A's token tiles through: A [M, K] row-major
+    (K elements inner, row stride 2K bytes: K % 8 == 0, a 16-byte aligned base), boxes of 64
+    elements x tok rows in the 128-byte swizzle (the kernel's token tile layout); rows past M
+    and the upper half of a K % 64 == 32 tile read as zeros.  Cached per (pointer, shape,
+    dtype, tok): encoding is host-only (no device call, capturable) but costs a driver call."""
+    M, K = (int(x) for x in A.shape)
+    tname = "bfloat16" if A.dtype == bfloat16 else "float16"
+    key = (int(A.data.ptr), M, K, tname, int(tok))
+    tm = _TMAPS.get(key)
+    if tm is None:
+        if K % 8 or A.data.ptr % 16:
+            raise ValueError(f"A for the TMA kernel needs K % 8 == 0 and a 16-byte aligned base (K = {K})")
+        if len(_TMAPS) > 4096:
+            _TMAPS.clear()
+        tm = _TMAPS[key] = _pdl.encode_tensor_map_2d(int(A.data.ptr), _TMAP_DTYPE[tname], K, M, 2 * K, 64, int(tok),
+                                                     _TMAP_SWIZZLE_128B, _TMAP_L2_PROMOTION_128B)
+    return tm
 
 
 def _vec8(out) -> int:

@@ -1,29 +1,48 @@
 #!/usr/bin/env bash
 # Twenty-sixth session (2026-11-26): no device time was left (the session's budget had gone to the twenty-fifth
-# session's cut-off try), so this script is prepared for the next session's first call, not run.
-#   OUT=/tmp/out STEP=first bash profiling/run29.sh
-# One call (~8 min with a bare machine's compiles), on whichever GPU comes: the names of the tables carry it.
+# session's cut-off try), so this script is prepared for the next session, not run.
+#   OUT=/tmp/out STEP=exp bash profiling/run29.sh      (then STEP=final)
 . profiling/run_env.sh
-start_run first
-# STEP=first:
-#   1. sumch (run28.sh's prepared step): the dense wgmma kernel's workspace split-K sum at TOK = 64 with 8 float4 loads
-#      in flight per thread instead of 4 (-DKBIT_WG_DENSE_SUM64=8; 116 registers, no spills, NVRTC 12.9 and nvcc 13).
-#      Expected: the last CTA's 3.97 us after its main loop (dense down M = 64, 8 splits, wgtrace28b) -> ~3 us; down /
-#      O / Q at M = 48..64 0.5-1 us faster where they split through the workspace; the rest equal.  Keep it (default
-#      8 at TOK = 64 in the dense kernel only) if the k = 4 TOTAL at M = 48 and 64 moves by more than the run-to-run
-#      spread (~0.3 us) and no cell is slower by more than that.
-#   2. Closing tables of the twenty-fifth session's tree (git ee294b4; its kernels are this tree's): on an H200 these
-#      replace the stale H200 tables (final33-m1, final41, moe-final44: older trees); on an H100 they are replicates
-#      of final35-m1 / final44 / moe-final48.  Expected on the H200 (older tree's numbers): dense k = 4 M = 1 ~2.2x,
-#      M = 16 / 32 / 64 / 128 ~1.2x / ~1.0x / ~0.83x / ~0.72x; MoE k = 4 64 tokens above moe-final44's 0.77x / 0.78x
-#      (the cluster sum's relaxed keep-alive arrive: -0.5 us at 64 tokens on the H100).
-if [ "$STEP" = first ]; then
-  python3 profiling/warm_cache.py wgmma grouped gemv gemv_stream quant 2>&1 | tail -1
+start_run exp
+# STEP=exp (first call, ~7 min on a bare machine):
+#   1. The token tiles by TMA (kbit_wgmma_tma, env KBIT_WG_TMA=1; written in the twenty-sixth session without a GPU:
+#      compiled, not yet run).  GPU tests first (bit-exact against the cp.async kernel at the same plan, every TOK,
+#      k = 2..5, PDL modes, graph capture); then the dense k = 4 A/B at M = 32 / 64 / 128, twice each way.
+#      Why: the twenty-first session's per-SASS profile of the K-tile loop at M = 128 (one CTA per SM, 8 warps): the
+#      copy issue ~20 % of the warp samples, ~195 of ~730 ns a tile, most of it the 4 token LDGSTS per thread (the
+#      weights and absmax are 1-2).  nvcc 13 SASS of kbit_wgmma<4, half, 128, CBD>: the two-tile loop body 601 ->
+#      550 instructions (LDGSTS 12 -> 4, 2 UTMALDG by one thread, 4 mbarrier try_waits), 146 -> 142 registers;
+#      TOK = 64 96 -> 95.  Expected: the M = 128 loop 10-15 % shorter (gate/up 7.5 us of 15.4 -> ~6.5), so the k = 4
+#      TOTAL at M = 128 63.5 -> ~60 us (0.77x -> ~0.81x); M = 64 / 32 less (2 / 1 token copies a thread a tile).
+#      Keep (TMA on by default, then the grouped kernel the same way) if every M = 64 / 128 cell is faster or equal
+#      in both passes; if only M = 128 gains, on from TOK >= 128.
+#   2. sumch (run28.sh's prepared step): the dense wgmma kernel's workspace split-K sum at TOK = 64 with 8 float4
+#      loads in flight per thread instead of 4 (-DKBIT_WG_DENSE_SUM64=8; 116 registers, no spills).  Expected: the
+#      last CTA's 3.97 us after its main loop (dense down M = 64, 8 splits, wgtrace28b) -> ~3 us; down / O / Q at
+#      M = 48..64 0.5-1 us faster where they split through the workspace; the rest equal.  Keep it if the k = 4
+#      TOTAL at M = 48 and 64 moves by more than the run-to-run spread (~0.3 us) and no cell is slower by more.
+if [ "$STEP" = exp ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_tma29.log" 200 tests/test_wgmma_gpu.py -k "tma"
+  for pass in 1 2; do
+    for t in 0 1; do
+      KBIT_WG_TMA=$t timeout 70 python3 profiling/bench.py --out "$W" --M 32,64,128 --k 4 --columns WGMMA \
+        --reps 15 --tag "tma29-$t-$pass" > "$W/bench_tma29_${t}_$pass.log" 2>&1
+      echo "## KBIT_WG_TMA=$t pass $pass"; grep -E "^### M|^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_tma29_${t}_$pass.log"
+    done
+  done
   for o in "" "-DKBIT_WG_DENSE_SUM64=8"; do
-    KBIT_WGMMA_OPTS="$o" timeout 100 python3 profiling/bench.py --out "$W" --M 48,64 --k 4 --columns WGMMA,matmul \
+    KBIT_WGMMA_OPTS="$o" timeout 90 python3 profiling/bench.py --out "$W" --M 48,64 --k 4 --columns WGMMA,matmul \
       --reps 15 --tag "sumch${o:+8}" > "$W/bench_sumch${o:+8}.log" 2>&1
     echo "## KBIT_WGMMA_OPTS='$o'"; grep -E "^### M|^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_sumch${o:+8}.log"
   done
+fi
+# STEP=final (second call, ~6 min): closing tables of the tree (after exp's outcome is applied): M = 1 / 4 at k = 2 / 4,
+#   M = 16..128 at k = 4, MoE k = 4 at 1..64 tokens, on whichever GPU comes.  On an H200 they replace the stale H200
+#   tables (final33-m1, final41, moe-final44: older trees); on an H100 they follow final35-m1 / final44 / moe-final48.
+#   A call that names nvidia-h200 gets an H100 when one is held: give it back first.
+if [ "$STEP" = final ]; then
+  python3 profiling/warm_cache.py wgmma grouped gemv gemv_stream quant 2>&1 | tail -1
   timeout 110 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,4 --columns matmul,matmul+PDL --reps 15 \
     --tag final45-m1 > "$W/bench45m1.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench45m1.log"

@@ -92,6 +92,29 @@ def test_packed_params_match_param_block():
         assert P._packed_params(args)[1] is buf  # cached per signature
 
 
+def test_packed_params_tensor_map_first():
+    """A TensorMap (kbit_wgmma_tma's first, __grid_constant__ parameter) packs as its 128 bytes at
+    offset 0, the arguments after it at their natural alignment after it; CuPy's plain launch cannot
+    pass it, so a plain launch with one goes through cuLaunchKernelEx (checked by the GPU tests)."""
+    import numpy as np
+    import pytest
+
+    from kbitcupy._launch import DevPtr
+
+    raw = bytes(range(128))
+    args = (P.TensorMap(raw), DevPtr(0x1000), np.int32(7), np.float32(1.5), DevPtr(0x2000), np.int32(2))
+    st, buf, argv, lock, vals = P._packed_params(args)
+    st.pack_into(buf, 0, *vals)
+    base = ctypes.addressof(buf)
+    assert [argv[i] - base for i in range(len(args))] == [0, 128, 136, 140, 144, 152]
+    assert ctypes.string_at(base, 128) == raw
+    assert ctypes.c_uint64.from_address(base + 128).value == 0x1000
+    assert ctypes.c_int32.from_address(base + 136).value == 7
+    assert ctypes.c_uint64.from_address(base + 144).value == 0x2000
+    with pytest.raises(ValueError, match="128 bytes"):
+        P.TensorMap(b"x" * 64)
+
+
 def test_env_default_is_safe(monkeypatch):
     """KBITCUPY_PDL unset or "safe": safe mode (the default); 0 / off: plain launches; 1 / on:
     full PDL; anything else is refused at import, naming the variable."""

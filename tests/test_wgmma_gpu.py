@@ -317,3 +317,69 @@ def test_matmul_dispatches_to_wgmma(rng):
         D._CHOICES.clear()
     with pytest.raises(DoesNotFit, match="TOK=192"):
         wgmma_gemm(_A(160, 4096, np.float16, rng), q, cp.empty((160, 2048), np.float16), stages=8)
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_wgmma_tma_tokens_bit_exact(k, rng):
+    """kbit_wgmma_tma (the token tiles by TMA, an experiment: env KBIT_WG_TMA) lands the same
+    bytes in the same swizzled layout as the cp.async copies, so at the same plan (TOK, splits,
+    stages, cluster or workspace sum) it gives the same bits: every TOK, token tails (rows past M
+    zero-filled by the tensor map), K % 64 == 32 (the upper half zero-filled), N tails, the default
+    codebook kernel and another codebook, split-K both ways, plain / safe / full PDL launches."""
+    import cupy as cp
+
+    from kbitcupy.wgmma import TOK_CHOICES, wgmma_gemm
+
+    cases = [(5120, 2048), (201, 160), (136, 544)] if k == 4 else [(201, 160), (1000, 288)]
+    for (N, K) in cases:
+        q, _ = _weight(N, K, k, rng)
+        KT = -(-K // 64)
+        for w in (q, other_codebook(q, k)[0]):
+            Wd = kb.dequantize(w, np.float32).astype(cp.float64)
+            for dt in DTYPES:
+                for M in (3, 33, 100, 130):
+                    A = _A(M, K, dt, rng)
+                    ref = A.astype(cp.float64) @ Wd.T
+                    modes = (False, "safe", True) if (M == 33 and _dn(dt) == "float16") else ("safe",)
+                    for mode, tok in ((mode, tok) for mode in modes for tok in TOK_CHOICES):
+                        for ks, cl in ((1, None), (min(3, KT), True), (min(3, KT), False)):
+                            outs = []
+                            with kb.pdl(mode):
+                                for tma in (False, True):
+                                    out = cp.full((M, N), np.nan, dtype=dt)
+                                    wgmma_gemm(A, w, out, k_splits=ks, tok=tok, stages=4, cluster=cl, tma=tma)
+                                    outs.append(out)
+                            what = ((N, K), k, w is q, _dn(dt), M, tok, ks, cl, mode)
+                            assert _rel(outs[1], ref) < TOL[_dn(dt)], what
+                            assert bool((outs[0].view(cp.uint16) == outs[1].view(cp.uint16)).all()), what
+
+
+def test_wgmma_tma_cuda_graph_and_new_buffers(rng):
+    """The tensor map is a launch parameter (captured by value): a graph replays on the A it was
+    captured with; a new A buffer gets its own map (the cache is keyed by the pointer)."""
+    import cupy as cp
+
+    from kbitcupy.wgmma import wgmma_gemm
+
+    q, Wd = _weight(4096, 2048, 4, rng)
+    M = 72
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        A = _A(M, 2048, np.float16, rng)
+        out = cp.full((M, 4096), np.nan, dtype=np.float16)
+        wgmma_gemm(A, q, cp.empty_like(out), tma=True)
+    s.synchronize()
+    graph = _capture(s, lambda: wgmma_gemm(A, q, out, tma=True))
+    with s:
+        A[...] = _A(M, 2048, np.float16, rng)
+        eager = cp.full((M, 4096), np.nan, dtype=np.float16)
+        wgmma_gemm(A, q, eager, tma=False)
+        graph.launch(s)
+    s.synchronize()
+    assert bool((out.view(cp.uint16) == eager.view(cp.uint16)).all())
+    for _ in range(3):  # fresh buffers (some reuse a freed pointer with another shape)
+        M2 = int(rng.integers(5, 200))
+        A2 = _A(M2, 2048, np.float16, rng)
+        o2 = cp.full((M2, 4096), np.nan, dtype=np.float16)
+        wgmma_gemm(A2, q, o2, tma=True)
+        assert _rel(o2, A2.astype(cp.float64) @ Wd.T) < TOL["float16"]
