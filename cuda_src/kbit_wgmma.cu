@@ -102,8 +102,16 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 struct __align__(64) KbitTmap {  // CUtensorMap (cuTensorMapEncodeTiled, kbitcupy/wgmma.py), opaque
     unsigned long long w[16];
 };
-__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {  // no arrive
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {  // 1-D, 16-byte units
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
 }
 __device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 __device__ __forceinline__ void tma_load_2d(u32 dst, const KbitTmap* map, int c0, int c1, u32 bar) {
@@ -258,6 +266,11 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     constexpr int A_BYTES = TOK * 128;              // tokens x 64 elements
     constexpr int W_BYTES = 1024 * K;               // one layout tile: 128 cols x 2 blocks x K words
     constexpr int STAGE_BYTES = (A_BYTES + W_BYTES + 256 + 1023) / 1024 * 1024;  // 1024-aligned (swizzle)
+#ifdef KBIT_WG_TMA_WEIGHTS  // experiment hook on top of TMA: the weight tile and absmax by 1-D bulk copies too
+    constexpr bool TMA_W = TMA;
+#else
+    constexpr bool TMA_W = false;
+#endif
     constexpr int LUT_BYTES = PairLut<K, LC>::WORDS * 4;
     constexpr int SH = PairLut<K, LC>::LOG2_COPIES + 2;  // log2 bytes per LUT entry row
     constexpr int CS_STRIDE = 128 + 8;               // C staging row (elements), 16 B aligned, spreads banks
@@ -279,6 +292,11 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         for (int b = 0; b < stages; b++) mbar_init(mbar0_s + 8u * b, 1);
         fence_mbar_init();
     }
+    // every thread waits for the stage's phase (tile t lives in buffer t % stages, its use t / stages)
+    auto tma_wait = [&](int buf) {
+        mbar_wait(mbar0_s + 8u * (u32)buf, (tma_ph >> buf) & 1u);
+        tma_ph ^= 1u << buf;
+    };
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -318,9 +336,9 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         return;
 #endif
         if (TMA) {  // rows past the tensor's (M; K % 64 == 32: the upper half) arrive as zeros
-            if (tid == 0) {
+            if (tid == 0) {  // the stage's one arrival: after its weights' expect_tx (TMA_W), see load_stage
                 const u32 bar = mbar0_s + 8u * (u32)buf;
-                mbar_expect_tx(bar, A_BYTES);
+                mbar_arrive_expect_tx(bar, A_BYTES);
                 tma_load_2d(stage0_s + buf * STAGE_BYTES, tmap, kt * KBIT_TILE_K, tma_row0 + m0, bar);
             }
             return;
@@ -336,6 +354,15 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         }
     };
     auto load_weights = [&](int buf, int kt) {  // the whole (kt, nt) layout tile, contiguous
+        if (TMA_W) {  // two bulk copies by one thread on the stage's mbarrier (its arrival comes with the tokens)
+            if (tid == 0) {
+                const u32 bar = mbar0_s + 8u * (u32)buf, st = stage0_s + buf * STAGE_BYTES + A_BYTES;
+                mbar_expect_tx(bar, W_BYTES + 256);
+                bulk_load(st, w_base - 4 * tid + kt * w_ktstride, W_BYTES, bar);
+                bulk_load(st + W_BYTES, abs_base - 16 * tid + kt * abs_ktstride, 256, bar);
+            }
+            return;
+        }
         const u32 st = stage0_s + buf * STAGE_BYTES + 16 * tid;
 #pragma unroll
         for (int u = 0; u < W_COPIES; u++)
@@ -344,8 +371,9 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         if (tid < 16) cp_async16_zfill(st + A_BYTES + W_BYTES, abs_base + kt * abs_ktstride, true);
     };
     auto load_stage = [&](int buf, int kt) {
+        if (TMA_W) load_weights(buf, kt);  // the weights' expect_tx before the stage's arrival (the tokens')
         load_tokens(buf, kt);
-        load_weights(buf, kt);
+        if (!TMA_W) load_weights(buf, kt);
     };
 
     // ---------------------------------------------------------------- prologue
@@ -363,7 +391,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
             if (i < n_my) load_weights(i, kt_begin + i);
         } else {
             if (i < n_my) load_stage(i, kt_begin + i);
-            cp_async_commit();
+            if (!TMA_W) cp_async_commit();  // (TMA_W: no cp.async)
         }
     }
     __syncthreads();
@@ -375,7 +403,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         griddep_wait();
         for (int i = 0; i < dist; i++) {
             if (i < n_my) load_tokens(i, kt_begin + i);
-            cp_async_commit();
+            if (!TMA_W) cp_async_commit();  // (TMA_W: no cp.async)
         }
         // the next grid may start its prologue; it reads A / workspace only after its own
         // wait (this grid complete), so no grid two back can still be running then
@@ -488,19 +516,22 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
 #endif
     };
     // tile 0: landed (dist groups committed, tile j = group j), visible to the async proxy
-    cp_async_wait_upto(dist - 1);
-    if (!TMA) fence_proxy_async();
+    if (!TMA_W) cp_async_wait_upto(dist - 1);
+    if (TMA) {
+        if (n_my > 0) tma_wait(0);
+    } else {
+        fence_proxy_async();
+    }
     __syncthreads();
     KBIT_WG_T(2, clock64());  // tile 0 landed for every thread
     if (n_my > 0) dequant(0, frag_a);
     auto step = [&](int it, u32 (&cur)[4][4], u32 (&nxt)[4][4]) {
         // groups committed: dist + it; tile it + 1 = group it + 1 complete
         KBIT_WG_IT(it, 0, clock64());
-        cp_async_wait_upto(dist - 2);
+        if (!TMA_W) cp_async_wait_upto(dist - 2);
         KBIT_WG_IT(it, 1, clock64());
-        if (TMA) {  // tile it's tokens (its wgmma follows the barrier), buffer rd_m
-            mbar_wait(mbar0_s + 8u * (u32)rd_m, (tma_ph >> rd_m) & 1u);
-            tma_ph ^= 1u << rd_m;
+        if (TMA) {  // tile it + 1 (buffer rd_d), as the cp.async wait above
+            if (it + 1 < n_my) tma_wait(rd_d);
         } else {
             // cp.async wrote the tiles through the generic proxy; wgmma reads them through the
             // async proxy: make this thread's writes visible to it before the barrier.
@@ -514,7 +545,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         // buffer of tile it + dist = that of tile it - 2: its group retired (wait below, last
         // iteration) and dequantized by every warp before the barrier above
         if (it + dist < n_my) load_stage(wr, kt_begin + it + dist);
-        cp_async_commit();
+        if (!TMA_W) cp_async_commit();
         wr = wr + 1 == stages ? 0 : wr + 1;
         KBIT_WG_IT(it, 5, clock64());
 #ifndef KBIT_WG_NO_MMA
@@ -532,7 +563,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     }
     wgmma_wait<0>();
     reg_fence(acc);
-    cp_async_wait<0>();
+    if (!TMA_W) cp_async_wait<0>();
     KBIT_WG_T(3, clock64());  // main loop done
 
     // ---------------------------------------------------------------- split-K sum, cluster

@@ -4,18 +4,22 @@
 #   OUT=/tmp/out STEP=exp bash profiling/run29.sh      (then STEP=final)
 . profiling/run_env.sh
 start_run exp
-# STEP=exp (first call, ~7 min on a bare machine):
+# STEP=exp (first call, ~8 min on a bare machine):
 #   1. The token tiles by TMA (kbit_wgmma_tma, env KBIT_WG_TMA=1; written in the twenty-sixth session without a GPU:
-#      compiled, not yet run).  GPU tests first (bit-exact against the cp.async kernel at the same plan, every TOK,
-#      k = 2..5, PDL modes, graph capture); then the dense k = 4 A/B at M = 32 / 64 / 128, twice each way.
+#      compiled, not yet run), and on top of it the weight tile and absmax by two 1-D bulk copies on the same
+#      mbarrier (-DKBIT_WG_TMA_WEIGHTS: no cp.async left in the loop).  GPU tests of both first (bit-exact against
+#      the cp.async kernel at the same plan, every TOK, k = 2..5, PDL modes, graph capture); then the dense k = 4
+#      A/B at M = 64 / 128, three arms, two passes.
 #      Why: the twenty-first session's per-SASS profile of the K-tile loop at M = 128 (one CTA per SM, 8 warps): the
 #      copy issue ~20 % of the warp samples, ~195 of ~730 ns a tile, most of it the 4 token LDGSTS per thread (the
-#      weights and absmax are 1-2).  nvcc 13 SASS of kbit_wgmma<4, half, 128, CBD>: the two-tile loop body 601 ->
-#      550 instructions (LDGSTS 12 -> 4, 2 UTMALDG by one thread, 4 mbarrier try_waits), 146 -> 142 registers;
-#      TOK = 64 96 -> 95.  Expected: the M = 128 loop 10-15 % shorter (gate/up 7.5 us of 15.4 -> ~6.5), so the k = 4
-#      TOTAL at M = 128 63.5 -> ~60 us (0.77x -> ~0.81x); M = 64 / 32 less (2 / 1 token copies a thread a tile).
-#      Keep (TMA on by default, then the grouped kernel the same way) if every M = 64 / 128 cell is faster or equal
-#      in both passes; if only M = 128 gains, on from TOK >= 128.
+#      weights and absmax 1-2).  nvcc 13 SASS of kbit_wgmma<4, half, 128, CBD>, the two-tile loop body: 601
+#      instructions (12 LDGSTS, the cp.async wait's switch on the runtime stage count: 16 DEPBAR), TMA 555 (4
+#      LDGSTS, 2 UTMALDG by one thread, 4 mbarrier try_waits), TMA + weights 495 (no LDGSTS, 2 DEPBAR); 146 / 142 /
+#      138 registers.  Expected: the M = 128 loop 8-15 % shorter (gate/up's 7.5 us of 15.4 -> ~6.6), the k = 4
+#      TOTAL at M = 128 63.5 -> ~60 us (0.77x -> ~0.81x); M = 64 less (2 token copies a thread a tile).  The fifth
+#      session's weights-by-bulk (then without TMA tokens) was 4-10 % slower: the third arm says whether that holds.
+#      Keep the fastest arm (on by default, then the grouped kernel the same way) if every M = 64 / 128 cell is
+#      faster or equal in both passes; if only M = 128 gains, from TOK >= 128.
 #   2. sumch (run28.sh's prepared step): the dense wgmma kernel's workspace split-K sum at TOK = 64 with 8 float4
 #      loads in flight per thread instead of 4 (-DKBIT_WG_DENSE_SUM64=8; 116 registers, no spills).  Expected: the
 #      last CTA's 3.97 us after its main loop (dense down M = 64, 8 splits, wgtrace28b) -> ~3 us; down / O / Q at
@@ -23,16 +27,18 @@ start_run exp
 #      TOTAL at M = 48 and 64 moves by more than the run-to-run spread (~0.3 us) and no cell is slower by more.
 if [ "$STEP" = exp ]; then
   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
-  gpu_tests "$W/gpu_tests_tma29.log" 200 tests/test_wgmma_gpu.py -k "tma"
+  gpu_tests "$W/gpu_tests_tma29.log" 100 tests/test_wgmma_gpu.py -k "tma"
+  (export KBIT_WGMMA_OPTS=-DKBIT_WG_TMA_WEIGHTS; gpu_tests "$W/gpu_tests_tmaw29.log" 100 tests/test_wgmma_gpu.py -k "tma")
   for pass in 1 2; do
-    for t in 0 1; do
-      KBIT_WG_TMA=$t timeout 70 python3 profiling/bench.py --out "$W" --M 32,64,128 --k 4 --columns WGMMA \
-        --reps 15 --tag "tma29-$t-$pass" > "$W/bench_tma29_${t}_$pass.log" 2>&1
-      echo "## KBIT_WG_TMA=$t pass $pass"; grep -E "^### M|^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_tma29_${t}_$pass.log"
+    for arm in base tma tmaw; do
+      t=$([ $arm = base ] && echo 0 || echo 1); o=$([ $arm = tmaw ] && echo -DKBIT_WG_TMA_WEIGHTS || true)
+      KBIT_WG_TMA=$t KBIT_WGMMA_OPTS="$o" timeout 55 python3 profiling/bench.py --out "$W" --M 64,128 --k 4 \
+        --columns WGMMA --reps 15 --tag "tma29-$arm-$pass" > "$W/bench_tma29_${arm}_$pass.log" 2>&1
+      echo "## $arm pass $pass"; grep -E "^### M|^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_tma29_${arm}_$pass.log"
     done
   done
   for o in "" "-DKBIT_WG_DENSE_SUM64=8"; do
-    KBIT_WGMMA_OPTS="$o" timeout 90 python3 profiling/bench.py --out "$W" --M 48,64 --k 4 --columns WGMMA,matmul \
+    KBIT_WGMMA_OPTS="$o" timeout 60 python3 profiling/bench.py --out "$W" --M 48,64 --k 4 --columns WGMMA \
       --reps 15 --tag "sumch${o:+8}" > "$W/bench_sumch${o:+8}.log" 2>&1
     echo "## KBIT_WGMMA_OPTS='$o'"; grep -E "^### M|^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_sumch${o:+8}.log"
   done
