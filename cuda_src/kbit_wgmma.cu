@@ -79,6 +79,13 @@ namespace kbit_wgmma_detail {
 #define KBIT_WG_AB_N64_1 "{%36,%37,%38,%39}, %49, p, 1, 1, 0;\n"
 #define KBIT_WG_AB_N64_2 "{%40,%41,%42,%43}, %50, p, 1, 1, 0;\n"
 #define KBIT_WG_AB_N64_3 "{%44,%45,%46,%47}, %51, p, 1, 1, 0;\n"
+// m64n128 (experiment hook KBIT_WG_N128: TOK = 128 as one n128 MMA per k16 instead of two n64)
+#define KBIT_WG_ACC_N128 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+#define KBIT_WG_P_N128 "{\n.reg .pred p;\nsetp.ne.b32 p, %84, 0;\n"
+#define KBIT_WG_AB_N128_0 "{%64,%65,%66,%67}, %80, p, 1, 1, 0;\n"
+#define KBIT_WG_AB_N128_1 "{%68,%69,%70,%71}, %81, p, 1, 1, 0;\n"
+#define KBIT_WG_AB_N128_2 "{%72,%73,%74,%75}, %82, p, 1, 1, 0;\n"
+#define KBIT_WG_AB_N128_3 "{%76,%77,%78,%79}, %83, p, 1, 1, 0;\n"
 #define KBIT_WG_INS(N, J, TY) "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " KBIT_WG_ACC_N##N KBIT_WG_AB_N##N##_##J
 #define KBIT_WG_TILE(N, TY, CT, ...)                                                                                 \
     __device__ __forceinline__ void wgmma_tile_n##N(float (&d)[N / 2], const u32 (&f)[4][4],                       \
@@ -90,7 +97,9 @@ namespace kbit_wgmma_detail {
 #define KBIT_WG_DEFINE(TY, CT)                                                                                      \
     KBIT_WG_TILE(16, TY, CT, KBIT_WG_ACC8(0))                                                                      \
     KBIT_WG_TILE(32, TY, CT, KBIT_WG_ACC8(0), KBIT_WG_ACC8(8))                                                     \
-    KBIT_WG_TILE(64, TY, CT, KBIT_WG_ACC8(0), KBIT_WG_ACC8(8), KBIT_WG_ACC8(16), KBIT_WG_ACC8(24))
+    KBIT_WG_TILE(64, TY, CT, KBIT_WG_ACC8(0), KBIT_WG_ACC8(8), KBIT_WG_ACC8(16), KBIT_WG_ACC8(24))             \
+    KBIT_WG_TILE(128, TY, CT, KBIT_WG_ACC8(0), KBIT_WG_ACC8(8), KBIT_WG_ACC8(16), KBIT_WG_ACC8(24),             \
+                 KBIT_WG_ACC8(32), KBIT_WG_ACC8(40), KBIT_WG_ACC8(48), KBIT_WG_ACC8(56))
 KBIT_WG_DEFINE("f16", __half)
 KBIT_WG_DEFINE("bf16", __nv_bfloat16)
 
@@ -503,6 +512,10 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
             wgmma_tile_n16(*reinterpret_cast<float(*)[8]>(&acc[0]), fr, bd, T());
         } else if (TOK == 32) {
             wgmma_tile_n32(*reinterpret_cast<float(*)[16]>(&acc[0]), fr, bd, T());
+#ifdef KBIT_WG_N128  // experiment hook: one m64n128 per k16 (the same accumulator layout as two n64)
+        } else if (TOK == 128) {
+            wgmma_tile_n128(*reinterpret_cast<float(*)[64]>(&acc[0]), fr, bd, T());
+#endif
         } else {
 #pragma unroll
             for (int sub = 0; sub < NSUB; sub++) {  // tokens 64 sub.. : 64 rows of 128 bytes on

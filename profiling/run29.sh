@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Twenty-sixth session (2026-11-26): no device time was left (the session's budget had gone to the twenty-fifth
 # session's cut-off try), so this script is prepared for the next session, not run.
-#   OUT=/tmp/out STEP=exp bash profiling/run29.sh      (then STEP=final)
+#   OUT=/tmp/out STEP=exp bash profiling/run29.sh      (then STEP=exp2, then STEP=final)
 . profiling/run_env.sh
 start_run exp
+# wg_arm ARM MS PASS: the dense wgmma column (k = 4, the TOTAL's shapes) of one experiment arm: base, tma (KBIT_WG_TMA=1),
+# tmaw (+ -DKBIT_WG_TMA_WEIGHTS), n128 (-DKBIT_WG_N128), tmaw_n128 (all three); tables tagged tma29-ARM-PASS.
+wg_arm() {
+  local t=0 o=""
+  case $1 in tma) t=1 ;; tmaw) t=1; o=-DKBIT_WG_TMA_WEIGHTS ;; n128) o=-DKBIT_WG_N128 ;;
+    tmaw_n128) t=1; o="-DKBIT_WG_TMA_WEIGHTS -DKBIT_WG_N128" ;; esac
+  KBIT_WG_TMA=$t KBIT_WGMMA_OPTS="$o" timeout 55 python3 profiling/bench.py --out "$W" --M "$2" --k 4 --columns WGMMA \
+    --shapes gateup,down,Q,O,KV --reps 15 --tag "tma29-$1-$3" > "$W/bench_tma29_$1_$3.log" 2>&1
+  echo "## $1 pass $3"; grep -E "^### M|^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_tma29_$1_$3.log"
+}
 # STEP=exp (first call, ~8 min on a bare machine):
 #   1. The token tiles by TMA (kbit_wgmma_tma, env KBIT_WG_TMA=1; written in the twenty-sixth session without a GPU:
 #      compiled, not yet run), and on top of it the weight tile and absmax by two 1-D bulk copies on the same
@@ -20,7 +30,7 @@ start_run exp
 #      session's weights-by-bulk (then without TMA tokens) was 4-10 % slower: the third arm says whether that holds.
 #      Keep the fastest arm (on by default, then the grouped kernel the same way) if every M = 64 / 128 cell is
 #      faster or equal in both passes; if only M = 128 gains, from TOK >= 128.
-#   2. sumch (run28.sh's prepared step): the dense wgmma kernel's workspace split-K sum at TOK = 64 with 8 float4
+#   2. sumch (run28.sh's prepared step; in exp2): the dense wgmma kernel's workspace split-K sum at TOK = 64 with 8 float4
 #      loads in flight per thread instead of 4 (-DKBIT_WG_DENSE_SUM64=8; 116 registers, no spills).  Expected: the
 #      last CTA's 3.97 us after its main loop (dense down M = 64, 8 splits, wgtrace28b) -> ~3 us; down / O / Q at
 #      M = 48..64 0.5-1 us faster where they split through the workspace; the rest equal.  Keep it if the k = 4
@@ -31,15 +41,27 @@ if [ "$STEP" = exp ]; then
   (export KBIT_WGMMA_OPTS=-DKBIT_WG_TMA_WEIGHTS; gpu_tests "$W/gpu_tests_tmaw29.log" 100 tests/test_wgmma_gpu.py -k "tma")
   for pass in 1 2; do
     for arm in base tma tmaw; do
-      t=$([ $arm = base ] && echo 0 || echo 1); o=$([ $arm = tmaw ] && echo -DKBIT_WG_TMA_WEIGHTS || true)
-      KBIT_WG_TMA=$t KBIT_WGMMA_OPTS="$o" timeout 55 python3 profiling/bench.py --out "$W" --M 64,128 --k 4 \
-        --columns WGMMA --reps 15 --tag "tma29-$arm-$pass" > "$W/bench_tma29_${arm}_$pass.log" 2>&1
-      echo "## $arm pass $pass"; grep -E "^### M|^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_tma29_${arm}_$pass.log"
+      wg_arm $arm 64,128 $pass
+    done
+  done
+fi
+# STEP=exp2 (second call): 3. one m64n128 wgmma per k16 at TOK = 128 instead of two m64n64 (hook -DKBIT_WG_N128; the
+#   same accumulator layout).  Why: the twenty-first session's timeline put the wgmma issue at ~200 of ~730 ns a K
+#   tile at TOK = 128; the loop body 601 -> 584 instructions, HGMMA 16 -> 8 per two tiles (with TMA + weights: 475).
+#   Expected: the M = 128 cells 0-5 % faster if the issue of the second n64 is what costs; equal if the tensor core's
+#   own time per token dominates.  GPU tests with the hook (every TOK, both sums, permutation rows), then M = 128 A/B.
+#   Then sumch (item 2 above).
+if [ "$STEP" = exp2 ]; then
+  (export KBIT_WGMMA_OPTS=-DKBIT_WG_N128
+   gpu_tests "$W/gpu_tests_n128_29.log" 150 tests/test_wgmma_gpu.py -k "all_k_gateup or permutation or cluster_sum or tma")
+  for pass in 1 2; do
+    for arm in base n128 tmaw_n128; do
+      wg_arm $arm 128 $pass
     done
   done
   for o in "" "-DKBIT_WG_DENSE_SUM64=8"; do
     KBIT_WGMMA_OPTS="$o" timeout 60 python3 profiling/bench.py --out "$W" --M 48,64 --k 4 --columns WGMMA \
-      --reps 15 --tag "sumch${o:+8}" > "$W/bench_sumch${o:+8}.log" 2>&1
+      --shapes gateup,down,Q,O,KV --reps 15 --tag "sumch${o:+8}" > "$W/bench_sumch${o:+8}.log" 2>&1
     echo "## KBIT_WGMMA_OPTS='$o'"; grep -E "^### M|^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_sumch${o:+8}.log"
   done
 fi
