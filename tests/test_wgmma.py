@@ -55,3 +55,41 @@ def test_fill_tok_narrow_weights_only():
     assert [tok(M, 2048) for M in (16, 32, 64, 128)] == [16, 32, 64, 128]
     assert [tok(M, 5120) for M in (16, 64, 128, 256)] == [16, 64, 128, 128]
     assert fill_tok(64, 64, 4, 0) == 64  # no SM count: unchanged
+
+
+def test_tensor_map_arguments_and_cache(monkeypatch):
+    """kbit_wgmma_tma's tensor map of A [M, K]: K elements inner, M rows 2K bytes apart, boxes of 64 x TOK
+    in the 128-byte swizzle, fp16 / bf16 data types; one encode per (pointer, shape, dtype, TOK); K % 8
+    (the row stride's 16 bytes) and the base's alignment are refused before the driver sees them."""
+    import numpy as np
+
+    from kbitcupy import _pdl, wgmma as WG
+    from kbitcupy.reference import bfloat16
+
+    calls = []
+
+    def fake(ptr, dtype, dim0, dim1, stride1, box0, box1, swizzle, l2):
+        calls.append((ptr, dtype, dim0, dim1, stride1, box0, box1, swizzle, l2))
+        return _pdl.TensorMap(bytes(128))
+
+    monkeypatch.setattr(_pdl, "encode_tensor_map_2d", fake)
+    monkeypatch.setattr(WG, "_TMAPS", {})
+
+    class _A:
+        def __init__(self, ptr, M, K, dt):
+            self.shape, self.dtype = (M, K), np.dtype(dt)
+            self.data = type("D", (), {"ptr": ptr})()
+
+    m1 = WG.tensor_map(_A(0x10000, 100, 2048, np.float16), 128)
+    m2 = WG.tensor_map(_A(0x10000, 100, 2048, np.float16), 128)
+    assert m1 is m2 and len(calls) == 1
+    assert calls[0] == (0x10000, 6, 2048, 100, 4096, 64, 128, 3, 2)
+    WG.tensor_map(_A(0x10000, 100, 2048, bfloat16), 64)
+    assert calls[1] == (0x10000, 9, 2048, 100, 4096, 64, 64, 3, 2)
+    WG.tensor_map(_A(0x20000, 7, 160, np.float16), 16)
+    assert calls[2] == (0x20000, 6, 160, 7, 320, 64, 16, 3, 2)
+    with pytest.raises(ValueError, match="K % 8"):
+        WG.tensor_map(_A(0x30000, 4, 36, np.float16), 16)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        WG.tensor_map(_A(0x30008, 4, 64, np.float16), 16)
+    assert len(calls) == 3
