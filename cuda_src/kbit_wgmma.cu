@@ -129,6 +129,9 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const KbitTmap* map, int c0
         ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
 }
+__device__ __forceinline__ void mbar_inval(u32 bar) {
+    asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
@@ -254,6 +257,19 @@ __device__ __forceinline__ void wgmma_default_tables() {
     build_scale_table<T>(reinterpret_cast<u32*>(smem + LUT_BYTES), tid, 256);
 }
 
+// The TMA stage mbarriers' shared address (wgmma_cta: misc's upper 64 bytes), and their invalidation by thread
+// 0 before a CTA runs wgmma_cta again (the grouped kernel's extra token tiles), every thread past its waits.
+template <int K, int LC>
+__device__ __forceinline__ u32 tma_mbar0() {
+    extern __shared__ __align__(128) unsigned char smem[];
+    return (u32)__cvta_generic_to_shared(smem + PairLut<K, LC>::WORDS * 4 + 1024 + 128 + 64);
+}
+template <int K, int LC>
+__device__ __forceinline__ void tma_inval(int stages) {
+    if (threadIdx.x == 0)
+        for (int b = 0; b < stages; b++) mbar_inval(tma_mbar0<K, LC>() + 8u * b);
+}
+
 // One CTA's work: token tile mt (TOK rows of A[M, Kdim]), column strip nt, K tiles of
 // split `split` of `k_splits`; C[M, N] += its part (split-K tile index `tile` of `tiles`
 // in ws / counters).  Returns false where a split-K contributor leaves the sum to the
@@ -295,7 +311,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     unsigned char* stage0 = smem + (stage0_s - smem_s);
     // TMA: one mbarrier per stage buffer (<= 8) in misc's upper 64 bytes; bit b of tma_ph = the parity
     // of buffer b's next phase
-    const u32 mbar0_s = (u32)__cvta_generic_to_shared(misc) + 64u;
+    const u32 mbar0_s = tma_mbar0<K, LC>();
     u32 tma_ph = 0;
     if (TMA && threadIdx.x == 0) {
         for (int b = 0; b < stages; b++) mbar_init(mbar0_s + 8u * b, 1);
@@ -800,9 +816,21 @@ __global__ void __launch_bounds__(256, KBIT_WG_MINB)
 // LC: the pair table's copies (log2, -1: PairLut's default).  k = 5 at 8 copies (32 KB, more bank
 // conflicts) fits two CTAs per SM at TOK = 64, where its 16 copies fit one (kbitcupy.wgmma.grouped_plan
 // picks; H100 2026-11-26, profiling/run28.sh k5copies).
+// KBIT_WG_GROUPED_TMA (experiment hook, kbitcupy/wgmma.py reads it from the family's options): the token tiles
+// by TMA as kbit_wgmma_tma's, through a tensor map of the whole A_sorted [rows, K] passed first (a tile's rows
+// past its expert's are the next expert's tokens: their columns of C are never stored).
+#ifdef KBIT_WG_GROUPED_TMA
+#define KBIT_WG_GTMA true
+#define KBIT_WG_GTMA_PARAM const __grid_constant__ kbit_wgmma_detail::KbitTmap tmap,
+#define KBIT_WG_GTMA_MAP &tmap
+#else
+#define KBIT_WG_GTMA false
+#define KBIT_WG_GTMA_PARAM
+#define KBIT_WG_GTMA_MAP nullptr
+#endif
 template <int K, typename T, int TOK, bool CBD = false, int LC = -1>
 __global__ void __launch_bounds__(256, 1)
-    kbit_wgmma_grouped(const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
+    kbit_wgmma_grouped(KBIT_WG_GTMA_PARAM const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
                        const float* __restrict__ codebook, const float* __restrict__ tscale,
                        const int* __restrict__ expert_ids, const int* __restrict__ offsets, T* __restrict__ C,
                        float* __restrict__ ws, int* __restrict__ counters, int N, int Kdim, int E, int rows,
@@ -893,9 +921,11 @@ __global__ void __launch_bounds__(256, 1)
         if (!first) {
             if (split != 0) break;
             __syncthreads();  // the previous tile's epilogue still reads the stage buffers
+            if (KBIT_WG_GTMA) kbit_wgmma_detail::tma_inval<K, LC>(stages);  // wgmma_cta initializes them again
         }
-        kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, LC>(Ae, pe, ae, codebook, Ce, ws, counters, ntok, N, Kdim, m, nt,
-                                                     first ? split : 0, first ? k_splits : 1, stages, ts, vec8, tile,
-                                                     tiles, pdl == 2 && first, cluster != 0 && first, first && tables_built);
+        kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, LC, 4, KBIT_WG_GTMA>(
+            Ae, pe, ae, codebook, Ce, ws, counters, ntok, N, Kdim, m, nt, first ? split : 0, first ? k_splits : 1,
+            stages, ts, vec8, tile, tiles, pdl == 2 && first, cluster != 0 && first, first && tables_built,
+            KBIT_WG_GTMA_MAP, r0);
     }
 }

@@ -125,6 +125,10 @@ WGMMA = register("wgmma", Family("kbit_wgmma.cu", _instances(), group_of=_group_
                                  options=tuple(os.environ.get("KBIT_WGMMA_OPTS", "").split()), arch="sm_90a"))
 
 
+# The grouped kernel's token tiles by TMA: an experiment hook of the family's options (KBIT_WGMMA_OPTS=
+# -DKBIT_WG_GROUPED_TMA), which changes the grouped kernels' signature (a tensor map of A first).
+GROUPED_TMA = "-DKBIT_WG_GROUPED_TMA" in WGMMA.options
+
 _SUPPORTED: dict = {}
 
 
@@ -576,5 +580,7 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
             np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]), np.int64(bank.words_per_expert),
             np.int64(bank.absmax_per_expert), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
             np.int32(max_tokens), np.int32(_vec8(out)), err, np.int32(pdl), np.int32(p.cluster))
+    if GROUPED_TMA:
+        args = (tensor_map(A, p.tok),) + args
     _pdl.launch(p.fn, (p.grid,), (THREADS,), args, p.launch_smem, pdl=pdl, cluster=p.cl_size)
     return out

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Twenty-sixth session (2026-11-26): no device time was left (the session's budget had gone to the twenty-fifth
 # session's cut-off try), so this script is prepared for the next session, not run.
-#   OUT=/tmp/out STEP=exp bash profiling/run29.sh      (then STEP=exp2, then STEP=final)
+#   OUT=/tmp/out STEP=exp bash profiling/run29.sh      (then STEP=exp2, exp3 if TMA won, then STEP=final)
 . profiling/run_env.sh
 start_run exp
 # wg_arm ARM MS PASS: the dense wgmma column (k = 4, the TOTAL's shapes) of one experiment arm: base, tma (KBIT_WG_TMA=1),
@@ -63,6 +63,27 @@ if [ "$STEP" = exp2 ]; then
     KBIT_WGMMA_OPTS="$o" timeout 60 python3 profiling/bench.py --out "$W" --M 48,64 --k 4 --columns WGMMA \
       --shapes gateup,down,Q,O,KV --reps 15 --tag "sumch${o:+8}" > "$W/bench_sumch${o:+8}.log" 2>&1
     echo "## KBIT_WGMMA_OPTS='$o'"; grep -E "^### M|^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_sumch${o:+8}.log"
+  done
+fi
+# STEP=exp3 (third call, only worth it if TMA won in exp): 4. the grouped wgmma kernel's token tiles by TMA (hook
+#   -DKBIT_WG_GROUPED_TMA: a tensor map of the whole A_sorted first in the kernel's parameters; a tile's rows past its
+#   expert's read the next expert's tokens, whose columns of C are never stored; a CTA running extra token tiles
+#   invalidates and re-initializes the stage mbarriers).  nvcc 13: TOK = 64 128 -> 110 registers (two CTAs per SM
+#   either way), TOK = 128 184 -> 166.  The grouped GPU tests under the hook (against the reference), then the MoE
+#   A/B at 16..64 tokens, two passes.  Expected: a K tile at TOK = 64 ~0.63 us (wgtrace28), of which the copy issue
+#   ~0.11: 64 tokens 8 experts gate/up fused + down 23.5 -> ~22 us if it goes.
+if [ "$STEP" = exp3 ]; then
+  (export KBIT_WGMMA_OPTS=-DKBIT_WG_GROUPED_TMA
+   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+   gpu_tests "$W/gpu_tests_gtma29.log" 240 tests/test_grouped_gpu.py -k "wgmma")
+  for pass in 1 2; do
+    for nm in off on; do
+      o=$([ $nm = on ] && echo -DKBIT_WG_GROUPED_TMA || true)
+      KBIT_WGMMA_OPTS="$o" timeout 60 python3 profiling/bench.py --out "$W" --shapes moe_gu_fused,moe_dn --k 4 \
+        --moe-M 16,32,64 --experts 8,10 --columns g-WGMMA --reps 15 --tag "gtma29-$nm-$pass" \
+        > "$W/bench_gtma29_${nm}_$pass.log" 2>&1
+      echo "## grouped TMA $nm pass $pass"; grep -E "TOTAL" "$W/bench_gtma29_${nm}_$pass.log" | head -12
+    done
   done
 fi
 # STEP=final (second call, ~6 min): closing tables of the tree (after exp's outcome is applied): M = 1 / 4 at k = 2 / 4,
