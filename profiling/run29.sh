@@ -25,8 +25,11 @@ wg_arm() {
 #      weights and absmax 1-2).  nvcc 13 SASS of kbit_wgmma<4, half, 128, CBD>, the two-tile loop body: 601
 #      instructions (12 LDGSTS, the cp.async wait's switch on the runtime stage count: 16 DEPBAR), TMA 555 (4
 #      LDGSTS, 2 UTMALDG by one thread, 4 mbarrier try_waits), TMA + weights 495 (no LDGSTS, 2 DEPBAR); 146 / 142 /
-#      138 registers.  Expected: the M = 128 loop 8-15 % shorter (gate/up's 7.5 us of 15.4 -> ~6.6), the k = 4
-#      TOTAL at M = 128 63.5 -> ~60 us (0.77x -> ~0.81x); M = 64 less (2 token copies a thread a tile).  The fifth
+#      138 registers.  Expected, two models: by instruction count the M = 128 loop 8-18 % shorter; by the timeline
+#      (wgtrace24: a tile's ~730 ns = wgmma issue ~200 + copy issue ~195 + dequantize ~175 + cp.async wait ~75, in
+#      series per warp, the MMA's own ~270 ns hidden under them) tmaw removes most of the copy issue and the wait,
+#      ~730 -> ~500 ns (-30 %), as long as the dequantize alone still covers the MMA.  gate/up's 7.5 us loop of 15.4
+#      -> 5.3..6.9; the k = 4 TOTAL at M = 128 63.5 -> ~55..60 us (0.77x -> 0.81..0.88x); M = 64 less.  The fifth
 #      session's weights-by-bulk (then without TMA tokens) was 4-10 % slower: the third arm says whether that holds.
 #      Keep the fastest arm (on by default, then the grouped kernel the same way) if every M = 64 / 128 cell is
 #      faster or equal in both passes; if only M = 128 gains, from TOK >= 128.
