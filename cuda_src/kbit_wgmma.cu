@@ -129,6 +129,20 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const KbitTmap* map, int c0
         ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar)
         : "memory");
 }
+// The TMA path's stage wait: a lost transaction (a wrong byte count or tensor map) traps after ~2^22 tries
+// instead of hanging the GPU (the experiment's tests then fail at once).
+__device__ __forceinline__ void mbar_wait_or_trap(u32 bar, u32 parity) {
+    for (u32 n = 0;; n++) {
+        u32 done;
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+        if (done) return;
+        if (n == (1u << 22)) __trap();
+    }
+}
 __device__ __forceinline__ void mbar_inval(u32 bar) {
     asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
@@ -319,7 +333,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     }
     // every thread waits for the stage's phase (tile t lives in buffer t % stages, its use t / stages)
     auto tma_wait = [&](int buf) {
-        mbar_wait(mbar0_s + 8u * (u32)buf, (tma_ph >> buf) & 1u);
+        mbar_wait_or_trap(mbar0_s + 8u * (u32)buf, (tma_ph >> buf) & 1u);
         tma_ph ^= 1u << buf;
     };
 
