@@ -518,7 +518,9 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
     max_tokens: host-side upper bound of any slot's token count (no device->host sync).  The
       kernels are planned for it (a pass holds at most that many rows); a slot with more rows
       is still computed correctly, in more passes (slower), and sets ERR_MAX_TOKENS.
-    out: optional [rows, N] output (same dtype as A); rows no slot covers are untouched.
+    out: optional [rows, N] output (same dtype as A); rows no slot covers are untouched (a new
+      result is zero there, as on the CPU: host offsets zero just those rows, device offsets the
+      whole array first -- pass out= on the hot path).
     method: 'auto' (the kernel; without the sm_90 wgmma kernel only if max_tokens <= 64,
       else dequant), 'kernel' (any max_tokens; more rows than a pass holds are done in
       several passes), 'dequant' (per-expert dequantize + cuBLAS; reads offsets on the host:
@@ -595,6 +597,15 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
             raise ValueError("out must be on the same GPU as A_sorted")
         if out_.data.ptr % 4:
             raise ValueError("out's data pointer must be 4-byte aligned")
+        if out is None:  # a new result: rows no slot covers are zero (the CPU path's np.zeros)
+            if offs_h is None:
+                out_.fill(0)
+            else:
+                lo, hi = int(offs_h[0]), int(offs_h[-1])
+                if lo > 0:
+                    out_[:lo] = 0
+                if hi < rows:
+                    out_[hi:] = 0
         n_slots = int(ids.size)
         if n_slots and rows:
             use = method if method != "auto" else ("kernel" if auto_kernel else "dequant")

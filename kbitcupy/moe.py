@@ -444,14 +444,23 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
         # right before each grouped call (with PDL on, their weights load before the wait)
         gm = dict(method=method, check=check, ids_stable=True)
         A = gather_rows(x_, routing)
+        P = int(A.shape[0])
+
+        if on_gpu:
+            import cupy as cp
+
+        def new(n):  # the routing's slots cover every sorted row: no zero fill (grouped_matmul's new out)
+            return cp.empty((P, n), dtype=x_.dtype) if on_gpu else None
+
+        ids, offs = routing.expert_ids, routing.offsets
         if len(gate_banks) == 1:
-            h = grouped_matmul(A, gate_banks[0], routing.expert_ids, routing.offsets, mt, **gm)
+            h = grouped_matmul(A, gate_banks[0], ids, offs, mt, out=new(2 * I), **gm)
             act = silu_mul(h[:, :I], h[:, I:])
         else:
-            hg = grouped_matmul(A, gate_banks[0], routing.expert_ids, routing.offsets, mt, **gm)
-            hu = grouped_matmul(A, gate_banks[1], routing.expert_ids, routing.offsets, mt, **gm)
+            hg = grouped_matmul(A, gate_banks[0], ids, offs, mt, out=new(I), **gm)
+            hu = grouped_matmul(A, gate_banks[1], ids, offs, mt, out=new(I), **gm)
             act = silu_mul(hg, hu)
-        y = grouped_matmul(act, bank_down, routing.expert_ids, routing.offsets, mt, **gm)
+        y = grouped_matmul(act, bank_down, ids, offs, mt, out=new(H), **gm)
         o = moe_combine(y, routing, w_)
     return from_backend(o, kd)
 

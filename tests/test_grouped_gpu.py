@@ -1003,3 +1003,29 @@ def test_grouped_auto_many_tokens_is_capturable_on_sm90(rng):
         graph.launch(stream=s)
     s.synchronize()
     _check(out, A_h, bank, _host(ids), _host(offs), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("device_index", [True, False])
+def test_new_output_rows_no_slot_covers_are_zero(rng, device_index):
+    """Without out=, rows before offsets[0] and after offsets[-1] come back zero on the GPU, as from the
+    CPU path (np.zeros), whatever the memory pool held before (it is filled with NaN first); covered rows
+    match the reference.  No slot at all: every row zero."""
+    cp = _cp()
+    bank = _bank(rng, 5, 256, 512, 4)
+    A = (rng.standard_normal((40, 512)) * 0.5).astype(np.float16)
+    for ids, offs in (([3, 0], [4, 10, 31]), ([], [7]), ([1], [0, 40])):
+        ids_a = cp.asarray(ids, dtype=cp.int32) if device_index else np.asarray(ids, np.int32)
+        offs_a = cp.asarray(offs, dtype=cp.int32) if device_index else np.asarray(offs, np.int32)
+        cp.get_default_memory_pool().free_all_blocks()
+        cp.full((64, 256), np.nan, dtype=cp.float16)  # freed NaN blocks the result may reuse
+        out = grouped_matmul(_dev(A), bank, ids_a, offs_a, 40)
+        got = _host(out).astype(np.float64)
+        cpu = np.asarray(grouped_matmul(A, bank.cpu(), np.asarray(ids, np.int32), np.asarray(offs, np.int32), 40),
+                         np.float64)
+        lo, hi = offs[0], offs[-1]
+        assert not got[:lo].any() and not got[hi:].any() and not cpu[:lo].any() and not cpu[hi:].any()
+        if hi > lo:
+            ref = reference_grouped_matmul(A, bank, np.asarray(ids), np.asarray(offs))
+            err = np.abs(got[lo:hi] - ref[lo:hi]).max() / np.abs(ref[lo:hi]).max()
+            assert err < TOL[np.dtype(np.float16)], (ids, offs, err)
