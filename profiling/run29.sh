@@ -42,6 +42,8 @@ if [ "$STEP" = exp ]; then
   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
   gpu_tests "$W/gpu_tests_tma29.log" 100 tests/test_wgmma_gpu.py -k "tma"
   (export KBIT_WGMMA_OPTS=-DKBIT_WG_TMA_WEIGHTS; gpu_tests "$W/gpu_tests_tmaw29.log" 100 tests/test_wgmma_gpu.py -k "tma")
+  # the session's host-side fix: grouped_matmul's new output zero in rows no slot covers; moe_forward's own buffers
+  gpu_tests "$W/gpu_tests_host29.log" 120 tests/test_grouped_gpu.py tests/test_layers_gpu.py -k "new_output or moe_forward"
   for pass in 1 2; do
     for arm in base tma tmaw; do
       wg_arm $arm 64,128 $pass
