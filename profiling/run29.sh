@@ -53,8 +53,10 @@ fi
 # STEP=exp2 (second call): 3. one m64n128 wgmma per k16 at TOK = 128 instead of two m64n64 (hook -DKBIT_WG_N128; the
 #   same accumulator layout).  Why: the twenty-first session's timeline put the wgmma issue at ~200 of ~730 ns a K
 #   tile at TOK = 128; the loop body 601 -> 584 instructions, HGMMA 16 -> 8 per two tiles (with TMA + weights: 475).
-#   Expected: the M = 128 cells 0-5 % faster if the issue of the second n64 is what costs; equal if the tensor core's
-#   own time per token dominates.  GPU tests with the hook (every TOK, both sums, permutation rows), then M = 128 A/B.
+#   Expected: if the ~200 ns "wgmma issue" of the timeline is per HGMMA instruction (each reads its 4 A registers
+#   from 128 threads), n128 halves it: base -100 ns a tile (~-14 %), and with tmaw (no copy issue, no cp.async wait)
+#   a tile ~730 -> ~360 ns, under which the MMA's own ~280 ns still fits; if the issue waits on the tensor core
+#   instead, n128 changes nothing.  GPU tests with the hook (every TOK, both sums, permutation rows), then M = 128 A/B.
 #   Then sumch (item 2 above).
 if [ "$STEP" = exp2 ]; then
   (export KBIT_WGMMA_OPTS=-DKBIT_WG_N128
