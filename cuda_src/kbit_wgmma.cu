@@ -47,8 +47,12 @@
 // dequantize right before its own wgmma, ptxas sank the arithmetic between the 4 wgmma,
 // reused one register quad and serialized them (warning C7513) for TOK <= 64.
 //
+// TMA variant (experiment, kbit_wgmma_tma / -DKBIT_WG_GROUPED_TMA): the token tile of a stage arrives by one
+// 2-D tensor copy in this same swizzle (and with -DKBIT_WG_TMA_WEIGHTS the weight tile and absmax by 1-D bulk
+// copies), counted on the stage's mbarrier; every thread waits on it where the cp.async wait is.
+//
 // Shared memory (dynamic, bytes): pair LUT | scale table (256 half2) | codebook (128) |
-// misc (128) | stages x stage.  The epilogue stages C through the (then idle) stage
+// misc (128; TMA: the stage mbarriers in its upper 64) | stages x stage.  The epilogue stages C through the (then idle) stage
 // buffers for 16-byte row stores.
 #include "kbit_pairlut.cuh"
 
