@@ -71,6 +71,8 @@ if [ "$STEP" = exp2 ]; then
       --shapes gateup,down,Q,O,KV --reps 15 --tag "sumch${o:+8}" > "$W/bench_sumch${o:+8}.log" 2>&1
     echo "## KBIT_WGMMA_OPTS='$o'"; grep -E "^### M|^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_sumch${o:+8}.log"
   done
+  # memcheck of the TMA kernel with the weights by bulk copies too (tokens and weights through the mbarriers)
+  (export KBIT_WGMMA_OPTS=-DKBIT_WG_TMA_WEIGHTS; sanitize memcheck "$W/memcheck_tmaw29.log" 200 profiling/sanitize_tma.py)
 fi
 # STEP=exp3 (third call, only worth it if TMA won in exp): 4. the grouped wgmma kernel's token tiles by TMA (hook
 #   -DKBIT_WG_GROUPED_TMA: a tensor map of the whole A_sorted first in the kernel's parameters; a tile's rows past its
@@ -82,7 +84,8 @@ fi
 if [ "$STEP" = exp3 ]; then
   (export KBIT_WGMMA_OPTS=-DKBIT_WG_GROUPED_TMA
    python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
-   gpu_tests "$W/gpu_tests_gtma29.log" 240 tests/test_grouped_gpu.py -k "wgmma")
+   gpu_tests "$W/gpu_tests_gtma29.log" 240 tests/test_grouped_gpu.py -k "wgmma"
+   sanitize memcheck "$W/memcheck_gtma29.log" 150 profiling/sanitize_tma.py)
   for pass in 1 2; do
     for nm in off on; do
       o=$([ $nm = on ] && echo -DKBIT_WG_GROUPED_TMA || true)
