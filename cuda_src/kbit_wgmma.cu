@@ -115,18 +115,6 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 struct __align__(64) KbitTmap {  // CUtensorMap (cuTensorMapEncodeTiled, kbitcupy/wgmma.py), opaque
     unsigned long long w[16];
 };
-__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {  // no arrive
-    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {  // 1-D, 16-byte units
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-__device__ __forceinline__ void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 __device__ __forceinline__ void tma_load_2d(u32 dst, const KbitTmap* map, int c0, int c1, u32 bar) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
@@ -136,19 +124,8 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const KbitTmap* map, int c0
 // The TMA path's stage wait: a lost transaction (a wrong byte count or tensor map) traps after ~2^22 tries
 // instead of hanging the GPU (the experiment's tests then fail at once).
 __device__ __forceinline__ void mbar_wait_or_trap(u32 bar, u32 parity) {
-    for (u32 n = 0;; n++) {
-        u32 done;
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-        if (done) return;
+    for (u32 n = 0; !mbar_try_wait(bar, parity); n++)
         if (n == (1u << 22)) __trap();
-    }
-}
-__device__ __forceinline__ void mbar_inval(u32 bar) {
-    asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>

@@ -136,7 +136,8 @@ class _Config(ctypes.Structure):  # CUlaunchConfig
 
 class TensorMap:
     """A CUtensorMap (128 bytes, encode_tensor_map_2d) passed by value as a kernel's first argument
-    (a __grid_constant__ parameter, e.g. kbit_wgmma_tma's)."""
+    (a __grid_constant__ parameter, e.g. kbit_wgmma_tma's; first, so that _packed_params' offsets are
+    the driver's).  item() is its packed value, as a NumPy scalar argument's."""
 
     __slots__ = ("raw",)
 
@@ -144,6 +145,9 @@ class TensorMap:
         if len(raw) != 128:
             raise ValueError(f"a CUtensorMap is 128 bytes, got {len(raw)}")
         self.raw = bytes(raw)
+
+    def item(self) -> bytes:
+        return self.raw
 
 
 def encode_tensor_map_2d(ptr: int, dtype: int, dim0: int, dim1: int, stride1_bytes: int, box0: int, box1: int,
@@ -256,12 +260,9 @@ def _packed_params(args):
     codes, vals = [], []
     for a in args:
         c = table.get(type(a))  # by exact type: dtype.name costs ~5 us per argument
-        if c == "128s":  # a TensorMap: 128 bytes by value (first, so the struct's offsets are the driver's)
+        if c is not None:
             codes.append(c)
-            vals.append(a.raw)
-        elif c is not None:
-            codes.append(c)
-            vals.append(a.item() if hasattr(a, "item") else a)  # NumPy scalar, or a Python bool / int / float
+            vals.append(a.item() if hasattr(a, "item") else a)  # NumPy scalar / TensorMap, or Python bool/int/float
         else:  # CuPy array or kbitcupy._launch.DevPtr: an 8-byte pointer
             codes.append("Q")
             vals.append(int(a) if not hasattr(a, "data") else int(a.data.ptr))

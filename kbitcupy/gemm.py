@@ -345,7 +345,7 @@ def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: int = 0, lead=()):
     smem = getattr(p, "launch_smem", p.smem)  # a wgmma plan may launch with more than it uses
     set_smem(p.fn, smem)
     ws, cnt = plan_workspace(p, A.device.id, out)
-    args = tuple(lead) + (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N), np.int32(K),
+    args = lead + (A, qw.packed, qw.absmax, qw.codebook, out, ws, cnt, np.int32(M), np.int32(N), np.int32(K),
             np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages), np.float32(qw.tensor_scale), np.int32(vec),
             np.int32(int(pdl)))
     if cluster is not None:

@@ -396,8 +396,8 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
         tok = fill_tok(choose_tok(M, TOK_CHOICES, n_tiles, info["sms"], -(-K // TILE_K)), M, n_tiles, info["sms"])
     tok = _check_tok(int(tok))
     p = Plan()
-    base = ("cbd", k, dtype_name, tok) if cbd else (k, dtype_name, tok)
-    p.fn = WGMMA.function(((("tma_cbd",) + base[1:]) if cbd else ("tma",) + base) if tma else base)
+    variant = ("tma_" if tma else "") + ("cbd" if cbd else "")  # instance key prefix ("": the plain kernel)
+    p.fn = WGMMA.function((variant.rstrip("_"), k, dtype_name, tok) if variant else (k, dtype_name, tok))
     p.m_tiles = -(-M // tok)
     p = _finish_plan(p, info, k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
                      f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster, spread=spread, dense=True)
