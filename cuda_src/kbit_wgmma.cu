@@ -5,8 +5,8 @@
 // dequantized weights are wgmma's *register* A operand (64 weight columns per
 // warpgroup = the m64 side) and the tokens the shared-memory B operand (TOK tokens =
 // the n side, 16..192), so one dequantized fragment feeds TOK tokens, the MMA runs
-// asynchronously while the warps dequantize the next K tile, and the tokens move in
-// 16-byte cp.async copies in their natural K order.
+// asynchronously while the warps dequantize the next K tile, and the tokens move in their
+// natural K order (by TMA, or 16-byte cp.async copies in kbit_wgmma; see "TMA" below).
 //
 // W is k-bit quantized in the TILED layout (kbitcupy/reference.py): tiles of
 // 64 (K) x 128 (N), tile index k_tile * n_tiles + n_tile, inside a tile
@@ -47,9 +47,14 @@
 // dequantize right before its own wgmma, ptxas sank the arithmetic between the 4 wgmma,
 // reused one register quad and serialized them (warning C7513) for TOK <= 64.
 //
-// TMA variant (experiment, kbit_wgmma_tma / -DKBIT_WG_GROUPED_TMA): the token tile of a stage arrives by one
-// 2-D tensor copy in this same swizzle (and with -DKBIT_WG_TMA_WEIGHTS the weight tile and absmax by 1-D bulk
-// copies), counted on the stage's mbarrier; every thread waits on it where the cp.async wait is.
+// TMA (the default: kbit_wgmma_tma and kbit_wgmma_grouped; kbit_wgmma is the cp.async path above): thread 0
+// requests a stage as one 2-D tensor copy of the token tile in this same swizzle plus two 1-D bulk copies of
+// the weight tile and absmax, all counted on the stage's mbarrier; every thread waits on it where the
+// cp.async wait is, and no generic-proxy fence is needed.  Why: the cp.async path's copy issue (4-6 LDGSTS a
+// thread) and its wait (a jump table on the runtime stage count) were ~40 % of a K tile at TOK = 128 (per-SASS
+// profile, twenty-first session).  H200 2026-11-27 (run29.sh exp / exp2 / exp3, k = 4): dense TOTAL M = 64
+// 50.6 -> 49.0 us, M = 128 64.0 -> 59.4 (with m64n128); grouped 8 / 10 experts 16..64 tokens 2-5 % faster.
+// The token tiles alone by TMA (weights by cp.async) were 5 % slower: the gain is in dropping cp.async.
 //
 // Shared memory (dynamic, bytes): pair LUT | scale table (256 half2) | codebook (128) |
 // misc (128; TMA: the stage mbarriers in its upper 64) | stages x stage.  The epilogue stages C through the (then idle) stage
@@ -83,7 +88,8 @@ namespace kbit_wgmma_detail {
 #define KBIT_WG_AB_N64_1 "{%36,%37,%38,%39}, %49, p, 1, 1, 0;\n"
 #define KBIT_WG_AB_N64_2 "{%40,%41,%42,%43}, %50, p, 1, 1, 0;\n"
 #define KBIT_WG_AB_N64_3 "{%44,%45,%46,%47}, %51, p, 1, 1, 0;\n"
-// m64n128 (experiment hook KBIT_WG_N128: TOK = 128 as one n128 MMA per k16 instead of two n64)
+// m64n128: TOK = 128 as one n128 MMA per k16 instead of two n64 (half the HGMMA issue; H200 2026-11-27:
+// equal on the cp.async path, -4.5 % of the TMA path's M = 128 TOTAL)
 #define KBIT_WG_ACC_N128 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
 #define KBIT_WG_P_N128 "{\n.reg .pred p;\nsetp.ne.b32 p, %84, 0;\n"
 #define KBIT_WG_AB_N128_0 "{%64,%65,%66,%67}, %80, p, 1, 1, 0;\n"
@@ -109,7 +115,7 @@ KBIT_WG_DEFINE("bf16", __nv_bfloat16)
 
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// The token tile by TMA (experiment, kbit_wgmma_tma): one 2-D tensor copy of TOK rows x 64 elements per
+// The token tile by TMA: one 2-D tensor copy of TOK rows x 64 elements per
 // stage, issued by one thread, landing in the 128-byte swizzle the wgmma descriptors expect, completing
 // on the stage's mbarrier (arrive + expect_tx by the issuing thread, try_wait by every thread).
 struct __align__(64) KbitTmap {  // CUtensorMap (cuTensorMapEncodeTiled, kbitcupy/wgmma.py), opaque
@@ -282,15 +288,10 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
                                           const KbitTmap* tmap = nullptr, int tma_row0 = 0) {
     static_assert(TOK == 16 || TOK == 32 || TOK == 64 || TOK == 128 || TOK == 192 || TOK == 256, "TOK");
     constexpr int NACC = TOK / 2;                   // fp32 accumulators per thread (m64 x TOK / 128)
-    constexpr int NSUB = TOK >= 64 ? TOK / 64 : 1;  // n64 sub-MMAs per k16 (TOK >= 64)
+    constexpr int NSUB = TOK >= 64 ? TOK / 64 : 1;  // n64 sub-MMAs per k16 (TOK = 64, 192, 256)
     constexpr int A_BYTES = TOK * 128;              // tokens x 64 elements
     constexpr int W_BYTES = 1024 * K;               // one layout tile: 128 cols x 2 blocks x K words
     constexpr int STAGE_BYTES = (A_BYTES + W_BYTES + 256 + 1023) / 1024 * 1024;  // 1024-aligned (swizzle)
-#ifdef KBIT_WG_TMA_WEIGHTS  // experiment hook on top of TMA: the weight tile and absmax by 1-D bulk copies too
-    constexpr bool TMA_W = TMA;
-#else
-    constexpr bool TMA_W = false;
-#endif
     constexpr int LUT_BYTES = PairLut<K, LC>::WORDS * 4;
     constexpr int SH = PairLut<K, LC>::LOG2_COPIES + 2;  // log2 bytes per LUT entry row
     constexpr int CS_STRIDE = 128 + 8;               // C staging row (elements), 16 B aligned, spreads banks
@@ -356,7 +357,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         return;
 #endif
         if (TMA) {  // rows past the tensor's (M; K % 64 == 32: the upper half) arrive as zeros
-            if (tid == 0) {  // the stage's one arrival: after its weights' expect_tx (TMA_W), see load_stage
+            if (tid == 0) {  // the stage's one arrival: after its weights' expect_tx, see load_stage
                 const u32 bar = mbar0_s + 8u * (u32)buf;
                 mbar_arrive_expect_tx(bar, A_BYTES);
                 tma_load_2d(stage0_s + buf * STAGE_BYTES, tmap, kt * KBIT_TILE_K, tma_row0 + m0, bar);
@@ -374,7 +375,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         }
     };
     auto load_weights = [&](int buf, int kt) {  // the whole (kt, nt) layout tile, contiguous
-        if (TMA_W) {  // two bulk copies by one thread on the stage's mbarrier (its arrival comes with the tokens)
+        if (TMA) {  // two bulk copies by one thread on the stage's mbarrier (its arrival comes with the tokens)
             if (tid == 0) {
                 const u32 bar = mbar0_s + 8u * (u32)buf, st = stage0_s + buf * STAGE_BYTES + A_BYTES;
                 mbar_expect_tx(bar, W_BYTES + 256);
@@ -391,9 +392,9 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         if (tid < 16) cp_async16_zfill(st + A_BYTES + W_BYTES, abs_base + kt * abs_ktstride, true);
     };
     auto load_stage = [&](int buf, int kt) {
-        if (TMA_W) load_weights(buf, kt);  // the weights' expect_tx before the stage's arrival (the tokens')
+        if (TMA) load_weights(buf, kt);  // the weights' expect_tx before the stage's arrival (the tokens')
         load_tokens(buf, kt);
-        if (!TMA_W) load_weights(buf, kt);
+        if (!TMA) load_weights(buf, kt);
     };
 
     // ---------------------------------------------------------------- prologue
@@ -411,7 +412,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
             if (i < n_my) load_weights(i, kt_begin + i);
         } else {
             if (i < n_my) load_stage(i, kt_begin + i);
-            if (!TMA_W) cp_async_commit();  // (TMA_W: no cp.async)
+            if (!TMA) cp_async_commit();  // (TMA: no cp.async)
         }
     }
     __syncthreads();
@@ -423,7 +424,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         griddep_wait();
         for (int i = 0; i < dist; i++) {
             if (i < n_my) load_tokens(i, kt_begin + i);
-            if (!TMA_W) cp_async_commit();  // (TMA_W: no cp.async)
+            if (!TMA) cp_async_commit();  // (TMA: no cp.async)
         }
         // the next grid may start its prologue; it reads A / workspace only after its own
         // wait (this grid complete), so no grid two back can still be running then
@@ -523,10 +524,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
             wgmma_tile_n16(*reinterpret_cast<float(*)[8]>(&acc[0]), fr, bd, T());
         } else if (TOK == 32) {
             wgmma_tile_n32(*reinterpret_cast<float(*)[16]>(&acc[0]), fr, bd, T());
-#ifdef KBIT_WG_N128  // experiment hook: one m64n128 per k16 (the same accumulator layout as two n64)
-        } else if (TOK == 128) {
+        } else if (TOK == 128) {  // one m64n128 per k16 (the same accumulator layout as two n64)
             wgmma_tile_n128(*reinterpret_cast<float(*)[64]>(&acc[0]), fr, bd, T());
-#endif
         } else {
 #pragma unroll
             for (int sub = 0; sub < NSUB; sub++) {  // tokens 64 sub.. : 64 rows of 128 bytes on
@@ -540,7 +539,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
 #endif
     };
     // tile 0: landed (dist groups committed, tile j = group j), visible to the async proxy
-    if (!TMA_W) cp_async_wait_upto(dist - 1);
+    if (!TMA) cp_async_wait_upto(dist - 1);
     if (TMA) {
         if (n_my > 0) tma_wait(0);
     } else {
@@ -552,7 +551,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     auto step = [&](int it, u32 (&cur)[4][4], u32 (&nxt)[4][4]) {
         // groups committed: dist + it; tile it + 1 = group it + 1 complete
         KBIT_WG_IT(it, 0, clock64());
-        if (!TMA_W) cp_async_wait_upto(dist - 2);
+        if (!TMA) cp_async_wait_upto(dist - 2);
         KBIT_WG_IT(it, 1, clock64());
         if (TMA) {  // tile it + 1 (buffer rd_d), as the cp.async wait above
             if (it + 1 < n_my) tma_wait(rd_d);
@@ -569,7 +568,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         // buffer of tile it + dist = that of tile it - 2: its group retired (wait below, last
         // iteration) and dequantized by every warp before the barrier above
         if (it + dist < n_my) load_stage(wr, kt_begin + it + dist);
-        if (!TMA_W) cp_async_commit();
+        if (!TMA) cp_async_commit();
         wr = wr + 1 == stages ? 0 : wr + 1;
         KBIT_WG_IT(it, 5, clock64());
 #ifndef KBIT_WG_NO_MMA
@@ -587,7 +586,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     }
     wgmma_wait<0>();
     reg_fence(acc);
-    if (!TMA_W) cp_async_wait<0>();
+    if (!TMA) cp_async_wait<0>();
     KBIT_WG_T(3, clock64());  // main loop done
 
     // ---------------------------------------------------------------- split-K sum, cluster
@@ -785,7 +784,8 @@ template <int K, typename T, int TOK, bool CBD = false>
 __global__ void __launch_bounds__(256, KBIT_WG_MINB) kbit_wgmma(KBIT_WG_DENSE_ARGS) {
     kbit_wgmma_detail::wgmma_dense<K, T, TOK, CBD, false>(nullptr, KBIT_WG_DENSE_PASS);
 }
-// The same with the token tiles by TMA (experiment, env KBIT_WG_TMA=1 in kbitcupy/wgmma.py): tmap is a
+// The same with the stages by TMA and bulk copies (the default; env KBIT_WG_TMA=0 in kbitcupy/wgmma.py for
+// kbit_wgmma): tmap is a
 // 2-D tensor map of A (K elements x M rows, 64 x TOK boxes, 128-byte swizzle); A itself is not read.
 template <int K, typename T, int TOK, bool CBD = false>
 __global__ void __launch_bounds__(256, KBIT_WG_MINB)
@@ -811,21 +811,12 @@ __global__ void __launch_bounds__(256, KBIT_WG_MINB)
 // LC: the pair table's copies (log2, -1: PairLut's default).  k = 5 at 8 copies (32 KB, more bank
 // conflicts) fits two CTAs per SM at TOK = 64, where its 16 copies fit one (kbitcupy.wgmma.grouped_plan
 // picks; H100 2026-11-26, profiling/run28.sh k5copies).
-// KBIT_WG_GROUPED_TMA (experiment hook, kbitcupy/wgmma.py reads it from the family's options): the token tiles
-// by TMA as kbit_wgmma_tma's, through a tensor map of the whole A_sorted [rows, K] passed first (a tile's rows
-// past its expert's are the next expert's tokens: their columns of C are never stored).
-#ifdef KBIT_WG_GROUPED_TMA
-#define KBIT_WG_GTMA true
-#define KBIT_WG_GTMA_PARAM const __grid_constant__ kbit_wgmma_detail::KbitTmap tmap,
-#define KBIT_WG_GTMA_MAP &tmap
-#else
-#define KBIT_WG_GTMA false
-#define KBIT_WG_GTMA_PARAM
-#define KBIT_WG_GTMA_MAP nullptr
-#endif
+// The stages by TMA as kbit_wgmma_tma's, the token tiles through a tensor map of the whole A_sorted [rows, K]
+// passed first (a tile's rows past its expert's are the next expert's tokens: their columns of C are never
+// stored; a CTA running extra token tiles invalidates the stage mbarriers, which wgmma_cta sets up again).
 template <int K, typename T, int TOK, bool CBD = false, int LC = -1>
 __global__ void __launch_bounds__(256, 1)
-    kbit_wgmma_grouped(KBIT_WG_GTMA_PARAM const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
+    kbit_wgmma_grouped(const __grid_constant__ kbit_wgmma_detail::KbitTmap tmap, const T* __restrict__ A, const u32* __restrict__ packed, const u8* __restrict__ absmax,
                        const float* __restrict__ codebook, const float* __restrict__ tscale,
                        const int* __restrict__ expert_ids, const int* __restrict__ offsets, T* __restrict__ C,
                        float* __restrict__ ws, int* __restrict__ counters, int N, int Kdim, int E, int rows,
@@ -916,11 +907,11 @@ __global__ void __launch_bounds__(256, 1)
         if (!first) {
             if (split != 0) break;
             __syncthreads();  // the previous tile's epilogue still reads the stage buffers
-            if (KBIT_WG_GTMA) kbit_wgmma_detail::tma_inval<K, LC>(stages);  // wgmma_cta initializes them again
+            kbit_wgmma_detail::tma_inval<K, LC>(stages);  // wgmma_cta initializes them again
         }
-        kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, LC, 4, KBIT_WG_GTMA>(
+        kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, LC, 4, true>(
             Ae, pe, ae, codebook, Ce, ws, counters, ntok, N, Kdim, m, nt, first ? split : 0, first ? k_splits : 1,
             stages, ts, vec8, tile, tiles, pdl == 2 && first, cluster != 0 && first, first && tables_built,
-            KBIT_WG_GTMA_MAP, r0);
+            &tmap, r0);
     }
 }

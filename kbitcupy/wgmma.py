@@ -79,11 +79,12 @@ CBD = _env_on("KBIT_WG_CBD")
 # and the first K tiles' weights L2-prefetched before the wait; grids of one wave only, grouped_wgmma); env
 # KBIT_WG_SAFE_EARLY=0: wait at entry (A/B).
 SAFE_EARLY = _env_on("KBIT_WG_SAFE_EARLY")
-# The dense kernel with its token tiles by TMA (kbit_wgmma_tma: one tensor copy per stage by one thread
-# instead of 4-6 cp.async per thread; twenty-first session's per-SASS profile: the copy issue ~20 % of the
-# K-tile loop's warp samples at M = 128).  An experiment, off by default until measured: env KBIT_WG_TMA=1
-# or wgmma_gemm(..., tma=True).
-TMA = os.environ.get("KBIT_WG_TMA", "").strip().lower() in ("1", "true", "yes", "on")
+# The dense kernel's stages by TMA (kbit_wgmma_tma: per stage one tensor copy of the token tile and two bulk
+# copies of the weight tile and absmax, by one thread, on an mbarrier; no cp.async).  H200 2026-11-27
+# (run29.sh exp / exp2): k = 4 TOTAL M = 64 50.6 -> 49.0 us, M = 128 64.0 -> 59.4 (KV 0.1 us slower).
+# Env KBIT_WG_TMA=0 or wgmma_gemm(..., tma=False): kbit_wgmma, the cp.async path (A/B).  The grouped
+# kernel has the TMA path only (8 / 10 experts, 16..64 tokens: 2-5 % faster, run29.sh exp3).
+TMA = _env_on("KBIT_WG_TMA")
 
 
 def _instances():
@@ -124,10 +125,6 @@ def _group_of(key):
 WGMMA = register("wgmma", Family("kbit_wgmma.cu", _instances(), group_of=_group_of,
                                  options=tuple(os.environ.get("KBIT_WGMMA_OPTS", "").split()), arch="sm_90a"))
 
-
-# The grouped kernel's token tiles by TMA: an experiment hook of the family's options (KBIT_WGMMA_OPTS=
-# -DKBIT_WG_GROUPED_TMA), which changes the grouped kernels' signature (a tensor map of A first).
-GROUPED_TMA = "-DKBIT_WG_GROUPED_TMA" in WGMMA.options
 
 _SUPPORTED: dict = {}
 
@@ -382,10 +379,11 @@ def _check_tok(tok, choices=TOK_CHOICES):
 
 
 def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tok=None,
-         stages=None, cluster=None, spread=None, cbd: bool = False, tma: bool = False) -> Plan:
+         stages=None, cluster=None, spread=None, cbd: bool = False, tma=None) -> Plan:
     """cbd: the weight has the default codebook (KbitWeight.default_codebook): the kernel with its
-    levels compiled in.  tma: kbit_wgmma_tma (the token tiles by TMA; its launch leads with
-    tensor_map(A, plan.tok))."""
+    levels compiled in.  tma: kbit_wgmma_tma (the stages by TMA; its launch leads with
+    tensor_map(A, plan.tok)); False: kbit_wgmma (cp.async); None: the module's TMA."""
+    tma = TMA if tma is None else bool(tma)
     key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages, cluster, CLUSTER, spread, bool(cbd), bool(tma))
     p = _PLANS.get(key)
     if p is not None:
@@ -471,7 +469,7 @@ def fewer_copies_pays(grid: int, occ: int, ks: int, grid_lc: int, occ_lc: int, k
 
 
 def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok=None, stream=None, cbd=False,
-            tma=False):
+            tma=None):
     """Compile/load the kernel and size the stream's workspace for this call, so that a
     later capture of the same call allocates nothing."""
     import cupy as cp
@@ -495,8 +493,8 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None
     on A's device; out: contiguous [M, N] of A's dtype.  Runs on the current stream.
     k_splits / tok / stages override the heuristic; cluster: True / False forces the split-K
     sum over a thread block cluster or through the workspace (None: CLUSTER where it fits);
-    spread: launch with one CTA per SM's worth of shared memory (experiment); tma: the token
-    tiles by TMA (kbit_wgmma_tma; None: the module's TMA, env KBIT_WG_TMA).
+    spread: launch with one CTA per SM's worth of shared memory (experiment); tma: the stages by
+    TMA (kbit_wgmma_tma), False: by cp.async (kbit_wgmma); None: the module's TMA (env KBIT_WG_TMA).
     validate=False skips the argument checks (kbitcupy._checks) for callers that made them.
     """
     if validate:
@@ -527,7 +525,7 @@ _TMAPS: dict = {}
 
 
 def tensor_map(A, tok: int) -> "_pdl.TensorMap":
-    """The 2-D tensor map kbit_wgmma_tma copies A's token tiles through: A [M, K] row-major
+    """The 2-D tensor map kbit_wgmma_tma and kbit_wgmma_grouped copy A's token tiles through: A [M, K] row-major
     (K elements inner, row stride 2K bytes: K % 8 == 0, a 16-byte aligned base), boxes of 64
     elements x tok rows in the 128-byte swizzle (the kernel's token tile layout); rows past M
     and the upper half of a K % 64 == 32 tile read as zeros.  Cached per (pointer, shape,
@@ -580,7 +578,6 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
             np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]), np.int64(bank.words_per_expert),
             np.int64(bank.absmax_per_expert), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
             np.int32(max_tokens), np.int32(_vec8(out)), err, np.int32(pdl), np.int32(p.cluster))
-    if GROUPED_TMA:
-        args = (tensor_map(A, p.tok),) + args
+    args = (tensor_map(A, p.tok),) + args  # the kernel's first parameter (_pdl.launch: cuLaunchKernelEx)
     _pdl.launch(p.fn, (p.grid,), (THREADS,), args, p.launch_smem, pdl=pdl, cluster=p.cl_size)
     return out

@@ -81,14 +81,17 @@ fi
 #   either way), TOK = 128 184 -> 166.  The grouped GPU tests under the hook (against the reference), then the MoE
 #   A/B at 16..64 tokens, two passes.  Expected: a K tile at TOK = 64 ~0.63 us (wgtrace28), of which the copy issue
 #   ~0.11: 64 tokens 8 experts gate/up fused + down 23.5 -> ~22 us if it goes.
+# Twenty-seventh session: exp found the tokens by TMA alone slower and tokens + weights by bulk copies faster, so
+#   exp3 runs the grouped hook with the weights hook (and n128) too: GOPTS.
+GOPTS=${GOPTS:-"-DKBIT_WG_GROUPED_TMA -DKBIT_WG_TMA_WEIGHTS -DKBIT_WG_N128"}
 if [ "$STEP" = exp3 ]; then
-  (export KBIT_WGMMA_OPTS=-DKBIT_WG_GROUPED_TMA
+  (export KBIT_WGMMA_OPTS="$GOPTS"
    python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
-   gpu_tests "$W/gpu_tests_gtma29.log" 240 tests/test_grouped_gpu.py -k "wgmma"
+   gpu_tests "$W/gpu_tests_gtma29.log" 300 tests/test_grouped_gpu.py -k "wgmma"
    sanitize memcheck "$W/memcheck_gtma29.log" 150 profiling/sanitize_tma.py)
   for pass in 1 2; do
     for nm in off on; do
-      o=$([ $nm = on ] && echo -DKBIT_WG_GROUPED_TMA || true)
+      o=$([ $nm = on ] && echo "$GOPTS" || true)
       KBIT_WGMMA_OPTS="$o" timeout 60 python3 profiling/bench.py --out "$W" --shapes moe_gu_fused,moe_dn --k 4 \
         --moe-M 16,32,64 --experts 8,10 --columns g-WGMMA --reps 15 --tag "gtma29-$nm-$pass" \
         > "$W/bench_gtma29_${nm}_$pass.log" 2>&1

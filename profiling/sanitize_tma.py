@@ -1,7 +1,7 @@
-"""compute-sanitizer driver for the wgmma TMA experiment (kbit_wgmma_tma; with KBIT_WGMMA_OPTS=
--DKBIT_WG_TMA_WEIGHTS / -DKBIT_WG_GROUPED_TMA the weight copies and the grouped kernel too): token tails
+"""compute-sanitizer driver for the wgmma kernels' TMA stages (kbit_wgmma_tma and kbit_wgmma_grouped: token
+tiles by tensor copies, weight tiles and absmax by bulk copies, on the stage mbarriers): token tails
 (rows past M: the tensor map's zero fill), K % 64 == 32, N tails, every TOK, split-K through a cluster and
-through the workspace, fp16 and bf16; the grouped kernel (when its hook is on) with uneven counts, an
+through the workspace, fp16 and bf16; the grouped kernel with uneven counts, an
 empty slot and a slot past max_tokens (extra token tiles: the mbarriers invalidated and set up again).
 One line per check against the float64 reference.
 
@@ -48,19 +48,18 @@ for (N, K, k), dt in (((200, 544, 4), cp.float16), ((136, 160, 5), bfloat16), ((
                 check(f"dense tma k={k} N={N} K={K} M={M} {np.dtype(dt).name} TOK={tok} splits={ks}"
                       f"{' cluster' if cl else ' workspace' if cl is False else ''}", as_f32(out, dt), ref)
 
-if WG.GROUPED_TMA:
-    for (N, K, k), dt in (((1024, 512, 4), cp.float16), ((256, 544, 5), bfloat16)):
-        bank = quantize_experts(cp.asarray((rng.standard_normal((6, N, K)) * 0.05).astype(np.float32)), k)
-        counts = np.array([40, 0, 17, 64, 3])
-        offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-        ids = np.array([4, 0, 2, 5, 1], np.int32)
-        A, A32 = operand(int(offs[-1]), K, dt)
-        ref = cp.asarray(reference_grouped_matmul(A32.get(), bank, ids, offs))
-        for mt, ks, cl in ((64, None, None), (64, 3, False), (16, None, None)):  # 16: extra token tiles
-            out = nan_out((int(offs[-1]), N), dt)
-            WG.grouped_wgmma(A, bank, cp.asarray(ids), cp.asarray(offs), out, mt, _err_buffer(), k_splits=ks,
-                             cluster=cl)
-            check(f"grouped tma k={k} N={N} K={K} {np.dtype(dt).name} max_tokens={mt} splits={ks or 'plan'}",
-                  as_f32(out, dt), ref)
-        kb.grouped.read_errors(reset=True)
+for (N, K, k), dt in (((1024, 512, 4), cp.float16), ((256, 544, 5), bfloat16)):
+    bank = quantize_experts(cp.asarray((rng.standard_normal((6, N, K)) * 0.05).astype(np.float32)), k)
+    counts = np.array([40, 0, 17, 64, 3])
+    offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    ids = np.array([4, 0, 2, 5, 1], np.int32)
+    A, A32 = operand(int(offs[-1]), K, dt)
+    ref = cp.asarray(reference_grouped_matmul(A32.get(), bank, ids, offs))
+    for mt, ks, cl in ((64, None, None), (64, 3, False), (16, None, None)):  # 16: extra token tiles
+        out = nan_out((int(offs[-1]), N), dt)
+        WG.grouped_wgmma(A, bank, cp.asarray(ids), cp.asarray(offs), out, mt, _err_buffer(), k_splits=ks,
+                         cluster=cl)
+        check(f"grouped tma k={k} N={N} K={K} {np.dtype(dt).name} max_tokens={mt} splits={ks or 'plan'}",
+              as_f32(out, dt), ref)
+    kb.grouped.read_errors(reset=True)
 finish()

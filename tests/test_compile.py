@@ -143,16 +143,3 @@ def test_default_codebook_immediates_match_reference():
         assert [int(i) for i, _ in pairs] == list(range(1 << k))
         bits = np.array([int(h, 16) for _, h in pairs], dtype=np.uint32)
         np.testing.assert_array_equal(bits, R.create_codebook(k).astype(np.float32).view(np.uint32))
-
-
-def test_wgmma_tma_experiment_hooks_compile():
-    """The wgmma TMA experiment's hooks (run29.sh: -DKBIT_WG_TMA_WEIGHTS, -DKBIT_WG_N128, -DKBIT_WG_GROUPED_TMA)
-    still compile, without spills, for a dense TMA kernel and the grouped kernel at TOK = 64 / 128."""
-    from kbitcupy._compile import compile_group
-
-    names = ["kbit_wgmma_tma<4, __half, 128, true>", "kbit_wgmma_tma<2, __nv_bfloat16, 64>",
-             "kbit_wgmma_grouped<4, __half, 64, true>", "kbit_wgmma_grouped<5, __nv_bfloat16, 128>"]
-    recs = compile_group("kbit_wgmma.cu", names, "sm_90a",
-                         ("-DKBIT_WG_TMA_WEIGHTS", "-DKBIT_WG_N128", "-DKBIT_WG_GROUPED_TMA"))
-    assert len(recs) == len(names)
-    assert all(r["registers"] > 0 and not r.get("spill_stores", 0) and not r.get("spill_loads", 0) for r in recs), recs

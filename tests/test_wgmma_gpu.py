@@ -321,7 +321,7 @@ def test_matmul_dispatches_to_wgmma(rng):
 
 @pytest.mark.parametrize("k", [2, 3, 4, 5])
 def test_wgmma_tma_tokens_bit_exact(k, rng):
-    """kbit_wgmma_tma (the token tiles by TMA, an experiment: env KBIT_WG_TMA) lands the same
+    """kbit_wgmma_tma (the stages by TMA, the default) lands the same
     bytes in the same swizzled layout as the cp.async copies, so at the same plan (TOK, splits,
     stages, cluster or workspace sum) it gives the same bits: every TOK, token tails (rows past M
     zero-filled by the tensor map), K % 64 == 32 (the upper half zero-filled), N tails, the default

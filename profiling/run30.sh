@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Twenty-seventh session (2026-11-27): run29.sh's exp / exp2 / exp3 (H200) found the stages by TMA + bulk copies
+# (tokens by a tensor copy, weights and absmax by 1-D bulk copies, no cp.async) and m64n128 at TOK = 128 faster
+# in every TOTAL (dense k = 4 M = 64 50.6 -> 49.0 us, M = 128 64.0 -> 59.4; grouped 2-5 %), so they are now the
+# default code paths (kbit_wgmma_tma for the dense kernel, the grouped kernel TMA-only; env KBIT_WG_TMA=0: the
+# cp.async dense kernel).  This script checks and measures that tree.
+#   OUT=/tmp/out STEP=suite bash profiling/run30.sh      (then STEP=final)
+. profiling/run_env.sh
+start_run suite
+# STEP=suite (~6 min): the whole GPU suite (only kbit_wgmma.cu changed, but matmul / grouped_matmul / layers reach
+#   it), then compute-sanitizer memcheck over the TMA driver (dense every TOK, splits both ways, tails; grouped with
+#   uneven / empty slots and extra token tiles).
+if [ "$STEP" = suite ]; then
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_suite30.log" 330
+  sanitize memcheck "$W/memcheck_tma30.log" 150 profiling/sanitize_tma.py
+fi
+# STEP=final (~7 min): the low-M side of the change, which run29 did not measure (dense k = 4 M = 16 / 32, WGMMA
+#   column, cp.async vs TMA; expected: equal or faster, the weight copies are most of a stage at TOK <= 32), then the
+#   closing tables of the tree: dense M = 16..128 k = 4 (final46) and MoE k = 4 1..64 tokens (moe-final50).
+if [ "$STEP" = final ]; then
+  python3 profiling/warm_cache.py wgmma grouped gemv gemv_stream quant 2>&1 | tail -1
+  for t in 0 1; do
+    KBIT_WG_TMA=$t timeout 60 python3 profiling/bench.py --out "$W" --M 16,32 --k 4 --columns WGMMA \
+      --shapes gateup,down,Q,O,KV --reps 15 --tag "lowm30-tma$t" > "$W/bench_lowm30_$t.log" 2>&1
+    echo "## KBIT_WG_TMA=$t"; grep -E "^### M|^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_lowm30_$t.log"
+  done
+  timeout 130 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
+    --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final46 > "$W/bench46.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench46.log"
+  timeout 130 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 --experts 8,10 \
+    --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final50 > "$W/bench_moe50.log" 2>&1
+  grep -E "TOTAL|as moe_forward" "$W/bench_moe50.log" | head -40
+fi
+finish_run run30
