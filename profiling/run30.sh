@@ -15,20 +15,25 @@ if [ "$STEP" = suite ]; then
   gpu_tests "$W/gpu_tests_suite30.log" 330
   sanitize memcheck "$W/memcheck_tma30.log" 150 profiling/sanitize_tma.py
 fi
-# STEP=final (~7 min): the low-M side of the change, which run29 did not measure (dense k = 4 M = 16 / 32, WGMMA
+# Measured (gpu_tests_suite30.log, H200): the suite ran out of its 330 s at test 498 of 522 (the whole of
+#   test_gemm .. test_pdl_gpu and 15 of test_quantize_gpu passed, no failure); warm_cache 40 s, memcheck clean (96
+#   checks).  So STEP=final first runs test_wgmma_gpu.py and test_quantize_gpu.py (the rest of the suite), and
+#   measures the cp.async arm at low M only (the TMA arm is final46's WGMMA column, same run).
+# STEP=final (~9 min): the low-M side of the change, which run29 did not measure (dense k = 4 M = 16 / 32, WGMMA
 #   column, cp.async vs TMA; expected: equal or faster, the weight copies are most of a stage at TOK <= 32), then the
 #   closing tables of the tree: dense M = 16..128 k = 4 (final46) and MoE k = 4 1..64 tokens (moe-final50).
 if [ "$STEP" = final ]; then
   python3 profiling/warm_cache.py wgmma grouped gemv gemv_stream quant 2>&1 | tail -1
-  for t in 0 1; do
-    KBIT_WG_TMA=$t timeout 60 python3 profiling/bench.py --out "$W" --M 16,32 --k 4 --columns WGMMA \
+  gpu_tests "$W/gpu_tests_suite30b.log" 200 tests/test_quantize_gpu.py tests/test_wgmma_gpu.py
+  for t in 0; do
+    KBIT_WG_TMA=$t timeout 50 python3 profiling/bench.py --out "$W" --M 16,32 --k 4 --columns WGMMA \
       --shapes gateup,down,Q,O,KV --reps 15 --tag "lowm30-tma$t" > "$W/bench_lowm30_$t.log" 2>&1
     echo "## KBIT_WG_TMA=$t"; grep -E "^### M|^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_lowm30_$t.log"
   done
-  timeout 130 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
+  timeout 125 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
     --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final46 > "$W/bench46.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench46.log"
-  timeout 130 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 --experts 8,10 \
+  timeout 125 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 --experts 8,10 \
     --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final50 > "$W/bench_moe50.log" 2>&1
   grep -E "TOTAL|as moe_forward" "$W/bench_moe50.log" | head -40
 fi
