@@ -37,4 +37,24 @@ if [ "$STEP" = final ]; then
     --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final50 > "$W/bench_moe50.log" 2>&1
   grep -E "TOTAL|as moe_forward" "$W/bench_moe50.log" | head -40
 fi
+# Measured (H200, STEP=final, 74 s on the warm machine): test_quantize_gpu + test_wgmma_gpu 70 passed; the cp.async
+#   arm at M = 16 / 32 39.68 / 44.42 us against TMA's 38.97 / 43.95 (final46's WGMMA column): TMA faster there too.
+# STEP=h100 (on an H100, nvidia-h100-x1, where issues 3-5's targets were tracked): the closing tables of the tree
+#   (M = 1 / 4 k = 2 / 4: final46-m1; dense final46; MoE moe-final50) and the cp.async arm at M = 16..128 (WGMMA
+#   column, KBIT_WG_TMA=0) beside final46's.  Expected from the H200: k = 4 TOTAL M = 64 / 128 -3 / -7 %.
+if [ "$STEP" = h100 ]; then
+  python3 profiling/warm_cache.py wgmma grouped gemv gemv_stream quant 2>&1 | tail -1
+  KBIT_WG_TMA=0 timeout 60 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 --columns WGMMA \
+    --shapes gateup,down,Q,O,KV --reps 15 --tag "cpasync30" > "$W/bench_cpasync30.log" 2>&1
+  echo "## KBIT_WG_TMA=0"; grep -E "^### M|TOTAL" "$W/bench_cpasync30.log"
+  timeout 125 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
+    --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final46 > "$W/bench46.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench46.log"
+  timeout 125 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 --experts 8,10 \
+    --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final50 > "$W/bench_moe50.log" 2>&1
+  grep -E "as moe_forward" "$W/bench_moe50.log" | head -40
+  timeout 110 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,4 --columns matmul,matmul+PDL --reps 15 \
+    --tag final46-m1 > "$W/bench46m1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench46m1.log"
+fi
 finish_run run30
