@@ -57,4 +57,23 @@ if [ "$STEP" = h100 ]; then
     --tag final46-m1 > "$W/bench46m1.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench46m1.log"
 fi
+# STEP=tune (on an H100, then an H200 if device time is left): the dispatch tables after the TMA change -- the wgmma
+#   columns at k = 2..5, M = 16..256 (wg-tune30; M = 256 is new to the wgmma sweeps: at M = 128 the kernel now beats
+#   dq + cuBLAS by 18 us on the H100's TOTAL, so its band may reach past 128), overlaid on the family's files
+#   (profiling/table_json.py -> KBITCUPY_DISPATCH_TABLE), then the dense k = 4 table M = 16..128 dispatched by it
+#   (final47).  Expected: matmul = the fastest column everywhere; k = 4 TOTAL as final46 or better.
+if [ "$STEP" = tune ]; then
+  python3 profiling/warm_cache.py wgmma gemv_stream gemv quant 2>&1 | tail -1
+  timeout 240 python3 profiling/bench.py --out "$W" --M 16,24,32,48,64,128,256 --k 2,3,4,5 --columns WGMMA,WGMMA+PDL \
+    --reps 15 --tag wg-tune30 > "$W/wgtune30.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/wgtune30.log"
+  FAM=$(python3 -c "from kbitcupy.dispatch import gpu_family; print(gpu_family())")
+  cp "$W"/*_wg-tune30.json profiling/results/
+  python3 profiling/retune_tables.py --extra +wg-tune30 "$FAM" "$FAM+PDL" > "$W/retune30.txt" 2>&1
+  grep -vE "^  entry" "$W/retune30.txt" | head -40
+  python3 profiling/table_json.py "$W/tables30.json" --extra +wg-tune30 "$FAM" "$FAM+PDL"
+  KBITCUPY_DISPATCH_TABLE="$W/tables30.json" timeout 125 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
+    --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final47 > "$W/bench47.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench47.log"
+fi
 finish_run run30
