@@ -2,13 +2,12 @@
 usage: python3 profiling/dispatch_check.py [--family FAMILY] RESULT.json [RESULT.json ...]
 --family: instead of the measured matmul column, the kernel column the package's current table for FAMILY
 (kbitcupy.dispatch, e.g. H200) picks per cell (the table's choice on that run's timings)."""
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tune_dispatch import COLS  # noqa: E402  (kernel column -> dispatch kind)
+from tune_dispatch import COLS, load_results  # noqa: E402  (kernel column -> dispatch kind)
 
 COLUMN = {kind: col for col, kind in COLS.items()}  # dispatch kind -> kernel column
 
@@ -19,7 +18,7 @@ def main(argv):
     if fam:
         from kbitcupy import dispatch as D
     for p in paths:
-        cells = json.load(open(p))["cells"]
+        cells = load_results(p)["cells"]
         over = []
         for c in cells:
             cols = c["columns"]

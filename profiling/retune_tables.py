@@ -2,7 +2,7 @@
 profiling/tune_dispatch.py's rules and compare it with the package's (or print the new one).
   python3 profiling/retune_tables.py [--check] [--extra +TAG] [FAMILY ...]
 --check: exit 1 if a rebuilt table differs from kbitcupy.dispatch.TABLES; --extra +TAG (repeatable):
-overlay the sweep <gpu>_<date>_TAG.json of each family's GPU last (replace measured columns only)."""
+overlay the sweep <gpu>_<date>_TAG.json (or .json.gz) of each family's GPU last (replace measured columns only)."""
 import glob
 import os
 import sys
@@ -33,7 +33,7 @@ FILES = {
 
 def path(family, tag):
     plus = tag.startswith("+")
-    hits = sorted(glob.glob(os.path.join(R, f"{GPU[family.split('+')[0]]}_*_{tag.lstrip('+')}.json")))
+    hits = sorted(glob.glob(os.path.join(R, f"{GPU[family.split('+')[0]]}_*_{tag.lstrip('+')}.json*")))
     if len(hits) != 1:
         raise SystemExit(f"{family}: {len(hits)} files for {tag}")
     return ("+" if plus else "") + hits[0]

@@ -10,6 +10,7 @@ change), for the family's "+PDL" table (kbitcupy.dispatch.PDL_SUFFIX).
 Prints the entry (size bands for unmeasured shapes, exact crossovers per measured
 (k, N, K)) and, per cell, whether the entry's choice is within 5 % of the fastest kernel.
 """
+import gzip
 import json
 import os
 import sys
@@ -21,11 +22,17 @@ COLS = {"GEMV": "gemv", "STREAM": "stream", "GEMM": "gemm", "WGMMA": "wgmma", "d
 PDL_COLS = {"GEMV+PDL": "gemv", "STREAM+PDL": "stream", "GEMM+PDL": "gemm", "WGMMA+PDL": "wgmma", "dq+cuBLAS": "dq"}
 
 
+def load_results(path):
+    """A bench.py JSON file, plain or gzip-compressed (.json.gz: the older sweeps in profiling/results/)."""
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        return json.load(f)
+
+
 def timings(paths, cols=COLS):
     t = {}
     for p in paths:
         update = p.startswith("+")
-        res = json.load(open(p[1:] if update else p))
+        res = load_results(p[1:] if update else p)
         dt = res["meta"].get("dtype", "fp16")
         dn = "bfloat16" if dt in ("bf16", "bfloat16") else "float16"
         for c in res["cells"]:
