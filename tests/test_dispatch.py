@@ -235,7 +235,7 @@ def test_h100_table_is_measured():
     after the GEMV's absmax decode moved to its use, the fifteenth session's wg-tune15 after the wgmma split-K
     changes and gap15 at M = 9..15, the twenty-first session's wg-tune24 / final38 after the wgmma kernel
     compiled the default codebook in, the twenty-second session's wg-tune25 / final40 after the dense split
-    rule), not the default's."""
+    rule, the twenty-seventh session's wg-tune30 after the TMA stages), not the default's."""
     assert D.TABLES["H100"] != D.TABLES["default"]
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
     # gate/up M = 8 (final20, H100): GEMV 7.65 vs stream 7.88 us; M = 9..15 the stream (8.4 us at 16); M = 64
@@ -251,18 +251,20 @@ def test_h100_table_is_measured():
     # down M = 128 (final18, H100): wgmma 17.79 vs dq 22.17 us; M = 64 since the wgmma split-K changes
     # (wg-tune15): wgmma 13.47 vs stream 14.70 (final18)
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 64, 128)] == ["gemv", "stream", "stream", "wgmma", "wgmma"]
-    # k = 5, N = 2048, K = 4096: the streaming GEMV at M = 16..32, wgmma at 128; Q (4096 x 2048) stream at 16..32
-    assert c(16, 2048, 4096, 5) == "stream" and c(32, 2048, 4096, 5) == "stream" and c(128, 2048, 4096, 5) == "wgmma"
-    # Q k = 5: at 32 a tie (wg-tune25: wgmma 10.01 vs stream 9.95 us, stream-tune3b), 10.88 vs 12.51 at 48,
-    # 14.52 vs dq 15.08 at 128 (wg-tune24)
-    assert [c(M, 4096, 2048, 5) for M in (4, 8, 16, 32, 48, 128)] == ["gemv", "gemv", "stream", "stream", "wgmma", "wgmma"]
+    # k = 5, N = 2048, K = 4096 since the TMA stages (wg-tune30): wgmma 8.39 vs stream 8.53 us at M = 16, the stream
+    # 10.50 vs 10.85 at 24, wgmma 10.86 vs 10.93 at 32 and 13.04 vs dq 19.08 at 128
+    assert [c(M, 2048, 4096, 5) for M in (16, 24, 32, 128)] == ["wgmma", "stream", "wgmma", "wgmma"]
+    # Q k = 5 (wg-tune30): wgmma 7.90 vs stream 8.08 us at 16, 9.91 vs 9.95 at 32, 10.61 vs 12.51 at 48
+    assert [c(M, 4096, 2048, 5) for M in (4, 8, 16, 32, 48, 128)] == ["gemv", "gemv", "wgmma", "wgmma", "wgmma", "wgmma"]
     # KV and linear key k = 4 at M = 64 (final38, one run): wgmma 6.81 / 9.24 us vs dq + cuBLAS 7.61 / 10.18 (final36:
     # the previous table's dq + cuBLAS was 10.6 / 8.5 % over the wgmma kernel there)
     assert c(64, 512, 2048, 4) == "wgmma" and c(64, 2048, 2048, 4) == "wgmma"
-    # KV at M = 128 since fill_tok halved its token tile (final42): wgmma 6.92 vs dq + cuBLAS 7.71 us
-    assert c(128, 512, 2048, 4) == "wgmma" and c(256, 512, 2048, 4) == "dq"
-    # k = 5 gate/up: the GEMV to M = 8 since its groups share one table per SM (tenth session, k5-gpb)
-    assert [c(M, 5120, 2048, 5) for M in (4, 8, 16)] == ["gemv", "gemv", "stream"]
+    # KV at M = 128 since fill_tok halved its token tile (final42): wgmma 6.92 vs dq + cuBLAS 7.71 us; M = 256
+    # since the TMA stages (wg-tune30): wgmma 7.62 vs dq 7.88; above the last measured M, dq + cuBLAS
+    assert c(128, 512, 2048, 4) == "wgmma" and c(256, 512, 2048, 4) == "wgmma" and c(257, 512, 2048, 4) == "dq"
+    # k = 5 gate/up: the GEMV to M = 8 since its groups share one table per SM (tenth session, k5-gpb); M = 16
+    # since the TMA stages (wg-tune30): wgmma 9.14 vs stream 9.38 us
+    assert [c(M, 5120, 2048, 5) for M in (4, 8, 16)] == ["gemv", "gemv", "wgmma"]
     # unmeasured shapes: the bands of the nearest measured one (3000 x 3000: Q / O at equal distance,
     # the smaller key, N = 2048 x K = 4096, first), not the size bands' kbit_gemm / dq + cuBLAS
     assert [c(M, 3000, 3000, 4) for M in (4, 16, 32, 500)] == ["gemv", "stream", "stream", "dq"]
@@ -286,21 +288,27 @@ def test_h200_table_follows_measurements():
     after the k = 5 GEMV's groups came to share a table, and the eleventh session's wg-tune11 / final18 after
     the wgmma kernel got 5-30 % faster): the streaming GEMV where it was the fastest kernel (M = 16..32 on
     every big shape, up to 64 on down, from 8 on k = 2/4 gate/up), the wgmma kernel where it now wins
-    (k = 5 gate/up and down at 64, down at 128), dq + cuBLAS above."""
+    (k = 5 gate/up and down at 64, down at 128; since the TMA stages, wg-tune30, most shapes to M = 256),
+    dq + cuBLAS above."""
     c = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H200")  # noqa: E731
     # twenty-first session (final38, k = 2 / 4, and final38b, k = 3 / 5, every kernel in one H200 run, after the
-    # wgmma kernel compiled the default codebook in): gate/up k = 2 M = 64 wgmma 12.08 vs stream 12.49 us
-    assert [c(M, 5120, 2048, 2) for M in (8, 16, 32, 64)] == ["stream", "stream", "stream", "wgmma"]
-    # k = 5 down, final18: M = 64 wgmma 15.33 vs stream 15.90 us, M = 128 wgmma 19.14 vs dq 20.99
-    assert [c(M, 2048, 5120, 5) for M in (8, 16, 32, 64, 128, 256)] == ["gemv", "stream", "stream", "wgmma", "wgmma", "dq"]
+    # wgmma kernel compiled the default codebook in): gate/up k = 2 M = 64 wgmma 12.08 vs stream 12.49 us; since
+    # the TMA stages (wg-tune30) M = 32 wgmma 9.16 vs stream 9.30 (M = 24 the stream, 8.81 vs 9.13)
+    assert [c(M, 5120, 2048, 2) for M in (8, 16, 24, 32, 64)] == ["stream", "stream", "stream", "wgmma", "wgmma"]
+    # k = 5 down, final18: M = 64 wgmma 15.33 vs stream 15.90 us, M = 128 wgmma 19.14 vs dq 20.99; M = 256 since
+    # the TMA stages (wg-tune30): wgmma 21.18 vs dq 22.11
+    assert [c(M, 2048, 5120, 5) for M in (8, 16, 32, 64, 128, 256, 257)] == ["gemv", "stream", "stream", "wgmma", "wgmma",
+                                                                            "wgmma", "dq"]
     # k = 5 gate/up: the GEMV to M = 8 since its groups share one table per SM (tenth session, k5-gpb); M = 128
     # (final38b) wgmma 15.80 vs dq 15.86 us
     assert [c(M, 5120, 2048, 5) for M in (2, 4, 8, 16, 32, 64, 128)] == ["gemv", "gemv", "gemv", "stream", "stream", "wgmma",
                                                                          "wgmma"]
     assert [c(M, 4096, 2048, 5) for M in (4, 8, 16)] == ["gemv", "gemv", "stream"]
     # k = 4 gate/up: M = 48 since the dense split rule (final40, H200): wgmma 11.39 vs stream 12.36 us; M = 64 (final38)
-    # wgmma 12.71, stream 13.03, dq 14.01
-    assert [c(M, 5120, 2048, 4) for M in (4, 8, 16, 32, 48, 64)] == ["gemv", "stream", "stream", "stream", "wgmma", "wgmma"]
+    # wgmma 12.71, stream 13.03, dq 14.01; M = 32 since the TMA stages (wg-tune30) wgmma 9.63 vs stream 9.70 (M = 24
+    # the stream, 9.19 vs 9.61)
+    assert [c(M, 5120, 2048, 4) for M in (4, 8, 16, 24, 32, 48, 64)] == ["gemv", "stream", "stream", "stream", "wgmma",
+                                                                        "wgmma", "wgmma"]
     # down (final38): wgmma 12.49 vs stream 13.41 us at 48, 12.63 vs 14.28 at 64; the stream at 32 (10.08 vs 10.78)
     assert [c(M, 2048, 5120, 4) for M in (48, 64, 128)] == ["wgmma", "wgmma", "wgmma"]
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 33)] == ["gemv", "stream", "stream", "wgmma"]
