@@ -76,4 +76,21 @@ if [ "$STEP" = tune ]; then
     --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final47 > "$W/bench47.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench47.log"
 fi
+# Measured (STEP=tune, H100 then H200): the rebuilt tables moved the wgmma bands to M = 256 on most shapes and
+#   shortened the streaming GEMV's under PDL; final47 with them: H100 k = 4 TOTAL M = 16 / 32 / 64 / 128 33.88 /
+#   42.52 / 48.66 / 59.13 us (1.39x / 1.11x / 0.99x / 0.84x fp16), H200 34.41 / 42.87 / 48.73 / 59.27.
+# STEP=check (H100, the session's last device seconds): compute-sanitizer racecheck over the TMA driver (quick: dense
+#   M = 70 at TOK = 16 / 128, splits by cluster and workspace; the grouped cases) -- the mbarrier pipeline, the
+#   epilogue's staging through the stage buffers and the cluster sums -- then replicates of final47 and moe-final50
+#   with the package's (now pasted) tables.
+if [ "$STEP" = check ]; then
+  python3 profiling/warm_cache.py wgmma grouped gemv gemv_stream quant 2>&1 | tail -1
+  SAN_QUICK=1 sanitize racecheck "$W/racecheck_tma30.log" 170 profiling/sanitize_tma.py
+  timeout 70 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
+    --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final47rep > "$W/bench47rep.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench47rep.log"
+  timeout 70 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 --experts 8,10 \
+    --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final50rep > "$W/bench_moe50rep.log" 2>&1
+  grep -E "as moe_forward" "$W/bench_moe50rep.log" | head -40
+fi
 finish_run run30

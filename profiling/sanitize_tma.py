@@ -6,7 +6,10 @@ empty slot and a slot past max_tokens (extra token tiles: the mbarriers invalida
 One line per check against the float64 reference.
 
 usage (GPU machine): compute-sanitizer --tool memcheck python3 profiling/sanitize_tma.py
+(env SAN_QUICK=1: dense M = 70 at TOK = 16 / 128 only, for the slower racecheck / synccheck)
 """
+import os
+
 import numpy as np
 
 from sanitize_common import check, cp, finish, rng
@@ -14,6 +17,8 @@ import kbitcupy as kb
 from kbitcupy import wgmma as WG
 from kbitcupy.grouped import _err_buffer, quantize_experts, reference_grouped_matmul
 from kbitcupy.reference import bfloat16
+
+QUICK = os.environ.get("SAN_QUICK") == "1"
 
 
 def operand(M, K, dt):
@@ -38,10 +43,10 @@ for (N, K, k), dt in (((200, 544, 4), cp.float16), ((136, 160, 5), bfloat16), ((
     W = cp.asarray((rng.standard_normal((N, K)) * 0.05).astype(np.float32))
     q = kb.quantize(W, k)
     Wd = kb.dequantize(q, np.float32).astype(cp.float64)
-    for M in (5, 70):
+    for M in ((70,) if QUICK else (5, 70)):
         A, A32 = operand(M, K, dt)
         ref = A32.astype(cp.float64) @ Wd.T
-        for tok in WG.TOK_CHOICES:
+        for tok in ((16, 128) if QUICK else WG.TOK_CHOICES):
             for ks, cl in ((1, None), (3, True), (3, False)):
                 out = nan_out((M, N), dt)
                 WG.wgmma_gemm(A, q, out, k_splits=ks, tok=tok, cluster=cl, tma=True)
