@@ -30,12 +30,8 @@ if [ "$STEP" = final ]; then
       --shapes gateup,down,Q,O,KV --reps 15 --tag "lowm30-tma$t" > "$W/bench_lowm30_$t.log" 2>&1
     echo "## KBIT_WG_TMA=$t"; grep -E "^### M|^\| (gateup|down|Q|O|KV) \| 4|TOTAL" "$W/bench_lowm30_$t.log"
   done
-  timeout 125 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
-    --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final46 > "$W/bench46.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench46.log"
-  timeout 125 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 --experts 8,10 \
-    --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final50 > "$W/bench_moe50.log" 2>&1
-  grep -E "TOTAL|as moe_forward" "$W/bench_moe50.log" | head -40
+  dense_closing final46 125
+  moe_closing moe-final50 125
 fi
 # Measured (H200, STEP=final, 74 s on the warm machine): test_quantize_gpu + test_wgmma_gpu 70 passed; the cp.async
 #   arm at M = 16 / 32 39.68 / 44.42 us against TMA's 38.97 / 43.95 (final46's WGMMA column): TMA faster there too.
@@ -47,12 +43,8 @@ if [ "$STEP" = h100 ]; then
   KBIT_WG_TMA=0 timeout 60 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 --columns WGMMA \
     --shapes gateup,down,Q,O,KV --reps 15 --tag "cpasync30" > "$W/bench_cpasync30.log" 2>&1
   echo "## KBIT_WG_TMA=0"; grep -E "^### M|TOTAL" "$W/bench_cpasync30.log"
-  timeout 125 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
-    --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final46 > "$W/bench46.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench46.log"
-  timeout 125 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 --experts 8,10 \
-    --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final50 > "$W/bench_moe50.log" 2>&1
-  grep -E "as moe_forward" "$W/bench_moe50.log" | head -40
+  dense_closing final46 125
+  moe_closing moe-final50 125
   timeout 110 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,4 --columns matmul,matmul+PDL --reps 15 \
     --tag final46-m1 > "$W/bench46m1.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench46m1.log"
@@ -72,9 +64,7 @@ if [ "$STEP" = tune ]; then
   python3 profiling/retune_tables.py --extra +wg-tune30 "$FAM" "$FAM+PDL" > "$W/retune30.txt" 2>&1
   grep -vE "^  entry" "$W/retune30.txt" | head -40
   python3 profiling/table_json.py "$W/tables30.json" --extra +wg-tune30 "$FAM" "$FAM+PDL"
-  KBITCUPY_DISPATCH_TABLE="$W/tables30.json" timeout 125 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
-    --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final47 > "$W/bench47.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench47.log"
+  KBITCUPY_DISPATCH_TABLE="$W/tables30.json" dense_closing final47 125
 fi
 # Measured (STEP=tune, H100 then H200): the rebuilt tables moved the wgmma bands to M = 256 on most shapes and
 #   shortened the streaming GEMV's under PDL; final47 with them: H100 k = 4 TOTAL M = 16 / 32 / 64 / 128 33.88 /
@@ -86,11 +76,7 @@ fi
 if [ "$STEP" = check ]; then
   python3 profiling/warm_cache.py wgmma grouped gemv gemv_stream quant 2>&1 | tail -1
   SAN_QUICK=1 sanitize racecheck "$W/racecheck_tma30.log" 170 profiling/sanitize_tma.py
-  timeout 70 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
-    --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag final47rep > "$W/bench47rep.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench47rep.log"
-  timeout 70 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 --experts 8,10 \
-    --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final50rep > "$W/bench_moe50rep.log" 2>&1
-  grep -E "as moe_forward" "$W/bench_moe50rep.log" | head -40
+  dense_closing final47rep 70
+  moe_closing moe-final50rep 70
 fi
 finish_run run30

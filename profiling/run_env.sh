@@ -59,3 +59,16 @@ tree_bench() {
    python3 profiling/warm_cache.py ${WARM:-} 2>&1 | tail -1
    timeout "${AB_TIMEOUT:-200}" python3 profiling/bench.py "$@" --out "$dest" --tag "$tag-$n" > "$dest/${tag}_$n.log" 2>&1)
 }
+# dense_closing TAG TIMEOUT: the dense closing table (k = 4, M = 16..128; STREAM, WGMMA, dq+cuBLAS, matmul,
+# matmul+PDL) tagged TAG into $W/bench_TAG.log; prints its TOTAL rows.  moe_closing TAG TIMEOUT: the MoE one (k = 4,
+# 8 / 10 experts, 1..64 tokens; Grouped, Grouped:stable, Grouped+PDL); prints the "as moe_forward" lines.
+dense_closing() {
+  timeout "$2" python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 \
+    --columns STREAM,WGMMA,dq+cuBLAS,matmul,matmul+PDL --reps 15 --tag "$1" > "$W/bench_$1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_$1.log"
+}
+moe_closing() {
+  timeout "$2" python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16,32,64 --experts 8,10 \
+    --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag "$1" > "$W/bench_$1.log" 2>&1
+  grep -E "as moe_forward" "$W/bench_$1.log" | head -40
+}
