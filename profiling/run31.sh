@@ -27,4 +27,15 @@ if [ "$STEP" = minb ]; then
       timeout 200 python3 profiling/gemm_probe.py 2>&1 | tee "$W/minb31${o:+_2}.log" | tail -30
   done
 fi
+# STEP=quick (the twenty-seventh session's last ~250 device seconds): both at M = 128 only, fewer variants.
+if [ "$STEP" = quick ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  GEMM=0 DQ=0 WG=1 WGSTAGES=4,6,8 KS=4 MS=128 SHAPES_=gateup,down,Q,O,KV timeout 70 python3 profiling/gemm_probe.py \
+    2>&1 | tee "$W/stages31q.log" | tail -12
+  for o in "" "-DKBIT_WG_MINB=2"; do
+    echo "## KBIT_WGMMA_OPTS='$o'"
+    KBIT_WGMMA_OPTS="$o" GEMM=0 DQ=0 WG=1 WGSPLITS=2,4,8 KS=4 MS=128 SHAPES_=gateup,Q \
+      timeout 60 python3 profiling/gemm_probe.py 2>&1 | tee "$W/minb31q${o:+_2}.log" | tail -6
+  done
+fi
 finish_run run31
