@@ -383,3 +383,61 @@ def test_wgmma_tma_cuda_graph_and_new_buffers(rng):
         o2 = cp.full((M2, 4096), np.nan, dtype=np.float16)
         wgmma_gemm(A2, q, o2, tma=True)
         assert _rel(o2, A2.astype(cp.float64) @ Wd.T) < TOL["float16"]
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_wgmma_pd_matches_tma_kernel(k, rng):
+    """kbit_wgmma_pd (the producer-dequant experiment, env KBIT_WG_PD): the producer warpgroup's
+    dequantized A tile in shared memory holds the values the TMA kernel's register fragments hold, so at
+    the same token tile and split count (the split-K sum over the cluster) both give the same bits, and
+    both match the float64 reference: TOK = 64 / 128, token tails, K % 64 == 32, N tails, the default and
+    another codebook, no split and 3 splits."""
+    import cupy as cp
+
+    from kbitcupy.wgmma import wgmma_gemm
+
+    cases = [(5120, 2048), (201, 160), (136, 544)] if k == 4 else [(201, 160), (1000, 288)]
+    for (N, K) in cases:
+        q, _ = _weight(N, K, k, rng)
+        KT = -(-K // 64)
+        for w in (q, other_codebook(q, k)[0]):
+            Wd = kb.dequantize(w, np.float32).astype(cp.float64)
+            for dt in DTYPES:
+                for M in (3, 70, 130):
+                    A = _A(M, K, dt, rng)
+                    ref = A.astype(cp.float64) @ Wd.T
+                    for tok in (64, 128):
+                        for ks in sorted({1, min(3, KT)}):
+                            outs = []
+                            for pd in (False, True):
+                                out = cp.full((M, N), np.nan, dtype=dt)
+                                wgmma_gemm(A, w, out, k_splits=ks, tok=tok, cluster=ks > 1 or None, tma=True, pd=pd)
+                                outs.append(out)
+                            what = ((N, K), k, w is q, _dn(dt), M, tok, ks)
+                            assert _rel(outs[1], ref) < TOL[_dn(dt)], what
+                            assert bool((outs[0].view(cp.uint16) == outs[1].view(cp.uint16)).all()), what
+
+
+def test_wgmma_pd_cuda_graph(rng):
+    """The producer-dequant kernel replays in a CUDA graph (a cluster launch with a tensor map) with
+    the eager call's bits."""
+    import cupy as cp
+
+    from kbitcupy.wgmma import wgmma_gemm
+
+    q, Wd = _weight(4096, 2048, 4, rng)
+    M = 128
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        A = _A(M, 2048, np.float16, rng)
+        out = cp.full((M, 4096), np.nan, dtype=np.float16)
+        wgmma_gemm(A, q, cp.empty_like(out), pd=True)
+    s.synchronize()
+    graph = _capture(s, lambda: wgmma_gemm(A, q, out, pd=True))
+    with s:
+        eager = cp.full((M, 4096), np.nan, dtype=np.float16)
+        wgmma_gemm(A, q, eager, pd=True)
+        graph.launch(s)
+    s.synchronize()
+    assert bool((out.view(cp.uint16) == eager.view(cp.uint16)).all())
+    assert _rel(out, A.astype(cp.float64) @ Wd.T) < TOL["float16"]
