@@ -6,7 +6,7 @@
 start_run pd
 # STEP=pd (~6 min on a bare machine):
 #   1. GPU tests: bit-exact against the TMA kernel at the same TOK / splits (k = 2..5, fp16 / bf16, tails, two
-#      codebooks) and graph replay (test_wgmma_gpu.py -k pd).  A hang in a lost mbarrier phase traps after ~2^22
+#      codebooks) and graph replay (test_wgmma_gpu.py -k "pd or graph_and_new").  A hang in a lost mbarrier phase traps after ~2^22
 #      tries (mbar_wait_or_trap), so a wrong hand-off fails the test instead of the machine.
 #   2. memcheck over profiling/sanitize_tma.py (its "dense pd" lines).
 #   3. The A/B, k = 4, M = 64 / 128, the five dense shapes, WGMMA column, KBIT_WG_PD=0 / 1, two passes.
@@ -19,7 +19,7 @@ start_run pd
 #   warp per scheduler may be the new chain (then two producer warpgroups, 512 threads, each half the rows).
 if [ "$STEP" = pd ]; then
   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
-  gpu_tests "$W/gpu_tests_pd32.log" 240 tests/test_wgmma_gpu.py -k "pd"
+  gpu_tests "$W/gpu_tests_pd32.log" 240 tests/test_wgmma_gpu.py -k "pd or graph_and_new"
   grep -E "^E  |FAILED|Error" "$W/gpu_tests_pd32.log" | head -20
   sanitize memcheck "$W/memcheck_pd32.log" 200 profiling/sanitize_tma.py
   grep -E "dense pd" "$W/memcheck_pd32.log" | head -4

@@ -354,34 +354,37 @@ def test_wgmma_tma_tokens_bit_exact(k, rng):
                             assert bool((outs[0].view(cp.uint16) == outs[1].view(cp.uint16)).all()), what
 
 
-def test_wgmma_tma_cuda_graph_and_new_buffers(rng):
+@pytest.mark.parametrize("kw, eager_kw, M", [({"tma": True}, {"tma": False}, 72), ({"pd": True}, {"pd": True}, 128)])
+def test_wgmma_tma_cuda_graph_and_new_buffers(kw, eager_kw, M, rng):
     """The tensor map is a launch parameter (captured by value): a graph replays on the A it was
-    captured with; a new A buffer gets its own map (the cache is keyed by the pointer)."""
+    captured with (the TMA kernel against the cp.async one; the producer-dequant experiment, a cluster
+    launch of 384 threads, against itself); a new A buffer gets its own map (the cache is keyed by the
+    pointer)."""
     import cupy as cp
 
     from kbitcupy.wgmma import wgmma_gemm
 
     q, Wd = _weight(4096, 2048, 4, rng)
-    M = 72
     s = cp.cuda.Stream(non_blocking=True)
     with s:
         A = _A(M, 2048, np.float16, rng)
         out = cp.full((M, 4096), np.nan, dtype=np.float16)
-        wgmma_gemm(A, q, cp.empty_like(out), tma=True)
+        wgmma_gemm(A, q, cp.empty_like(out), **kw)
     s.synchronize()
-    graph = _capture(s, lambda: wgmma_gemm(A, q, out, tma=True))
+    graph = _capture(s, lambda: wgmma_gemm(A, q, out, **kw))
     with s:
         A[...] = _A(M, 2048, np.float16, rng)
         eager = cp.full((M, 4096), np.nan, dtype=np.float16)
-        wgmma_gemm(A, q, eager, tma=False)
+        wgmma_gemm(A, q, eager, **eager_kw)
         graph.launch(s)
     s.synchronize()
     assert bool((out.view(cp.uint16) == eager.view(cp.uint16)).all())
+    assert _rel(out, A.astype(cp.float64) @ Wd.T) < TOL["float16"]
     for _ in range(3):  # fresh buffers (some reuse a freed pointer with another shape)
         M2 = int(rng.integers(5, 200))
         A2 = _A(M2, 2048, np.float16, rng)
         o2 = cp.full((M2, 4096), np.nan, dtype=np.float16)
-        wgmma_gemm(A2, q, o2, tma=True)
+        wgmma_gemm(A2, q, o2, **kw)
         assert _rel(o2, A2.astype(cp.float64) @ Wd.T) < TOL["float16"]
 
 
@@ -417,27 +420,3 @@ def test_wgmma_pd_matches_tma_kernel(k, rng):
                             assert _rel(outs[1], ref) < TOL[_dn(dt)], what
                             assert bool((outs[0].view(cp.uint16) == outs[1].view(cp.uint16)).all()), what
 
-
-def test_wgmma_pd_cuda_graph(rng):
-    """The producer-dequant kernel replays in a CUDA graph (a cluster launch with a tensor map) with
-    the eager call's bits."""
-    import cupy as cp
-
-    from kbitcupy.wgmma import wgmma_gemm
-
-    q, Wd = _weight(4096, 2048, 4, rng)
-    M = 128
-    s = cp.cuda.Stream(non_blocking=True)
-    with s:
-        A = _A(M, 2048, np.float16, rng)
-        out = cp.full((M, 4096), np.nan, dtype=np.float16)
-        wgmma_gemm(A, q, cp.empty_like(out), pd=True)
-    s.synchronize()
-    graph = _capture(s, lambda: wgmma_gemm(A, q, out, pd=True))
-    with s:
-        eager = cp.full((M, 4096), np.nan, dtype=np.float16)
-        wgmma_gemm(A, q, eager, pd=True)
-        graph.launch(s)
-    s.synchronize()
-    assert bool((out.view(cp.uint16) == eager.view(cp.uint16)).all())
-    assert _rel(out, A.astype(cp.float64) @ Wd.T) < TOL["float16"]
