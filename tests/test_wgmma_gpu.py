@@ -319,6 +319,24 @@ def test_matmul_dispatches_to_wgmma(rng):
         wgmma_gemm(_A(160, 4096, np.float16, rng), q, cp.empty((160, 2048), np.float16), stages=8)
 
 
+def _exact_cases(k, rng, Ms):
+    """The bit-exactness tests' cases: (N, K, K tiles, weight, default codebook?, dtype, M, A, float64
+    reference) over a
+    Qwen3-Coder-Next shape (k = 4) and tail shapes (N tails, K % 64 == 32), the default and another
+    codebook, fp16 / bf16 and the token counts Ms."""
+    import cupy as cp
+
+    cases = [(5120, 2048), (201, 160), (136, 544)] if k == 4 else [(201, 160), (1000, 288)]
+    for (N, K) in cases:
+        q, _ = _weight(N, K, k, rng)
+        for w in (q, other_codebook(q, k)[0]):
+            Wd = kb.dequantize(w, np.float32).astype(cp.float64)
+            for dt in DTYPES:
+                for M in Ms:
+                    A = _A(M, K, dt, rng)
+                    yield N, K, -(-K // 64), w, w is q, dt, M, A, A.astype(cp.float64) @ Wd.T
+
+
 @pytest.mark.parametrize("k", [2, 3, 4, 5])
 def test_wgmma_tma_tokens_bit_exact(k, rng):
     """kbit_wgmma_tma (the stages by TMA, the default) lands the same
@@ -330,28 +348,19 @@ def test_wgmma_tma_tokens_bit_exact(k, rng):
 
     from kbitcupy.wgmma import TOK_CHOICES, wgmma_gemm
 
-    cases = [(5120, 2048), (201, 160), (136, 544)] if k == 4 else [(201, 160), (1000, 288)]
-    for (N, K) in cases:
-        q, _ = _weight(N, K, k, rng)
-        KT = -(-K // 64)
-        for w in (q, other_codebook(q, k)[0]):
-            Wd = kb.dequantize(w, np.float32).astype(cp.float64)
-            for dt in DTYPES:
-                for M in (3, 33, 100, 130):
-                    A = _A(M, K, dt, rng)
-                    ref = A.astype(cp.float64) @ Wd.T
-                    modes = (False, "safe", True) if (M == 33 and _dn(dt) == "float16") else ("safe",)
-                    for mode, tok in ((mode, tok) for mode in modes for tok in TOK_CHOICES):
-                        for ks, cl in ((1, None), (min(3, KT), True), (min(3, KT), False)):
-                            outs = []
-                            with kb.pdl(mode):
-                                for tma in (False, True):
-                                    out = cp.full((M, N), np.nan, dtype=dt)
-                                    wgmma_gemm(A, w, out, k_splits=ks, tok=tok, stages=4, cluster=cl, tma=tma)
-                                    outs.append(out)
-                            what = ((N, K), k, w is q, _dn(dt), M, tok, ks, cl, mode)
-                            assert _rel(outs[1], ref) < TOL[_dn(dt)], what
-                            assert bool((outs[0].view(cp.uint16) == outs[1].view(cp.uint16)).all()), what
+    for N, K, KT, w, dflt, dt, M, A, ref in _exact_cases(k, rng, (3, 33, 100, 130)):
+        modes = (False, "safe", True) if (M == 33 and _dn(dt) == "float16") else ("safe",)
+        for mode, tok in ((mode, tok) for mode in modes for tok in TOK_CHOICES):
+            for ks, cl in ((1, None), (min(3, KT), True), (min(3, KT), False)):
+                outs = []
+                with kb.pdl(mode):
+                    for tma in (False, True):
+                        out = cp.full((M, N), np.nan, dtype=dt)
+                        wgmma_gemm(A, w, out, k_splits=ks, tok=tok, stages=4, cluster=cl, tma=tma)
+                        outs.append(out)
+                what = ((N, K), k, dflt, _dn(dt), M, tok, ks, cl, mode)
+                assert _rel(outs[1], ref) < TOL[_dn(dt)], what
+                assert bool((outs[0].view(cp.uint16) == outs[1].view(cp.uint16)).all()), what
 
 
 @pytest.mark.parametrize("kw, eager_kw, M", [({"tma": True}, {"tma": False}, 72), ({"pd": True}, {"pd": True}, 128)])
@@ -399,24 +408,15 @@ def test_wgmma_pd_matches_tma_kernel(k, rng):
 
     from kbitcupy.wgmma import wgmma_gemm
 
-    cases = [(5120, 2048), (201, 160), (136, 544)] if k == 4 else [(201, 160), (1000, 288)]
-    for (N, K) in cases:
-        q, _ = _weight(N, K, k, rng)
-        KT = -(-K // 64)
-        for w in (q, other_codebook(q, k)[0]):
-            Wd = kb.dequantize(w, np.float32).astype(cp.float64)
-            for dt in DTYPES:
-                for M in (3, 70, 130):
-                    A = _A(M, K, dt, rng)
-                    ref = A.astype(cp.float64) @ Wd.T
-                    for tok in (64, 128):
-                        for ks in sorted({1, min(3, KT)}):
-                            outs = []
-                            for pd in (False, True):
-                                out = cp.full((M, N), np.nan, dtype=dt)
-                                wgmma_gemm(A, w, out, k_splits=ks, tok=tok, cluster=ks > 1 or None, tma=True, pd=pd)
-                                outs.append(out)
-                            what = ((N, K), k, w is q, _dn(dt), M, tok, ks)
-                            assert _rel(outs[1], ref) < TOL[_dn(dt)], what
-                            assert bool((outs[0].view(cp.uint16) == outs[1].view(cp.uint16)).all()), what
+    for N, K, KT, w, dflt, dt, M, A, ref in _exact_cases(k, rng, (3, 70, 130)):
+        for tok in (64, 128):
+            for ks in sorted({1, min(3, KT)}):
+                outs = []
+                for pd in (False, True):
+                    out = cp.full((M, N), np.nan, dtype=dt)
+                    wgmma_gemm(A, w, out, k_splits=ks, tok=tok, cluster=ks > 1 or None, tma=True, pd=pd)
+                    outs.append(out)
+                what = ((N, K), k, dflt, _dn(dt), M, tok, ks)
+                assert _rel(outs[1], ref) < TOL[_dn(dt)], what
+                assert bool((outs[0].view(cp.uint16) == outs[1].view(cp.uint16)).all()), what
 
