@@ -321,9 +321,8 @@ def test_matmul_dispatches_to_wgmma(rng):
 
 def _exact_cases(k, rng, Ms):
     """The bit-exactness tests' cases: (N, K, K tiles, weight, default codebook?, dtype, M, A, float64
-    reference) over a
-    Qwen3-Coder-Next shape (k = 4) and tail shapes (N tails, K % 64 == 32), the default and another
-    codebook, fp16 / bf16 and the token counts Ms."""
+    reference) over a Qwen3-Coder-Next shape (k = 4) and tail shapes (N tails, K % 64 == 32), the default
+    and another codebook, fp16 / bf16 and the token counts Ms."""
     import cupy as cp
 
     cases = [(5120, 2048), (201, 160), (136, 544)] if k == 4 else [(201, 160), (1000, 288)]
