@@ -827,6 +827,12 @@ __global__ void __launch_bounds__(256, KBIT_WG_MINB)
 // clocks, against ~1340 today.  Stage = tokens (TOK x 128 B) | dequantized A (128 x 128 B) | raw weight tile
 // | absmax; barriers per stage: full (the TMA transaction), dqf (the producer's 128 threads wrote and fenced
 // A), empty (the 256 consumer threads retired the stage's wgmma group).
+// KBIT_WG_PD_PRODUCERS=2 (hook): two producer warpgroups (512 threads), producer thread p dequantizes block
+// p / 128 of row p % 128 (half a row each), for the case where one producer warpgroup's chain bounds the tile.
+#ifndef KBIT_WG_PD_PRODUCERS
+#define KBIT_WG_PD_PRODUCERS 1
+#endif
+#define KBIT_WG_PD_THREADS (256 + 128 * KBIT_WG_PD_PRODUCERS)
 #define KBIT_WG_SS_P(X) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #X ", 0;\n"
 #define KBIT_WG_SS_INS(N, TY, A, B) \
     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " KBIT_WG_ACC_N##N "%" #A ", %" #B ", p, 1, 1, 0, 0;\n"
@@ -883,7 +889,7 @@ __device__ __forceinline__ void wgmma_pd_cta(const KbitTmap* tmap, const u32* __
     if (tid == 0) {
         for (int b = 0; b < stages; b++) {
             mbar_init(full(b), 1);
-            mbar_init(dqf(b), 128);
+            mbar_init(dqf(b), 128 * KBIT_WG_PD_PRODUCERS);
             mbar_init(empty(b), 256);
         }
         fence_mbar_init();
@@ -891,15 +897,17 @@ __device__ __forceinline__ void wgmma_pd_cta(const KbitTmap* tmap, const u32* __
     if (tid < 32) cb_s[tid] = tid < (1 << K) ? (CBD ? kbit_default_level<K>(tid) : codebook[tid]) : 0.0f;
     __syncthreads();
     build_pair_lut<K, T>(lut, cb_s);
-    build_scale_table<T>(s2tab, tid, 384);
+    build_scale_table<T>(s2tab, tid, KBIT_WG_PD_THREADS);
     __syncthreads();
 
     float acc[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
     if (tid >= 256) {
-        // ---------------- producer: thread p dequantizes row p (column n0 + p) of each tile's A
-        const int p = tid - 256, lane = tid & 31;
+        // ---------------- producer: thread p dequantizes row p (column n0 + p) of each tile's A (two producer
+        // warpgroups: block p / 128 of row p % 128)
+        constexpr int NPROD = KBIT_WG_PD_PRODUCERS;
+        const int p = (tid - 256) & 127, lane = tid & 31, pq = tid - 256;
         const u32* w_base = packed + (long)nt * (KBIT_TILE_N * KBIT_KB_PER_TILE * K);
         const long w_ktstride = (long)n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K);
         const u8* abs_base = absmax + (long)nt * (KBIT_TILE_N * KBIT_KB_PER_TILE);
@@ -911,7 +919,7 @@ __device__ __forceinline__ void wgmma_pd_cta(const KbitTmap* tmap, const u32* __
             bulk_load(st + A_BYTES + D_BYTES, w_base + kt * w_ktstride, W_BYTES, full(s));
             bulk_load(st + A_BYTES + D_BYTES + W_BYTES, abs_base + kt * abs_ktstride, 256, full(s));
         };
-        if (p == 0)
+        if (pq == 0)
             for (int j = 0; j < stages && j < n_my; j++) issue(j, j);
         const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4u * (u32)(lane & (PairLut<K>::COPIES - 1));
         const u32 s2_base = (u32)__cvta_generic_to_shared(s2tab);
@@ -921,7 +929,8 @@ __device__ __forceinline__ void wgmma_pd_cta(const KbitTmap* tmap, const u32* __
             const u32 row = st + A_BYTES + 128u * (u32)p;
             const u32 ws_s = st + A_BYTES + D_BYTES, abs_s = ws_s + W_BYTES;
 #pragma unroll
-            for (int kb = 0; kb < 2; kb++) {
+            for (int kk = 0; kk < 2 / NPROD; kk++) {
+                const int kb = NPROD == 2 ? pq >> 7 : kk;
                 const u32 wa = ws_s + 4u * (u32)((p * 2 + kb) * K);
                 u32 w[K];
                 if (K == 4) {
@@ -961,7 +970,7 @@ __device__ __forceinline__ void wgmma_pd_cta(const KbitTmap* tmap, const u32* __
             fence_proxy_async();  // the generic-proxy stores, read by wgmma through the async proxy
             mbar_arrive(dqf(s));
             // the stage of tile it - 1 takes tile it - 1 + stages once the consumers retired tile it - 1
-            if (p == 0 && it >= 1 && it - 1 + stages < n_my) {
+            if (pq == 0 && it >= 1 && it - 1 + stages < n_my) {
                 const int s1 = s == 0 ? stages - 1 : s - 1;
                 mbar_wait_or_trap(empty(s1), (u32)((it - 1) / stages) & 1u);
                 issue(s1, it - 1 + stages);
@@ -998,7 +1007,7 @@ __device__ __forceinline__ void wgmma_pd_cta(const KbitTmap* tmap, const u32* __
         wgmma_wait<0>();
         reg_fence(acc);
     }
-    // every thread (the producer's for the barriers only): the epilogue of wgmma_cta
+    // every thread (the producers' for the barriers only): the epilogue of wgmma_cta
     if (k_splits > 1) {
         if (tid < 256) cluster_sum_store<T, TOK, STAGE_BYTES>(acc, stage0, stage0_s, C, M, N, m0, n0, split, k_splits,
                                                               tensor_scale, vec8, tid);
@@ -1013,12 +1022,12 @@ __device__ __forceinline__ void wgmma_pd_cta(const KbitTmap* tmap, const u32* __
 
 // Grid and arguments as kbit_wgmma_tma's (split-K only through the cluster: kbitcupy.wgmma.pd_plan).
 template <int K, typename T, int TOK, bool CBD = false>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(KBIT_WG_PD_THREADS, 1)
     kbit_wgmma_pd(const __grid_constant__ kbit_wgmma_detail::KbitTmap tmap, KBIT_WG_DENSE_ARGS) {
     if (pdl) griddep_wait_release();  // (experiment: no prologue overlap)
     int mt, split, nt;
     kbit_wgmma_detail::work_coords(blockIdx.x, m_tiles, k_splits, cluster, mt, split, nt);
-    if (k_splits > 1 && !cluster) __trap();  // the workspace sum is not wired for 384 threads
+    if (k_splits > 1 && !cluster) __trap();  // the workspace sum is not wired for the producer threads
     kbit_wgmma_detail::wgmma_pd_cta<K, T, TOK, CBD>(&tmap, packed, absmax, codebook, C, M, N, Kdim, mt, nt, split,
                                                     k_splits, stages, tensor_scale, vec8, cluster != 0);
     (void)A; (void)ws; (void)counters;

@@ -91,7 +91,6 @@ TMA = _env_on("KBIT_WG_TMA")
 # default: env KBIT_WG_PD=1 or wgmma_gemm(..., pd=True); profiling/run32.sh tests and times it.
 PD = os.environ.get("KBIT_WG_PD", "").strip().lower() in ("1", "true", "yes", "on")
 PD_TOKS = (64, 128)
-PD_THREADS = 384
 
 
 def _instances():
@@ -135,6 +134,9 @@ def _group_of(key):
 WGMMA = register("wgmma", Family("kbit_wgmma.cu", _instances(), group_of=_group_of,
                                  options=tuple(os.environ.get("KBIT_WGMMA_OPTS", "").split()), arch="sm_90a"))
 
+
+# kbit_wgmma_pd's threads: two consumer warpgroups and one producer (hook -DKBIT_WG_PD_PRODUCERS=2: two)
+PD_THREADS = 256 + 128 * (2 if "-DKBIT_WG_PD_PRODUCERS=2" in WGMMA.options else 1)
 
 _SUPPORTED: dict = {}
 
