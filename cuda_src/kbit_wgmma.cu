@@ -210,6 +210,36 @@ __device__ __forceinline__ u32 key_word(const u32 (&p)[K], int sh) {
     for (int b = 0; b < (K < 4 ? K : 4); b++) key |= ((p[b] >> sh) & 0x03030303u) << (2 * b);
     return key;
 }
+// k = 5: the fifth plane's bits of the same pairs (the key's upper byte lanes, see pair_key); 0 below.
+template <int K>
+__device__ __forceinline__ u32 key_hi(const u32 (&p)[K], int sh) {
+    return K == 5 ? (p[K - 1] >> sh) & 0x03030303u : 0u;
+}
+// Pair key c (0..3) of a key word: its byte c (k = 5: with the fifth plane's 2 bits from hi).
+template <int K>
+__device__ __forceinline__ u32 pair_key(u32 kw, u32 hi, int c) {
+    if (K <= 4) return __byte_perm(kw, 0u, 0x4440u + c);
+    return prmt(kw, hi, (u32)(c | ((4 + c) << 4) | ((12 + c) << 8) | ((12 + c) << 12)));
+}
+// One block's K plane words from the stage's weight tile at shared address wa (one vector load for k = 2, 4).
+template <int K>
+__device__ __forceinline__ void lds_planes(u32 (&p)[K], u32 wa) {
+    if (K == 4) {
+        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(p[0]), "=r"(p[1 % K]), "=r"(p[2 % K]), "=r"(p[3 % K]) : "r"(wa));
+    } else if (K == 2) {
+        asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(p[0]), "=r"(p[1 % K]) : "r"(wa));
+    } else {
+#pragma unroll
+        for (int b = 0; b < K; b++) p[b] = lds_u32(wa + 4 * b);
+    }
+}
+// A block's scale pair: its E4M4 absmax byte (shared address abs_addr) through the scale table.
+__device__ __forceinline__ u32 lds_scale(u32 abs_addr, u32 s2_base) {
+    u32 code;
+    asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(code) : "r"(abs_addr));
+    return lds_u32(s2_base + 4u * code);
+}
 
 }  // namespace kbit_wgmma_detail
 
@@ -576,30 +606,17 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int col = col_lo + 8 * h;
-                const u32 wa = ws_s + 4u * (u32)((col * 2 + kb) * K);
                 u32 p[K];
-                if (K == 4) {
-                    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                                 : "=r"(p[0]), "=r"(p[1 % K]), "=r"(p[2 % K]), "=r"(p[3 % K]) : "r"(wa));
-                } else if (K == 2) {
-                    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(p[0]), "=r"(p[1 % K]) : "r"(wa));
-                } else {
-#pragma unroll
-                    for (int b = 0; b < K; b++) p[b] = lds_u32(wa + 4 * b);
-                }
+                lds_planes<K>(p, ws_s + 4u * (u32)((col * 2 + kb) * K));
                 kw[h] = key_word<K>(p, ksh);
-                hi[h] = K == 5 ? (p[K - 1] >> ksh) & 0x03030303u : 0u;
-                u32 code;
-                asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(code) : "r"(abs_s + (u32)(col * 2 + kb)));
-                s2[h] = lds_u32(s2_base + 4u * code);
+                hi[h] = key_hi<K>(p, ksh);
+                s2[h] = lds_scale(abs_s + (u32)(col * 2 + kb), s2_base);
             }
 #pragma unroll
             for (int c = 0; c < 4; c++) {
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    u32 key;
-                    if (K <= 4) key = __byte_perm(kw[h], 0u, 0x4440u + c);
-                    else key = prmt(kw[h], hi[h], (u32)(c | ((4 + c) << 4) | ((12 + c) << 8) | ((12 + c) << 12)));
+                    const u32 key = pair_key<K>(kw[h], hi[h], c);
                     // instruction j = 2 kb + c / 2; register a0/a1 (chunk even) or a2/a3 (chunk odd), row g + 8 h
                     fr[2 * kb + (c >> 1)][2 * (c & 1) + h] = hmul2_u32(lds_u32(lut_lane + (key << SH)), s2[h], T());
                 }
@@ -931,35 +948,21 @@ __device__ __forceinline__ void wgmma_pd_cta(const KbitTmap* tmap, const u32* __
 #pragma unroll
             for (int kk = 0; kk < 2 / NPROD; kk++) {
                 const int kb = NPROD == 2 ? pq >> 7 : kk;
-                const u32 wa = ws_s + 4u * (u32)((p * 2 + kb) * K);
                 u32 w[K];
-                if (K == 4) {
-                    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                                 : "=r"(w[0]), "=r"(w[1 % K]), "=r"(w[2 % K]), "=r"(w[3 % K]) : "r"(wa));
-                } else if (K == 2) {
-                    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(w[0]), "=r"(w[1 % K]) : "r"(wa));
-                } else {
-#pragma unroll
-                    for (int b = 0; b < K; b++) w[b] = lds_u32(wa + 4 * b);
-                }
-                u32 code;
-                asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(code) : "r"(abs_s + (u32)(p * 2 + kb)));
-                const u32 s2 = lds_u32(s2_base + 4u * code);
+                lds_planes<K>(w, ws_s + 4u * (u32)((p * 2 + kb) * K));
+                const u32 s2 = lds_scale(abs_s + (u32)(p * 2 + kb), s2_base);
                 u32 kw[4], hi[4];
 #pragma unroll
                 for (int i = 0; i < 4; i++) {  // byte c of kw[i]: the key of the block's elements 8c + 2i, + 1
                     kw[i] = key_word<K>(w, 2 * i);
-                    hi[i] = K == 5 ? (w[K - 1] >> (2 * i)) & 0x03030303u : 0u;
+                    hi[i] = key_hi<K>(w, 2 * i);
                 }
 #pragma unroll
                 for (int c = 0; c < 4; c++) {  // 16-byte chunk 4 kb + c of the row: the block's elements 8c..8c+7
                     u32 v[4];
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
-                        u32 key;
-                        if (K <= 4) key = __byte_perm(kw[i], 0u, 0x4440u + c);
-                        else key = prmt(kw[i], hi[i], (u32)(c | ((4 + c) << 4) | ((12 + c) << 8) | ((12 + c) << 12)));
-                        v[i] = hmul2_u32(lds_u32(lut_lane + (key << SH)), s2, T());
+                        v[i] = hmul2_u32(lds_u32(lut_lane + (pair_key<K>(kw[i], hi[i], c) << SH)), s2, T());
                     }
                     const u32 dst = row + 16u * (u32)((4 * kb + c) ^ (p & 7));
                     asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst), "r"(v[0]), "r"(v[1]), "r"(v[2]),

@@ -156,26 +156,29 @@ def stage_bytes(k: int, tok: int) -> int:
     return -(-(tok * 128 + 1024 * k + 256) // 1024) * 1024  # 1024-byte aligned stages (128-byte swizzle)
 
 
-def pd_smem_bytes(k: int, tok: int, stages: int) -> int:
-    """kbit_wgmma_pd's dynamic shared memory: pair table | scale table | codebook, misc | 24 mbarriers |
-    1024-byte alignment slack | stages of tokens, the dequantized A tile (128 x 128 B), raw weights, absmax."""
-    return lut_bytes(k) + 1024 + 512 + 1024 + stages * (stage_bytes(k, tok) + 128 * 128)
-
-
 # The k = 4 pair table's copies (log2) when KBIT_WGMMA_OPTS sets the experiment hook -DKBIT_K4_LOG2_COPIES=n
 # (the kernels then build 2**n copies instead of lut_bytes' 32); None otherwise.
 _K4_LOG2_COPIES = next((int(o.split("=", 1)[1]) for o in WGMMA.options if o.startswith("-DKBIT_K4_LOG2_COPIES=")), None)
 
 
-def smem_bytes(k: int, tok: int, stages: int, lc=None) -> int:
-    """Dynamic shared memory of a CTA; lc: the pair table's copies (log2) where not lut_bytes' (the
-    grouped kernel's GROUPED_K5_LC instantiation)."""
+def _pair_table_bytes(k: int, lc=None) -> int:
+    """The pair table's bytes in a wgmma kernel; lc: its copies (log2) where not lut_bytes' (the grouped
+    kernel's GROUPED_K5_LC instantiation)."""
     if lc is not None:
-        lut = (1 << (2 * k)) * (1 << lc) * 4
-    else:
-        lut = (1 << 8) * (1 << _K4_LOG2_COPIES) * 4 if k == 4 and _K4_LOG2_COPIES is not None else lut_bytes(k)
+        return (1 << (2 * k)) * (1 << lc) * 4
+    return (1 << 8) * (1 << _K4_LOG2_COPIES) * 4 if k == 4 and _K4_LOG2_COPIES is not None else lut_bytes(k)
+
+
+def smem_bytes(k: int, tok: int, stages: int, lc=None) -> int:
+    """Dynamic shared memory of a CTA; lc: see _pair_table_bytes."""
     # + 1024: the stages start at the first 1024-byte aligned address after the tables
-    return lut + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
+    return _pair_table_bytes(k, lc) + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
+
+
+def pd_smem_bytes(k: int, tok: int, stages: int) -> int:
+    """kbit_wgmma_pd's dynamic shared memory: pair table | scale table | codebook, misc | 24 mbarriers |
+    1024-byte alignment slack | stages of tokens, the dequantized A tile (128 x 128 B), raw weights, absmax."""
+    return _pair_table_bytes(k) + 1024 + 512 + 1024 + stages * (stage_bytes(k, tok) + 128 * 128)
 
 
 def fill_tok(tok: int, M: int, n_tiles: int, sms: int, choices=TOK_CHOICES) -> int:
@@ -629,10 +632,11 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
     # loads at once anyway (H100, 2026-11-26, layer26: moe_forward with 505-512 experts at 256 / 1024
     # tokens 2-4 % slower with it)
     pdl = _pdl.grouped_mode(dev, ids_stable, safe_early=SAFE_EARLY and p.one_wave)
-    args = (A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws, cnt, np.int32(N),
-            np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]), np.int64(bank.words_per_expert),
-            np.int64(bank.absmax_per_expert), np.int32(p.m_tiles), np.int32(p.k_splits), np.int32(p.stages),
-            np.int32(max_tokens), np.int32(_vec8(out)), err, np.int32(pdl), np.int32(p.cluster))
-    args = (tensor_map(A, p.tok),) + args  # the kernel's first parameter (_pdl.launch: cuLaunchKernelEx)
+    # the tensor map of A first (the kernel's __grid_constant__ parameter; _pdl.launch: cuLaunchKernelEx)
+    args = (tensor_map(A, p.tok), A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws,
+            cnt, np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]),
+            np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert), np.int32(p.m_tiles),
+            np.int32(p.k_splits), np.int32(p.stages), np.int32(max_tokens), np.int32(_vec8(out)), err, np.int32(pdl),
+            np.int32(p.cluster))
     _pdl.launch(p.fn, (p.grid,), (THREADS,), args, p.launch_smem, pdl=pdl, cluster=p.cl_size)
     return out
