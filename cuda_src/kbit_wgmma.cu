@@ -306,9 +306,8 @@ __device__ __forceinline__ void tma_inval(int stages) {
 // tile's 4-column chunks from all of them through DSMEM, in split order (the workspace path's order, so the
 // same bits), and writes C.  No workspace, fence or counter, and the sum and the stores are spread over the
 // splits instead of left to the last CTA.  The second cluster barrier keeps every CTA's partial in place
-// until the others have read it.  Threads tid < 256 hold the accumulators; WORK = false: a thread that
-// holds none (kbit_wgmma_pd's producer warpgroup) only takes part in the barriers.
-template <typename T, int TOK, int STAGE_BYTES, bool WORK = true>
+// until the others have read it.
+template <typename T, int TOK, int STAGE_BYTES>
 __device__ __forceinline__ void cluster_sum_store(const float (&acc)[TOK / 2], unsigned char* stage0, u32 stage0_s,
                                                   T* __restrict__ C, int M, int N, int m0, int n0, int split,
                                                   int k_splits, float tensor_scale, int vec8, int tid) {
@@ -318,7 +317,6 @@ __device__ __forceinline__ void cluster_sum_store(const float (&acc)[TOK / 2], u
     float* red = reinterpret_cast<float*>(stage0);
     const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, col_lo = 16 * warp + g;
     // accumulator 4 b + e: token 8 b + 2 t + (e & 1), column 16 warp + g + 8 (e >> 1)
-    if (WORK)
 #pragma unroll
     for (int b = 0; b < TOK / 8; b++)
 #pragma unroll
@@ -329,7 +327,7 @@ __device__ __forceinline__ void cluster_sum_store(const float (&acc)[TOK / 2], u
     const int nch = min(TOK, M - m0) * 32;  // 4-column chunks of the tile's real tokens
     const int c0 = (int)((unsigned)nch * (unsigned)split / (unsigned)k_splits);  // nch <= 32 TOK: 32-bit
     const int c1 = (int)((unsigned)nch * (unsigned)(split + 1) / (unsigned)k_splits);
-    for (int i = c0 + tid; WORK && i < c1; i += 256) {
+    for (int i = c0 + tid; i < c1; i += 256) {
         const int r = i >> 5, c4 = (i & 31) * 4;
         const int col = n0 + c4;
         if (col >= N) continue;
@@ -368,9 +366,9 @@ __device__ __forceinline__ void cluster_sum_store(const float (&acc)[TOK / 2], u
     cluster_wait();
 }
 
-// C through shared memory: the tile's accumulators (threads tid < 256) staged through the (then idle) stage
-// buffers as T rows, then stored in 16-byte pieces.  WORK = false: barriers only (see cluster_sum_store).
-template <typename T, int TOK, bool WORK = true>
+// C through shared memory: the tile's accumulators staged through the (then idle) stage buffers as T rows,
+// then stored in 16-byte pieces.
+template <typename T, int TOK>
 __device__ __forceinline__ void store_c(const float (&acc)[TOK / 2], unsigned char* stage0, T* __restrict__ C, int M,
                                         int N, int m0, int n0, float tensor_scale, int vec8, int tid) {
     constexpr int CS_STRIDE = 128 + 8;  // C staging row (elements), 16 B aligned, spreads banks
@@ -378,7 +376,6 @@ __device__ __forceinline__ void store_c(const float (&acc)[TOK / 2], unsigned ch
     T* cs = reinterpret_cast<T*>(stage0);
     const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, col_lo = 16 * warp + g;
     // accumulator 4 b + e: token 8 b + 2 t + (e & 1), column 16 warp + g + 8 (e >> 1)
-    if (WORK)
 #pragma unroll
     for (int b = 0; b < TOK / 8; b++) {
 #pragma unroll
@@ -389,7 +386,7 @@ __device__ __forceinline__ void store_c(const float (&acc)[TOK / 2], unsigned ch
     }
     __syncthreads();
     const int rows = min(TOK, M - m0);
-    for (int i = tid; WORK && i < rows * 16; i += 256) {
+    for (int i = tid; i < rows * 16; i += 256) {
         const int r = i >> 4, c8 = (i & 15) * 8;
         const int col = n0 + c8;
         if (col >= N) continue;
@@ -484,7 +481,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     const long abs_ktstride = (long)n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE);
 
     auto load_tokens = [&](int buf, int kt) {
-#ifdef KBIT_WG_NO_TOKENS  // experiment hook (profiling/run24.sh wgprobe): no token copies (wrong results)
+#ifdef KBIT_WG_NO_TOKENS  // experiment hook (profiling/run24.sh wgprobe, run33.sh l2): no token copies (wrong results)
+        if (TMA && tid == 0) mbar_arrive(mbar0_s + 8u * (u32)buf);  // the stage's arrival, no bytes
         return;
 #endif
         if (TMA) {  // rows past the tensor's (M; K % 64 == 32: the upper half) arrive as zeros
@@ -829,211 +827,6 @@ template <int K, typename T, int TOK, bool CBD = false>
 __global__ void __launch_bounds__(256, KBIT_WG_MINB)
     kbit_wgmma_tma(const __grid_constant__ kbit_wgmma_detail::KbitTmap tmap, KBIT_WG_DENSE_ARGS) {
     kbit_wgmma_detail::wgmma_dense<K, T, TOK, CBD, true>(&tmap, KBIT_WG_DENSE_PASS);
-}
-
-// ---------------------------------------------------------------- producer-dequant variant (experiment)
-// kbit_wgmma_pd (env KBIT_WG_PD=1 in kbitcupy/wgmma.py, off by default, dense only, TOK = 64 / 128, no split
-// or the cluster split-K sum): 384 threads, warpgroups 0 and 1 the consumers (the same accumulators and
-// epilogue as wgmma_cta), warpgroup 2 the producer.  Why: with the stages by TMA the consumers' K-tile chain
-// is the dequantize in series with the wgmma issue (twenty-first session's timeline: ~175 + ~200 ns of a
-// tile).  Here the producer dequantizes each weight tile into shared memory, as an fp16 / bf16 A operand in
-// the same 128-byte swizzle as the token tile (row = weight column, 64 K elements = 128 bytes), and the
-// consumers run wgmma with both operands from shared memory.  Budget per K tile at TOK = 128 (twenty-sixth
-// session's note): MMA ~512 clocks; producer ~180 instructions a thread; shared memory ~100 KB a tile (A and
-// B reads, the dequantized stores, LUT lookups, TMA writes): bound by shared-memory bandwidth near ~800
-// clocks, against ~1340 today.  Stage = tokens (TOK x 128 B) | dequantized A (128 x 128 B) | raw weight tile
-// | absmax; barriers per stage: full (the TMA transaction), dqf (the producer's 128 threads wrote and fenced
-// A), empty (the 256 consumer threads retired the stage's wgmma group).
-// KBIT_WG_PD_PRODUCERS=2 (hook): two producer warpgroups (512 threads), producer thread p dequantizes block
-// p / 128 of row p % 128 (half a row each), for the case where one producer warpgroup's chain bounds the tile.
-#ifndef KBIT_WG_PD_PRODUCERS
-#define KBIT_WG_PD_PRODUCERS 1
-#endif
-#define KBIT_WG_PD_THREADS (256 + 128 * KBIT_WG_PD_PRODUCERS)
-#define KBIT_WG_SS_P(X) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #X ", 0;\n"
-#define KBIT_WG_SS_INS(N, TY, A, B) \
-    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " KBIT_WG_ACC_N##N "%" #A ", %" #B ", p, 1, 1, 0, 0;\n"
-#define KBIT_WG_SS_IN "l"(a[0]), "l"(a[1]), "l"(a[2]), "l"(a[3]), "l"(b[0]), "l"(b[1]), "l"(b[2]), "l"(b[3]), "n"(1)
-#define KBIT_WG_SS_DEFINE(TY, CT)                                                                                  \
-    __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], const unsigned long long (&a)[4],                 \
-                                                 const unsigned long long (&b)[4], CT) {                          \
-        asm volatile("wgmma.fence.sync.aligned;\n" KBIT_WG_SS_P(40) KBIT_WG_SS_INS(64, TY, 32, 36)                  \
-                         KBIT_WG_SS_INS(64, TY, 33, 37) KBIT_WG_SS_INS(64, TY, 34, 38) KBIT_WG_SS_INS(64, TY, 35, 39) "}\n" \
-                     : KBIT_WG_ACC8(0), KBIT_WG_ACC8(8), KBIT_WG_ACC8(16), KBIT_WG_ACC8(24)                        \
-                     : KBIT_WG_SS_IN);                                                                             \
-    }                                                                                                              \
-    __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], const unsigned long long (&a)[4],                \
-                                                  const unsigned long long (&b)[4], CT) {                         \
-        asm volatile("wgmma.fence.sync.aligned;\n" KBIT_WG_SS_P(72) KBIT_WG_SS_INS(128, TY, 64, 68)                 \
-                         KBIT_WG_SS_INS(128, TY, 65, 69) KBIT_WG_SS_INS(128, TY, 66, 70) KBIT_WG_SS_INS(128, TY, 67, 71) "}\n" \
-                     : KBIT_WG_ACC8(0), KBIT_WG_ACC8(8), KBIT_WG_ACC8(16), KBIT_WG_ACC8(24), KBIT_WG_ACC8(32),     \
-                       KBIT_WG_ACC8(40), KBIT_WG_ACC8(48), KBIT_WG_ACC8(56)                                        \
-                     : KBIT_WG_SS_IN);                                                                             \
-    }
-namespace kbit_wgmma_detail {
-KBIT_WG_SS_DEFINE("f16", __half)
-KBIT_WG_SS_DEFINE("bf16", __nv_bfloat16)
-
-template <int K, typename T, int TOK, bool CBD>
-__device__ __forceinline__ void wgmma_pd_cta(const KbitTmap* tmap, const u32* __restrict__ packed,
-                                             const u8* __restrict__ absmax, const float* __restrict__ codebook,
-                                             T* __restrict__ C, int M, int N, int Kdim, int mt, int nt, int split,
-                                             int k_splits, int stages, float tensor_scale, int vec8, bool cl) {
-    static_assert(TOK == 64 || TOK == 128, "TOK");
-    constexpr int NACC = TOK / 2;
-    constexpr int A_BYTES = TOK * 128, D_BYTES = 128 * 128, W_BYTES = 1024 * K;
-    constexpr int STAGE_BYTES = (A_BYTES + D_BYTES + W_BYTES + 256 + 1023) / 1024 * 1024;
-    constexpr int LUT_BYTES = PairLut<K>::WORDS * 4;
-    constexpr int SH = PairLut<K>::LOG2_COPIES + 2;
-    extern __shared__ __align__(128) unsigned char smem[];
-    u32* lut = reinterpret_cast<u32*>(smem);
-    u32* s2tab = reinterpret_cast<u32*>(smem + LUT_BYTES);
-    float* cb_s = reinterpret_cast<float*>(smem + LUT_BYTES + 1024);
-    // pair LUT | scale table | codebook (128) | misc (128) | 3 x 8 mbarriers (256) | stages (1024-aligned)
-    const u32 smem_s = (u32)__cvta_generic_to_shared(smem);
-    const u32 bar_s = smem_s + (u32)(LUT_BYTES + 1024 + 256);
-    const u32 stage0_s = (smem_s + (u32)(LUT_BYTES + 1024 + 512) + 1023u) & ~1023u;
-    unsigned char* stage0 = smem + (stage0_s - smem_s);
-    auto full = [&](int s) { return bar_s + 8u * (u32)s; };
-    auto dqf = [&](int s) { return bar_s + 64u + 8u * (u32)s; };
-    auto empty = [&](int s) { return bar_s + 128u + 8u * (u32)s; };
-    const int tid = threadIdx.x;
-    const int m0 = mt * TOK, n0 = nt * KBIT_TILE_N;
-    const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
-    const int k_tiles = (Kdim + KBIT_TILE_K - 1) / KBIT_TILE_K;
-    const int kt_begin = (int)((unsigned)k_tiles * (unsigned)split / (unsigned)k_splits);
-    const int n_my = (int)((unsigned)k_tiles * (unsigned)(split + 1) / (unsigned)k_splits) - kt_begin;
-    if (tid == 0) {
-        for (int b = 0; b < stages; b++) {
-            mbar_init(full(b), 1);
-            mbar_init(dqf(b), 128 * KBIT_WG_PD_PRODUCERS);
-            mbar_init(empty(b), 256);
-        }
-        fence_mbar_init();
-    }
-    if (tid < 32) cb_s[tid] = tid < (1 << K) ? (CBD ? kbit_default_level<K>(tid) : codebook[tid]) : 0.0f;
-    __syncthreads();
-    build_pair_lut<K, T>(lut, cb_s);
-    build_scale_table<T>(s2tab, tid, KBIT_WG_PD_THREADS);
-    __syncthreads();
-
-    float acc[NACC];
-#pragma unroll
-    for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
-    if (tid >= 256) {
-        // ---------------- producer: thread p dequantizes row p (column n0 + p) of each tile's A (two producer
-        // warpgroups: block p / 128 of row p % 128)
-        constexpr int NPROD = KBIT_WG_PD_PRODUCERS;
-        const int p = (tid - 256) & 127, lane = tid & 31, pq = tid - 256;
-        const u32* w_base = packed + (long)nt * (KBIT_TILE_N * KBIT_KB_PER_TILE * K);
-        const long w_ktstride = (long)n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K);
-        const u8* abs_base = absmax + (long)nt * (KBIT_TILE_N * KBIT_KB_PER_TILE);
-        const long abs_ktstride = (long)n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE);
-        auto issue = [&](int s, int j) {  // tile j (of this split) into stage s, by producer thread 0
-            const u32 st = stage0_s + (u32)(s * STAGE_BYTES), kt = (u32)(kt_begin + j);
-            mbar_arrive_expect_tx(full(s), A_BYTES + W_BYTES + 256);
-            tma_load_2d(st, tmap, (int)kt * KBIT_TILE_K, m0, full(s));
-            bulk_load(st + A_BYTES + D_BYTES, w_base + kt * w_ktstride, W_BYTES, full(s));
-            bulk_load(st + A_BYTES + D_BYTES + W_BYTES, abs_base + kt * abs_ktstride, 256, full(s));
-        };
-        if (pq == 0)
-            for (int j = 0; j < stages && j < n_my; j++) issue(j, j);
-        const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4u * (u32)(lane & (PairLut<K>::COPIES - 1));
-        const u32 s2_base = (u32)__cvta_generic_to_shared(s2tab);
-        for (int it = 0, s = 0, u = 0; it < n_my; it++) {
-            const u32 st = stage0_s + (u32)(s * STAGE_BYTES);
-            mbar_wait_or_trap(full(s), (u32)u & 1u);
-            const u32 row = st + A_BYTES + 128u * (u32)p;
-            const u32 ws_s = st + A_BYTES + D_BYTES, abs_s = ws_s + W_BYTES;
-#pragma unroll
-            for (int kk = 0; kk < 2 / NPROD; kk++) {
-                const int kb = NPROD == 2 ? pq >> 7 : kk;
-                u32 w[K];
-                lds_planes<K>(w, ws_s + 4u * (u32)((p * 2 + kb) * K));
-                const u32 s2 = lds_scale(abs_s + (u32)(p * 2 + kb), s2_base);
-                u32 kw[4], hi[4];
-#pragma unroll
-                for (int i = 0; i < 4; i++) {  // byte c of kw[i]: the key of the block's elements 8c + 2i, + 1
-                    kw[i] = key_word<K>(w, 2 * i);
-                    hi[i] = key_hi<K>(w, 2 * i);
-                }
-#pragma unroll
-                for (int c = 0; c < 4; c++) {  // 16-byte chunk 4 kb + c of the row: the block's elements 8c..8c+7
-                    u32 v[4];
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        v[i] = hmul2_u32(lds_u32(lut_lane + (pair_key<K>(kw[i], hi[i], c) << SH)), s2, T());
-                    }
-                    const u32 dst = row + 16u * (u32)((4 * kb + c) ^ (p & 7));
-                    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst), "r"(v[0]), "r"(v[1]), "r"(v[2]),
-                                 "r"(v[3])
-                                 : "memory");
-                }
-            }
-            fence_proxy_async();  // the generic-proxy stores, read by wgmma through the async proxy
-            mbar_arrive(dqf(s));
-            // the stage of tile it - 1 takes tile it - 1 + stages once the consumers retired tile it - 1
-            if (pq == 0 && it >= 1 && it - 1 + stages < n_my) {
-                const int s1 = s == 0 ? stages - 1 : s - 1;
-                mbar_wait_or_trap(empty(s1), (u32)((it - 1) / stages) & 1u);
-                issue(s1, it - 1 + stages);
-            }
-            if (++s == stages) {
-                s = 0;
-                u++;
-            }
-        }
-    } else {
-        // ---------------- consumers: warpgroup wg's 64 rows of A x the TOK tokens, per K tile
-        const u32 a_off = 8192u * (u32)(tid >> 7);
-        for (int it = 0, s = 0, u = 0; it < n_my; it++) {
-            const u32 st = stage0_s + (u32)(s * STAGE_BYTES);
-            mbar_wait_or_trap(full(s), (u32)u & 1u);  // the tokens
-            mbar_wait_or_trap(dqf(s), (u32)u & 1u);   // the dequantized A
-            unsigned long long ad[4], bd[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                ad[j] = smem_desc(st + A_BYTES + a_off + 32u * j);
-                bd[j] = smem_desc(st + 32u * j);
-            }
-            if (TOK == 128) wgmma_ss_n128(*reinterpret_cast<float(*)[64]>(&acc[0]), ad, bd, T());
-            else wgmma_ss_n64(*reinterpret_cast<float(*)[32]>(&acc[0]), ad, bd, T());
-            wgmma_commit();
-            wgmma_wait<1>();  // retires tile it - 1's group: its stage is free
-            reg_fence(acc);
-            if (it >= 1) mbar_arrive(empty(s == 0 ? stages - 1 : s - 1));
-            if (++s == stages) {
-                s = 0;
-                u++;
-            }
-        }
-        wgmma_wait<0>();
-        reg_fence(acc);
-    }
-    // every thread (the producers' for the barriers only): the epilogue of wgmma_cta
-    if (k_splits > 1) {
-        if (tid < 256) cluster_sum_store<T, TOK, STAGE_BYTES>(acc, stage0, stage0_s, C, M, N, m0, n0, split, k_splits,
-                                                              tensor_scale, vec8, tid);
-        else cluster_sum_store<T, TOK, STAGE_BYTES, false>(acc, stage0, stage0_s, C, M, N, m0, n0, split, k_splits,
-                                                           tensor_scale, vec8, tid);
-    } else {
-        if (tid < 256) store_c<T, TOK>(acc, stage0, C, M, N, m0, n0, tensor_scale, vec8, tid);
-        else store_c<T, TOK, false>(acc, stage0, C, M, N, m0, n0, tensor_scale, vec8, tid);
-    }
-}
-}  // namespace kbit_wgmma_detail
-
-// Grid and arguments as kbit_wgmma_tma's (split-K only through the cluster: kbitcupy.wgmma.pd_plan).
-template <int K, typename T, int TOK, bool CBD = false>
-__global__ void __launch_bounds__(KBIT_WG_PD_THREADS, 1)
-    kbit_wgmma_pd(const __grid_constant__ kbit_wgmma_detail::KbitTmap tmap, KBIT_WG_DENSE_ARGS) {
-    if (pdl) griddep_wait_release();  // (experiment: no prologue overlap)
-    int mt, split, nt;
-    kbit_wgmma_detail::work_coords(blockIdx.x, m_tiles, k_splits, cluster, mt, split, nt);
-    if (k_splits > 1 && !cluster) __trap();  // the workspace sum is not wired for the producer threads
-    kbit_wgmma_detail::wgmma_pd_cta<K, T, TOK, CBD>(&tmap, packed, absmax, codebook, C, M, N, Kdim, mt, nt, split,
-                                                    k_splits, stages, tensor_scale, vec8, cluster != 0);
-    (void)A; (void)ws; (void)counters;
 }
 
 // Grouped (MoE) GEMM over an expert bank (kbitcupy/grouped.py has the contract): for

@@ -85,12 +85,6 @@ SAFE_EARLY = _env_on("KBIT_WG_SAFE_EARLY")
 # Env KBIT_WG_TMA=0 or wgmma_gemm(..., tma=False): kbit_wgmma, the cp.async path (A/B).  The grouped
 # kernel has the TMA path only (8 / 10 experts, 16..64 tokens: 2-5 % faster, run29.sh exp3).
 TMA = _env_on("KBIT_WG_TMA")
-# The producer-dequant variant (kbit_wgmma_pd: a third warpgroup dequantizes each weight tile into shared
-# memory, the two consumer warpgroups run wgmma with both operands from shared memory; dense, TOK = 64 / 128,
-# no split or the cluster split-K sum).  An experiment written without a GPU (twenty-seventh session), off by
-# default: env KBIT_WG_PD=1 or wgmma_gemm(..., pd=True); profiling/run32.sh tests and times it.
-PD = os.environ.get("KBIT_WG_PD", "").strip().lower() in ("1", "true", "yes", "on")
-PD_TOKS = (64, 128)
 
 
 def _instances():
@@ -108,9 +102,6 @@ def _instances():
                 inst[("cbd", k, t, tok)] = f"kbit_wgmma<{k}, {CTYPE[t]}, {tok}, true>"
                 inst[("tma", k, t, tok)] = f"kbit_wgmma_tma<{k}, {CTYPE[t]}, {tok}>"
                 inst[("tma_cbd", k, t, tok)] = f"kbit_wgmma_tma<{k}, {CTYPE[t]}, {tok}, true>"
-            for tok in PD_TOKS:
-                inst[("pd", k, t, tok)] = f"kbit_wgmma_pd<{k}, {CTYPE[t]}, {tok}>"
-                inst[("pd_cbd", k, t, tok)] = f"kbit_wgmma_pd<{k}, {CTYPE[t]}, {tok}, true>"
             for tok in GROUPED_TOK_CHOICES:
                 inst[("grouped", k, t, tok)] = f"kbit_wgmma_grouped<{k}, {CTYPE[t]}, {tok}>"
                 inst[("grouped_cbd", k, t, tok)] = f"kbit_wgmma_grouped<{k}, {CTYPE[t]}, {tok}, true>"
@@ -125,7 +116,7 @@ def _instances():
 
 def _group_of(key):
     return key[:3] if key[0] in ("grouped", "cbd", "grouped_cbd", "grouped_lc", "grouped_lc_cbd", "tma",
-                                 "tma_cbd", "pd", "pd_cbd") else key[:2]
+                                 "tma_cbd") else key[:2]
 
 
 # wgmma exists on sm_90a only; one NVRTC call per (k, dtype) compiles its TOK variants
@@ -135,8 +126,6 @@ WGMMA = register("wgmma", Family("kbit_wgmma.cu", _instances(), group_of=_group_
                                  options=tuple(os.environ.get("KBIT_WGMMA_OPTS", "").split()), arch="sm_90a"))
 
 
-# kbit_wgmma_pd's threads: two consumer warpgroups and one producer (hook -DKBIT_WG_PD_PRODUCERS=2: two)
-PD_THREADS = 256 + 128 * (2 if "-DKBIT_WG_PD_PRODUCERS=2" in WGMMA.options else 1)
 
 _SUPPORTED: dict = {}
 
@@ -173,12 +162,6 @@ def smem_bytes(k: int, tok: int, stages: int, lc=None) -> int:
     """Dynamic shared memory of a CTA; lc: see _pair_table_bytes."""
     # + 1024: the stages start at the first 1024-byte aligned address after the tables
     return _pair_table_bytes(k, lc) + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
-
-
-def pd_smem_bytes(k: int, tok: int, stages: int) -> int:
-    """kbit_wgmma_pd's dynamic shared memory: pair table | scale table | codebook, misc | 24 mbarriers |
-    1024-byte alignment slack | stages of tokens, the dequantized A tile (128 x 128 B), raw weights, absmax."""
-    return _pair_table_bytes(k) + 1024 + 512 + 1024 + stages * (stage_bytes(k, tok) + 128 * 128)
 
 
 def fill_tok(tok: int, M: int, n_tiles: int, sms: int, choices=TOK_CHOICES) -> int:
@@ -507,7 +490,7 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok
 
 # ----------------------------------------------------------------------------- launch
 def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None, spread=None, validate=True,
-               tma=None, pd=None):
+               tma=None):
     """out[M, N] = A[M, K] @ W^T with the wgmma kernel (sm_90 only).
 
     A: contiguous CuPy float16/bfloat16 [M, K] (16-byte aligned); qw: KbitWeight, tiled,
@@ -516,8 +499,6 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None
     sum over a thread block cluster or through the workspace (None: CLUSTER where it fits);
     spread: launch with one CTA per SM's worth of shared memory (experiment); tma: the stages by
     TMA (kbit_wgmma_tma), False: by cp.async (kbit_wgmma); None: the module's TMA (env KBIT_WG_TMA).
-    pd: the producer-dequant experiment (kbit_wgmma_pd, pd_plan) where it applies (cluster and spread
-    then ignored); None: the module's PD (env KBIT_WG_PD, off).
     validate=False skips the argument checks (kbitcupy._checks) for callers that made them.
     """
     if validate:
@@ -535,44 +516,9 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     tma = TMA if tma is None else bool(tma)
-    if PD if pd is None else pd:
-        q = pd_plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, CBD and qw.default_codebook)
-        if q is not None:
-            return launch_fused(q, PD_THREADS, A, qw, out, _vec8(out), _pdl.dense_arg(dev), (tensor_map(A, q.tok),))
     p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster, spread, CBD and qw.default_codebook, tma)
     lead = (tensor_map(A, p.tok),) if tma else ()
     return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.dense_arg(dev), lead)
-
-
-def pd_plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tok=None, stages=None,
-            cbd: bool = False):
-    """The kbit_wgmma_pd plan: the dense plan's token tile and split count (its split-K sum forced onto the
-    cluster), the deepest pipeline (3..8 stages) that fits; None where the experiment does not apply (a TOK
-    other than 64 / 128, or more splits than a cluster holds)."""
-    key = ("pd", dev_id, M, N, K, k, dtype_name, k_splits, tok, stages, bool(cbd))
-    if key in _PLANS:
-        return _PLANS[key]
-    base = plan(M, N, K, k, dtype_name, dev_id, k_splits, tok, cbd=cbd, tma=True)
-    p = None
-    if base.tok in PD_TOKS and (base.k_splits == 1 or 2 <= base.k_splits <= MAX_CLUSTER):
-        if base.k_splits > 1 and not base.cluster:
-            base = plan(M, N, K, k, dtype_name, dev_id, base.k_splits, base.tok, cluster=True, cbd=cbd, tma=True)
-        info = device_info(dev_id)
-        fits = [st for st in range(3, MAX_STAGES + 1) if pd_smem_bytes(k, base.tok, st) <= info["smem_block"]]
-        if stages is not None:
-            if int(stages) not in fits:
-                raise ValueError(f"stages must be one of {fits} for kbit_wgmma_pd (k = {k}, TOK = {base.tok})")
-            fits = [int(stages)]
-        if fits:
-            p = Plan()
-            for a in ("m_tiles", "tok", "k_splits", "tiles", "grid", "cluster", "one_wave"):
-                setattr(p, a, getattr(base, a))
-            p.fn = WGMMA.function(("pd_cbd" if cbd else "pd", k, dtype_name, base.tok))
-            p.stages = max(fits)
-            p.occ, p.ws_floats = 1, 0
-            p.smem = p.launch_smem = pd_smem_bytes(k, base.tok, p.stages)
-    _PLANS[key] = p
-    return p
 
 
 # cuTensorMapEncodeTiled's enums (cuda.h)

@@ -2,6 +2,9 @@
 # Prepared in the twenty-seventh session (2026-11-27, no device time left) for the next one: the producer-dequant
 # experiment kbit_wgmma_pd (env KBIT_WG_PD=1; compiled, no spills, never run).  From the repo root:
 #   OUT=/tmp/out STEP=pd bash profiling/run32.sh
+# Run in the twenty-eighth session (H200, results/nvidia-h200_2026-11-27_pd32.log): correct, TOTAL 1.5-1.9x slower
+# (M = 128 59.4 -> 90.5 us, two producers 83.9); the kernel was then removed (it stays at commit 5c495ed, where this
+# script runs as written).
 . profiling/run_env.sh
 start_run pd
 # STEP=pd (~8 min on a bare machine):

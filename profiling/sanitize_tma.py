@@ -1,4 +1,4 @@
-"""compute-sanitizer driver for the wgmma kernels' TMA stages (kbit_wgmma_tma, the kbit_wgmma_pd experiment and
+"""compute-sanitizer driver for the wgmma kernels' TMA stages (kbit_wgmma_tma and
 kbit_wgmma_grouped: token tiles by tensor copies, weight tiles and absmax by bulk copies, on the stage
 mbarriers): token tails
 (rows past M: the tensor map's zero fill), K % 64 == 32, N tails, every TOK, split-K through a cluster and
@@ -54,12 +54,6 @@ for (N, K, k), dt in (((200, 544, 4), cp.float16), ((136, 160, 5), bfloat16), ((
                 check(f"dense tma k={k} N={N} K={K} M={M} {np.dtype(dt).name} TOK={tok} splits={ks}"
                       f"{' cluster' if cl else ' workspace' if cl is False else ''}", as_f32(out, dt), ref)
 
-        # the producer-dequant experiment (kbit_wgmma_pd, 384 threads, A dequantized into shared memory)
-        for tok in (64, 128):
-            for ks in (1, 3):
-                out = nan_out((M, N), dt)
-                WG.wgmma_gemm(A, q, out, k_splits=ks, tok=tok, pd=True)
-                check(f"dense pd k={k} N={N} K={K} M={M} {np.dtype(dt).name} TOK={tok} splits={ks}", as_f32(out, dt), ref)
 
 for (N, K, k), dt in (((1024, 512, 4), cp.float16), ((256, 544, 5), bfloat16)):
     bank = quantize_experts(cp.asarray((rng.standard_normal((6, N, K)) * 0.05).astype(np.float32)), k)

@@ -34,8 +34,11 @@ ITS = 8  # KBIT_WG_ITS in the .cu: main-loop iterations stamped per CTA, 8 stamp
 PHASES = ("cp.async wait", "proxy fence", "barrier", "wgmma issue", "copy issue", "wgmma wait", "dequantize")
 
 
-def trace_buffer(group, name="kbit_wg_trace", size=65536 * STRIDE):
-    mod = WG.WGMMA._modules[(cp.cuda.Device().id, group)][0]
+def trace_buffer(groups, name="kbit_wg_trace", size=65536 * STRIDE):
+    """The trace global of the first loaded group among `groups` (the plan's: TMA or cp.async, the
+    default codebook compiled in or not)."""
+    dev = cp.cuda.Device().id
+    mod = next(WG.WGMMA._modules[(dev, g)][0] for g in groups if (dev, g) in WG.WGMMA._modules)
     return cp.ndarray((size,), cp.uint64, mod.get_global(name))
 
 
@@ -69,7 +72,7 @@ def main():
             out = cp.empty((M, N), cp.float16)
             launch = lambda: WG.wgmma_gemm(A, q, out, k_splits=ks)  # noqa: E731
             p = WG.plan(M, N, K, k, "float16", cp.cuda.Device().id, ks)
-            group = (k, "float16")
+            group = [(pre, k, "float16") for pre in ("tma_cbd", "tma", "cbd")] + [(k, "float16")]
             label = f"dense N={N} K={K} M={M}"
         else:
             N, K, E, M = v[:4]
@@ -81,7 +84,7 @@ def main():
             out = cp.empty((E * M, N), cp.float16)
             launch = lambda: WG.grouped_wgmma(A, bank, ids, offs, out, M, _err_buffer(), k_splits=ks)  # noqa: E731
             p = WG.grouped_plan(N, K, k, "float16", cp.cuda.Device().id, E, M, ks)
-            group = ("grouped", k, "float16")
+            group = [(pre, k, "float16") for pre in ("grouped_cbd", "grouped")]
             label = f"grouped N={N} K={K} E={E} M={M}"
         launch()
         tr = trace_buffer(group)

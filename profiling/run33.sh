@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Twenty-eighth session (2026-11-27): why kbit_wgmma_pd (producer dequantize) ran 1.5-2.4x slower than the TMA
+# kernel in run32 (H200, k = 4: gate/up M = 128 14.4 -> 30.0 us, M = 64 10.9 -> 25.9; two producer warpgroups
+# only 10 % better).  From the repo root:  OUT=/tmp/out STEP=diag bash profiling/run33.sh
+# A record: the hooks of steps diag (kbit_wgmma_pd's KBIT_WG_PD_*), issue (KBIT_WG_TOK_ISSUER / KBIT_WG_W_ISSUER),
+# prol (KBIT_WG_ISSUE_SPREAD / KBIT_WG_ONE_EXPECT) and pw (KBIT_WG_PW, kept as profiling/patches/
+# session28-producer-warp.patch) were removed after they measured no gain; steps trace and l2 run on the tree as it
+# is (wgmma_trace.py, -DKBIT_WG_NO_TOKENS).  Results and reading: profiling/NOTES.md, twenty-eighth session.
+. profiling/run_env.sh
+start_run "$STEP"
+# STEP=diag: stage removal with the timing hooks (results wrong) and one per-SASS profile.  Got (gate/up M = 64 /
+#   128): pd 26.6 / 30.4 us, no dequantize 17.8 / 21.9, no MMA 23.3 / 26.1, neither 15.2 / 17.9 (the TMA kernel
+#   10.9 / 14.4), no fence 25.9 / 29.5, lag 2 25.5 / 29.4; ncu: the consumers wait on the producer.
+#   Expected, if the producer's dequantize is the limit: NODQ near the TMA kernel or faster, NOMMA ~ pd; if
+#   the hand-off is (the producer's TMA issue waiting on the consumers' last group, the proxy fence): LAG2 /
+#   NOFENCE recover most of it.
+if [ "$STEP" = diag ]; then
+  bench_pd() {  # TAG OPTS
+    KBIT_WG_PD=1 KBIT_WGMMA_OPTS="$2" timeout 90 python3 profiling/bench.py --out "$W" --M 64,128 --k 4 \
+      --columns WGMMA --shapes gateup,down,Q --reps 15 --tag "pd33-$1" > "$W/bench_pd33_$1.log" 2>&1
+    echo "## $1 ($2)"; grep -E "^### M|^\| (gateup|down|Q) \| 4" "$W/bench_pd33_$1.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
+  }
+  KBIT_WG_PD=0 timeout 90 python3 profiling/bench.py --out "$W" --M 64,128 --k 4 --columns WGMMA \
+      --shapes gateup,down,Q --reps 15 --tag pd33-tma > "$W/bench_pd33_tma.log" 2>&1
+  echo "## tma"; grep -E "^### M|^\| (gateup|down|Q) \| 4" "$W/bench_pd33_tma.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
+  bench_pd pd ""
+  bench_pd nodq "-DKBIT_WG_PD_NODQ=1"
+  bench_pd nomma "-DKBIT_WG_PD_NOMMA=1"
+  bench_pd nofence "-DKBIT_WG_PD_NOFENCE=1"
+  bench_pd lag2 "-DKBIT_WG_PD_ISSUE_LAG=2"
+  bench_pd nodq_nomma "-DKBIT_WG_PD_NODQ=1 -DKBIT_WG_PD_NOMMA=1"
+  # per-SASS warp samples of kbit_wgmma_pd, gate/up M = 128, 1 split
+  ONE=gateup,4,128,1 ONE_WG=1 GEMM=0 DQ=0 KBIT_WG_PD=1 timeout 150 ncu --clock-control none --cache-control all \
+    -k regex:'kbit_wgmma_pd' --launch-skip 2 --launch-count 1 --section WarpStateStats --section SourceCounters \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables -o "$W/rep_pd33" python3 profiling/gemm_probe.py > "$W/ncu_pd33.log" 2>&1
+  ncu -i "$W/rep_pd33.ncu-rep" --page source --print-source sass --csv > "$W/src_pd33.csv" 2>&1
+  ncu -i "$W/rep_pd33.ncu-rep" --page details > "$W/details_pd33.txt" 2>&1
+  python3 profiling/ncu_src_top.py "$W/src_pd33.csv" 40 > "$W/src_top_pd33.txt" 2>&1
+  head -75 "$W/src_top_pd33.txt"
+  grep -E "Duration|Throughput|bank|Bank|Shared" "$W/details_pd33.txt" | head -20
+  rm -f "$W"/*.ncu-rep
+fi
+# STEP=trace: the TMA kernel's timeline (wgmma_trace.py; per-iteration phases of thread 0: "proxy fence" is the
+#   TMA wait of tile it + 1) at gate/up M = 64 / 128 (default plan and 1 split) and down M = 128, with and
+#   without the MMA (-DKBIT_WG_NO_MMA): is the K-tile loop waiting for data (the pd skeleton's floor) or working?
+if [ "$STEP" = trace ]; then
+  export CASES="d:5120,2048,64;d:5120,2048,128;d:5120,2048,128,1;d:2048,5120,128;d:4096,2048,128"
+  KBIT_WGMMA_OPTS=-DKBIT_WG_TRACE timeout 200 python3 profiling/wgmma_trace.py 2>&1 | tee "$W/wgmma_trace33.log"
+  KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE -DKBIT_WG_NO_MMA" CASES="d:5120,2048,128;d:5120,2048,128,1" timeout 200 \
+    python3 profiling/wgmma_trace.py 2>&1 | tee "$W/wgmma_trace33_nomma.log"
+fi
+# STEP=issue (run, not kept): the weights' copies issued by thread 128 (a second arrival), or the tokens' by
+#   thread 32 and the weights' by 160: no faster (gate/up M = 128 14.45 -> 14.87 / 14.99 us); thread 0's copy
+#   issue fell 176 -> 65 ns and its dequantize rose 196 -> 296 ns (wgmma_trace33_t32w160.log).
+# STEP=prol (got: spread M = 16 / 32 -1.5 %, M = 64 / 128 +1.2 / +0.7 %; one expect: equal; the prologue's
+#   1.2 us became 0.7 and tile 0 landed 0.7 us later instead).  The copy issue in the prologue (hooks KBIT_WG_ISSUE_SPREAD, KBIT_WG_ONE_EXPECT).  Thread 0 issues
+#   dist = 6 stages x 3 copies + 2 mbarrier ops before the main loop (the trace's "tables" phase, 1.2 us, ~60 ns
+#   an op).  Expected: spread over 8 warps -> that phase ~0.3 us if the ~60 ns is the issuing thread's, not the
+#   SM's TMA unit's: -0.5..-0.9 us a call at every M (gate/up M = 64 10.9 -> ~10.2 us); the K loop unchanged.
+if [ "$STEP" = prol ]; then
+  for pass in 1 2; do
+    for arm in base spread oneexp both; do
+      case $arm in base) o="";; spread) o="-DKBIT_WG_ISSUE_SPREAD=1";; oneexp) o="-DKBIT_WG_ONE_EXPECT=1";;
+        both) o="-DKBIT_WG_ISSUE_SPREAD=1 -DKBIT_WG_ONE_EXPECT=1";; esac
+      KBIT_WGMMA_OPTS="$o" timeout 100 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 --columns WGMMA \
+        --shapes gateup,down,Q,O,KV --reps 15 --tag "prol33-$arm-$pass" > "$W/bench_prol33_${arm}_$pass.log" 2>&1
+      echo "## $arm pass $pass"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_prol33_${arm}_$pass.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
+    done
+  done
+  KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE -DKBIT_WG_ISSUE_SPREAD=1 -DKBIT_WG_ONE_EXPECT=1" CASES="d:5120,2048,64;d:5120,2048,128" \
+    timeout 200 python3 profiling/wgmma_trace.py 2>&1 | tee "$W/wgmma_trace33_both.log" | grep -E "^##|it: (copy|dequant|whole)|main loop|tables|landed"
+fi
+# STEP=l2: is the K-tile loop bound by the token tiles' traffic (each of N / 128 column strips reads the whole
+#   token tile: at TOK = 128, 16 KB of tokens against 4.3 KB of weights a tile; 120 CTAs x 20 KB a 548 ns tile
+#   = 4.4 TB/s from L2)?  -DKBIT_WG_NO_TOKENS (TMA: the stage's arrival without the copy; results wrong).
+#   Expected if so: gate/up M = 128 loop 548 -> ~300 ns a tile, TOTAL M = 128 59 -> ~45 us.
+if [ "$STEP" = l2 ]; then
+  for arm in base notok; do
+    o=$([ $arm = notok ] && echo -DKBIT_WG_NO_TOKENS || true)
+    KBIT_WGMMA_OPTS="$o" timeout 100 python3 profiling/bench.py --out "$W" --M 64,128,256 --k 4 --columns WGMMA \
+      --shapes gateup,down,Q,O,KV --reps 15 --tag "l2-33-$arm" > "$W/bench_l2_33_$arm.log" 2>&1
+    echo "## $arm"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_l2_33_$arm.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
+  done
+  KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE -DKBIT_WG_NO_TOKENS" CASES="d:5120,2048,64;d:5120,2048,128;d:5120,2048,256" \
+    timeout 200 python3 profiling/wgmma_trace.py 2>&1 | tee "$W/wgmma_trace33_notok.log" | grep -E "^##|it: |main loop|tables|landed|split-K|epilogue"
+fi
+# STEP=l2 result: no.  Without the token copies gate/up M = 128 14.46 -> 14.24 us, the K tile 551 ns; thread 0's copy
+#   issue 176 -> 139 ns (the weights' two bulk copies alone) and the dequantize took up the rest.
+# STEP=pw: a producer warp (-DKBIT_WG_PW=1: kbit_wgmma_tma at 288 threads; warp 8 issues every stage's copies
+#   and meets the per-tile barrier only).  Why: thread 0 pays ~140-180 ns of copy issue in each ~550 ns K tile
+#   and the barrier holds the other 7 warps for it; moving the issue to another MMA warp (STEP=issue) only
+#   moved it.  Expected: the K tile -> ~380-420 ns (the chain without the issue), gate/up M = 128 main loop
+#   6.3 -> ~4.6 us, TOTAL M = 128 59.3 -> ~53 us, M = 256 82.6 -> ~68 us; M = 16 / 32 less (fewer tiles).
+#   First the wgmma GPU tests and memcheck with the hook (bit-exact with the reference paths, all TOKs, split-K
+#   both ways, graph capture).
+if [ "$STEP" = pw ]; then
+  (export KBIT_WGMMA_OPTS=-DKBIT_WG_PW=1
+   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+   gpu_tests "$W/gpu_tests_pw33.log" 240 tests/test_wgmma_gpu.py -k "not pd"
+   grep -E "^E  |FAILED|Error" "$W/gpu_tests_pw33.log" | head -20
+   SAN_QUICK=1 sanitize memcheck "$W/memcheck_pw33.log" 150 profiling/sanitize_tma.py)
+  for pass in 1 2; do
+    for arm in base pw; do
+      o=$([ $arm = pw ] && echo -DKBIT_WG_PW=1 || true)
+      KBIT_WGMMA_OPTS="$o" timeout 100 python3 profiling/bench.py --out "$W" --M 16,32,64,128,256 --k 4 --columns WGMMA \
+        --shapes gateup,down,Q,O,KV --reps 15 --tag "pw33-$arm-$pass" > "$W/bench_pw33_${arm}_$pass.log" 2>&1
+      echo "## $arm pass $pass"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_pw33_${arm}_$pass.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
+    done
+  done
+  KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE -DKBIT_WG_PW=1" CASES="d:5120,2048,64;d:5120,2048,128;d:5120,2048,256" \
+    timeout 200 python3 profiling/wgmma_trace.py 2>&1 | tee "$W/wgmma_trace33_pw.log" | grep -E "^##|it: |main loop|tables|landed|split-K|epilogue"
+fi
+# STEP=pw result: every launch of the hook trapped (a stage mbarrier initialized by thread 0 while the producer
+#   warp, thread 256, already issued its first copies on it); the trace build happened to run: thread 0's copy
+#   issue 176 -> 15 ns, its dequantize 196 -> 313 ns, the K tile 548 -> 573 ns (wgmma_trace33_pw.log).
+# STEP=pw2: the producer warp with the mbarriers initialized by the issuing thread, as the patch
+#   profiling/patches/session28-producer-warp.patch (applied to a copy of the tree in ab_prev/, carried): the
+#   wgmma GPU tests and the A/B against the working tree, two alternations.  Expected from the trace: no gain.
+if [ "$STEP" = pw2 ]; then
+  (cd ab_prev && export PYTHONPATH=$(pwd) KBIT_WGMMA_OPTS=-DKBIT_WG_PW=1 KBITCUPY_CACHE_DIR=/tmp/kbit_cache_pw
+   gpu_tests "$W/gpu_tests_pw2_33.log" 200 tests/test_wgmma_gpu.py
+   grep -E "^E  |FAILED" "$W/gpu_tests_pw2_33.log" | head -10)
+  for pass in 1 2; do
+    for arm in base pw; do
+      if [ $arm = pw ]; then
+        (cd ab_prev && export PYTHONPATH=$(pwd) KBIT_WGMMA_OPTS=-DKBIT_WG_PW=1 KBITCUPY_CACHE_DIR=/tmp/kbit_cache_pw
+         timeout 100 python3 profiling/bench.py --out "$W" --M 16,32,64,128,256 --k 4 --columns WGMMA \
+           --shapes gateup,down,Q,O,KV --reps 15 --tag "pw2-33-$arm-$pass" > "$W/bench_pw2_33_${arm}_$pass.log" 2>&1)
+      else
+        timeout 100 python3 profiling/bench.py --out "$W" --M 16,32,64,128,256 --k 4 --columns WGMMA \
+          --shapes gateup,down,Q,O,KV --reps 15 --tag "pw2-33-$arm-$pass" > "$W/bench_pw2_33_${arm}_$pass.log" 2>&1
+      fi
+      echo "## $arm pass $pass"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_pw2_33_${arm}_$pass.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
+    done
+  done
+fi
+finish_run run33
