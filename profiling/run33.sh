@@ -3,8 +3,8 @@
 # kernel in run32 (H200, k = 4: gate/up M = 128 14.4 -> 30.0 us, M = 64 10.9 -> 25.9; two producer warpgroups
 # only 10 % better).  From the repo root:  OUT=/tmp/out STEP=diag bash profiling/run33.sh
 # A record: the hooks of steps diag (kbit_wgmma_pd's KBIT_WG_PD_*), issue (KBIT_WG_TOK_ISSUER / KBIT_WG_W_ISSUER),
-# prol (KBIT_WG_ISSUE_SPREAD / KBIT_WG_ONE_EXPECT) and pw (KBIT_WG_PW, kept as profiling/patches/
-# session28-producer-warp.patch) were removed after they measured no gain; steps trace and l2 run on the tree as it
+# prol (KBIT_WG_ISSUE_SPREAD / KBIT_WG_ONE_EXPECT), pw (KBIT_WG_PW, kept as profiling/patches/
+# session28-producer-warp.patch) and prmt (KBIT_WG_PRMT, profiling/patches/session28-prmt-decode.patch) were removed after they measured no gain; steps trace and l2 run on the tree as it
 # is (wgmma_trace.py, -DKBIT_WG_NO_TOKENS).  Results and reading: profiling/NOTES.md, twenty-eighth session.
 . profiling/run_env.sh
 start_run "$STEP"
@@ -133,5 +133,35 @@ if [ "$STEP" = pw2 ]; then
       echo "## $arm pass $pass"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_pw2_33_${arm}_$pass.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
     done
   done
+fi
+# STEP=prmt: the k = 4 dequantize without the shared-memory pair table (-DKBIT_WG_PRMT=1: prmt_decode4, the 16
+#   levels' bytes in 8 registers; SASS of dense TMA TOK = 128: LDS 110 -> 66, PRMT 89 -> 221, LOP3 119 -> 202, 3300 ->
+#   3500 instructions).  Why: the K tile absorbs every saving into the dequantize's shared-memory loads (STEPs issue,
+#   prol, l2, pw); this removes 16 of a thread's 28 loads a tile.  Expected if those loads are the bound: the K tile
+#   548 -> ~420-450 ns, TOTAL M = 128 59.4 -> ~53 us; if the ALU chain is: slower.  Tests first (every wgmma test, the
+#   hook in both the TMA and the cp.async kernel: the float64 reference checks catch a wrong level).
+#   Got: correct (36 wgmma GPU tests), 7-11 % slower (TOTAL M = 128 59.5 -> 63.8 us; K tile 548 -> 630 ns); reverted,
+#   kept as profiling/patches/session28-prmt-decode.patch.
+if [ "$STEP" = prmt ]; then
+  (export KBIT_WGMMA_OPTS=-DKBIT_WG_PRMT=1
+   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+   gpu_tests "$W/gpu_tests_prmt33.log" 230 tests/test_wgmma_gpu.py
+   grep -E "^E  |FAILED" "$W/gpu_tests_prmt33.log" | head -10)
+  for pass in 1 2; do
+    for arm in base prmt; do
+      o=$([ $arm = prmt ] && echo -DKBIT_WG_PRMT=1 || true)
+      KBIT_WGMMA_OPTS="$o" timeout 100 python3 profiling/bench.py --out "$W" --M 16,32,64,128,256 --k 4 --columns WGMMA \
+        --shapes gateup,down,Q,O,KV --reps 15 --tag "prmt33-$arm-$pass" > "$W/bench_prmt33_${arm}_$pass.log" 2>&1
+      echo "## $arm pass $pass"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_prmt33_${arm}_$pass.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
+    done
+  done
+  for arm in base prmt; do
+    o=$([ $arm = prmt ] && echo -DKBIT_WG_PRMT=1 || true)
+    KBIT_WGMMA_OPTS="$o" timeout 100 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 16,32,64 \
+      --experts 8,10 --columns Grouped --reps 15 --tag "prmt33-moe-$arm" > "$W/bench_prmt33_moe_$arm.log" 2>&1
+    echo "## moe $arm"; grep -E "as moe_forward|^\| moe" "$W/bench_prmt33_moe_$arm.log" | head -16
+  done
+  KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE -DKBIT_WG_PRMT=1" CASES="d:5120,2048,128" \
+    timeout 100 python3 profiling/wgmma_trace.py 2>&1 | tee "$W/wgmma_trace33_prmt.log" | grep -E "^##|it: |main loop"
 fi
 finish_run run33
