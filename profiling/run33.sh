@@ -164,4 +164,12 @@ if [ "$STEP" = prmt ]; then
   KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE -DKBIT_WG_PRMT=1" CASES="d:5120,2048,128" \
     timeout 100 python3 profiling/wgmma_trace.py 2>&1 | tee "$W/wgmma_trace33_prmt.log" | grep -E "^##|it: |main loop"
 fi
+# STEP=final: the tree as committed (the pd kernel removed, default kernels byte-identical): the wgmma GPU tests and
+#   memcheck over sanitize_tma.py.
+if [ "$STEP" = final ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_final33.log" 240 tests/test_wgmma_gpu.py tests/test_pdl_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_final33.log" | head -10
+  sanitize memcheck "$W/memcheck_final33.log" 200 profiling/sanitize_tma.py
+fi
 finish_run run33
