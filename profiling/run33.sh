@@ -8,6 +8,22 @@
 # is (wgmma_trace.py, -DKBIT_WG_NO_TOKENS).  Results and reading: profiling/NOTES.md, twenty-eighth session.
 . profiling/run_env.sh
 start_run "$STEP"
+# wg_arm TAG OPTS MS LABEL: bench.py's WGMMA column (k = 4, the five dense shapes, M = MS) built with
+# KBIT_WGMMA_OPTS=OPTS, tagged TAG, log $W/bench_TAG.log; prints LABEL, then each M's shape times on one line.
+wg_arm() {
+  KBIT_WGMMA_OPTS="$2" timeout 100 python3 profiling/bench.py --out "$W" --M "$3" --k 4 --columns WGMMA \
+    --shapes gateup,down,Q,O,KV --reps 15 --tag "$1" > "$W/bench_$1.log" 2>&1
+  echo "$4"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_$1.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
+}
+# ab_passes NAME HOOK: two alternations of the base build and the build with HOOK (arm NAME), M = 16..256, tagged
+# NAME33-ARM-PASS.
+ab_passes() {
+  for pass in 1 2; do
+    for arm in base "$1"; do
+      wg_arm "${1}33-$arm-$pass" "$([ "$arm" = base ] || echo "$2")" 16,32,64,128,256 "## $arm pass $pass"
+    done
+  done
+}
 # STEP=diag: stage removal with the timing hooks (results wrong) and one per-SASS profile.  Got (gate/up M = 64 /
 #   128): pd 26.6 / 30.4 us, no dequantize 17.8 / 21.9, no MMA 23.3 / 26.1, neither 15.2 / 17.9 (the TMA kernel
 #   10.9 / 14.4), no fence 25.9 / 29.5, lag 2 25.5 / 29.4; ncu: the consumers wait on the producer.
@@ -62,9 +78,7 @@ if [ "$STEP" = prol ]; then
     for arm in base spread oneexp both; do
       case $arm in base) o="";; spread) o="-DKBIT_WG_ISSUE_SPREAD=1";; oneexp) o="-DKBIT_WG_ONE_EXPECT=1";;
         both) o="-DKBIT_WG_ISSUE_SPREAD=1 -DKBIT_WG_ONE_EXPECT=1";; esac
-      KBIT_WGMMA_OPTS="$o" timeout 100 python3 profiling/bench.py --out "$W" --M 16,32,64,128 --k 4 --columns WGMMA \
-        --shapes gateup,down,Q,O,KV --reps 15 --tag "prol33-$arm-$pass" > "$W/bench_prol33_${arm}_$pass.log" 2>&1
-      echo "## $arm pass $pass"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_prol33_${arm}_$pass.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
+      wg_arm "prol33-$arm-$pass" "$o" 16,32,64,128 "## $arm pass $pass"
     done
   done
   KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE -DKBIT_WG_ISSUE_SPREAD=1 -DKBIT_WG_ONE_EXPECT=1" CASES="d:5120,2048,64;d:5120,2048,128" \
@@ -77,9 +91,7 @@ fi
 if [ "$STEP" = l2 ]; then
   for arm in base notok; do
     o=$([ $arm = notok ] && echo -DKBIT_WG_NO_TOKENS || true)
-    KBIT_WGMMA_OPTS="$o" timeout 100 python3 profiling/bench.py --out "$W" --M 64,128,256 --k 4 --columns WGMMA \
-      --shapes gateup,down,Q,O,KV --reps 15 --tag "l2-33-$arm" > "$W/bench_l2_33_$arm.log" 2>&1
-    echo "## $arm"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_l2_33_$arm.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
+    wg_arm "l2-33-$arm" "$o" 64,128,256 "## $arm"
   done
   KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE -DKBIT_WG_NO_TOKENS" CASES="d:5120,2048,64;d:5120,2048,128;d:5120,2048,256" \
     timeout 200 python3 profiling/wgmma_trace.py 2>&1 | tee "$W/wgmma_trace33_notok.log" | grep -E "^##|it: |main loop|tables|landed|split-K|epilogue"
@@ -99,14 +111,7 @@ if [ "$STEP" = pw ]; then
    gpu_tests "$W/gpu_tests_pw33.log" 240 tests/test_wgmma_gpu.py -k "not pd"
    grep -E "^E  |FAILED|Error" "$W/gpu_tests_pw33.log" | head -20
    SAN_QUICK=1 sanitize memcheck "$W/memcheck_pw33.log" 150 profiling/sanitize_tma.py)
-  for pass in 1 2; do
-    for arm in base pw; do
-      o=$([ $arm = pw ] && echo -DKBIT_WG_PW=1 || true)
-      KBIT_WGMMA_OPTS="$o" timeout 100 python3 profiling/bench.py --out "$W" --M 16,32,64,128,256 --k 4 --columns WGMMA \
-        --shapes gateup,down,Q,O,KV --reps 15 --tag "pw33-$arm-$pass" > "$W/bench_pw33_${arm}_$pass.log" 2>&1
-      echo "## $arm pass $pass"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_pw33_${arm}_$pass.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
-    done
-  done
+  ab_passes pw -DKBIT_WG_PW=1
   KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE -DKBIT_WG_PW=1" CASES="d:5120,2048,64;d:5120,2048,128;d:5120,2048,256" \
     timeout 200 python3 profiling/wgmma_trace.py 2>&1 | tee "$W/wgmma_trace33_pw.log" | grep -E "^##|it: |main loop|tables|landed|split-K|epilogue"
 fi
@@ -123,14 +128,11 @@ if [ "$STEP" = pw2 ]; then
   for pass in 1 2; do
     for arm in base pw; do
       if [ $arm = pw ]; then
-        (cd ab_prev && export PYTHONPATH=$(pwd) KBIT_WGMMA_OPTS=-DKBIT_WG_PW=1 KBITCUPY_CACHE_DIR=/tmp/kbit_cache_pw
-         timeout 100 python3 profiling/bench.py --out "$W" --M 16,32,64,128,256 --k 4 --columns WGMMA \
-           --shapes gateup,down,Q,O,KV --reps 15 --tag "pw2-33-$arm-$pass" > "$W/bench_pw2_33_${arm}_$pass.log" 2>&1)
+        (cd ab_prev && export PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kbit_cache_pw
+         wg_arm "pw2-33-$arm-$pass" -DKBIT_WG_PW=1 16,32,64,128,256 "## $arm pass $pass")
       else
-        timeout 100 python3 profiling/bench.py --out "$W" --M 16,32,64,128,256 --k 4 --columns WGMMA \
-          --shapes gateup,down,Q,O,KV --reps 15 --tag "pw2-33-$arm-$pass" > "$W/bench_pw2_33_${arm}_$pass.log" 2>&1
+        wg_arm "pw2-33-$arm-$pass" "" 16,32,64,128,256 "## $arm pass $pass"
       fi
-      echo "## $arm pass $pass"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_pw2_33_${arm}_$pass.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
     done
   done
 fi
@@ -147,14 +149,7 @@ if [ "$STEP" = prmt ]; then
    python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
    gpu_tests "$W/gpu_tests_prmt33.log" 230 tests/test_wgmma_gpu.py
    grep -E "^E  |FAILED" "$W/gpu_tests_prmt33.log" | head -10)
-  for pass in 1 2; do
-    for arm in base prmt; do
-      o=$([ $arm = prmt ] && echo -DKBIT_WG_PRMT=1 || true)
-      KBIT_WGMMA_OPTS="$o" timeout 100 python3 profiling/bench.py --out "$W" --M 16,32,64,128,256 --k 4 --columns WGMMA \
-        --shapes gateup,down,Q,O,KV --reps 15 --tag "prmt33-$arm-$pass" > "$W/bench_prmt33_${arm}_$pass.log" 2>&1
-      echo "## $arm pass $pass"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_prmt33_${arm}_$pass.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
-    done
-  done
+  ab_passes prmt -DKBIT_WG_PRMT=1
   for arm in base prmt; do
     o=$([ $arm = prmt ] && echo -DKBIT_WG_PRMT=1 || true)
     KBIT_WGMMA_OPTS="$o" timeout 100 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 16,32,64 \
