@@ -566,6 +566,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
 
     const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4u * (u32)(lane & (PairLut<K, LC>::COPIES - 1));
+    const u32 lane4 = 4u * (u32)lane;  // (SH == 8: the lane's copy offset, PRMT's byte 0)
+    const u32 lut_row0 = SH == 8 && K == 4 ? (u32)__cvta_generic_to_shared(lut) : lut_lane;
     const u32 s2_base = (u32)__cvta_generic_to_shared(s2tab);
     const int col_lo = 16 * warp + g;  // column of the 128-strip for fragment rows g (and +8)
     const int ksh = 2 * t;             // key_word shift
@@ -616,7 +618,9 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
                 for (int h = 0; h < 2; h++) {
                     const u32 key = pair_key<K>(kw[h], hi[h], c);
                     // instruction j = 2 kb + c / 2; register a0/a1 (chunk even) or a2/a3 (chunk odd), row g + 8 h
-                    fr[2 * kb + (c >> 1)][2 * (c & 1) + h] = hmul2_u32(lds_u32(lut_lane + (key << SH)), s2[h], T());
+                    // 256-byte table rows (k = 4 at 64 copies, KBIT_WG_K4_ROW256): one PRMT makes key << 8 | lane * 4
+                    const u32 off = SH == 8 && K == 4 ? prmt(kw[h], lane4, 0x5504u | ((u32)c << 4)) : key << SH;
+                    fr[2 * kb + (c >> 1)][2 * (c & 1) + h] = hmul2_u32(lds_u32(lut_row0 + off), s2[h], T());
                 }
             }
         }
@@ -777,6 +781,15 @@ __device__ __forceinline__ void work_coords(int i, int m_tiles, int k_splits, in
 #ifndef KBIT_WG_MINB
 #define KBIT_WG_MINB 1
 #endif
+// The dense k = 4 kernels at TOK >= 128 build the pair table at 64 copies (64 KB, 256-byte rows), so that one PRMT
+// gives a lookup's whole offset (key << 8 | lane * 4) where the 32-copy table needs a PRMT and a shift-add: 16
+// instructions fewer a thread a K tile, for one stage less (8 -> 7; kbitcupy.wgmma.plan sets lc = 6).  Why: the
+// K tile follows the dequantize's instruction count (H200 2026-11-27, run33.sh prmt / row256): TOTAL M = 128 / 256
+// 59.35 / 82.5 -> 58.5 / 80.3 us, M <= 64 unchanged.  -DKBIT_WG_K4_ROW256=0: the 32-copy table (A/B).
+#ifndef KBIT_WG_K4_ROW256
+#define KBIT_WG_K4_ROW256 1
+#endif
+#define KBIT_WG_DENSE_LC(K, TOK) (KBIT_WG_K4_ROW256 && (K) == 4 && (TOK) >= 128 ? 6 : -1)
 // The dense kernel's workspace-sum loads in flight at TOK = 64 (experiment hook, run28.sh sumch: 8 halves
 // the last CTA's L2 round trips at 8 splits -- dense down M = 64, 3.97 us from the main loop's end,
 // wgtrace28b -- at 116 registers under CUDA 13, where the grouped kernel would take 156 and lose its second
@@ -797,14 +810,14 @@ __device__ __forceinline__ void wgmma_dense(const KbitTmap* tmap, const T* __res
     const bool early = false;
 #endif
     if (early) {
-        kbit_wgmma_detail::wgmma_default_tables<K, T>();
+        kbit_wgmma_detail::wgmma_default_tables<K, T, KBIT_WG_DENSE_LC(K, TOK)>();
         griddep_wait_release();
     } else {
         pdl_safe_entry(pdl);
     }
     int mt, split, nt;
     kbit_wgmma_detail::work_coords(blockIdx.x, m_tiles, k_splits, cluster, mt, split, nt);
-    kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, -1, KBIT_WG_DENSE_SUM64, TMA>(
+    kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, KBIT_WG_DENSE_LC(K, TOK), KBIT_WG_DENSE_SUM64, TMA>(
         A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt, split, k_splits, stages, tensor_scale, vec8,
         nt * m_tiles + mt, gridDim.x / k_splits, pdl == 1, cluster != 0, early, tmap);
 }

@@ -141,6 +141,11 @@ def supported(dev_id: int) -> bool:
 
 
 # ----------------------------------------------------------------------------- sizes
+# The dense k = 4 kernels at TOK >= 128 build their pair table with 64 copies (256-byte rows: one PRMT a lookup's
+# offset; KBIT_WG_K4_ROW256 in the .cu, -DKBIT_WG_K4_ROW256=0 in KBIT_WGMMA_OPTS the 32-copy A/B)
+K4_ROW256 = "-DKBIT_WG_K4_ROW256=0" not in WGMMA.options
+
+
 def stage_bytes(k: int, tok: int) -> int:
     return -(-(tok * 128 + 1024 * k + 256) // 1024) * 1024  # 1024-byte aligned stages (128-byte swizzle)
 
@@ -401,6 +406,8 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     variant = ("tma_" if tma else "") + ("cbd" if cbd else "")  # instance key prefix ("": the plain kernel)
     p.fn = WGMMA.function((variant.rstrip("_"), k, dtype_name, tok) if variant else (k, dtype_name, tok))
     p.m_tiles = -(-M // tok)
+    if K4_ROW256 and k == 4 and tok >= 128:
+        p.lc = 6  # the kernel's pair table at 64 copies (K4_ROW256)
     p = _finish_plan(p, info, k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
                      f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster, spread=spread, dense=True)
     _PLANS[key] = p

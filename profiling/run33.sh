@@ -167,4 +167,25 @@ if [ "$STEP" = final ]; then
   grep -E "^E  |FAILED" "$W/gpu_tests_final33.log" | head -10
   sanitize memcheck "$W/memcheck_final33.log" 200 profiling/sanitize_tma.py
 fi
+# STEP=row256: the k = 4 pair table at 64 copies (256-byte rows) for TOK >= 128 (-DKBIT_WG_K4_ROW256=1), so one PRMT
+#   gives a lookup's offset (SASS: PRMT + LDS [R + UR] where it was PRMT + IMAD + LDS: 16 instructions fewer a thread
+#   a K tile).  Why: STEP=prmt showed the K tile follows the dequantize's instruction count (+6 % -> +15 %).
+#   Expected: the K tile 548 -> ~480-500 ns at TOK = 128, TOTAL M = 128 59.4 -> ~56 us; the 64 KB table costs 1 stage
+#   (8 -> 7) and ~0.1-0.2 us more table build.  M <= 64 (TOK <= 64) unchanged.
+if [ "$STEP" = row256 ]; then
+  (export KBIT_WGMMA_OPTS=-DKBIT_WG_K4_ROW256=1
+   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+   gpu_tests "$W/gpu_tests_row256_33.log" 200 tests/test_wgmma_gpu.py
+   grep -E "^E  |FAILED" "$W/gpu_tests_row256_33.log" | head -10)
+  ab_passes row256 -DKBIT_WG_K4_ROW256=1
+  KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE -DKBIT_WG_K4_ROW256=1" CASES="d:5120,2048,128" \
+    timeout 100 python3 profiling/wgmma_trace.py 2>&1 | tee "$W/wgmma_trace33_row256.log" | grep -E "^##|it: |main loop|tables"
+fi
+# STEP=row256 got: correct (36 wgmma GPU tests), TOTAL M = 128 59.35 -> 58.52, M = 256 82.5 -> 80.3 us, M <= 64 equal,
+#   K tile 548 -> 540 ns: made the default (-DKBIT_WG_K4_ROW256=0 gives back the 32-copy table).
+# STEP=final2: the default-on tree: memcheck over sanitize_tma.py.
+if [ "$STEP" = final2 ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  sanitize memcheck "$W/memcheck_final2_33.log" 200 profiling/sanitize_tma.py
+fi
 finish_run run33
