@@ -15,6 +15,13 @@ wg_arm() {
     --shapes gateup,down,Q,O,KV --reps 15 --tag "$1" > "$W/bench_$1.log" 2>&1
   echo "$4"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_$1.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
 }
+# hook_tests NAME HOOK TIMEOUT: the wgmma GPU tests with KBIT_WGMMA_OPTS=HOOK into $W/gpu_tests_NAME_33.log.
+hook_tests() {
+  (export KBIT_WGMMA_OPTS=$2
+   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+   gpu_tests "$W/gpu_tests_$1_33.log" "$3" tests/test_wgmma_gpu.py
+   grep -E "^E  |FAILED" "$W/gpu_tests_$1_33.log" | head -10)
+}
 # ab_passes NAME HOOK: two alternations of the base build and the build with HOOK (arm NAME), M = 16..256, tagged
 # NAME33-ARM-PASS.
 ab_passes() {
@@ -145,10 +152,7 @@ fi
 #   Got: correct (36 wgmma GPU tests), 7-11 % slower (TOTAL M = 128 59.5 -> 63.8 us; K tile 548 -> 630 ns); reverted,
 #   kept as profiling/patches/session28-prmt-decode.patch.
 if [ "$STEP" = prmt ]; then
-  (export KBIT_WGMMA_OPTS=-DKBIT_WG_PRMT=1
-   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
-   gpu_tests "$W/gpu_tests_prmt33.log" 230 tests/test_wgmma_gpu.py
-   grep -E "^E  |FAILED" "$W/gpu_tests_prmt33.log" | head -10)
+  hook_tests prmt -DKBIT_WG_PRMT=1 230
   ab_passes prmt -DKBIT_WG_PRMT=1
   for arm in base prmt; do
     o=$([ $arm = prmt ] && echo -DKBIT_WG_PRMT=1 || true)
@@ -167,16 +171,14 @@ if [ "$STEP" = final ]; then
   grep -E "^E  |FAILED" "$W/gpu_tests_final33.log" | head -10
   sanitize memcheck "$W/memcheck_final33.log" 200 profiling/sanitize_tma.py
 fi
-# STEP=row256: the k = 4 pair table at 64 copies (256-byte rows) for TOK >= 128 (-DKBIT_WG_K4_ROW256=1), so one PRMT
+# STEP=row256 (run as a hook; now the default, so its A/B needs -DKBIT_WG_K4_ROW256=0 as the base): the k = 4 pair
+#   table at 64 copies (256-byte rows) for TOK >= 128 (-DKBIT_WG_K4_ROW256=1), so one PRMT
 #   gives a lookup's offset (SASS: PRMT + LDS [R + UR] where it was PRMT + IMAD + LDS: 16 instructions fewer a thread
 #   a K tile).  Why: STEP=prmt showed the K tile follows the dequantize's instruction count (+6 % -> +15 %).
 #   Expected: the K tile 548 -> ~480-500 ns at TOK = 128, TOTAL M = 128 59.4 -> ~56 us; the 64 KB table costs 1 stage
 #   (8 -> 7) and ~0.1-0.2 us more table build.  M <= 64 (TOK <= 64) unchanged.
 if [ "$STEP" = row256 ]; then
-  (export KBIT_WGMMA_OPTS=-DKBIT_WG_K4_ROW256=1
-   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
-   gpu_tests "$W/gpu_tests_row256_33.log" 200 tests/test_wgmma_gpu.py
-   grep -E "^E  |FAILED" "$W/gpu_tests_row256_33.log" | head -10)
+  hook_tests row256 -DKBIT_WG_K4_ROW256=1 200
   ab_passes row256 -DKBIT_WG_K4_ROW256=1
   KBIT_WGMMA_OPTS="-DKBIT_WG_TRACE -DKBIT_WG_K4_ROW256=1" CASES="d:5120,2048,128" \
     timeout 100 python3 profiling/wgmma_trace.py 2>&1 | tee "$W/wgmma_trace33_row256.log" | grep -E "^##|it: |main loop|tables"
