@@ -567,7 +567,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
 
     const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4u * (u32)(lane & (PairLut<K, LC>::COPIES - 1));
     const u32 lane4 = 4u * (u32)lane;  // (SH == 8: the lane's copy offset, PRMT's byte 0)
-    const u32 lut_row0 = SH == 8 && K == 4 ? (u32)__cvta_generic_to_shared(lut) : lut_lane;
+    const u32 lut_row0 = SH == 8 && K <= 4 ? (u32)__cvta_generic_to_shared(lut) : lut_lane;
     const u32 s2_base = (u32)__cvta_generic_to_shared(s2tab);
     const int col_lo = 16 * warp + g;  // column of the 128-strip for fragment rows g (and +8)
     const int ksh = 2 * t;             // key_word shift
@@ -618,8 +618,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
                 for (int h = 0; h < 2; h++) {
                     const u32 key = pair_key<K>(kw[h], hi[h], c);
                     // instruction j = 2 kb + c / 2; register a0/a1 (chunk even) or a2/a3 (chunk odd), row g + 8 h
-                    // 256-byte table rows (k = 4 at 64 copies, KBIT_WG_K4_ROW256): one PRMT makes key << 8 | lane * 4
-                    const u32 off = SH == 8 && K == 4 ? prmt(kw[h], lane4, 0x5504u | ((u32)c << 4)) : key << SH;
+                    // 256-byte table rows (64 copies, KBIT_WG_K4_ROW256): one PRMT makes key << 8 | lane * 4
+                    const u32 off = SH == 8 && K <= 4 ? prmt(kw[h], lane4, 0x5504u | ((u32)c << 4)) : key << SH;
                     fr[2 * kb + (c >> 1)][2 * (c & 1) + h] = hmul2_u32(lds_u32(lut_row0 + off), s2[h], T());
                 }
             }
@@ -789,7 +789,13 @@ __device__ __forceinline__ void work_coords(int i, int m_tiles, int k_splits, in
 #ifndef KBIT_WG_K4_ROW256
 #define KBIT_WG_K4_ROW256 1
 #endif
-#define KBIT_WG_DENSE_LC(K, TOK) (KBIT_WG_K4_ROW256 && (K) == 4 && (TOK) >= 128 ? 6 : -1)
+// Experiment hook -DKBIT_WG_K23_ROW256=1 (profiling/run34.sh, prepared): k = 2 / 3 at every TOK with the same 64-copy
+// rows (4 / 16 KB tables, so no stage or CTA is lost).
+#ifndef KBIT_WG_K23_ROW256
+#define KBIT_WG_K23_ROW256 0
+#endif
+#define KBIT_WG_DENSE_LC(K, TOK) \
+    ((KBIT_WG_K4_ROW256 && (K) == 4 && (TOK) >= 128) || (KBIT_WG_K23_ROW256 && (K) <= 3) ? 6 : -1)
 // The dense kernel's workspace-sum loads in flight at TOK = 64 (experiment hook, run28.sh sumch: 8 halves
 // the last CTA's L2 round trips at 8 splits -- dense down M = 64, 3.97 us from the main loop's end,
 // wgtrace28b -- at 116 registers under CUDA 13, where the grouped kernel would take 156 and lose its second

@@ -144,6 +144,8 @@ def supported(dev_id: int) -> bool:
 # The dense k = 4 kernels at TOK >= 128 build their pair table with 64 copies (256-byte rows: one PRMT a lookup's
 # offset; KBIT_WG_K4_ROW256 in the .cu, -DKBIT_WG_K4_ROW256=0 in KBIT_WGMMA_OPTS the 32-copy A/B)
 K4_ROW256 = "-DKBIT_WG_K4_ROW256=0" not in WGMMA.options
+# the same for k = 2 / 3 at every TOK (experiment hook -DKBIT_WG_K23_ROW256=1, profiling/run34.sh)
+K23_ROW256 = "-DKBIT_WG_K23_ROW256=1" in WGMMA.options
 
 
 def stage_bytes(k: int, tok: int) -> int:
@@ -406,8 +408,8 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     variant = ("tma_" if tma else "") + ("cbd" if cbd else "")  # instance key prefix ("": the plain kernel)
     p.fn = WGMMA.function((variant.rstrip("_"), k, dtype_name, tok) if variant else (k, dtype_name, tok))
     p.m_tiles = -(-M // tok)
-    if K4_ROW256 and k == 4 and tok >= 128:
-        p.lc = 6  # the kernel's pair table at 64 copies (K4_ROW256)
+    if (K4_ROW256 and k == 4 and tok >= 128) or (K23_ROW256 and k <= 3):
+        p.lc = 6  # the kernel's pair table at 64 copies (K4_ROW256, K23_ROW256)
     p = _finish_plan(p, info, k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
                      f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster, spread=spread, dense=True)
     _PLANS[key] = p

@@ -8,29 +8,7 @@
 # is (wgmma_trace.py, -DKBIT_WG_NO_TOKENS).  Results and reading: profiling/NOTES.md, twenty-eighth session.
 . profiling/run_env.sh
 start_run "$STEP"
-# wg_arm TAG OPTS MS LABEL: bench.py's WGMMA column (k = 4, the five dense shapes, M = MS) built with
-# KBIT_WGMMA_OPTS=OPTS, tagged TAG, log $W/bench_TAG.log; prints LABEL, then each M's shape times on one line.
-wg_arm() {
-  KBIT_WGMMA_OPTS="$2" timeout 100 python3 profiling/bench.py --out "$W" --M "$3" --k 4 --columns WGMMA \
-    --shapes gateup,down,Q,O,KV --reps 15 --tag "$1" > "$W/bench_$1.log" 2>&1
-  echo "$4"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4" "$W/bench_$1.log" | awk -F'|' '{printf "%s%s", $2, $4} /###/{print ""} END{print ""}'
-}
-# hook_tests NAME HOOK TIMEOUT: the wgmma GPU tests with KBIT_WGMMA_OPTS=HOOK into $W/gpu_tests_NAME_33.log.
-hook_tests() {
-  (export KBIT_WGMMA_OPTS=$2
-   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
-   gpu_tests "$W/gpu_tests_$1_33.log" "$3" tests/test_wgmma_gpu.py
-   grep -E "^E  |FAILED" "$W/gpu_tests_$1_33.log" | head -10)
-}
-# ab_passes NAME HOOK: two alternations of the base build and the build with HOOK (arm NAME), M = 16..256, tagged
-# NAME33-ARM-PASS.
-ab_passes() {
-  for pass in 1 2; do
-    for arm in base "$1"; do
-      wg_arm "${1}33-$arm-$pass" "$([ "$arm" = base ] || echo "$2")" 16,32,64,128,256 "## $arm pass $pass"
-    done
-  done
-}
+RUN=33  # the A/B helpers' tag and log suffix (wg_arm, ab_passes, hook_tests in run_env.sh)
 # STEP=diag: stage removal with the timing hooks (results wrong) and one per-SASS profile.  Got (gate/up M = 64 /
 #   128): pd 26.6 / 30.4 us, no dequantize 17.8 / 21.9, no MMA 23.3 / 26.1, neither 15.2 / 17.9 (the TMA kernel
 #   10.9 / 14.4), no fence 25.9 / 29.5, lag 2 25.5 / 29.4; ncu: the consumers wait on the producer.

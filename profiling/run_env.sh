@@ -45,6 +45,31 @@ sanitize() {
   timeout "$3" compute-sanitizer --tool "$1" --error-exitcode 3 python3 "$4" > "$2" 2>&1
   echo "$1 $4: exit $? ($(grep -c 'rel err' "$2") checks; $(grep -E 'SUMMARY|BAD' "$2" | tr '\n' ' '))"
 }
+# wgmma A/B helpers (run33.sh, run34.sh).  wg_arm TAG OPTS MS LABEL: bench.py's WGMMA column (k = $KS, default 4;
+# the five dense shapes; M = MS) built with KBIT_WGMMA_OPTS=OPTS, tagged TAG, log $W/bench_TAG.log; prints LABEL,
+# then each M's shape times (shape, time) on one line.
+wg_arm() {
+  KBIT_WGMMA_OPTS="$2" timeout 100 python3 profiling/bench.py --out "$W" --M "$3" --k "${KS:-4}" --columns WGMMA \
+    --shapes gateup,down,Q,O,KV --reps 15 --tag "$1" > "$W/bench_$1.log" 2>&1
+  echo "$4"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| [2-5] " "$W/bench_$1.log" | awk -F'|' '{printf "%s%s%s", $2, $3, $4} /###/{print ""} END{print ""}'
+}
+# ab_passes NAME HOOK [BASE]: two alternations of the build with BASE options (default none) and with HOOK (arm
+# NAME), M = ${MS:-16,32,64,128,256}, tagged NAME$RUN-ARM-PASS.
+ab_passes() {
+  for pass in 1 2; do
+    for arm in base "$1"; do
+      wg_arm "${1}${RUN:-}-$arm-$pass" "$([ "$arm" = base ] && echo "${3:-}" || echo "$2")" "${MS:-16,32,64,128,256}" \
+        "## $arm pass $pass"
+    done
+  done
+}
+# hook_tests NAME HOOK TIMEOUT: the wgmma GPU tests with KBIT_WGMMA_OPTS=HOOK into $W/gpu_tests_NAME_$RUN.log.
+hook_tests() {
+  (export KBIT_WGMMA_OPTS=$2
+   python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+   gpu_tests "$W/gpu_tests_$1_${RUN:-}.log" "$3" tests/test_wgmma_gpu.py
+   grep -E "^E  |FAILED" "$W/gpu_tests_$1_${RUN:-}.log" | head -10)
+}
 # finish_run PREFIX: pack the step's work folder into $OUT/PREFIX_$STEP.tgz (what the device tool brings back).
 finish_run() {
   tar -czf "$OUT/$1_$STEP.tgz" -C "$W" . && rm -rf "$W"
