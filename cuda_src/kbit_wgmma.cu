@@ -566,8 +566,11 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
 
     const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4u * (u32)(lane & (PairLut<K, LC>::COPIES - 1));
-    const u32 lane4 = 4u * (u32)lane;  // (SH == 8: the lane's copy offset, PRMT's byte 0)
-    const u32 lut_row0 = SH == 8 && K <= 4 ? (u32)__cvta_generic_to_shared(lut) : lut_lane;
+    // 256-byte table rows (64 copies, KBIT_WG_K4_ROW256; byte keys, k <= 4): one PRMT makes a lookup's whole
+    // offset key << 8 | lane * 4 from the table's base, where other rows add key << SH to the lane's copy
+    constexpr bool ROW256 = SH == 8 && K <= 4;
+    const u32 lane4 = 4u * (u32)lane;
+    const u32 lut_row0 = ROW256 ? (u32)__cvta_generic_to_shared(lut) : lut_lane;
     const u32 s2_base = (u32)__cvta_generic_to_shared(s2tab);
     const int col_lo = 16 * warp + g;  // column of the 128-strip for fragment rows g (and +8)
     const int ksh = 2 * t;             // key_word shift
@@ -616,10 +619,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
             for (int c = 0; c < 4; c++) {
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const u32 key = pair_key<K>(kw[h], hi[h], c);
+                    const u32 off = ROW256 ? prmt(kw[h], lane4, 0x5504u | ((u32)c << 4)) : pair_key<K>(kw[h], hi[h], c) << SH;
                     // instruction j = 2 kb + c / 2; register a0/a1 (chunk even) or a2/a3 (chunk odd), row g + 8 h
-                    // 256-byte table rows (64 copies, KBIT_WG_K4_ROW256): one PRMT makes key << 8 | lane * 4
-                    const u32 off = SH == 8 && K <= 4 ? prmt(kw[h], lane4, 0x5504u | ((u32)c << 4)) : key << SH;
                     fr[2 * kb + (c >> 1)][2 * (c & 1) + h] = hmul2_u32(lds_u32(lut_row0 + off), s2[h], T());
                 }
             }

@@ -157,18 +157,15 @@ def stage_bytes(k: int, tok: int) -> int:
 _K4_LOG2_COPIES = next((int(o.split("=", 1)[1]) for o in WGMMA.options if o.startswith("-DKBIT_K4_LOG2_COPIES=")), None)
 
 
-def _pair_table_bytes(k: int, lc=None) -> int:
-    """The pair table's bytes in a wgmma kernel; lc: its copies (log2) where not lut_bytes' (the grouped
-    kernel's GROUPED_K5_LC instantiation)."""
-    if lc is not None:
-        return (1 << (2 * k)) * (1 << lc) * 4
-    return (1 << 8) * (1 << _K4_LOG2_COPIES) * 4 if k == 4 and _K4_LOG2_COPIES is not None else lut_bytes(k)
-
-
 def smem_bytes(k: int, tok: int, stages: int, lc=None) -> int:
-    """Dynamic shared memory of a CTA; lc: see _pair_table_bytes."""
+    """Dynamic shared memory of a CTA; lc: the pair table's copies (log2) where not lut_bytes' (the grouped
+    kernel's GROUPED_K5_LC instantiation, the dense k = 4 kernels' 64 copies at TOK >= 128)."""
+    if lc is not None:
+        lut = (1 << (2 * k)) * (1 << lc) * 4
+    else:
+        lut = (1 << 8) * (1 << _K4_LOG2_COPIES) * 4 if k == 4 and _K4_LOG2_COPIES is not None else lut_bytes(k)
     # + 1024: the stages start at the first 1024-byte aligned address after the tables
-    return _pair_table_bytes(k, lc) + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
+    return lut + 1024 + 256 + 1024 + stages * stage_bytes(k, tok)
 
 
 def fill_tok(tok: int, M: int, n_tiles: int, sms: int, choices=TOK_CHOICES) -> int:

@@ -370,19 +370,19 @@ def test_wgmma_tma_cuda_graph_and_new_buffers(rng):
 
     from kbitcupy.wgmma import wgmma_gemm
 
-    kw, eager_kw, M = {"tma": True}, {"tma": False}, 72
     q, Wd = _weight(4096, 2048, 4, rng)
+    M = 72
     s = cp.cuda.Stream(non_blocking=True)
     with s:
         A = _A(M, 2048, np.float16, rng)
         out = cp.full((M, 4096), np.nan, dtype=np.float16)
-        wgmma_gemm(A, q, cp.empty_like(out), **kw)
+        wgmma_gemm(A, q, cp.empty_like(out), tma=True)
     s.synchronize()
-    graph = _capture(s, lambda: wgmma_gemm(A, q, out, **kw))
+    graph = _capture(s, lambda: wgmma_gemm(A, q, out, tma=True))
     with s:
         A[...] = _A(M, 2048, np.float16, rng)
         eager = cp.full((M, 4096), np.nan, dtype=np.float16)
-        wgmma_gemm(A, q, eager, **eager_kw)
+        wgmma_gemm(A, q, eager, tma=False)
         graph.launch(s)
     s.synchronize()
     assert bool((out.view(cp.uint16) == eager.view(cp.uint16)).all())
@@ -391,5 +391,5 @@ def test_wgmma_tma_cuda_graph_and_new_buffers(rng):
         M2 = int(rng.integers(5, 200))
         A2 = _A(M2, 2048, np.float16, rng)
         o2 = cp.full((M2, 4096), np.nan, dtype=np.float16)
-        wgmma_gemm(A2, q, o2, **kw)
+        wgmma_gemm(A2, q, o2, tma=True)
         assert _rel(o2, A2.astype(cp.float64) @ Wd.T) < TOL["float16"]
