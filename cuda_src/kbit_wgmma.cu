@@ -790,10 +790,11 @@ __device__ __forceinline__ void work_coords(int i, int m_tiles, int k_splits, in
 #ifndef KBIT_WG_K4_ROW256
 #define KBIT_WG_K4_ROW256 1
 #endif
-// Experiment hook -DKBIT_WG_K23_ROW256=1 (profiling/run34.sh, prepared): k = 2 / 3 at every TOK with the same 64-copy
-// rows (4 / 16 KB tables, so no stage or CTA is lost).
+// k = 2 / 3 at every TOK with the same 64-copy rows (4 / 16 KB tables, so no stage or CTA is lost).  H100 2026-11-27
+// (run34.sh k23, two alternations): TOTAL M = 16..256 -1.0..-1.9 % at k = 2, -1.4..-2.6 % at k = 3.
+// -DKBIT_WG_K23_ROW256=0: the 32-copy tables (A/B).
 #ifndef KBIT_WG_K23_ROW256
-#define KBIT_WG_K23_ROW256 0
+#define KBIT_WG_K23_ROW256 1
 #endif
 #define KBIT_WG_DENSE_LC(K, TOK) \
     ((KBIT_WG_K4_ROW256 && (K) == 4 && (TOK) >= 128) || (KBIT_WG_K23_ROW256 && (K) <= 3) ? 6 : -1)

@@ -144,8 +144,8 @@ def supported(dev_id: int) -> bool:
 # The dense k = 4 kernels at TOK >= 128 build their pair table with 64 copies (256-byte rows: one PRMT a lookup's
 # offset; KBIT_WG_K4_ROW256 in the .cu, -DKBIT_WG_K4_ROW256=0 in KBIT_WGMMA_OPTS the 32-copy A/B)
 K4_ROW256 = "-DKBIT_WG_K4_ROW256=0" not in WGMMA.options
-# the same for k = 2 / 3 at every TOK (experiment hook -DKBIT_WG_K23_ROW256=1, profiling/run34.sh)
-K23_ROW256 = "-DKBIT_WG_K23_ROW256=1" in WGMMA.options
+# the same for k = 2 / 3 at every TOK (-DKBIT_WG_K23_ROW256=0 the A/B)
+K23_ROW256 = "-DKBIT_WG_K23_ROW256=0" not in WGMMA.options
 
 
 def stage_bytes(k: int, tok: int) -> int:

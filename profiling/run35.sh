@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Twenty-ninth session (2026-11-27).  From the repo root: OUT=/tmp/out STEP=... bash profiling/run35.sh
+. profiling/run_env.sh
+start_run gemvab
+RUN=35
+# STEP=gemvab: the decode GEMV's warps per block where K's steps do not divide evenly over them.  down (K = 5120)
+#   runs 40 steps of 128 over 16 warps at k = 2 (8 warps take 3 steps, 8 take 2) and at k = 4 (8-column groups)
+#   20 steps of 256 over 8 warps (3 / 2); O (K = 4096) splits evenly (2 each) and is 0.6-0.8 us faster for 25 % fewer
+#   bytes (final46-m1: k = 2 down 3.94 vs O 3.35 us, SOL 2.80 vs 2.60).  Variants: 8-column groups over 10 warps
+#   (down: 2 steps each, 256 groups = two 320-thread blocks per SM), 5 warps (4 each), and gate/up's 8-column groups
+#   at the plan's warps (640 groups: 5 / 4 per SM instead of 3 / 2).  Expected: down -0.3..-0.6 us at k = 2..4
+#   M = 1 if the slowest warp's steps set its time; O unchanged or slower (control).
+if [ "$STEP" = gemvab ]; then
+  SHAPES=down,O,gateup KS=2,3,4 MS=1,2,4 AB_PLANS="c8w10:warps=10,c8=1;c8w5:warps=5,c8=1;c8:c8=1" \
+    timeout 400 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_ab35.log" 2>&1
+  cat "$W/gemv_ab35.log" | cut -c1-200
+fi
+# STEP=verify: the k = 2 / 3 256-byte pair-table rows, the default since this session (run34.sh k23: TOTAL -1..-2.6 %),
+#   through the wgmma GPU tests and memcheck over sanitize_tma.py; then the decode GEMV's ring depth on down (K = 5120:
+#   8 of 16 warps take 3 steps of 128 with 2 in flight, so two DRAM round trips; O takes 2 steps, one).  Expected: if
+#   the second round trip is down's extra ~0.6 us over O, depth 3 takes most of it (c8w10 in gemvab, 2 steps of 256
+#   a warp, did not: k = 2 3.99 -> 4.09, k = 4 4.53 -> 4.48, so probably not).
+if [ "$STEP" = verify ]; then
+  python3 profiling/warm_cache.py wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_wgmma35.log" 200 tests/test_wgmma_gpu.py
+  sanitize memcheck "$W/memcheck_tma35.log" 200 profiling/sanitize_tma.py
+  SHAPES=down,O,gateup KS=2,4 MS=1,4 AB_VARIANTS="d3:+depth=3;d3nl:+depth=3 +late=0;nl:+late=0" \
+    timeout 200 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_depth35.log" 2>&1
+  cut -c1-200 "$W/gemv_depth35.log"
+fi
+finish_run run35
