@@ -73,8 +73,10 @@ __device__ __forceinline__ void build_default_lut(u32* lut, float* cb_s, unsigne
 // 0..3 / 4..7 the A rows of those halves (the cross terms are never read).  Half as many
 // columns per group: gate/up's 320 groups on 132 SMs leave 3 on some SMs and 2 on others,
 // its 640 half-width ones 5 and 4.
+// PF_ONLY: only the first pf_steps ring steps' L2 prefetches of the block's first group, nothing else (the grouped
+// kernel's speculative prefetch, KBIT_GROUPED_SPEC).
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0,
-          bool SLICES = false, bool CBD = false, bool C8 = false>
+          bool SLICES = false, bool CBD = false, bool C8 = false, bool PF_ONLY = false>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
@@ -179,6 +181,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // LATE another 3-5 % where its registers cost no occupancy; profiling/NOTES.md).
     // Single-group blocks re-read blockIdx instead of keeping the group in a register.
     int grp = grp0;  // the launchers keep grid.x <= ngroups
+    if constexpr (PF_ONLY) {
+        prefetch_group(MULTI ? grp0 : (int)blockIdx.x * ny + ty);
+        return;
+    }
     // CBD and safe PDL: the default codebook's levels are immediates, so the pair table (shared
     // memory only) is built before the wait as well, off the path after it (k = 5 gate/up: its
     // 64 KB table took ~1.5 us, profiling/NOTES.md tenth session).
@@ -415,6 +421,11 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 #ifndef KBIT_GROUPED_LATE
 #define KBIT_GROUPED_LATE (K == 5)
 #endif
+// Experiment hook (profiling/run35.sh spec): the wait-first mode (pdl 1, ids maybe from the previous grid)
+// L2-prefetches the first weights of the expert its ids name before the wait, as the safe early mode does.
+#ifndef KBIT_GROUPED_SPEC
+#define KBIT_GROUPED_SPEC 0
+#endif
 template <int K, typename T, int MT, int AMODE, bool SL, bool CBD>
 __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const u32* __restrict__ packed,
                                                   const u8* __restrict__ absmax, const float* __restrict__ codebook,
@@ -438,6 +449,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // is staged later, hence the barrier.
     const bool lut_ready = CBD && pdl == 1;
     const bool early_ids = pdl == 2 || pdl == KBIT_GROUPED_SAFE_EARLY;  // not waited yet
+    const int slot = blockIdx.y;
     if (pdl == 1) {
         if (CBD) {
             extern __shared__ __align__(16) unsigned char smem_g[];
@@ -446,9 +458,21 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
                                         block_tid<SL>());
             __syncthreads();
         }
+        if (KBIT_GROUPED_SPEC) {
+            // Speculative: the ids as they read now (relaxed; the previous grid may still be writing them, so
+            // they may be stale) only choose L2 prefetches of the first weights, which are hints: the ids read
+            // after the wait decide what is computed.  Ids written well before this kernel (the usual case, and
+            // the routing kernel's once it has finished) make the prefetch right.
+            const int es = ld_relaxed_gpu(expert_ids + slot), s0 = ld_relaxed_gpu(offsets + slot),
+                      s1 = ld_relaxed_gpu(offsets + slot + 1);
+            if (es >= 0 && es < E && s1 > s0)
+                gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL,
+                           CBD, false, true>(A, packed + es * wpe, absmax + es * ape, codebook, C, 1, N, Kdim, 0.f,
+                                             blockIdx.x, gridDim.x, (N + 15) / 16, false, nullptr, 0, true, false,
+                                             nullptr, 1);
+        }
         griddep_wait_release();
     }
-    const int slot = blockIdx.y;
     const int e = ld_after_wait(expert_ids + slot), r0 = ld_after_wait(offsets + slot),
               r1 = ld_after_wait(offsets + slot + 1);
     if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {

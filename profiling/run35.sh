@@ -28,4 +28,35 @@ if [ "$STEP" = verify ]; then
     timeout 200 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_depth35.log" 2>&1
   cut -c1-200 "$W/gemv_depth35.log"
 fi
+# STEP=spec: the grouped GEMV's wait-first mode (pdl 1: the default launch when the ids may come from the kernel right
+#   before, e.g. moe_forward's gate/up after the routing) with a speculative prefetch (hook -DKBIT_GROUPED_SPEC=1): the
+#   ids read relaxed before the wait choose L2 prefetches of the first weights (hints only; the ids read after the
+#   wait decide the result).  Expected: the default column near the stable one where the ids were written before
+#   (moe-final50, 8 experts 1 token: moe_dn 4.66 -> ~4.1-4.3 us, gate/up fused 6.95 -> ~6.3-6.5), and the layer
+#   step (routing kernel right before gate/up) faster by ~0.4 us at T = 1.  Tree spec_t = this tree with the hook
+#   on: the grouped / PDL GPU tests (the late-writer tests: ids written after the reader's start) on it first.
+spec_tree() {
+  rm -rf spec_t && mkdir spec_t && tar -c --exclude=profiling/results kbitcupy cuda_src profiling tests pyproject.toml \
+    | tar -x -C spec_t
+  sed -i 's/^#define KBIT_GROUPED_SPEC 0$/#define KBIT_GROUPED_SPEC 1/' spec_t/cuda_src/kbit_gemv.cu
+  echo "spec_t: $(grep -c '^#define KBIT_GROUPED_SPEC 1$' spec_t/cuda_src/kbit_gemv.cu) hook line(s) on"
+}
+if [ "$STEP" = spec ]; then
+  spec_tree
+  (cd spec_t && export PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kbit_cache_spec
+   python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+   gpu_tests "$W/gpu_tests_spec35.log" 200 tests/test_grouped_gpu.py tests/test_pdl_gpu.py -k "grouped or late_writer or moe")
+  grep -E "^E  |FAILED" "$W/gpu_tests_spec35.log" | head
+  MOE_MMA=0 MOE_VARIANTS="spec:-DKBIT_GROUPED_SPEC=1;stable:+stable=1" MS=1,2,4,8 ES=8,10 KS=4 \
+    timeout 150 python3 profiling/moe_ab.py --out "$W" > "$W/moe_spec35.log" 2>&1
+  grep -vE "^\s*$" "$W/moe_spec35.log" | tail -30
+fi
+# STEP=spec2: the layer step (moe_forward with its routing kernel right before gate/up) of this tree against spec_t.
+if [ "$STEP" = spec2 ]; then
+  spec_tree
+  for t in main:. spec:spec_t main2:. spec2:spec_t; do
+    WARM="gemv grouped" AB_TIMEOUT=120 tree_bench ${t#*:} ${t%%:*} "$W" layer35 --shapes none --moe-layer --k 4 --reps 15
+    echo "== ${t%%:*}"; grep -E "^\| (1|8|32) \| 4 " "$W/layer35_${t%%:*}.log"
+  done
+fi
 finish_run run35
