@@ -288,6 +288,37 @@ def test_safe_pdl_grouped_late_writer(rng, impl):
         _safe_matches_plain(call, out, "grouped")
 
 
+def test_safe_pdl_grouped_gemv_stale_ids(rng):
+    """Safe PDL, the grouped GEMV's wait-first mode: the ids and offsets before the late writer's writes
+    are a valid routing of their own (other experts and counts), so a kernel that
+    guesses them before its wait (KBIT_GROUPED_SPEC) guesses wrong on most slots and must run those
+    again on the ids read after the wait.  Bit-exact against PDL off, every row written."""
+    cp = _cp_hopper()
+    from kbitcupy.grouped import grouped_matmul, quantize_experts
+
+    copy = _late_copy(cp)
+    E, N, K = 12, 512, 2048
+    bank = quantize_experts(cp.asarray(rng.standard_normal((E, N, K), dtype=np.float32) * 0.02), 4)
+    for mt in (1, 4):
+        offs_h, A, ids, offs, ids_src, offs_src = _routing(cp, rng, mt, K)
+        counts = np.diff(offs_h)
+        stale_counts = counts[[4, 3, 2, 0, 1]]  # the same total, so every stale slot is in range
+        stale_offs = cp.asarray(np.concatenate([[0], np.cumsum(stale_counts)]).astype(np.int32))
+        stale_ids = cp.asarray(np.array([5, 11, 0, 7, 3], np.int32))
+        out = cp.empty((int(offs_h[-1]), N), cp.float16)
+
+        def call():
+            cp.copyto(ids, stale_ids)
+            cp.copyto(offs, stale_offs)
+            out.fill(np.nan)
+            copy(ids_src, ids)
+            copy(offs_src, offs)
+            grouped_matmul(A, bank, ids, offs, mt, out=out, impl="gemv")
+            return _bits(out)
+
+        _safe_matches_plain(call, out, f"grouped gemv, stale ids, {mt} tokens")
+
+
 @pytest.mark.parametrize("T", [1, 8, 150])
 def test_safe_pdl_route_and_combine_late_writer(rng, T):
     """Safe PDL: the one-block routing kernel (a programmatic dependent at decode sizes) reads topk
