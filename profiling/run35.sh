@@ -52,7 +52,14 @@ spec_tree() {
 #   4.71 -> 4.56, 10 experts 5.67 -> 5.37, gate/up fused 7.04 -> 6.85 / 8.36 -> 8.01 (stable 4.04 / 5.04 / 6.30 /
 #   7.61), and test_safe_pdl_grouped_late_writer[gemv] failed with it (80 of 2048 outputs, one row, with every
 #   guess invalid there: zeros before the late write) -- not understood (a stale L1 line behind the relaxed
-#   pre-wait loads is one guess).  Removed; the code is profiling/patches/session29-grouped-spec.patch.
+#   pre-wait loads is one guess).  Third form (run again as the step below): the guess by plain loads
+#   (KBIT_GROUPED_SPEC_RELAXED=1: relaxed), the ids after the wait by ld.global.cg (LDG.E.STRONG.GPU: never an L1
+#   line) wherever a guess was read: every grouped / PDL test passed on it (26 + 72, the late-writer and stale-ids
+#   tests included, so the failure above was a weak load after the wait hitting a line of this SM's L1), and it is
+#   no faster: 8 / 10 experts 1 token TOTAL 11.76 / 14.05 -> 11.87 / 13.78 (relaxed 12.12 / 13.84), stable 10.36 /
+#   12.67 us.  So neither the ids' round trip after the wait nor the first weights' prefetch is what the stable
+#   mode saves; what it saves is still not understood.  Removed again; the third form is
+#   profiling/patches/session29-grouped-spec.patch (against 6047d0e).
 if [ "$STEP" = spec ]; then
   spec_tree
   SEL_G="uneven or tokens_per_expert or one_expert or gemv or moe_forward or real_moe or graph"
