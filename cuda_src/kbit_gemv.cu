@@ -438,6 +438,9 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // is staged later, hence the barrier.
     const bool lut_ready = CBD && pdl == 1;
     const bool early_ids = pdl == 2 || pdl == KBIT_GROUPED_SAFE_EARLY;  // not waited yet
+#ifdef KBIT_GROUPED_SAFE_EARLY_WAITFIRST  // experiment hook (run35.sh swf): the safe early mode waiting at entry
+    if (pdl == KBIT_GROUPED_SAFE_EARLY) griddep_wait();
+#endif
     if (pdl == 1) {
         if (CBD) {
             extern __shared__ __align__(16) unsigned char smem_g[];

@@ -91,4 +91,13 @@ if [ "$STEP" = final ]; then
     --columns STREAM,WGMMA,dq+cuBLAS,matmul --reps 15 --tag k23-final35 > "$W/bench_k23-final35.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench_k23-final35.log"
 fi
+# STEP=swf: where the stable (safe early) mode's 0.7 us over the default wait-first mode comes from, since the spec
+#   forms (its pre-wait prefetch, its ids in hand after the wait) did not get it: the safe early mode with a wait at
+#   entry (hook -DKBIT_GROUPED_SAFE_EARLY_WAITFIRST: nothing before the wait, then its own code path).  Expected: near
+#   stable if the difference is in the code path after the wait, near the default if it is the pre-wait overlap.
+if [ "$STEP" = swf ]; then
+  MOE_MMA=0 MOE_VARIANTS="swf:-DKBIT_GROUPED_SAFE_EARLY_WAITFIRST=1 +stable=1;stable:+stable=1" \
+    MS=1,4 ES=8,10 KS=4 timeout 120 python3 profiling/moe_ab.py --out "$W" > "$W/moe_swf35.log" 2>&1
+  grep -vE "^\s*$" "$W/moe_swf35.log" | tail -14
+fi
 finish_run run35
