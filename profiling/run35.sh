@@ -95,6 +95,10 @@ fi
 #   forms (its pre-wait prefetch, its ids in hand after the wait) did not get it: the safe early mode with a wait at
 #   entry (hook -DKBIT_GROUPED_SAFE_EARLY_WAITFIRST: nothing before the wait, then its own code path).  Expected: near
 #   stable if the difference is in the code path after the wait, near the default if it is the pre-wait overlap.
+#   Got (swf35.log): the pre-wait work.  8 / 10 experts 1 token TOTAL: default 11.71 / 13.99, swf 12.37 / 14.57, stable
+#   10.25 / 12.56 us.  Yet the spec forms did the same work before the wait (SASS: the ids' loads and the prefetches
+#   before ACQBULK) without the gain -- the contradiction is open (next: a per-block globaltimer trace of both in
+#   the graph of back-to-back launches).
 if [ "$STEP" = swf ]; then
   MOE_MMA=0 MOE_VARIANTS="swf:-DKBIT_GROUPED_SAFE_EARLY_WAITFIRST=1 +stable=1;stable:+stable=1" \
     MS=1,4 ES=8,10 KS=4 timeout 120 python3 profiling/moe_ab.py --out "$W" > "$W/moe_swf35.log" 2>&1
