@@ -104,4 +104,12 @@ if [ "$STEP" = swf ]; then
     MS=1,4 ES=8,10 KS=4 timeout 120 python3 profiling/moe_ab.py --out "$W" > "$W/moe_swf35.log" 2>&1
   grep -vE "^\s*$" "$W/moe_swf35.log" | tail -14
 fi
+# STEP=trap: whether the spec form's guess check fails in the benchmark (where the ids never change): the third form
+#   with a trap on a wrong guess (-DKBIT_SPEC_TRAP), moe_dn and gate/up fused at 8 experts, 1 token.  A trap (launch
+#   failure) means the check fails there, which would explain why it was no faster than the default mode.
+if [ "$STEP" = trap ]; then
+  MOE_GEMV=0 MOE_MMA=0 MOE_VARIANTS="trap:-DKBIT_GROUPED_SPEC=1 -DKBIT_SPEC_TRAP;spec:-DKBIT_GROUPED_SPEC=1" \
+    MS=1 ES=8 KS=4 timeout 100 python3 profiling/moe_ab.py --out "$W" > "$W/moe_trap35.log" 2>&1
+  echo "exit $?"; grep -vE "^\s*$" "$W/moe_trap35.log" | tail -12
+fi
 finish_run run35
