@@ -349,20 +349,6 @@ __device__ __forceinline__ uint4 ld_after_wait_v4(const void* p) {
                  : "memory");
     return v;
 }
-// A relaxed gpu-scope load for a value used only as a hint (a speculative prefetch address): no ordering, may
-// see a stale value while another grid writes it; a volatile asm, so the compiler neither caches nor drops it.
-__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
-    int v;
-    asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-// A load at L2 (ld.global.cg: no L1 line is read or kept), after griddepcontrol.wait: what the previous grid
-// wrote, even where this SM's L1 holds the line from a read before the wait.
-__device__ __forceinline__ int ld_l2(const int* p) {
-    int v;
-    asm volatile("ld.global.cg.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 // L2 prefetch of the line holding p.  PTX prefetches are hints with no effect on the memory
 // model: a later load returns what it would have returned without one.  So a safe-PDL kernel
 // may prefetch its weights before griddepcontrol.wait: if the previous grid writes them, the

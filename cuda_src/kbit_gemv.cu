@@ -73,27 +73,15 @@ __device__ __forceinline__ void build_default_lut(u32* lut, float* cb_s, unsigne
 // 0..3 / 4..7 the A rows of those halves (the cross terms are never read).  Half as many
 // columns per group: gate/up's 320 groups on 132 SMs leave 3 on some SMs and 2 on others,
 // its 640 half-width ones 5 and 4.
-// The grouped kernel's guess of a slot's ids (KBIT_GROUPED_SPEC): on = the block runs on the guess (e, r0, r1, read
-// before the wait); gemv_block reads the ids (ids[0], offs[0], offs[1]) once its weights are requested and checks
-// them against the guess before it computes anything.
-struct SpecIds {
-    bool on = false;
-    int e = 0, r0 = 0, r1 = 0;
-    const int* ids = nullptr;
-    const int* offs = nullptr;
-};
-// PF_ONLY: only the first pf_steps ring steps' L2 prefetches of the block's first group, nothing else (the grouped
-// kernel's speculative prefetch, KBIT_GROUPED_SPEC).
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0,
-          bool SLICES = false, bool CBD = false, bool C8 = false, bool PF_ONLY = false>
-__device__ __forceinline__ bool gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
+          bool SLICES = false, bool CBD = false, bool C8 = false>
+__device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
                                            int grp_stride, int ngroups, bool pdl = false,
                                            const int* __restrict__ a_rows = nullptr, int a_nrows = 0,
                                            bool safe_pf = false, bool lut_ready = false,
-                                           const float* __restrict__ tscale_late = nullptr, int pf_steps = D,
-                                           SpecIds spec = SpecIds{}) {
+                                           const float* __restrict__ tscale_late = nullptr, int pf_steps = D) {
     extern __shared__ __align__(16) unsigned char smem[];
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) {
@@ -191,10 +179,6 @@ __device__ __forceinline__ bool gemv_block(const T* __restrict__ A, const u32* _
     // LATE another 3-5 % where its registers cost no occupancy; profiling/NOTES.md).
     // Single-group blocks re-read blockIdx instead of keeping the group in a register.
     int grp = grp0;  // the launchers keep grid.x <= ngroups
-    if constexpr (PF_ONLY) {
-        prefetch_group(MULTI ? grp0 : (int)blockIdx.x * ny + ty);
-        return true;
-    }
     // CBD and safe PDL: the default codebook's levels are immediates, so the pair table (shared
     // memory only) is built before the wait as well, off the path after it (k = 5 gate/up: its
     // 64 KB table took ~1.5 us, profiling/NOTES.md tenth session).
@@ -209,12 +193,6 @@ __device__ __forceinline__ bool gemv_block(const T* __restrict__ A, const u32* _
     // weight too, so it is read here rather than by the caller
     if (tscale_late) tensor_scale = ld_after_wait(tscale_late);
     start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
-    int spec_ids[3] = {0, 0, 0};  // the ids a guess is checked against (spec.on), read behind the weights
-    if (spec.on) {
-        spec_ids[0] = ld_l2(spec.ids);
-        spec_ids[1] = ld_l2(spec.offs);
-        spec_ids[2] = ld_l2(spec.offs + 1);
-    }
 // Experiment hook: the whole ring requested before the prologue.  H100, 2026-11-25 (after the
 // absmax fix): k = 4 M = 1 TOTAL 3 % slower, k = 2 / 5 equal, with PDL 1 % faster (run14.sh ring).
 #ifdef KBIT_EXPERIMENT_RING_EARLY
@@ -286,14 +264,6 @@ __device__ __forceinline__ bool gemv_block(const T* __restrict__ A, const u32* _
         }
         cp_async_wait<0>();
         __syncthreads();
-        // A guess of the ids (spec) is checked here, where its weights are in flight and the ids read after them
-        // have had the prologue to arrive; a wrong guess computes nothing and stores nothing.
-        if (spec.on && (spec_ids[0] != spec.e || spec_ids[1] != spec.r0 || spec_ids[2] != spec.r1)) {
-#ifdef KBIT_SPEC_TRAP  // probe: a wrong guess traps (run35.sh trap)
-            __trap();
-#endif
-            return false;
-        }
         // A next grid launched as our programmatic dependent may start its prologue now.
         // Only after our own wait: so no grid two back can still be running when it reads
         // its weights (it reads A only after its own wait, i.e. after we completed).
@@ -397,7 +367,6 @@ __device__ __forceinline__ bool gemv_block(const T* __restrict__ A, const u32* _
 #endif
         if (MULTI) __syncthreads();  // red is rewritten by the next group
     } while (MULTI && grp < ngroups);
-    return true;
 }
 
 // No register cap below the hardware's: k = 4 takes 80 registers (three 256-thread
@@ -446,14 +415,6 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 #ifndef KBIT_GROUPED_LATE
 #define KBIT_GROUPED_LATE (K == 5)
 #endif
-// Experiment hook (profiling/run35.sh spec): the wait-first mode (pdl 1, ids maybe from the previous grid)
-// L2-prefetches the first weights of the expert its ids name before the wait, as the safe early mode does.
-#ifndef KBIT_GROUPED_SPEC
-#define KBIT_GROUPED_SPEC 0
-#endif
-#ifndef KBIT_GROUPED_SPEC_RELAXED
-#define KBIT_GROUPED_SPEC_RELAXED 0
-#endif
 template <int K, typename T, int MT, int AMODE, bool SL, bool CBD>
 __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const u32* __restrict__ packed,
                                                   const u8* __restrict__ absmax, const float* __restrict__ codebook,
@@ -480,14 +441,6 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
 #ifdef KBIT_GROUPED_SAFE_EARLY_WAITFIRST  // experiment hook (run35.sh swf): the safe early mode waiting at entry
     if (pdl == KBIT_GROUPED_SAFE_EARLY) griddep_wait();
 #endif
-    const int slot = blockIdx.y;
-    // KBIT_GROUPED_SPEC (wait-first mode): a guess of the slot's ids, read relaxed before the wait (the previous
-    // grid may still be writing them: a guess may be stale).  A valid guess L2-prefetches its first weights before
-    // the wait and runs the block right after it, while the ids read after the wait are in flight; gemv_block
-    // checks them against the guess before computing (SpecIds), and a wrong guess runs the block again on them.
-    // So the result never depends on the guess; ids written before this kernel started (a routing kernel that
-    // has finished, fixed ids) make it right, which saves the ids' round trip after the wait.
-    SpecIds spec;
     if (pdl == 1) {
         if (CBD) {
             extern __shared__ __align__(16) unsigned char smem_g[];
@@ -496,73 +449,35 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
                                         block_tid<SL>());
             __syncthreads();
         }
-        if (KBIT_GROUPED_SPEC) {
-#if KBIT_GROUPED_SPEC_RELAXED  // (A/B: the guess by relaxed gpu-scope loads)
-            spec.e = ld_relaxed_gpu(expert_ids + slot);
-            spec.r0 = ld_relaxed_gpu(offsets + slot);
-            spec.r1 = ld_relaxed_gpu(offsets + slot + 1);
-#else
-            spec.e = ld_after_wait(expert_ids + slot);
-            spec.r0 = ld_after_wait(offsets + slot);
-            spec.r1 = ld_after_wait(offsets + slot + 1);
-#endif
-            spec.on = spec.e >= 0 && spec.e < E && spec.r0 >= 0 && spec.r1 > spec.r0 && spec.r1 <= rows;
-            if (spec.on)
-                gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL,
-                           CBD, false, true>(A, packed + spec.e * wpe, absmax + spec.e * ape, codebook, C, 1, N, Kdim,
-                                             0.f, blockIdx.x, gridDim.x, (N + 15) / 16, false, nullptr, 0, true, false,
-                                             nullptr, 1);
-        }
         griddep_wait_release();
     }
-    spec.ids = expert_ids + slot;
-    spec.offs = offsets + slot;
+    const int slot = blockIdx.y;
+    const int e = ld_after_wait(expert_ids + slot), r0 = ld_after_wait(offsets + slot),
+              r1 = ld_after_wait(offsets + slot + 1);
+    if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {
+        if (threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0)
+            report_err(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS, early_ids);
+        return;
+    }
+    if (r1 - r0 > max_tokens && threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0)
+        report_err(err, KBIT_ERR_MAX_TOKENS, early_ids);
+    // A block with no rows still waits: were every block to exit unwaited, the next grid (which
+    // reads weights before its wait with pdl 1 / 2) could start while the one before us runs.
+    if (early_ids && r1 == r0) griddep_wait();
     const bool safe_early = pdl == KBIT_GROUPED_SAFE_EARLY;
     // AMODE 1 (the row gather fused in): sorted row r is A's row a_rows[r]; AMODE 2: A's rows
     // are [gate | up] (2 Kdim) and the kernel multiplies silu(gate) * up (kbitcupy/moe.py)
     // Passes of at most max_tokens rows: the launch reserves shared memory for that many staged A rows
     // (kbitcupy.gemv.grouped_plan), so small plans fit more blocks per SM.
     const int chunk = min(8 * MT, max(1, max_tokens));
-    for (;;) {  // one pass, or two where a guess was wrong
-        int e, r0, r1;
-        if (spec.on) {
-            e = spec.e, r0 = spec.r0, r1 = spec.r1;
-        } else {
-            // (with a guess read before the wait, at L2: this SM's L1 may hold the guess's lines)
-            if (KBIT_GROUPED_SPEC && pdl == 1) {
-                e = ld_l2(expert_ids + slot), r0 = ld_l2(offsets + slot), r1 = ld_l2(offsets + slot + 1);
-            } else {
-                e = ld_after_wait(expert_ids + slot), r0 = ld_after_wait(offsets + slot),
-                r1 = ld_after_wait(offsets + slot + 1);
-            }
-            if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {
-                if (threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0)
-                    report_err(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS, early_ids);
-                return;
-            }
-            // A block with no rows still waits: were every block to exit unwaited, the next grid (which
-            // reads weights before its wait with pdl 1 / 2) could start while the one before us runs.
-            if (early_ids && r1 == r0) griddep_wait();
-        }
-        // the tensor scale after the wait where e may be a guess (a plain load of it could be hoisted above)
-        const bool ts_late = safe_early || spec.on;
-        bool ok = true;
-        for (int c0 = r0; c0 < r1 && ok; c0 += chunk) {
-            // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
-            ok = gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL,
-                            CBD>(
-                AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
-                codebook, C + (long)c0 * N, min(chunk, r1 - c0), N, Kdim, ts_late ? 0.f : tscale[e], blockIdx.x,
-                gridDim.x, (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows,
-                safe_early && c0 == r0, lut_ready, ts_late ? tscale + e : nullptr, 1, spec);
-            __syncthreads();
-        }
-        if (ok) {
-            if (r1 - r0 > max_tokens && threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0)
-                report_err(err, KBIT_ERR_MAX_TOKENS, early_ids);
-            return;
-        }
-        spec.on = false;  // the guess was wrong: again on the ids read after the wait
+    for (int c0 = r0; c0 < r1; c0 += chunk) {
+        // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
+        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL, CBD>(
+            AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
+            codebook, C + (long)c0 * N, min(chunk, r1 - c0), N, Kdim, safe_early ? 0.f : tscale[e], blockIdx.x,
+            gridDim.x, (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows,
+            safe_early && c0 == r0, lut_ready, safe_early ? tscale + e : nullptr, 1);
+        __syncthreads();
     }
 }
 

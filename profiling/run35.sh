@@ -107,6 +107,10 @@ fi
 # STEP=trap: whether the spec form's guess check fails in the benchmark (where the ids never change): the third form
 #   with a trap on a wrong guess (-DKBIT_SPEC_TRAP), moe_dn and gate/up fused at 8 experts, 1 token.  A trap (launch
 #   failure) means the check fails there, which would explain why it was no faster than the default mode.
+#   Got (swf35.log, second part): no trap; trap / spec columns 7.13 / 7.10 (gate/up fused) and 4.76 / 4.80 us (down)
+#   against the stable mode's ~6.3 / ~4.0: the guess is right and the block runs the stable mode's work, at the
+#   default mode's speed.  Open.  The hook is removed again (the tree's kernels are e2c3963's); the code is in
+#   profiling/patches/session29-grouped-spec.patch (+ the trap lines above the check's return).
 if [ "$STEP" = trap ]; then
   MOE_GEMV=0 MOE_MMA=0 MOE_VARIANTS="trap:-DKBIT_GROUPED_SPEC=1 -DKBIT_SPEC_TRAP;spec:-DKBIT_GROUPED_SPEC=1" \
     MS=1 ES=8 KS=4 timeout 100 python3 profiling/moe_ab.py --out "$W" > "$W/moe_trap35.log" 2>&1
