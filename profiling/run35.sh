@@ -116,4 +116,14 @@ if [ "$STEP" = trap ]; then
     MS=1 ES=8 KS=4 timeout 100 python3 profiling/moe_ab.py --out "$W" > "$W/moe_trap35.log" 2>&1
   echo "exit $?"; grep -vE "^\s*$" "$W/moe_trap35.log" | tail -12
 fi
+# STEP=tree: the guess form measured as the package runs it (not as a moe_ab variant): tree ab_prev (git-ignored,
+#   carried) = this tree with profiling/patches/session29-grouped-spec.patch applied to 6047d0e's kernels and the
+#   hook on; against this tree, MoE k = 4, 8 / 10 experts, 1 / 4 tokens, Grouped and Grouped:stable.
+if [ "$STEP" = tree ]; then
+  for t in main:. spec:ab_prev; do
+    WARM="gemv" AB_TIMEOUT=80 tree_bench ${t#*:} ${t%%:*} "$W" spec35t --shapes moe --k 4 --moe-M 1,4 --experts 8,10 \
+        --columns Grouped,Grouped:stable --reps 15
+    echo "== ${t%%:*}"; grep -E "^\| (moe_dn|moe_gu_fused|TOTAL) " "$W/spec35t_${t%%:*}.log"
+  done
+fi
 finish_run run35
