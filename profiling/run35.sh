@@ -119,6 +119,9 @@ fi
 # STEP=tree: the guess form measured as the package runs it (not as a moe_ab variant): tree ab_prev (git-ignored,
 #   carried) = this tree with profiling/patches/session29-grouped-spec.patch applied to 6047d0e's kernels and the
 #   hook on; against this tree, MoE k = 4, 8 / 10 experts, 1 / 4 tokens, Grouped and Grouped:stable.
+#   Got (swf35.log, third part): the same as the variants.  1 token TOTAL (Grouped / Grouped:stable) 8 experts main
+#   11.61 / 10.18, spec 11.75 / 10.64 us; 10 experts 13.85 / 12.47, 13.59 / 12.65; 4 tokens 11.84 / 10.51, 11.96 /
+#   10.90 and 14.11 / 12.79, 14.16 / 12.95.
 if [ "$STEP" = tree ]; then
   for t in main:. spec:ab_prev; do
     WARM="gemv" AB_TIMEOUT=80 tree_bench ${t#*:} ${t%%:*} "$W" spec35t --shapes moe --k 4 --moe-M 1,4 --experts 8,10 \
