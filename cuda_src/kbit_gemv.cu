@@ -18,12 +18,12 @@
 // s; it supplies A row g of the same block (rows >= M are zeros).
 #include "kbit_pairlut.cuh"
 
-// profiling/gemv_trace.py builds with -DKBIT_TRACE: per-block timeline in a global
-// buffer (clock64 per SM; globaltimer at entry and exit to align blocks).
+// profiling/gemv_trace.py (and grouped_trace.py) build with -DKBIT_TRACE: per-block timeline in a global
+// buffer (clock64 per SM; globaltimer at entry and exit to align blocks), row = the linear block index.
 #ifdef KBIT_TRACE
 #define KBIT_TRACE_STRIDE 64
 __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
-#define KTR(i, v) kbit_trace[(long)blockIdx.x * KBIT_TRACE_STRIDE + (i)] = (v)
+#define KTR(i, v) kbit_trace[((long)blockIdx.y * gridDim.x + blockIdx.x) * KBIT_TRACE_STRIDE + (i)] = (v)
 #endif
 
 // A block's threads and the caller's linear index: 1-D blocks, or (SLICES) blockDim.y slices
@@ -188,6 +188,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
         if (CBD) build_default_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
         griddep_wait_release();
+#ifdef KBIT_TRACE
+        if (threadIdx.x == 0 && ty == 0) KTR(48, probe_gtime());
+#endif
     }
     // tscale_late (the grouped kernel's safe early mode, waited by now): the tensor scale is a
     // weight too, so it is read here rather than by the caller
@@ -438,6 +441,9 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // is staged later, hence the barrier.
     const bool lut_ready = CBD && pdl == 1;
     const bool early_ids = pdl == 2 || pdl == KBIT_GROUPED_SAFE_EARLY;  // not waited yet
+#ifdef KBIT_TRACE  // (grouped_trace.py) 47: the block's entry, 48: its wait passed (globaltimer)
+    if (threadIdx.x == 0 && threadIdx.y == 0) KTR(47, probe_gtime());
+#endif
 #ifdef KBIT_GROUPED_SAFE_EARLY_WAITFIRST  // experiment hook (run35.sh swf): the safe early mode waiting at entry
     if (pdl == KBIT_GROUPED_SAFE_EARLY) griddep_wait();
 #endif
@@ -450,6 +456,9 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
             __syncthreads();
         }
         griddep_wait_release();
+#ifdef KBIT_TRACE
+        if (threadIdx.x == 0 && threadIdx.y == 0) KTR(48, probe_gtime());
+#endif
     }
     const int slot = blockIdx.y;
     const int e = ld_after_wait(expert_ids + slot), r0 = ld_after_wait(offsets + slot),
