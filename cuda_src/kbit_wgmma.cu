@@ -797,7 +797,7 @@ __device__ __forceinline__ void work_coords(int i, int m_tiles, int k_splits, in
 #define KBIT_WG_K23_ROW256 1
 #endif
 #define KBIT_WG_DENSE_LC(K, TOK) \
-    ((KBIT_WG_K4_ROW256 && (K) == 4 && (TOK) >= 128) || (KBIT_WG_K23_ROW256 && (K) <= 3) ? 6 : -1)
+    ((KBIT_WG_K4_ROW256 && (K) == 4 && (TOK) >= 128) || (KBIT_WG_K23_ROW256 && (K) <= 3) ? 6 : -1)  // host: wgmma.dense_lc
 // The dense kernel's workspace-sum loads in flight at TOK = 64 (experiment hook, run28.sh sumch: 8 halves
 // the last CTA's L2 round trips at 8 splits -- dense down M = 64, 3.97 us from the main loop's end,
 // wgtrace28b -- at 116 registers under CUDA 13, where the grouped kernel would take 156 and lose its second

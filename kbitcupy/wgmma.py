@@ -126,7 +126,6 @@ WGMMA = register("wgmma", Family("kbit_wgmma.cu", _instances(), group_of=_group_
                                  options=tuple(os.environ.get("KBIT_WGMMA_OPTS", "").split()), arch="sm_90a"))
 
 
-
 _SUPPORTED: dict = {}
 
 
@@ -141,11 +140,16 @@ def supported(dev_id: int) -> bool:
 
 
 # ----------------------------------------------------------------------------- sizes
-# The dense k = 4 kernels at TOK >= 128 build their pair table with 64 copies (256-byte rows: one PRMT a lookup's
-# offset; KBIT_WG_K4_ROW256 in the .cu, -DKBIT_WG_K4_ROW256=0 in KBIT_WGMMA_OPTS the 32-copy A/B)
+# The dense kernels' pair table at 64 copies (256-byte rows: one PRMT a lookup's offset) for k = 4 at TOK >= 128 and
+# k = 2 / 3 at every TOK; -DKBIT_WG_K4_ROW256=0 / -DKBIT_WG_K23_ROW256=0 in KBIT_WGMMA_OPTS the 32-copy A/Bs.
 K4_ROW256 = "-DKBIT_WG_K4_ROW256=0" not in WGMMA.options
-# the same for k = 2 / 3 at every TOK (-DKBIT_WG_K23_ROW256=0 the A/B)
 K23_ROW256 = "-DKBIT_WG_K23_ROW256=0" not in WGMMA.options
+
+
+def dense_lc(k: int, tok: int):
+    """The dense kernel's pair-table copies (log2), None for PairLut's default: the host side of the .cu's
+    KBIT_WG_DENSE_LC(K, TOK), which the plan's shared memory must match."""
+    return 6 if (K4_ROW256 and k == 4 and tok >= 128) or (K23_ROW256 and k <= 3) else None
 
 
 def stage_bytes(k: int, tok: int) -> int:
@@ -405,8 +409,7 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     variant = ("tma_" if tma else "") + ("cbd" if cbd else "")  # instance key prefix ("": the plain kernel)
     p.fn = WGMMA.function((variant.rstrip("_"), k, dtype_name, tok) if variant else (k, dtype_name, tok))
     p.m_tiles = -(-M // tok)
-    if (K4_ROW256 and k == 4 and tok >= 128) or (K23_ROW256 and k <= 3):
-        p.lc = 6  # the kernel's pair table at 64 copies (K4_ROW256, K23_ROW256)
+    p.lc = dense_lc(k, tok)
     p = _finish_plan(p, info, k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
                      f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster, spread=spread, dense=True)
     _PLANS[key] = p

@@ -22,8 +22,9 @@ STRIDE = 64
 
 
 def pct(x):
+    """min / p10 / p50 / p90 / max of x in one line ('(none)' for no values)."""
     x = np.asarray(x, dtype=np.float64)
-    return " ".join(f"{np.percentile(x, p):7.0f}" for p in (0, 10, 50, 90, 100))
+    return " ".join(f"{np.percentile(x, p):7.0f}" for p in (0, 10, 50, 90, 100)) if x.size else "   (none)"
 
 
 def main():

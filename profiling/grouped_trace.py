@@ -32,6 +32,9 @@ from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy._compile import _options, read_source  # noqa: E402
 from kbitcupy.grouped import _err_buffer, quantize_experts  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemv_trace import pct  # noqa: E402
+
 STRIDE = 64  # KBIT_TRACE_STRIDE
 _BUILT = {}
 
@@ -49,11 +52,6 @@ def trace_kernel(key):
 def trace_buffer():
     (_, mod), = _BUILT.values()  # one instantiation per run
     return cp.ndarray((4096 * STRIDE,), cp.uint64, mod.get_global("kbit_trace"))
-
-
-def pct(x):
-    x = np.asarray(x, dtype=np.float64)
-    return " ".join(f"{np.percentile(x, p):7.0f}" for p in (0, 10, 50, 90, 100)) if x.size else "   (none)"
 
 
 def main():

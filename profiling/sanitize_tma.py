@@ -54,7 +54,6 @@ for (N, K, k), dt in (((200, 544, 4), cp.float16), ((136, 160, 5), bfloat16), ((
                 check(f"dense tma k={k} N={N} K={K} M={M} {np.dtype(dt).name} TOK={tok} splits={ks}"
                       f"{' cluster' if cl else ' workspace' if cl is False else ''}", as_f32(out, dt), ref)
 
-
 for (N, K, k), dt in (((1024, 512, 4), cp.float16), ((256, 544, 5), bfloat16)):
     bank = quantize_experts(cp.asarray((rng.standard_normal((6, N, K)) * 0.05).astype(np.float32)), k)
     counts = np.array([40, 0, 17, 64, 3])
