@@ -52,6 +52,27 @@ __device__ __forceinline__ void build_default_lut(u32* lut, float* cb_s, unsigne
     build_block_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
 }
 
+// gemv_block's operands bound late (the grouped kernel's wait-first launch, kbit_gemv_grouped's LB):
+// NoBind = the operands are the arguments; LateBind{f}: f(BindOut&) gives their offsets from the
+// arguments (false: nothing to compute), called once the block's expert-independent set-up (its first
+// group's word offsets included) is done -- the first pass's f waits for the previous grid and reads
+// the slot's expert and rows there.
+struct BindOut {
+    long wbase, abase, aoff, coff;  // packed words, absmax bytes, A and C elements
+    int m, roff;                    // rows, a_rows offset
+    float ts;                       // tensor scale
+};
+struct NoBind {
+    static constexpr bool active = false;
+    __device__ bool operator()(BindOut&) const { return true; }
+};
+template <class F>
+struct LateBind {
+    F f;
+    static constexpr bool active = true;
+    __device__ bool operator()(BindOut& o) const { return f(o); }
+};
+
 // One block computes 16-column groups grp0, grp0 + grp_stride, ... < ngroups of
 // C[M, N] (row stride N) = A[M, K] * W^T, or (SLICES: kbit_gemv, kbit_gemv_grouped_sl)
 // blockDim.y groups side by side: slice y = threadIdx.y computes group blockIdx.x *
@@ -73,15 +94,18 @@ __device__ __forceinline__ void build_default_lut(u32* lut, float* cb_s, unsigne
 // 0..3 / 4..7 the A rows of those halves (the cross terms are never read).  Half as many
 // columns per group: gate/up's 320 groups on 132 SMs leave 3 on some SMs and 2 on others,
 // its 640 half-width ones 5 and 4.
+// Bind: NoBind, or LateBind (above): M is then the rows the shared memory is laid out for and the
+// operands are the arguments plus bind's offsets.
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0,
-          bool SLICES = false, bool CBD = false, bool C8 = false>
+          bool SLICES = false, bool CBD = false, bool C8 = false, class Bind = NoBind>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
                                            int grp_stride, int ngroups, bool pdl = false,
                                            const int* __restrict__ a_rows = nullptr, int a_nrows = 0,
                                            bool safe_pf = false, bool lut_ready = false,
-                                           const float* __restrict__ tscale_late = nullptr, int pf_steps = D) {
+                                           const float* __restrict__ tscale_late = nullptr, int pf_steps = D,
+                                           const Bind& bind = Bind()) {
     extern __shared__ __align__(16) unsigned char smem[];
 #ifdef KBIT_TRACE
     if (threadIdx.x == 0) {
@@ -186,6 +210,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     const bool early_lut = CBD && (safe_pf || lut_ready);
     if (safe_pf) {  // safe PDL: the first weights only prefetched into L2, then the wait
         prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
+
         if (CBD) build_default_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
         griddep_wait_release();
 #ifdef KBIT_TRACE
@@ -195,7 +220,29 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // tscale_late (the grouped kernel's safe early mode, waited by now): the tensor scale is a
     // weight too, so it is read here rather than by the caller
     if (tscale_late) tensor_scale = ld_after_wait(tscale_late);
-    start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
+    if constexpr (Bind::active) {
+        // The first group's word offsets (relative to the expert) before bind (its wait); the opaque asm
+        // keeps them there, off the path from the ids to the first weight loads (thirtieth session).
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            col_ok[c] = slot_start(MULTI ? grp : (int)blockIdx.x * ny + ty, c, woff[c]);
+            asm volatile("" : "+l"(woff[c]));
+        }
+        BindOut b;
+        if (!bind(b)) return;
+        packed += b.wbase;
+        absmax += b.abase;
+        A += b.aoff;
+        C += b.coff;
+        M = b.m;
+        tensor_scale = b.ts;
+        if (AMODE == 1) a_rows += b.roff;
+#pragma unroll
+        for (int j = 0; j < D; j++)
+            if (j < S && (MULTI || j == 0)) load_step(j, j);
+    } else {
+        start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
+    }
 // Experiment hook: the whole ring requested before the prologue.  H100, 2026-11-25 (after the
 // absmax fix): k = 4 M = 1 TOTAL 3 % slower, k = 2 / 5 equal, with PDL 1 % faster (run14.sh ring).
 #ifdef KBIT_EXPERIMENT_RING_EARLY
@@ -418,7 +465,70 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 #ifndef KBIT_GROUPED_LATE
 #define KBIT_GROUPED_LATE (K == 5)
 #endif
+// Ring steps the safe early mode L2-prefetches before its wait (an experiment hook: 0 = none).
+#ifndef KBIT_GROUPED_PF_STEPS
+#define KBIT_GROUPED_PF_STEPS 1
+#endif
+// The wait-first launch (pdl 1; kbit_gemv_grouped's LB instantiation, kbitcupy.gemv.grouped_gemv): the wait
+// and the ids read inside gemv_block (LateBind), after its expert-independent set-up.  In the order wait -> ids
+// -> gemv_block that set-up (~180 instructions a warp, a division among them) ran between the ids' arrival and
+// the first weight loads (SASS, profiling/grouped_trace.py).  An instantiation of its own: the same code as a
+// runtime branch of one kernel moved the other modes' schedule (k = 4 stable mode +0.5 us a kernel).  H100,
+// 2026-11-27 (thirtieth session, moe_lb37.log, k = 2..5, 8 / 10 experts, 1 / 4 / 8 tokens, gate/up fused +
+// down): 0.3-0.9 us faster per pair, k = 4 1 token 11.70 / 13.91 -> 11.39 / 13.38 us.
 template <int K, typename T, int MT, int AMODE, bool SL, bool CBD>
+__device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const u32* __restrict__ packed,
+                                                  const u8* __restrict__ absmax, const float* __restrict__ codebook,
+                                                  const float* __restrict__ tscale, const int* __restrict__ expert_ids,
+                                                  const int* __restrict__ offsets, T* __restrict__ C, int N, int Kdim,
+                                                  int E, int rows, long long wpe, long long ape, int max_tokens,
+                                                  int* __restrict__ err, const int* __restrict__ a_rows, int a_nrows) {
+    const int slot = blockIdx.y, chunk = min(8 * MT, max(1, max_tokens));  // rows per pass
+    const bool rep = threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0;  // reports errors
+    int e = 0, r0 = 0, r1 = 0, c0 = 0;
+    bool first = true, ok = false;
+    auto bind = [&](BindOut& o) {
+        if (first) {
+            first = false;
+            griddep_wait_release();
+#ifdef KBIT_TRACE
+            if (threadIdx.x == 0 && threadIdx.y == 0) KTR(48, probe_gtime());
+#endif
+            e = ld_after_wait(expert_ids + slot);
+            r0 = ld_after_wait(offsets + slot);
+            r1 = ld_after_wait(offsets + slot + 1);
+            if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {
+                if (rep) report_err(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS, false);
+                return false;
+            }
+            if (r1 - r0 > max_tokens && rep) report_err(err, KBIT_ERR_MAX_TOKENS, false);
+            c0 = r0;
+        }
+        ok = c0 < r1;  // (a slot with no rows: nothing; it has waited)
+        if (!ok) return false;
+        o.wbase = e * wpe;
+        o.abase = e * ape;
+        o.aoff = AMODE == 1 ? 0 : (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim);
+        o.coff = (long)c0 * N;
+        o.m = min(chunk, r1 - c0);
+        o.roff = c0;
+        o.ts = tscale[e];  // (after the wait: e is read there)
+        return true;
+    };
+    // one inline of gemv_block for every pass (the base operands; bind adds each pass's offsets)
+    while (true) {
+        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL, CBD,
+                   false, LateBind<decltype(bind)>>(
+            A, packed, absmax, codebook, C, chunk, N, Kdim, 0.f, blockIdx.x, gridDim.x, (N + 15) / 16, false,
+            AMODE == 1 ? a_rows : nullptr, a_nrows, false, CBD, nullptr, 1, LateBind<decltype(bind)>{bind});
+        if (!ok) return;
+        c0 += chunk;
+        if (c0 >= r1) return;  // (block-uniform)
+        __syncthreads();
+    }
+}
+
+template <int K, typename T, int MT, int AMODE, bool SL, bool CBD, bool LB>
 __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const u32* __restrict__ packed,
                                                   const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                                   const float* __restrict__ tscale, const int* __restrict__ expert_ids,
@@ -444,6 +554,18 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
 #ifdef KBIT_TRACE  // (grouped_trace.py) 47: the block's entry, 48: its wait passed (globaltimer)
     if (threadIdx.x == 0 && threadIdx.y == 0) KTR(47, probe_gtime());
 #endif
+    if constexpr (LB) {  // the wait-first launch's instantiation: only that (one inline of gemv_block)
+        if (CBD) {
+            extern __shared__ __align__(16) unsigned char smem_lb[];
+            build_default_lut<K, T, SL>(reinterpret_cast<u32*>(smem_lb),
+                                        reinterpret_cast<float*>(smem_lb + PairLut<K>::WORDS * 4), block_threads<SL>(),
+                                        block_tid<SL>());
+            __syncthreads();
+        }
+        grouped_gemv_late<K, T, MT, AMODE, SL, CBD>(A, packed, absmax, codebook, tscale, expert_ids, offsets, C, N, Kdim,
+                                                    E, rows, wpe, ape, max_tokens, err, a_rows, a_nrows);
+        return;
+    }
 #ifdef KBIT_GROUPED_SAFE_EARLY_WAITFIRST  // experiment hook (run35.sh swf): the safe early mode waiting at entry
     if (pdl == KBIT_GROUPED_SAFE_EARLY) griddep_wait();
 #endif
@@ -485,7 +607,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
             AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
             codebook, C + (long)c0 * N, min(chunk, r1 - c0), N, Kdim, safe_early ? 0.f : tscale[e], blockIdx.x,
             gridDim.x, (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows,
-            safe_early && c0 == r0, lut_ready, safe_early ? tscale + e : nullptr, 1);
+            safe_early && c0 == r0, lut_ready, safe_early ? tscale + e : nullptr, KBIT_GROUPED_PF_STEPS);
         __syncthreads();
     }
 }
@@ -497,10 +619,12 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
         long long ape, int max_tokens, int *__restrict__ err, int pdl, const int *__restrict__ a_rows, int a_nrows
 #define KBIT_GROUPED_PASS A, packed, absmax, codebook, tscale, expert_ids, offsets, C, N, Kdim, E, rows, wpe, ape, \
                           max_tokens, err, pdl, a_rows, a_nrows
-// CBD: the default codebook compiled in (as kbit_gemv's; the bank's default_codebook).
-template <int K, typename T, int MT, int AMODE, bool CBD = false>
+// CBD: the default codebook compiled in (as kbit_gemv's; the bank's default_codebook).  LB: the instantiation
+// for the wait-first launch (grouped_gemv_late whatever pdl says: it waits first, which is correct in every
+// mode; the host runs it for pdl 1 only).
+template <int K, typename T, int MT, int AMODE, bool CBD = false, bool LB = false>
 __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS) kbit_gemv_grouped(KBIT_GROUPED_ARGS) {
-    grouped_gemv_body<K, T, MT, AMODE, false, CBD>(KBIT_GROUPED_PASS);
+    grouped_gemv_body<K, T, MT, AMODE, false, CBD, LB>(KBIT_GROUPED_PASS);
 }
 // The slices form (grouped_plan's gpb).  At most 128 registers, so its 16-warp blocks launch
 // (uncapped it would take more).  KBIT_GROUPED_SL_MAXNREG=80 (an experiment: three 256-thread
@@ -517,9 +641,9 @@ __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS) kbit_gemv_grouped(KBIT_GR
 #define KBIT_GROUPED_SLW_MAXNREG 96
 #endif
 #define KBIT_GROUPED_SLICES_KERNEL(NAME, MAXNREG)                                  \
-    template <int K, typename T, int MT, int AMODE, bool CBD = false>             \
+    template <int K, typename T, int MT, int AMODE, bool CBD = false, bool LB = false> \
     __global__ void __maxnreg__(MAXNREG) NAME(KBIT_GROUPED_ARGS) {                \
-        grouped_gemv_body<K, T, MT, AMODE, true, CBD>(KBIT_GROUPED_PASS);          \
+        grouped_gemv_body<K, T, MT, AMODE, true, CBD, LB>(KBIT_GROUPED_PASS);      \
     }
 KBIT_GROUPED_SLICES_KERNEL(kbit_gemv_grouped_sl, KBIT_GROUPED_SL_MAXNREG)
 KBIT_GROUPED_SLICES_KERNEL(kbit_gemv_grouped_slw, KBIT_GROUPED_SLW_MAXNREG)

@@ -77,13 +77,26 @@ def _instances():
                         if k in SLW_KS and mt == 1:
                             inst[("grouped_slw", k, t, mt, am, cbd)] = (
                                 f"kbit_gemv_grouped_slw<{k}, {CTYPE[t]}, {mt}, {am}{tail}")
+    # each grouped kernel's LB instantiation: the one the wait-first launch runs (grouped_gemv)
+    for key, name in list(inst.items()):
+        if key[0] in GROUPED_KINDS:
+            inst[lb_key(key)] = name[:-1].removesuffix(", true") + f", {b(key[-1])}, true>"
     return inst
 
 
+# The grouped GEMV's kernel kinds (family keys (kind, k, dtype, ..., cbd)); kind + "_lb" is the same kernel's
+# LB instantiation (kbit_gemv_grouped's LB: the wait and the ids read inside the first pass, after its
+# expert-independent set-up), which the wait-first launch runs.
+GROUPED_KINDS = ("grouped", "grouped_fused", "grouped_sl", "grouped_slw")
+
+
+def lb_key(key: tuple) -> tuple:
+    """The family key of grouped kernel ``key``'s LB instantiation."""
+    return (key[0] + "_lb",) + tuple(key[1:])
+
+
 GEMV = register("gemv", Family("kbit_gemv.cu", _instances(),
-                               group_of=lambda key: key[:3] if key[0] in ("grouped", "grouped_fused", "grouped_sl",
-                                                                          "grouped_slw")
-                               else key[:2]))
+                               group_of=lambda key: key[:3] if str(key[0]).startswith("grouped") else key[:2]))
 
 # Hopper has 132 SMs; the plan aims for enough warps to keep ~all weight bytes in flight.
 TARGET_WARPS = 132 * 24
@@ -417,19 +430,27 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
         ov = dict(plan_override or ())
         ov.setdefault("sms", _sm_count(key[0]))
         plan_ = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
-        fn = (kernel or GEMV.function)(grouped_kernel_key(bank.k, tname, amode, cbd, plan_, n_slots, ov["sms"]))
+        kkey = grouped_kernel_key(bank.k, tname, amode, cbd, plan_, n_slots, ov["sms"])
+        fn, fn_lb = ((kernel or GEMV.function)(kk) for kk in (kkey, lb_key(kkey)))
         warps, _, smem, tiles, gpb = plan_
-        if fn.max_dynamic_shared_size_bytes < smem:
-            fn.max_dynamic_shared_size_bytes = smem
+        for f in (fn, fn_lb):
+            if f.max_dynamic_shared_size_bytes < smem:
+                f.max_dynamic_shared_size_bytes = smem
         ov.setdefault("resident", resident_blocks(fn, warps * 32 * max(gpb, 1), smem, key[0]))
         warps, gx, smem, tiles, gpb = grouped_plan(N, K, bank.k, n_slots, max_tokens, **ov)
-        cfg = _GLAUNCH[key] = (fn, (warps * 32, max(gpb, 1)), gx, smem, gx * n_slots <= ov["resident"])
-    fn, block, gx, smem, one_wave = cfg
+        one_wave = gx * n_slots <= ov["resident"]
+        # the wait-first launch's kernel, where its grid is one wave as well (else PDL is off anyway)
+        if not one_wave or resident_blocks(fn_lb, warps * 32 * max(gpb, 1), smem, key[0]) < gx * n_slots:
+            fn_lb = fn
+        cfg = _GLAUNCH[key] = (fn, fn_lb, (warps * 32, max(gpb, 1)), gx, smem, one_wave)
+    fn, fn_lb, block, gx, smem, one_wave = cfg
     # PDL only where the grid is one wave: later waves cannot start early, and every block
     # would pay the PDL order (A staged after the table build instead of during it).  H200,
     # 2026-11-24 (MoE layer step, k = 4): T = 1 (10 experts, one wave) 25.2 -> 22.8 us,
     # T = 32 (242 experts, several waves) 319 -> 326 us.
     pdl = _pdl.grouped_mode(key[0], ids_stable, safe_early=True) if one_wave else _pdl.GROUPED_OFF
+    if pdl == _pdl.GROUPED_WAIT:
+        fn = fn_lb
     rows = int(out.shape[0])  # = A's rows unless the gather is fused in
     tail = (np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(rows),
             np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert), np.int32(max_tokens), err,

@@ -12,7 +12,8 @@ launch overwrites the buffer and a launch's blocks write after the previous laun
 once that one's blocks have waited), so after a replay it holds the graph's last launch.
 
 Prints per mode: the replay's time per launch (the trace build, a little slower than the kernel), and
-percentiles over blocks (ns) of entry -> wait passed, wait passed -> prologue done / first weights landed /
+percentiles over blocks (ns) of entry -> wait passed, wait passed -> ids read (gemv_block's entry) / weights
+and A requested (slot 46) / prologue done / first weights landed /
 exit, with the launch's spread of entries and of waits passed.
 usage (GPU machine): python3 profiling/grouped_trace.py
 env: SHAPE (moe_dn | moe_gu_fused), E (active experts, 8), M (tokens per expert, 1), KB (bits, 4),
@@ -71,7 +72,7 @@ def main():
     A = (rs.standard_normal((E * M, K), dtype=cp.float32)).astype(cp.float16)
     out = cp.empty((E * M, N), cp.float16)
     offs = cp.arange(0, (E + 1) * M, M, dtype=cp.int32)
-    ids = [cp.asarray(np.asarray(B.moe_launch_experts(r, E, bank_n), np.int32)) for r in range(R)]
+    runs = [(bank, cp.asarray(np.asarray(B.moe_launch_experts(r, E, bank_n), np.int32))) for r in range(R)]
     err = _err_buffer()
     print(f"# {dev['name'].decode()}: {shape} (N={N}, K={K}) k={k}, {E} experts x {M} tokens, {R} launches a graph;"
           f" ns = clock x {nspc:.3f} (nominal clock)")
@@ -79,8 +80,8 @@ def main():
         old = kb.set_pdl(False) if mode == "plain" else None
         try:
             stable = mode == "stable"
-            launch = [lambda i=i: G.grouped_gemv(A, bank, i, offs, out, M, err, kernel=trace_kernel, ids_stable=stable)
-                      for i in ids]
+            launch = [lambda b=b, i=i: G.grouped_gemv(A, b, i, offs, out, M, err, kernel=trace_kernel,
+                                                      ids_stable=stable) for b, i in runs]
             s = cp.cuda.Stream(non_blocking=True)
             with s:
                 launch[0]()
@@ -120,6 +121,8 @@ def main():
         print(f"{'entry, from the first block entry':40} {pct(entry - entry.min())}")
         print(f"{'wait passed, from the first block entry':40} {pct(waitp[waited] - entry.min())}")
         print(f"{'entry -> wait passed':40} {pct((waitp - entry)[waited])}")
+        print(f"{'wait passed -> ids read (block entry)':40} {pct(g0 - ref)}")
+        print(f"{'wait passed -> loads requested':40} {pct(at(t[:, 46]) - ref)}")
         print(f"{'wait passed -> prologue done':40} {pct(prol - ref)}")
         print(f"{'wait passed -> first step-0 weights':40} {pct(first - ref)}")
         print(f"{'wait passed -> exit':40} {pct(exit_ - ref)}")
