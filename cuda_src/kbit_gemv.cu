@@ -95,9 +95,9 @@ struct LateBind {
 // columns per group: gate/up's 320 groups on 132 SMs leave 3 on some SMs and 2 on others,
 // its 640 half-width ones 5 and 4.
 // Bind: NoBind, or LateBind (above): M is then the rows the shared memory is laid out for and the
-// operands are the arguments plus bind's offsets.
+// operands are the arguments plus bind's offsets.  KEEP (the dense kbit_gemv): see addr_ready.
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0,
-          bool SLICES = false, bool CBD = false, bool C8 = false, class Bind = NoBind>
+          bool SLICES = false, bool CBD = false, bool C8 = false, class Bind = NoBind, bool KEEP = false>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
@@ -208,6 +208,23 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // 64 KB table took ~1.5 us, profiling/NOTES.md tenth session).
     // lut_ready: the caller built it so already (the grouped kernel, kbit_gemv_grouped).
     const bool early_lut = CBD && (safe_pf || lut_ready);
+#ifndef KBIT_GEMV_PF_RECOMPUTE  // experiment hook: the offsets computed again after the wait (until 2026-11-27)
+    // Safe PDL (KEEP: the dense kernel): the first group's word offsets before the wait, opaque so the loads after
+    // it use them (ptxas had computed them again there, ~50 instructions a warp between the wait and the first
+    // weight loads).  H100, 2026-11-27 (thirtieth session, gemv_pfa37.log): dense TOTAL M = 1 k = 2 16.57 -> 16.33
+    // us, k = 4 18.62 -> 18.40, M = 4 -0.4 % / -1.3 %.  Not in the grouped kernels: their stable mode measured slower
+    // with it (with a division-free A staging that cost the dense kernel up to 1 us a shape, not kept).
+    const bool addr_ready = KEEP && safe_pf;
+    if (addr_ready) {
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            col_ok[c] = slot_start(MULTI ? grp : (int)blockIdx.x * ny + ty, c, woff[c]);
+            asm volatile("" : "+l"(woff[c]));
+        }
+    }
+#else
+    const bool addr_ready = false;
+#endif
     if (safe_pf) {  // safe PDL: the first weights only prefetched into L2, then the wait
         prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
 
@@ -237,6 +254,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         M = b.m;
         tensor_scale = b.ts;
         if (AMODE == 1) a_rows += b.roff;
+#pragma unroll
+        for (int j = 0; j < D; j++)
+            if (j < S && (MULTI || j == 0)) load_step(j, j);
+    } else if (addr_ready) {
 #pragma unroll
         for (int j = 0; j < D; j++)
             if (j < S && (MULTI || j == 0)) load_step(j, j);
@@ -439,7 +460,7 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
               int pdl) {
     // KBIT_PDL_SAFE(_PF1): wait before any load, the first D (one) ring steps prefetched into L2 before it
-    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD, C8>(A, packed, absmax, codebook, C, M, N,
+    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD, C8, NoBind, true>(A, packed, absmax, codebook, C, M, N,
                                         Kdim, tensor_scale, blockIdx.x, gridDim.x, C8 ? (N + 7) / 8 : (N + 15) / 16, pdl == 1,
                                         nullptr, 0, pdl == KBIT_PDL_SAFE || pdl == KBIT_PDL_SAFE_PF1, false, nullptr,
                                         pdl == KBIT_PDL_SAFE_PF1 ? 1 : D);

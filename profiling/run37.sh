@@ -132,4 +132,42 @@ if [ "$STEP" = lbv ]; then
       --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final52 > "$W/bench_moe52.log" 2>&1
   grep -E "TOTAL|as moe_forward" "$W/bench_moe52.log" | head -40
 fi
+#   Got (gpu_tests_lb37.log, lbv): 227 GPU tests passed (test_pdl_gpu + test_grouped_gpu, 334 s); memcheck / racecheck /
+#   synccheck over sanitize_grouped_lb.py 48 checks each, 0 errors; moe-final52 (k = 4): moe_forward 1 / 2 / 4 tokens
+#   2.02x / 2.02x / 1.97x (8 experts), 2.06x / 2.06x / 2.03x (10); down alone 1.80x / 1.78x at 1 token.
+# STEP=pfa: the same idea in the safe modes' prologue after the wait, dense decode GEMV and the grouped stable mode
+#   (SASS of kbit_gemv k = 4 gate/up: the first group's word offsets computed again after the wait, ~50
+#   instructions, and stage_A's chunk loop dividing by the row's chunks, ~40 more, before A's cp.async): the offsets
+#   kept from before the wait (-DKBIT_GEMV_PF_RECOMPUTE turns it off) and the chunk loop without a division, its
+#   start split before the wait (-DKBIT_GEMV_STAGE_DIV off).  SASS: wait -> first weight load 57 -> 30 lines, wait
+#   -> A's cp.async 170 -> 85.  Expect: the decode GEMV at M = 1 0.05-0.2 us faster a shape (issue 3's k = 2 needs
+#   0.76 us of 16.44 over the five), the grouped stable mode a little.
+if [ "$STEP" = pfa ]; then
+  SHAPES=gateup,down,Q,O,KV KS=2,4 MS=1,4 AB_VARIANTS="old:-DKBIT_GEMV_PF_RECOMPUTE=1 -DKBIT_GEMV_STAGE_DIV=1;addr:-DKBIT_GEMV_STAGE_DIV=1;stage:-DKBIT_GEMV_PF_RECOMPUTE=1" \
+    timeout 300 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_pfa37.log" 2>&1
+  grep -vE "^\s*$" "$W/gemv_pfa37.log" | cut -c1-220 | tail -40
+  MOE_MMA=0 MOE_VARIANTS="old:-DKBIT_GEMV_PF_RECOMPUTE=1 -DKBIT_GEMV_STAGE_DIV=1;stable:+stable=1;old_st:-DKBIT_GEMV_PF_RECOMPUTE=1 -DKBIT_GEMV_STAGE_DIV=1 +stable=1" \
+    MS=1,4 ES=8,10 KS=2,4 timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/moe_pfa37.log" 2>&1
+  grep -E "^(shape|moe_|TOTAL)" "$W/moe_pfa37.log" | tail -30
+fi
+#   Got (gemv_pfa37.log, moe_pfa37.log): dense TOTAL (old = both off, addr = the offsets kept only, stage = the
+#   division-free staging only): k = 2 M = 1 old 16.57, addr 16.33, stage 17.86, both 16.44; k = 4 M = 1 18.62 /
+#   18.40 / 19.98 / 18.77; M = 4 k = 2 19.06 / 18.98 / 19.92 / 18.49, k = 4 20.89 / 20.62 / 22.00 / 20.75.  The staging
+#   change cost up to 1 us a shape (Q), not kept; addr kept for the dense kernel only (KEEP): with both, the grouped
+#   stable mode was 0.2-0.45 us slower a pair.
+# STEP=final: the dense GEMV's GPU tests and memcheck (c8 and slices drivers) with the kept change, its A/B at every k
+#   (old = -DKBIT_GEMV_PF_RECOMPUTE) and the closing M = 1 / 4 table.
+if [ "$STEP" = final ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_gemv37.log" 200 tests/test_gemv_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_gemv37.log" | head
+  sanitize memcheck "$W/memcheck_c8_37.log" 100 profiling/sanitize_c8.py
+  sanitize memcheck "$W/memcheck_slices37.log" 100 profiling/sanitize_slices.py
+  SHAPES=gateup,down,Q,O,KV KS=2,3,4,5 MS=1,2,4 AB_VARIANTS="old:-DKBIT_GEMV_PF_RECOMPUTE=1" \
+    timeout 150 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_final37.log" 2>&1
+  grep -E "^TOTAL" "$W/gemv_final37.log"
+  timeout 110 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul+PDL --reps 15 \
+      --tag final53-m1 > "$W/bench_final53.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_final53.log"
+fi
 finish_run run37
