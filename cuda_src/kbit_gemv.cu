@@ -284,8 +284,22 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     auto stage_A = [&]() {
         const int kpad = KP;
         const int chunks = M * (kpad / 8);
+#ifndef KBIT_GEMV_STAGE_DIV  // (experiment hook: the division as before 2026-11-27)
+        // The dense kernel (KEEP) steps its chunks' rows instead of dividing by the row's chunks (a runtime
+        // division between the wait and A's cp.async).  H100, 2026-11-27 (gemv_nodiv37.log): dense TOTAL M = 1
+        // k = 2 / 3 / 4 / 5 -0.11 / -0.11 / +0.04 / -0.12 us, M = 4 -0.25 / -0.51 / -0.01 / -0.35.
+        for (int c = tid, m = 0, cb = 0; c < chunks; c += nthr) {
+            if (KEEP) {
+                while (c - cb >= kpad / 8) { cb += kpad / 8; m++; }
+            } else {
+                m = c / (kpad / 8);
+                cb = m * (kpad / 8);
+            }
+            const int kk = (c - cb) * 8;
+#else
         for (int c = tid; c < chunks; c += nthr) {
             const int m = c / (kpad / 8), kk = (c % (kpad / 8)) * 8;
+#endif
             uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + kk);
             if constexpr (AMODE == 0) {
                 if (kk < Kdim) cp_async16(dst, A + (long)m * Kdim + kk);

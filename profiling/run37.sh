@@ -170,4 +170,20 @@ if [ "$STEP" = final ]; then
       --tag final53-m1 > "$W/bench_final53.log" 2>&1
   grep -E "^### M|TOTAL" "$W/bench_final53.log"
 fi
+#   Got (gpu_tests_gemv37.log, memcheck_*37.log, gemv_final37.log, final53-m1): 101 GPU tests passed; memcheck c8 99
+#   checks, slices 15, 0 errors; new vs old TOTAL faster at every k and M (k = 2 M = 1 16.58 -> 16.38, k = 4 18.70 ->
+#   18.37, k = 5 27.60 -> 26.71); final53-m1 k = 2 / 3 / 4 / 5 M = 1 2.90x / 2.44x / 2.55x / 1.79x fp16, k = 4 % of SOL
+#   gate/up 81, down 84, Q 90, O 89, linear value 89.
+#   Got (gemv_nodiv37.log): TOTAL M = 1 k = 2 / 3 / 4 / 5 16.37 / 19.23 / 18.35 / 26.61 -> 16.26 / 19.12 / 18.39 / 26.49,
+#   M = 4 18.99 / 21.68 / 20.65 / 28.27 -> 18.74 / 21.17 / 20.64 / 27.92.  Kept as the default (the hook now reads
+#   -DKBIT_GEMV_STAGE_DIV, the old loop).
+# STEP=nodiv: the dense kernel's A staging without its division by the row's chunks, stepped locally (the pinned
+#   precompute of pfa cost registers): -DKBIT_GEMV_STAGE_NODIV (its SASS: wait -> A's cp.async ~20-40 instructions
+#   shorter).  Expect: M = 1 0.02-0.05 us a shape, or nothing.
+if [ "$STEP" = nodiv ]; then  # (since kept: the default; -DKBIT_GEMV_STAGE_DIV gives the old loop)
+  # (ran at 117e60d with AB_VARIANTS="nodiv:-DKBIT_GEMV_STAGE_NODIV=1"; the same A/B now:)
+  SHAPES=gateup,down,Q,O,KV KS=2,3,4,5 MS=1,4 AB_VARIANTS="div:-DKBIT_GEMV_STAGE_DIV=1" \
+    timeout 200 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_nodiv37.log" 2>&1
+  grep -vE "^\s*$" "$W/gemv_nodiv37.log" | cut -c1-150 | tail -48
+fi
 finish_run run37
