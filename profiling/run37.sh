@@ -186,4 +186,19 @@ if [ "$STEP" = nodiv ]; then  # (since kept: the default; -DKBIT_GEMV_STAGE_DIV 
     timeout 200 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_nodiv37.log" 2>&1
   grep -vE "^\s*$" "$W/gemv_nodiv37.log" | cut -c1-150 | tail -48
 fi
+# STEP=close: the tree at the session's end (the dense staging change included): the dense GEMV's GPU tests and memcheck,
+#   the closing M = 1 / 4 table (k = 2..5) and the MoE table (k = 4, 1..16 tokens, 8 / 10 experts).
+if [ "$STEP" = close ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_close37.log" 200 tests/test_gemv_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_close37.log" | head
+  sanitize memcheck "$W/memcheck_c8_close37.log" 100 profiling/sanitize_c8.py
+  sanitize memcheck "$W/memcheck_lb_close37.log" 150 profiling/sanitize_grouped_lb.py
+  timeout 110 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul+PDL --reps 15 \
+      --tag final54-m1 > "$W/bench_final54.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_final54.log"
+  timeout 200 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,2,4,8,16 --experts 8,10 \
+      --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final54 > "$W/bench_moe54.log" 2>&1
+  grep -E "TOTAL|as moe_forward" "$W/bench_moe54.log" | head -40
+fi
 finish_run run37
