@@ -201,4 +201,25 @@ if [ "$STEP" = close ]; then
       --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final54 > "$W/bench_moe54.log" 2>&1
   grep -E "TOTAL|as moe_forward" "$W/bench_moe54.log" | head -40
 fi
+#   Got (close): 101 GPU tests passed, memcheck c8 99 checks / grouped LB 48 checks 0 errors; final54-m1 M = 1 k = 2 / 3 /
+#   4 / 5 2.92x / 2.48x / 2.56x / 1.80x fp16 (16.08 / 18.96 / 18.35 / 26.08 us); moe-final54 moe_forward 1 / 2 / 4
+#   tokens 2.04x / 2.03x / 1.97x (8 experts), 2.05x / 2.06x / 2.03x (10).
+# STEP=cbd: the grouped GEMV with the default codebook compiled in at k = 2 / 4 too (GROUPED_CBD_KS; the eighteenth
+#   session measured it slower there, not understood).  In the LB kernel the codebook's load and the pair table's
+#   build after the wait are on the path to the first step; with CBD the table is built before the wait.  A copy of
+#   the tree with GROUPED_CBD_KS = (2, 3, 4, 5), two alternations.  Expect: the default launch 0.1-0.3 us faster a kernel
+#   at k = 2 / 4 if that path matters.
+if [ "$STEP" = cbd ]; then
+  rm -rf /tmp/cbdtree && mkdir -p /tmp/cbdtree && cp -r kbitcupy cuda_src profiling /tmp/cbdtree/
+  sed -i 's/^GROUPED_CBD_KS = (5,)$/GROUPED_CBD_KS = (2, 3, 4, 5)/' /tmp/cbdtree/kbitcupy/gemv.py
+  grep -n "^GROUPED_CBD_KS" /tmp/cbdtree/kbitcupy/gemv.py
+  for pass in 1 2; do
+    for t in main:$(pwd) cbd:/tmp/cbdtree; do
+      echo "=== pass $pass ${t%%:*}"
+      (cd ${t#*:} && PYTHONPATH=$(pwd) CUPY_CACHE_DIR=/tmp/cupy_cache_${t%%:*} MOE_MMA=0 MOE_VARIANTS="stable:+stable=1" \
+        MS=1,4 ES=8,10 KS=2,4 timeout 150 python3 profiling/moe_ab.py 2>&1 | grep -E "^(moe_|TOTAL)")
+    done
+  done > "$W/moe_cbd37.log" 2>&1
+  cat "$W/moe_cbd37.log"
+fi
 finish_run run37
