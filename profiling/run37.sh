@@ -216,7 +216,7 @@ if [ "$STEP" = cbd ]; then
   for pass in 1 2; do
     for t in main:$(pwd) cbd:/tmp/cbdtree; do
       echo "=== pass $pass ${t%%:*}"
-      (cd ${t#*:} && PYTHONPATH=$(pwd) CUPY_CACHE_DIR=/tmp/cupy_cache_${t%%:*} MOE_MMA=0 MOE_VARIANTS="stable:+stable=1" \
+      (cd ${t#*:} && PYTHONPATH=$(pwd) CUPY_CACHE_DIR=/tmp/cupy_cache_${t%%:*} KBITCUPY_CACHE_DIR=/tmp/kbit_cache_${t%%:*} MOE_MMA=0 MOE_VARIANTS="stable:+stable=1" \
         MS=1,4 ES=8,10 KS=2,4 timeout 150 python3 profiling/moe_ab.py 2>&1 | grep -E "^(moe_|TOTAL)")
     done
   done > "$W/moe_cbd37.log" 2>&1
