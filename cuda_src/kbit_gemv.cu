@@ -504,6 +504,15 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 #ifndef KBIT_GROUPED_PF_STEPS
 #define KBIT_GROUPED_PF_STEPS 1
 #endif
+// The grouped kernels' default-codebook pair table before their wait (CBD: no global load), then a barrier: its
+// level scratch is where A is staged later.
+template <int K, typename T, bool SL>
+__device__ __forceinline__ void grouped_early_lut() {
+    extern __shared__ __align__(16) unsigned char smem_g[];
+    build_default_lut<K, T, SL>(reinterpret_cast<u32*>(smem_g), reinterpret_cast<float*>(smem_g + PairLut<K>::WORDS * 4),
+                                block_threads<SL>(), block_tid<SL>());
+    __syncthreads();
+}
 // The wait-first launch (pdl 1; kbit_gemv_grouped's LB instantiation, kbitcupy.gemv.grouped_gemv): the wait
 // and the ids read inside gemv_block (LateBind), after its expert-independent set-up.  In the order wait -> ids
 // -> gemv_block that set-up (~180 instructions a warp, a division among them) ran between the ids' arrival and
@@ -590,13 +599,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     if (threadIdx.x == 0 && threadIdx.y == 0) KTR(47, probe_gtime());
 #endif
     if constexpr (LB) {  // the wait-first launch's instantiation: only that (one inline of gemv_block)
-        if (CBD) {
-            extern __shared__ __align__(16) unsigned char smem_lb[];
-            build_default_lut<K, T, SL>(reinterpret_cast<u32*>(smem_lb),
-                                        reinterpret_cast<float*>(smem_lb + PairLut<K>::WORDS * 4), block_threads<SL>(),
-                                        block_tid<SL>());
-            __syncthreads();
-        }
+        if (CBD) grouped_early_lut<K, T, SL>();
         grouped_gemv_late<K, T, MT, AMODE, SL, CBD>(A, packed, absmax, codebook, tscale, expert_ids, offsets, C, N, Kdim,
                                                     E, rows, wpe, ape, max_tokens, err, a_rows, a_nrows);
         return;
@@ -605,13 +608,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     if (pdl == KBIT_GROUPED_SAFE_EARLY) griddep_wait();
 #endif
     if (pdl == 1) {
-        if (CBD) {
-            extern __shared__ __align__(16) unsigned char smem_g[];
-            build_default_lut<K, T, SL>(reinterpret_cast<u32*>(smem_g),
-                                        reinterpret_cast<float*>(smem_g + PairLut<K>::WORDS * 4), block_threads<SL>(),
-                                        block_tid<SL>());
-            __syncthreads();
-        }
+        if (CBD) grouped_early_lut<K, T, SL>();
         griddep_wait_release();
 #ifdef KBIT_TRACE
         if (threadIdx.x == 0 && threadIdx.y == 0) KTR(48, probe_gtime());

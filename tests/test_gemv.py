@@ -127,6 +127,15 @@ def test_grouped_plan_an_sms_share_side_by_side():
     assert key(4, 74) == key(2, 74) == key(2, 74, 1024, 2048) == "grouped_slw"
     assert key(5, 74) == key(3, 74) == key(4, 74, 1024, 2048) == key(4, 10) == key(4, 8) == "grouped_sl"
     assert G.grouped_kernel_key(4, "float16", 1, False, G.grouped_plan(2048, 512, 4, 1, 1), 1)[0] == "grouped_fused"
+    # every grouped kernel has its LB instantiation (the wait-first launch's): the same arguments, CBD spelled
+    # out, LB = true
+    kinds = [key for key in G.GEMV.instances if key[0] in G.GROUPED_KINDS]
+    assert kinds and len([k for k in G.GEMV.instances if str(k[0]).endswith("_lb")]) == len(kinds)
+    for key in kinds:
+        name, lb = G.GEMV.instances[key], G.GEMV.instances[G.lb_key(key)]
+        args, lb_args = name[name.index("<") + 1:-1].split(", "), lb[lb.index("<") + 1:-1].split(", ")
+        assert lb.split("<")[0] == name.split("<")[0] and lb_args[:4] == args[:4]
+        assert lb_args[4:] == ["true" if key[-1] else "false", "true"] and args[4:] == (["true"] if key[-1] else [])
     for (N, K) in ((1024, 2048), (2048, 512)):
         for E in range(1, 40):
             warps, gx, smem, tiles, gpb = G.grouped_plan(N, K, 4, E, 1)
