@@ -222,4 +222,19 @@ if [ "$STEP" = cbd ]; then
   done > "$W/moe_cbd37.log" 2>&1
   cat "$W/moe_cbd37.log"
 fi
+#   Got (moe_cbd37.log): mixed to slower (8 experts k = 4 1 token TOTAL 11.35 -> 11.49 / stable 10.22 -> 10.59; 10 experts
+#   13.34 -> 13.12 / stable 12.50 -> 13.13): GROUPED_CBD_KS stays (5,).
+# STEP=cb: the LB kernel requests its codebook right after the wait, before the ids (it is a weight: not before the
+#   wait), so the load and the pair table's build run beside the ids' read and the set-up instead of after the weight
+#   loads (k = 2..4 load it; k = 5 has it compiled in).  Columns: new, cblate = -DKBIT_GROUPED_LB_CB_LATE (the request
+#   after the ids), prev = 3944f42's kbit_gemv.cu (profiling/baseline_gemv_3944f42.cu, carried).  Expect: the default
+#   launch 0.1-0.3 us faster a kernel at k = 2 / 4 if the codebook's latency was on the path (trace: "loads requested"
+#   sits ~500 ns after the ids, behind the codebook's load and a barrier).
+#   Got (moe_cb37.log): slower.  TOTAL 1 token new / cblate / prev: k = 2 8 experts 9.59 / 9.26 / 9.24, k = 3 11.76 / 10.82 /
+#   10.93, k = 4 11.63 / 11.48 / 11.38 (10 experts k = 4 13.31 / 13.47 / 13.37).  Reverted (the kernel is 3944f42's again).
+if [ "$STEP" = cb ]; then
+  MOE_MMA=0 MOE_VARIANTS="cblate:-DKBIT_GROUPED_LB_CB_LATE=1;prev:src=profiling/baseline_gemv_3944f42.cu;stable:+stable=1" \
+    MS=1,4 ES=8,10 KS=2,3,4 timeout 250 python3 profiling/moe_ab.py --out "$W" > "$W/moe_cb37.log" 2>&1
+  grep -E "^(shape|moe_|TOTAL)" "$W/moe_cb37.log" | tail -40
+fi
 finish_run run37
