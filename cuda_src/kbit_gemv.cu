@@ -500,6 +500,12 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 #ifndef KBIT_GROUPED_LATE
 #define KBIT_GROUPED_LATE (K == 5)
 #endif
+// The safe early (stable) mode keeping its first word offsets from before the wait, as the dense kernel (gemv_block's
+// KEEP; an experiment hook, off): H100, 2026-11-27 (moe_keep37.log, two alternations) k = 4 gate/up fused + down
+// stable 1 token 10.24 / 12.55 -> 10.67 / 12.87 us (8 / 10 experts), k = 2 equal or slower.
+#ifndef KBIT_GROUPED_KEEP_ADDR
+#define KBIT_GROUPED_KEEP_ADDR false
+#endif
 // Ring steps the safe early mode L2-prefetches before its wait (an experiment hook: 0 = none).
 #ifndef KBIT_GROUPED_PF_STEPS
 #define KBIT_GROUPED_PF_STEPS 1
@@ -635,7 +641,8 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     const int chunk = min(8 * MT, max(1, max_tokens));
     for (int c0 = r0; c0 < r1; c0 += chunk) {
         // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
-        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL, CBD>(
+        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL, CBD,
+                   false, NoBind, KBIT_GROUPED_KEEP_ADDR>(
             AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
             codebook, C + (long)c0 * N, min(chunk, r1 - c0), N, Kdim, safe_early ? 0.f : tscale[e], blockIdx.x,
             gridDim.x, (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows,

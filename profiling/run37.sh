@@ -237,4 +237,14 @@ if [ "$STEP" = cb ]; then
     MS=1,4 ES=8,10 KS=2,3,4 timeout 250 python3 profiling/moe_ab.py --out "$W" > "$W/moe_cb37.log" 2>&1
   grep -E "^(shape|moe_|TOTAL)" "$W/moe_cb37.log" | tail -40
 fi
+# STEP=keep: the grouped stable mode (moe_forward's down) keeping its first word offsets from before the wait, as the
+#   dense kernel now does (-DKBIT_GROUPED_KEEP_ADDR=true; pfa measured it only together with the staging change, which
+#   made the stable mode 0.2-0.45 us a pair slower).  Expect: stable 0-0.15 us faster a kernel, or slower as in pfa.
+#   Got (moe_keep37.log): slower, in both alternations: k = 4 1 token TOTAL (stable mode) 10.24 / 12.55 -> 10.67 / 12.87
+#   (8 / 10 experts), 4 tokens 10.57 / 12.75 -> 10.86 / 13.01; k = 2 equal to +0.13.  The hook stays, off.
+if [ "$STEP" = keep ]; then
+  MOE_MMA=0 MOE_GEMV=0 MOE_VARIANTS="stable:+stable=1;keep_st:-DKBIT_GROUPED_KEEP_ADDR=true +stable=1;stable2:+stable=1;keep_st2:-DKBIT_GROUPED_KEEP_ADDR=true +stable=1" \
+    MS=1,4 ES=8,10 KS=2,4 timeout 250 python3 profiling/moe_ab.py --out "$W" > "$W/moe_keep37.log" 2>&1
+  grep -E "^(shape|moe_|TOTAL)" "$W/moe_keep37.log" | tail -30
+fi
 finish_run run37
