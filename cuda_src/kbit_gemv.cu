@@ -208,13 +208,18 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // 64 KB table took ~1.5 us, profiling/NOTES.md tenth session).
     // lut_ready: the caller built it so already (the grouped kernel, kbit_gemv_grouped).
     const bool early_lut = CBD && (safe_pf || lut_ready);
-#ifndef KBIT_GEMV_PF_RECOMPUTE  // experiment hook: the offsets computed again after the wait (until 2026-11-27)
-    // Safe PDL (KEEP: the dense kernel): the first group's word offsets before the wait, opaque so the loads after
-    // it use them (ptxas had computed them again there, ~50 instructions a warp between the wait and the first
-    // weight loads).  H100, 2026-11-27 (thirtieth session, gemv_pfa37.log): dense TOTAL M = 1 k = 2 16.57 -> 16.33
-    // us, k = 4 18.62 -> 18.40, M = 4 -0.4 % / -1.3 %.  Not in the grouped kernels: their stable mode measured slower
-    // with it (with a division-free A staging that cost the dense kernel up to 1 us a shape, not kept).
-    const bool addr_ready = KEEP && safe_pf;
+    // The first group's word offsets (relative to the expert) computed once, before the wait, and kept opaque so
+    // the loads after it use them: ptxas had computed them again there (~50 instructions a warp between the wait
+    // and the first weight loads).  Where:
+    // - Bind (the grouped wait-first launch): before bind's wait, off the path from the ids to the weights.
+    // - KEEP and safe PDL (the dense kernel).  H100, 2026-11-27 (thirtieth session, gemv_pfa37.log): dense TOTAL
+    //   M = 1 k = 2 16.57 -> 16.33 us, k = 4 18.62 -> 18.40, M = 4 -0.4 % / -1.3 %.  Not in the grouped stable mode:
+    //   slower there (moe_keep37.log).  -DKBIT_GEMV_PF_RECOMPUTE (experiment hook): the dense kernel as before.
+#ifndef KBIT_GEMV_PF_RECOMPUTE
+    const bool addr_ready = Bind::active || (KEEP && safe_pf);
+#else
+    const bool addr_ready = Bind::active;
+#endif
     if (addr_ready) {
 #pragma unroll
         for (int c = 0; c < 2; c++) {
@@ -222,9 +227,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
             asm volatile("" : "+l"(woff[c]));
         }
     }
-#else
-    const bool addr_ready = false;
-#endif
     if (safe_pf) {  // safe PDL: the first weights only prefetched into L2, then the wait
         prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
 
@@ -237,14 +239,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // tscale_late (the grouped kernel's safe early mode, waited by now): the tensor scale is a
     // weight too, so it is read here rather than by the caller
     if (tscale_late) tensor_scale = ld_after_wait(tscale_late);
-    if constexpr (Bind::active) {
-        // The first group's word offsets (relative to the expert) before bind (its wait); the opaque asm
-        // keeps them there, off the path from the ids to the first weight loads (thirtieth session).
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-            col_ok[c] = slot_start(MULTI ? grp : (int)blockIdx.x * ny + ty, c, woff[c]);
-            asm volatile("" : "+l"(woff[c]));
-        }
+    if constexpr (Bind::active) {  // the operands (and for the first pass the wait) now
         BindOut b;
         if (!bind(b)) return;
         packed += b.wbase;
@@ -254,10 +249,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         M = b.m;
         tensor_scale = b.ts;
         if (AMODE == 1) a_rows += b.roff;
-#pragma unroll
-        for (int j = 0; j < D; j++)
-            if (j < S && (MULTI || j == 0)) load_step(j, j);
-    } else if (addr_ready) {
+    }
+    if (addr_ready) {
 #pragma unroll
         for (int j = 0; j < D; j++)
             if (j < S && (MULTI || j == 0)) load_step(j, j);
@@ -510,6 +503,21 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 #ifndef KBIT_GROUPED_PF_STEPS
 #define KBIT_GROUPED_PF_STEPS 1
 #endif
+// A grouped launch's slot: its expert and rows read (ld_after_wait: after the caller's wait, if any) and checked;
+// false = nothing to compute (a bad id or offsets also set the error flag, by one thread a slot: rep).
+__device__ __forceinline__ bool grouped_slot(const int* __restrict__ expert_ids, const int* __restrict__ offsets,
+                                             int slot, int E, int rows, int max_tokens, int* __restrict__ err, bool rep,
+                                             bool wait_first, int& e, int& r0, int& r1) {
+    e = ld_after_wait(expert_ids + slot);
+    r0 = ld_after_wait(offsets + slot);
+    r1 = ld_after_wait(offsets + slot + 1);
+    if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {
+        if (rep) report_err(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS, wait_first);
+        return false;
+    }
+    if (r1 - r0 > max_tokens && rep) report_err(err, KBIT_ERR_MAX_TOKENS, wait_first);
+    return true;
+}
 // The grouped kernels' default-codebook pair table before their wait (CBD: no global load), then a barrier: its
 // level scratch is where A is staged later.
 template <int K, typename T, bool SL>
@@ -544,14 +552,7 @@ __device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const
 #ifdef KBIT_TRACE
             if (threadIdx.x == 0 && threadIdx.y == 0) KTR(48, probe_gtime());
 #endif
-            e = ld_after_wait(expert_ids + slot);
-            r0 = ld_after_wait(offsets + slot);
-            r1 = ld_after_wait(offsets + slot + 1);
-            if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {
-                if (rep) report_err(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS, false);
-                return false;
-            }
-            if (r1 - r0 > max_tokens && rep) report_err(err, KBIT_ERR_MAX_TOKENS, false);
+            if (!grouped_slot(expert_ids, offsets, slot, E, rows, max_tokens, err, rep, false, e, r0, r1)) return false;
             c0 = r0;
         }
         ok = c0 < r1;  // (a slot with no rows: nothing; it has waited)
@@ -620,16 +621,10 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
         if (threadIdx.x == 0 && threadIdx.y == 0) KTR(48, probe_gtime());
 #endif
     }
-    const int slot = blockIdx.y;
-    const int e = ld_after_wait(expert_ids + slot), r0 = ld_after_wait(offsets + slot),
-              r1 = ld_after_wait(offsets + slot + 1);
-    if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {
-        if (threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0)
-            report_err(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS, early_ids);
+    int e, r0, r1;
+    if (!grouped_slot(expert_ids, offsets, blockIdx.y, E, rows, max_tokens, err,
+                      threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0, early_ids, e, r0, r1))
         return;
-    }
-    if (r1 - r0 > max_tokens && threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0)
-        report_err(err, KBIT_ERR_MAX_TOKENS, early_ids);
     // A block with no rows still waits: were every block to exit unwaited, the next grid (which
     // reads weights before its wait with pdl 1 / 2) could start while the one before us runs.
     if (early_ids && r1 == r0) griddep_wait();

@@ -4,6 +4,20 @@
 . profiling/run_env.sh
 start_run ids
 RUN=37
+# dense_checks TESTS MEMCHECK: the decode GEMV's GPU tests into gpu_tests_TESTS.log and memcheck over sanitize_c8.py
+# into memcheck_MEMCHECK.log (steps final, close).
+dense_checks() {
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_$1.log" 200 tests/test_gemv_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_$1.log" | head
+  sanitize memcheck "$W/memcheck_$2.log" 100 profiling/sanitize_c8.py
+}
+# m1_table NAME: the dense M = 1 / 4 table (k = 2..5, matmul and matmul+PDL) tagged NAME-m1; prints its TOTAL rows.
+m1_table() {
+  timeout 110 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul+PDL --reps 15 \
+      --tag "$1-m1" > "$W/bench_$1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_$1.log"
+}
 # STEP=ids: issue 5's open question, after run36.sh gtrace (gtrace36_*.log): in the default (wait-first) launch
 #   the grouped GEMV's blocks take 2.2 us from the wait to the end of the prologue, the stable mode's 0.95 us;
 #   all of the 0.9-1.2 us a launch between them is there.  The guess forms (twenty-ninth session) read the ids
@@ -158,25 +172,17 @@ fi
 # STEP=final: the dense GEMV's GPU tests and memcheck (c8 and slices drivers) with the kept change, its A/B at every k
 #   (old = -DKBIT_GEMV_PF_RECOMPUTE) and the closing M = 1 / 4 table.
 if [ "$STEP" = final ]; then
-  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
-  gpu_tests "$W/gpu_tests_gemv37.log" 200 tests/test_gemv_gpu.py
-  grep -E "^E  |FAILED" "$W/gpu_tests_gemv37.log" | head
-  sanitize memcheck "$W/memcheck_c8_37.log" 100 profiling/sanitize_c8.py
+  dense_checks gemv37 c8_37
   sanitize memcheck "$W/memcheck_slices37.log" 100 profiling/sanitize_slices.py
   SHAPES=gateup,down,Q,O,KV KS=2,3,4,5 MS=1,2,4 AB_VARIANTS="old:-DKBIT_GEMV_PF_RECOMPUTE=1" \
     timeout 150 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_final37.log" 2>&1
   grep -E "^TOTAL" "$W/gemv_final37.log"
-  timeout 110 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul+PDL --reps 15 \
-      --tag final53-m1 > "$W/bench_final53.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench_final53.log"
+  m1_table final53
 fi
 #   Got (gpu_tests_gemv37.log, memcheck_*37.log, gemv_final37.log, final53-m1): 101 GPU tests passed; memcheck c8 99
 #   checks, slices 15, 0 errors; new vs old TOTAL faster at every k and M (k = 2 M = 1 16.58 -> 16.38, k = 4 18.70 ->
 #   18.37, k = 5 27.60 -> 26.71); final53-m1 k = 2 / 3 / 4 / 5 M = 1 2.90x / 2.44x / 2.55x / 1.79x fp16, k = 4 % of SOL
 #   gate/up 81, down 84, Q 90, O 89, linear value 89.
-#   Got (gemv_nodiv37.log): TOTAL M = 1 k = 2 / 3 / 4 / 5 16.37 / 19.23 / 18.35 / 26.61 -> 16.26 / 19.12 / 18.39 / 26.49,
-#   M = 4 18.99 / 21.68 / 20.65 / 28.27 -> 18.74 / 21.17 / 20.64 / 27.92.  Kept as the default (the hook now reads
-#   -DKBIT_GEMV_STAGE_DIV, the old loop).
 # STEP=nodiv: the dense kernel's A staging without its division by the row's chunks, stepped locally (the pinned
 #   precompute of pfa cost registers): -DKBIT_GEMV_STAGE_NODIV (its SASS: wait -> A's cp.async ~20-40 instructions
 #   shorter).  Expect: M = 1 0.02-0.05 us a shape, or nothing.
@@ -186,17 +192,15 @@ if [ "$STEP" = nodiv ]; then  # (since kept: the default; -DKBIT_GEMV_STAGE_DIV 
     timeout 200 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_nodiv37.log" 2>&1
   grep -vE "^\s*$" "$W/gemv_nodiv37.log" | cut -c1-150 | tail -48
 fi
+#   Got (gemv_nodiv37.log): TOTAL M = 1 k = 2 / 3 / 4 / 5 16.37 / 19.23 / 18.35 / 26.61 -> 16.26 / 19.12 / 18.39 / 26.49,
+#   M = 4 18.99 / 21.68 / 20.65 / 28.27 -> 18.74 / 21.17 / 20.64 / 27.92.  Kept as the default (the hook now reads
+#   -DKBIT_GEMV_STAGE_DIV, the old loop).
 # STEP=close: the tree at the session's end (the dense staging change included): the dense GEMV's GPU tests and memcheck,
 #   the closing M = 1 / 4 table (k = 2..5) and the MoE table (k = 4, 1..16 tokens, 8 / 10 experts).
 if [ "$STEP" = close ]; then
-  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
-  gpu_tests "$W/gpu_tests_close37.log" 200 tests/test_gemv_gpu.py
-  grep -E "^E  |FAILED" "$W/gpu_tests_close37.log" | head
-  sanitize memcheck "$W/memcheck_c8_close37.log" 100 profiling/sanitize_c8.py
+  dense_checks close37 c8_close37
   sanitize memcheck "$W/memcheck_lb_close37.log" 150 profiling/sanitize_grouped_lb.py
-  timeout 110 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul+PDL --reps 15 \
-      --tag final54-m1 > "$W/bench_final54.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench_final54.log"
+  m1_table final54
   timeout 200 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,2,4,8,16 --experts 8,10 \
       --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final54 > "$W/bench_moe54.log" 2>&1
   grep -E "TOTAL|as moe_forward" "$W/bench_moe54.log" | head -40

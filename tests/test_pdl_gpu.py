@@ -290,9 +290,9 @@ def test_safe_pdl_grouped_late_writer(rng, impl):
 
 def test_safe_pdl_grouped_gemv_stale_ids(rng):
     """Safe PDL, the grouped GEMV's wait-first mode: the ids and offsets before the late writer's writes
-    are a valid routing of their own (other experts and counts), so a kernel that
-    guesses them before its wait (KBIT_GROUPED_SPEC) guesses wrong on most slots and must run those
-    again on the ids read after the wait.  Bit-exact against PDL off, every row written."""
+    are a valid routing of their own (other experts and counts), so a kernel that read them before its
+    wait (as the twenty-ninth session's guess experiment did, unchecked) computes the wrong experts on most
+    slots.  Bit-exact against PDL off, every row written."""
     cp = _cp_hopper()
     from kbitcupy.grouped import grouped_matmul, quantize_experts
 
