@@ -26,6 +26,23 @@ __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
 #define KTR(i, v) kbit_trace[((long)blockIdx.y * gridDim.x + blockIdx.x) * KBIT_TRACE_STRIDE + (i)] = (v)
 #endif
 
+// Experiment hooks (profiling/gemv_ab.py variants): KBIT_GEMV_Q2 the k = 2 quad table (QuadLut), KBIT_GEMV_PS the
+// block scales applied after the MMA (block_mma).
+#ifndef KBIT_GEMV_Q2
+#define KBIT_GEMV_Q2 0
+#endif
+#ifndef KBIT_GEMV_PS
+#define KBIT_GEMV_PS 0
+#endif
+// The table this file's kernels build: the pair table, or (QUAD) the k = 2 quad table.
+template <int K> struct GemvLut {
+    static constexpr bool QUAD = K == 2 && KBIT_GEMV_Q2;
+    static constexpr int WORDS = QUAD ? QuadLut::WORDS : PairLut<K>::WORDS;
+    // log2 of the copies a lane's lookups spread over, and the bytes of one copy's entry
+    static constexpr int LOG2_COPIES = QUAD ? QuadLut::LOG2_COPIES : PairLut<K>::LOG2_COPIES;
+    static constexpr int ENTRY_BYTES = QUAD ? 8 : 4;
+};
+
 // A block's threads and the caller's linear index: 1-D blocks, or (SLICES) blockDim.y slices
 // side by side (the constants keep the 1-D instantiations' code as it was).
 template <bool SLICES> __device__ __forceinline__ unsigned block_threads() {
@@ -38,7 +55,8 @@ template <bool SLICES> __device__ __forceinline__ unsigned block_tid() {
 template <int K, typename T, bool SLICES>
 __device__ __forceinline__ void build_block_lut(u32* lut, const float* cb_s, unsigned nthr, unsigned tid) {
 #ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
-    if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
+    if (GemvLut<K>::QUAD) build_quad_lut<T>(lut, cb_s, nthr, tid);
+    else if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
     else build_pair_lut<K, T>(lut, cb_s);
 #endif
 }
@@ -117,7 +135,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     constexpr int SK = C8 ? 256 : 128;    // K per step
     const int KS = (Kdim + SK - 1) >> (C8 ? 8 : 7);  // steps
     const int KP = KS * SK;               // staged A row length
-    T* a_s = reinterpret_cast<T*>(smem + PairLut<K>::WORDS * 4);
+    T* a_s = reinterpret_cast<T*>(smem + GemvLut<K>::WORDS * 4);
     float* red = reinterpret_cast<float*>(a_s + (long)M * KP);
     // 1-D blocks unless SLICES (the constants keep the other instantiations' code as it was)
     const int ny = SLICES ? (int)blockDim.y : 1, ty = SLICES ? (int)threadIdx.y : 0;
@@ -354,7 +372,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     if (!MULTI && !LATE) fill_ring();
 #endif
 
-    const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
+    const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) +
+                         GemvLut<K>::ENTRY_BYTES * (lane & ((1 << GemvLut<K>::LOG2_COPIES) - 1));
     // C8: lanes g < 4 feed token column g the first half's A row g, lanes g >= 4 the second's row g - 4
     const T* a_row = C8 ? a_s + (long)(g & 3) * KP + (g >> 2) * 128 + t * 32 : a_s + (long)g * KP + t * 32;
     constexpr int TOK = 8 * MT;
@@ -384,8 +403,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #pragma unroll
                         for (int r = 0; r < 4; r++) a[mt][r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
                     }
-                    const u32 sA = scale_pair<T>(scale_from_raw<ABS>(sc[j][0]));
-                    const u32 sB = scale_pair<T>(scale_from_raw<ABS>(sc[j][1]));
+                    constexpr bool EX = GemvLut<K>::QUAD || KBIT_GEMV_PS;  // (block_mma, else block_pair_mma)
+                    const u32 sA = EX ? 0u : scale_pair<T>(scale_from_raw<ABS>(sc[j][0]));
+                    const u32 sB = EX ? 0u : scale_pair<T>(scale_from_raw<ABS>(sc[j][1]));
                     u32 wA[K], wB[K];
 #pragma unroll
                     for (int b = 0; b < K; b++) { wA[b] = wr[j][0][b]; wB[b] = wr[j][1][b]; }
@@ -397,7 +417,11 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                     if (LATE && !MULTI && sl == 0) fill_ring();  // once step 0 has landed
 #endif
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
-                    block_pair_mma<K, T, MT>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
+                    if constexpr (EX)
+                        block_mma<K, T, MT, GemvLut<K>::QUAD, KBIT_GEMV_PS, DUAL>(
+                            acc, acc2, wA, scale_from_raw<ABS>(sc[j][0]), wB, scale_from_raw<ABS>(sc[j][1]), a, lut_lane);
+                    else
+                        block_pair_mma<K, T, MT>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive
                     acc[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif
@@ -523,7 +547,7 @@ __device__ __forceinline__ bool grouped_slot(const int* __restrict__ expert_ids,
 template <int K, typename T, bool SL>
 __device__ __forceinline__ void grouped_early_lut() {
     extern __shared__ __align__(16) unsigned char smem_g[];
-    build_default_lut<K, T, SL>(reinterpret_cast<u32*>(smem_g), reinterpret_cast<float*>(smem_g + PairLut<K>::WORDS * 4),
+    build_default_lut<K, T, SL>(reinterpret_cast<u32*>(smem_g), reinterpret_cast<float*>(smem_g + GemvLut<K>::WORDS * 4),
                                 block_threads<SL>(), block_tid<SL>());
     __syncthreads();
 }

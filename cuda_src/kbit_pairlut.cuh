@@ -165,3 +165,113 @@ __device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc
                                                const u32 (&wB)[K], u32 sB, const uint4 (&a)[MT][4], u32 lut_lane) {
     block_pair_mma<K, T, MT>(acc0, acc1, wA, sA, wB, sB, [&](int mt, int r) { return a[mt][r]; }, lut_lane);
 }
+
+// ---------------------------------------------------------------- quad table (k = 2), post-MMA scale
+// k = 2: the keys of two neighbouring pairs side by side (nibbles) name four elements; their four levels
+// are two packed pairs, 8 bytes, one LDS.64 instead of two LDS.  16 copies (lane % 16): an LDS.64 is two
+// half-warp wavefronts, so 16 copies are conflict-free.  256 entries x 16 copies x 8 bytes = 32 KB.
+struct QuadLut {
+    static constexpr int ENTRIES = 256, LOG2_COPIES = 4, COPIES = 16, WORDS = ENTRIES * COPIES * 2;
+};
+// entry(e) = (pair(e & 15), pair(e >> 4)), stored [e][copy]; the rotated 16-byte chunks as build_pair_lut's.
+template <typename T>
+__device__ __forceinline__ void build_quad_lut(u32* lut, const float* cb_s, int nthreads, int tid) {
+    typedef typename KbitType<T>::T2 T2;
+    for (int e = tid; e < QuadLut::ENTRIES; e += nthreads) {
+        T2 lo = KbitType<T>::pack2(cb_s[deinterleave_even((u32)e & 15u)], cb_s[deinterleave_even(((u32)e & 15u) >> 1)]);
+        T2 hi = KbitType<T>::pack2(cb_s[deinterleave_even((u32)e >> 4)], cb_s[deinterleave_even((u32)e >> 5)]);
+        const u32 l = *reinterpret_cast<u32*>(&lo), h = *reinterpret_cast<u32*>(&hi);
+        const uint4 q = make_uint4(l, h, l, h);
+        uint4* dst = reinterpret_cast<uint4*>(lut) + e * (QuadLut::COPIES / 2);
+#pragma unroll
+        for (int c = 0; c < QuadLut::COPIES / 2; c++) dst[(c + e) & (QuadLut::COPIES / 2 - 1)] = q;
+    }
+}
+// k = 2 planes -> 2 words of quad keys: byte r of q[h] names elements 8r + 4h .. 8r + 4h + 3 (low nibble the
+// pair key of the first two: pair_keys<2>'s out[2h] | out[2h + 1] << 4).
+__device__ __forceinline__ void quad_keys(const u32 (&p)[2], u32 (&q)[2]) {
+    const u32 E2 = 0x33333333u;
+    const u32 wa = (p[0] & E2) | ((p[1] & E2) << 2);
+    const u32 wb = ((p[0] >> 2) & E2) | (p[1] & ~E2);
+    q[0] = (wa & 0x0F0F0F0Fu) | ((wb & 0x0F0F0F0Fu) << 4);
+    q[1] = ((wa >> 4) & 0x0F0F0F0Fu) | (wb & 0xF0F0F0F0u);
+}
+__device__ __forceinline__ uint2 lds_u64(u32 addr) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+    return v;
+}
+// The keys of one block for block_mma: QUAD (k = 2) the two quad-key words in keys[0..1], else block_keys.
+template <int K, bool QUAD>
+__device__ __forceinline__ void block_mma_keys(const u32 (&w)[K], u32 (&keys)[4], u32 (&f)[4]) {
+    if constexpr (QUAD) {
+        u32 q[2];
+        quad_keys(reinterpret_cast<const u32 (&)[2]>(w), q);
+        keys[0] = q[0]; keys[1] = q[1]; keys[2] = keys[3] = 0u;
+        f[0] = f[1] = f[2] = f[3] = 0u;
+    } else {
+        block_keys<K>(w, keys, f);
+    }
+}
+// Chunk r of one block, unscaled: v[q] = the levels of elements (8r + 2q, 8r + 2q + 1).
+// lut_lane: the table + 8 * (lane % 16) (QUAD) or 4 * (lane % COPIES).
+template <int K, bool QUAD>
+__device__ __forceinline__ void chunk_levels(u32 (&v)[4], const u32 (&keys)[4], const u32 (&f)[4], int r, u32 lut_lane) {
+    if constexpr (QUAD) {
+        const uint2 x = lds_u64(lut_lane + (__byte_perm(keys[0], 0u, 0x4440u + r) << (QuadLut::LOG2_COPIES + 3)));
+        const uint2 y = lds_u64(lut_lane + (__byte_perm(keys[1], 0u, 0x4440u + r) << (QuadLut::LOG2_COPIES + 3)));
+        v[0] = x.x; v[1] = x.y; v[2] = y.x; v[3] = y.y;
+    } else {
+#pragma unroll
+        for (int q = 0; q < 4; q++) v[q] = lut_lookup<K>(lut_lane, keys[q], f[q], r);
+    }
+}
+// block_pair_mma's work with the lookups of chunk_levels and (PS) the block scales applied after the MMA: each
+// call's products accumulate from zero in fp32 (tA: elements 0..15, tB: 16..31, or one chain if !TWO) and are
+// scaled into acc once (rows g: sA, g + 8: sB), so no HMUL2 per pair (and the product is not rounded to T).
+// !PS: HMUL2 by the packed scales sA2 / sB2 as block_pair_mma, into acc0 / acc1.
+template <int K, typename T, int MT, bool QUAD, bool PS, bool TWO>
+__device__ __forceinline__ void block_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], float sA,
+                                          const u32 (&wB)[K], float sB, const uint4 (&a)[MT][4], u32 lut_lane) {
+    u32 kA[4], kB[4], fA[4], fB[4];
+    block_mma_keys<K, QUAD>(wA, kA, fA);
+    block_mma_keys<K, QUAD>(wB, kB, fB);
+    float t0_[MT][4], t1_[MT][4];
+    float (&t0)[MT][4] = PS ? t0_ : acc0;
+    float (&t1)[MT][4] = PS ? (TWO ? t1_ : t0_) : acc1;
+    if (PS) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) t0_[mt][i] = t1_[mt][i] = 0.f;
+    }
+    u32 sA2 = 0u, sB2 = 0u;
+    if (!PS) { sA2 = scale_pair<T>(sA); sB2 = scale_pair<T>(sB); }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        u32 va[4], vb[4];
+        chunk_levels<K, QUAD>(va, kA, fA, r, lut_lane);
+        chunk_levels<K, QUAD>(vb, kB, fB, r, lut_lane);
+        if (!PS) {
+#pragma unroll
+            for (int q = 0; q < 4; q++) { va[q] = hmul2_u32(va[q], sA2, T()); vb[q] = hmul2_u32(vb[q], sB2, T()); }
+        }
+        float (&t)[MT][4] = r < 2 ? t0 : t1;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            mma_16816(t[mt], va[0], vb[0], va[1], vb[1], a[mt][r].x, a[mt][r].y, T());
+            mma_16816(t[mt], va[2], vb[2], va[3], vb[3], a[mt][r].z, a[mt][r].w, T());
+        }
+    }
+    if (PS) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const float u0 = TWO ? t0_[mt][0] + t1_[mt][0] : t0_[mt][0], u1 = TWO ? t0_[mt][1] + t1_[mt][1] : t0_[mt][1];
+            const float u2 = TWO ? t0_[mt][2] + t1_[mt][2] : t0_[mt][2], u3 = TWO ? t0_[mt][3] + t1_[mt][3] : t0_[mt][3];
+            acc0[mt][0] = fmaf(u0, sA, acc0[mt][0]);
+            acc0[mt][1] = fmaf(u1, sA, acc0[mt][1]);
+            acc0[mt][2] = fmaf(u2, sB, acc0[mt][2]);
+            acc0[mt][3] = fmaf(u3, sB, acc0[mt][3]);
+        }
+    }
+}
