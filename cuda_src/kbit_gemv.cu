@@ -404,6 +404,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                         for (int r = 0; r < 4; r++) a[mt][r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
                     }
                     constexpr bool EX = GemvLut<K>::QUAD || KBIT_GEMV_PS;  // (block_mma, else block_pair_mma)
+                    // (read before load_step refills ring slot j)
+                    const float fA = EX ? scale_from_raw<ABS>(sc[j][0]) : 0.f, fB = EX ? scale_from_raw<ABS>(sc[j][1]) : 0.f;
                     const u32 sA = EX ? 0u : scale_pair<T>(scale_from_raw<ABS>(sc[j][0]));
                     const u32 sB = EX ? 0u : scale_pair<T>(scale_from_raw<ABS>(sc[j][1]));
                     u32 wA[K], wB[K];
@@ -419,7 +421,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
                     if constexpr (EX)
                         block_mma<K, T, MT, GemvLut<K>::QUAD, KBIT_GEMV_PS, DUAL>(
-                            acc, acc2, wA, scale_from_raw<ABS>(sc[j][0]), wB, scale_from_raw<ABS>(sc[j][1]), a, lut_lane);
+                            acc, acc2, wA, fA, wB, fB, a, lut_lane);
                     else
                         block_pair_mma<K, T, MT>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive
