@@ -20,4 +20,7 @@ if [ "$STEP" = ps ]; then
     timeout 400 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_ps38.log" 2>&1
   grep -vE "^\s*$" "$W/gemv_ps38.log" | cut -c1-230 | tail -30
 fi
+#   Got (first run, gemv_ps38a.log): every ps column and q2 on down wrong (err 0.1-0.2): block_mma read the ring
+#   slot's scale after load_step had refilled it (fixed, 2nd commit); its times not usable.  k = 2 gate/up q2 4.05 ->
+#   3.85 us and psq2 3.74 (those warps have no third step, so correct there).
 finish_run run38
