@@ -26,13 +26,11 @@ __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
 #define KTR(i, v) kbit_trace[((long)blockIdx.y * gridDim.x + blockIdx.x) * KBIT_TRACE_STRIDE + (i)] = (v)
 #endif
 
-// Experiment hooks (profiling/gemv_ab.py variants): KBIT_GEMV_Q2 the k = 2 quad table (QuadLut), KBIT_GEMV_PS the
-// block scales applied after the MMA (block_mma).
+// k = 2: the quad table (QuadLut, 32 KB; half the lookups of the pair table).  H100, 2026-11-27 (thirty-first
+// session, gemv_ps38.log, dense, M = 1): gate/up 4.08 -> 3.77 us, down 3.86 -> 3.73, Q 3.18 -> 3.10, TOTAL 16.28 ->
+// 15.70.  KBIT_GEMV_Q2=0 (the environment, kbitcupy._compile; kbitcupy.gemv.table_bytes agrees): the pair table.
 #ifndef KBIT_GEMV_Q2
-#define KBIT_GEMV_Q2 0
-#endif
-#ifndef KBIT_GEMV_PS
-#define KBIT_GEMV_PS 0
+#define KBIT_GEMV_Q2 1
 #endif
 // The table this file's kernels build: the pair table, or (QUAD) the k = 2 quad table.
 template <int K> struct GemvLut {
@@ -403,11 +401,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #pragma unroll
                         for (int r = 0; r < 4; r++) a[mt][r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
                     }
-                    constexpr bool EX = GemvLut<K>::QUAD || KBIT_GEMV_PS;  // (block_mma, else block_pair_mma)
-                    // (read before load_step refills ring slot j)
-                    const float fA = EX ? scale_from_raw<ABS>(sc[j][0]) : 0.f, fB = EX ? scale_from_raw<ABS>(sc[j][1]) : 0.f;
-                    const u32 sA = EX ? 0u : scale_pair<T>(scale_from_raw<ABS>(sc[j][0]));
-                    const u32 sB = EX ? 0u : scale_pair<T>(scale_from_raw<ABS>(sc[j][1]));
+                    const u32 sA = scale_pair<T>(scale_from_raw<ABS>(sc[j][0]));
+                    const u32 sB = scale_pair<T>(scale_from_raw<ABS>(sc[j][1]));
                     u32 wA[K], wB[K];
 #pragma unroll
                     for (int b = 0; b < K; b++) { wA[b] = wr[j][0][b]; wB[b] = wr[j][1][b]; }
@@ -419,11 +414,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                     if (LATE && !MULTI && sl == 0) fill_ring();  // once step 0 has landed
 #endif
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
-                    if constexpr (EX)
-                        block_mma<K, T, MT, GemvLut<K>::QUAD, KBIT_GEMV_PS, DUAL>(
-                            acc, acc2, wA, fA, wB, fB, a, lut_lane);
-                    else
-                        block_pair_mma<K, T, MT>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
+                    block_pair_mma<K, T, MT, GemvLut<K>::QUAD>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive
                     acc[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif

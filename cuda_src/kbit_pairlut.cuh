@@ -130,43 +130,7 @@ __device__ __forceinline__ void chunk_pairs(u32 (&va)[4], u32 (&vb)[4], const u3
     }
 }
 
-// Two quantization blocks (columns g and g+8 of a 16-column group, 32 weights each)
-// against up to 8 token rows.  The weights are the MMA's A operand (16 rows = 16
-// columns, every fragment register holds data) and the activations the B operand
-// (8 columns = 8 tokens): acc[mt] = C^T[col g, g+8][tokens 8mt + 2t, 8mt + 2t + 1].
-// get_a(mt, r) = the lane's token row 8mt + g, elements 8r..8r+7 of its block, as four
-// pairs (a uint4: from registers, or read from shared memory inside the loop where
-// holding all MT x 4 of them would cost too many registers).  MT token tiles reuse every
-// dequantized fragment.  Elements 0..15 of the blocks accumulate into acc0, 16..31 into
-// acc1 (two shorter mma chains; pass the same array twice for one chain).
-template <int K, typename T, int MT, typename GetA>
-__device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], u32 sA,
-                                               const u32 (&wB)[K], u32 sB, GetA get_a, u32 lut_lane) {
-    u32 kA[4], kB[4], fA[4], fB[4];
-    block_keys<K>(wA, kA, fA);
-    block_keys<K>(wB, kB, fB);
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        u32 va[4], vb[4];
-        chunk_pairs<K, T>(va, vb, kA, fA, sA, kB, fB, sB, r, lut_lane);
-        // k-slots (2t, 2t+1) <- pair q=0 (elements 8r, 8r+1); (2t+8, 2t+9) <- q=1
-        float (&acc)[MT][4] = r < 2 ? acc0 : acc1;
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            const uint4 a = get_a(mt, r);
-            mma_16816(acc[mt], va[0], vb[0], va[1], vb[1], a.x, a.y, T());
-            mma_16816(acc[mt], va[2], vb[2], va[3], vb[3], a.z, a.w, T());
-        }
-    }
-}
-// The A fragments already in registers: a[mt][r].
-template <int K, typename T, int MT>
-__device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], u32 sA,
-                                               const u32 (&wB)[K], u32 sB, const uint4 (&a)[MT][4], u32 lut_lane) {
-    block_pair_mma<K, T, MT>(acc0, acc1, wA, sA, wB, sB, [&](int mt, int r) { return a[mt][r]; }, lut_lane);
-}
-
-// ---------------------------------------------------------------- quad table (k = 2), post-MMA scale
+// ---------------------------------------------------------------- quad table (k = 2)
 // k = 2: the keys of two neighbouring pairs side by side (nibbles) name four elements; their four levels
 // are two packed pairs, 8 bytes, one LDS.64 instead of two LDS.  16 copies (lane % 16): an LDS.64 is two
 // half-warp wavefronts, so 16 copies are conflict-free.  256 entries x 16 copies x 8 bytes = 32 KB.
@@ -201,7 +165,7 @@ __device__ __forceinline__ uint2 lds_u64(u32 addr) {
     asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
     return v;
 }
-// The keys of one block for block_mma: QUAD (k = 2) the two quad-key words in keys[0..1], else block_keys.
+// The keys of one block for block_pair_mma: QUAD (k = 2) the two quad-key words in keys[0..1], else block_keys.
 template <int K, bool QUAD>
 __device__ __forceinline__ void block_mma_keys(const u32 (&w)[K], u32 (&keys)[4], u32 (&f)[4]) {
     if constexpr (QUAD) {
@@ -226,52 +190,47 @@ __device__ __forceinline__ void chunk_levels(u32 (&v)[4], const u32 (&keys)[4], 
         for (int q = 0; q < 4; q++) v[q] = lut_lookup<K>(lut_lane, keys[q], f[q], r);
     }
 }
-// block_pair_mma's work with the lookups of chunk_levels and (PS) the block scales applied after the MMA: each
-// call's products accumulate from zero in fp32 (tA: elements 0..15, tB: 16..31, or one chain if !TWO) and are
-// scaled into acc once (rows g: sA, g + 8: sB), so no HMUL2 per pair (and the product is not rounded to T).
-// !PS: HMUL2 by the packed scales sA2 / sB2 as block_pair_mma, into acc0 / acc1.
-template <int K, typename T, int MT, bool QUAD, bool PS, bool TWO>
-__device__ __forceinline__ void block_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], float sA,
-                                          const u32 (&wB)[K], float sB, const uint4 (&a)[MT][4], u32 lut_lane) {
+
+// Two quantization blocks (columns g and g+8 of a 16-column group, 32 weights each)
+// against up to 8 token rows.  The weights are the MMA's A operand (16 rows = 16
+// columns, every fragment register holds data) and the activations the B operand
+// (8 columns = 8 tokens): acc[mt] = C^T[col g, g+8][tokens 8mt + 2t, 8mt + 2t + 1].
+// get_a(mt, r) = the lane's token row 8mt + g, elements 8r..8r+7 of its block, as four
+// pairs (a uint4: from registers, or read from shared memory inside the loop where
+// holding all MT x 4 of them would cost too many registers).  MT token tiles reuse every
+// dequantized fragment.  Elements 0..15 of the blocks accumulate into acc0, 16..31 into
+// acc1 (two shorter mma chains; pass the same array twice for one chain).
+// QUAD (k = 2): the lookups in the quad table (lut_lane: QuadLut's, see chunk_levels).
+template <int K, typename T, int MT, bool QUAD = false, typename GetA>
+__device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], u32 sA,
+                                               const u32 (&wB)[K], u32 sB, GetA get_a, u32 lut_lane) {
     u32 kA[4], kB[4], fA[4], fB[4];
     block_mma_keys<K, QUAD>(wA, kA, fA);
     block_mma_keys<K, QUAD>(wB, kB, fB);
-    float t0_[MT][4], t1_[MT][4];
-    float (&t0)[MT][4] = PS ? t0_ : acc0;
-    float (&t1)[MT][4] = PS ? (TWO ? t1_ : t0_) : acc1;
-    if (PS) {
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) t0_[mt][i] = t1_[mt][i] = 0.f;
-    }
-    u32 sA2 = 0u, sB2 = 0u;
-    if (!PS) { sA2 = scale_pair<T>(sA); sB2 = scale_pair<T>(sB); }
 #pragma unroll
     for (int r = 0; r < 4; r++) {
         u32 va[4], vb[4];
-        chunk_levels<K, QUAD>(va, kA, fA, r, lut_lane);
-        chunk_levels<K, QUAD>(vb, kB, fB, r, lut_lane);
-        if (!PS) {
+        if constexpr (QUAD) {
+            chunk_levels<K, true>(va, kA, fA, r, lut_lane);
+            chunk_levels<K, true>(vb, kB, fB, r, lut_lane);
 #pragma unroll
-            for (int q = 0; q < 4; q++) { va[q] = hmul2_u32(va[q], sA2, T()); vb[q] = hmul2_u32(vb[q], sB2, T()); }
+            for (int q = 0; q < 4; q++) { va[q] = hmul2_u32(va[q], sA, T()); vb[q] = hmul2_u32(vb[q], sB, T()); }
+        } else {
+            chunk_pairs<K, T>(va, vb, kA, fA, sA, kB, fB, sB, r, lut_lane);
         }
-        float (&t)[MT][4] = r < 2 ? t0 : t1;
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            mma_16816(t[mt], va[0], vb[0], va[1], vb[1], a[mt][r].x, a[mt][r].y, T());
-            mma_16816(t[mt], va[2], vb[2], va[3], vb[3], a[mt][r].z, a[mt][r].w, T());
-        }
-    }
-    if (PS) {
+        // k-slots (2t, 2t+1) <- pair q=0 (elements 8r, 8r+1); (2t+8, 2t+9) <- q=1
+        float (&acc)[MT][4] = r < 2 ? acc0 : acc1;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            const float u0 = TWO ? t0_[mt][0] + t1_[mt][0] : t0_[mt][0], u1 = TWO ? t0_[mt][1] + t1_[mt][1] : t0_[mt][1];
-            const float u2 = TWO ? t0_[mt][2] + t1_[mt][2] : t0_[mt][2], u3 = TWO ? t0_[mt][3] + t1_[mt][3] : t0_[mt][3];
-            acc0[mt][0] = fmaf(u0, sA, acc0[mt][0]);
-            acc0[mt][1] = fmaf(u1, sA, acc0[mt][1]);
-            acc0[mt][2] = fmaf(u2, sB, acc0[mt][2]);
-            acc0[mt][3] = fmaf(u3, sB, acc0[mt][3]);
+            const uint4 a = get_a(mt, r);
+            mma_16816(acc[mt], va[0], vb[0], va[1], vb[1], a.x, a.y, T());
+            mma_16816(acc[mt], va[2], vb[2], va[3], vb[3], a.z, a.w, T());
         }
     }
+}
+// The A fragments already in registers: a[mt][r].
+template <int K, typename T, int MT, bool QUAD = false>
+__device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], u32 sA,
+                                               const u32 (&wB)[K], u32 sB, const uint4 (&a)[MT][4], u32 lut_lane) {
+    block_pair_mma<K, T, MT, QUAD>(acc0, acc1, wA, sA, wB, sB, [&](int mt, int r) { return a[mt][r]; }, lut_lane);
 }

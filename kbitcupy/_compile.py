@@ -73,10 +73,14 @@ def cuda_include_dirs() -> Tuple[str, ...]:
 # Experiment hook: KBIT_K5_LOG2_COPIES=3 builds every kernel with 8 copies of the k = 5 pair
 # table instead of 16 (kbitcupy.gemv.lut_bytes plans with the same number).
 K5_LOG2_COPIES = int(os.environ.get("KBIT_K5_LOG2_COPIES", "4"))
+# KBIT_GEMV_Q2=0 builds the decode GEMV family (kbit_gemv.cu) at k = 2 with the pair table instead of the quad
+# table (kbitcupy.gemv.table_bytes plans with the same): the A/B of profiling/run38.sh.
+GEMV_Q2 = int(os.environ.get("KBIT_GEMV_Q2", "1"))
 
 
 def _options(extra: Sequence[str] = ()) -> Tuple[str, ...]:
     hook = ("-DKBIT_K5_LOG2_COPIES=%d" % K5_LOG2_COPIES,) if K5_LOG2_COPIES != 4 else ()
+    hook += ("-DKBIT_GEMV_Q2=0",) if not GEMV_Q2 else ()
     return BASE_OPTIONS + tuple("-I" + d for d in cuda_include_dirs()) + hook + tuple(extra)
 
 

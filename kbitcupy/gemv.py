@@ -111,10 +111,18 @@ def lut_bytes(k: int) -> int:
     return (1 << (2 * k)) * copies * 4
 
 
+def table_bytes(k: int) -> int:
+    """Bytes of the table the decode GEMV family builds (GemvLut in cuda_src/kbit_gemv.cu): at k = 2 the quad
+    table (QuadLut: 256 entries x 16 copies x 8 bytes), else the pair table (lut_bytes)."""
+    from ._compile import GEMV_Q2
+
+    return 256 * 16 * 8 if k == 2 and GEMV_Q2 else lut_bytes(k)
+
+
 def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int = 2) -> int:
-    """Dynamic shared memory of one GEMV block: pair table, `rows` staged rows of A (K
+    """Dynamic shared memory of one GEMV block: the table (table_bytes), `rows` staged rows of A (K
     padded to ks steps of 128), the warps' partial sums, the codebook."""
-    return lut_bytes(k) + rows * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4
+    return table_bytes(k) + rows * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4
 
 
 def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = None, depth: int | None = None,

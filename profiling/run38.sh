@@ -23,4 +23,30 @@ fi
 #   Got (first run, gemv_ps38a.log): every ps column and q2 on down wrong (err 0.1-0.2): block_mma read the ring
 #   slot's scale after load_step had refilled it (fixed, 2nd commit); its times not usable.  k = 2 gate/up q2 4.05 ->
 #   3.85 us and psq2 3.74 (those warps have no third step, so correct there).
+#   Got (second run, gemv_ps38.log): ps still wrong everywhere (err 0.2) -- and it cannot be right: a lane's MMA
+#   row sums k-slots of four lanes t, i.e. four quantization blocks with four scales, so no per-lane scale can be
+#   applied after the MMA (the K permutation that lets each lane feed its own block rules it out).  Removed.  q2
+#   correct (err 3e-4 as the pair table) and faster: k = 2 TOTAL M = 1 16.28 -> 15.70 us, M = 4 18.88 -> 18.48
+#   (gate/up 4.08 -> 3.77, down 3.86 -> 3.73, Q 3.18 -> 3.10, O 3.32 -> 3.28, KV 1.84 -> 1.82); k = 4 untouched.
+#   Made the default for the whole kbit_gemv.cu family at k = 2 (KBIT_GEMV_Q2=0 in the environment: the pair table).
+# STEP=q2: the quad table as the default, against the pair table: dense (every shape, M = 1..16, the pair
+#   column built with -DKBIT_GEMV_Q2=0) and the grouped GEMV (moe_ab's package column in processes with
+#   KBIT_GEMV_Q2=0 / 1, two alternations; 8 / 10 / 32 experts: the 32 KB table costs the many-small-block plans
+#   more build work and, at 4+ tokens, maybe a block per SM).  Expect: dense as the ps step; grouped k = 2 1 token
+#   0.1-0.3 us faster per kernel at 8 / 10 experts, 32 experts unknown.  Then the dense GEMV GPU tests.
+if [ "$STEP" = q2 ]; then
+  SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=2 MS=1,2,4,8,16 AB_VARIANTS="pair:-DKBIT_GEMV_Q2=0" \
+    timeout 200 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_q2_38.log" 2>&1
+  grep -vE "^\s*$" "$W/gemv_q2_38.log" | cut -c1-150 | tail -42
+  for pass in 1 2; do
+    for q in 0 1; do
+      KBIT_GEMV_Q2=$q MOE_MMA=0 KS=2 MS=1,4,8,16 ES=8,10,32 timeout 150 python3 profiling/moe_ab.py --out "$W" \
+        > "$W/moe_q2_38_q${q}_$pass.log" 2>&1
+      echo "## KBIT_GEMV_Q2=$q pass $pass"; grep -E "^(shape|moe_|TOTAL)" "$W/moe_q2_38_q${q}_$pass.log" | cut -c1-110
+    done
+  done
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_q2_38.log" 200 tests/test_gemv_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_q2_38.log" | head
+fi
 finish_run run38
