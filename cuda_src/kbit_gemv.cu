@@ -26,15 +26,21 @@ __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
 #define KTR(i, v) kbit_trace[((long)blockIdx.y * gridDim.x + blockIdx.x) * KBIT_TRACE_STRIDE + (i)] = (v)
 #endif
 
-// k = 2: the quad table (QuadLut, 32 KB; half the lookups of the pair table).  H100, 2026-11-27 (thirty-first
-// session, gemv_ps38.log, dense, M = 1): gate/up 4.08 -> 3.77 us, down 3.86 -> 3.73, Q 3.18 -> 3.10, TOTAL 16.28 ->
-// 15.70.  KBIT_GEMV_Q2=0 (the environment, kbitcupy._compile; kbitcupy.gemv.table_bytes agrees): the pair table.
+// k = 2 at one token tile: the quad table (QuadLut, 32 KB; half the lookups of the pair table), except in the
+// several-wave grouped kernel (kbit_gemv_grouped_slw).  H100, 2026-11-27 (thirty-first session, run38.sh q2):
+// dense M = 1 TOTAL 16.28 -> 15.67 us (gate/up 4.07 -> 3.83, Q 3.18 -> 3.04), M = 4 18.75 -> 18.46, M = 8 equal;
+// grouped 8 / 10 experts 1 token gate/up fused + down 9.07 / 11.15 -> 8.83 / 10.59.  Slower: two token tiles (the
+// staged A and the table cost a block per SM: dense gate/up M = 16 9.37 -> 12.25; grouped 16 tokens +0.2-0.5 us)
+// and the 4-warp blocks of many experts (32 experts down 10.24 -> 10.89, 4 tokens 10.87 -> 12.35: a 32 KB build
+// per 4 warps).  KBIT_GEMV_Q2=0 (the environment, kbitcupy._compile; kbitcupy.gemv.table_bytes agrees): the pair
+// table everywhere.
 #ifndef KBIT_GEMV_Q2
 #define KBIT_GEMV_Q2 1
 #endif
-// The table this file's kernels build: the pair table, or (QUAD) the k = 2 quad table.
-template <int K> struct GemvLut {
-    static constexpr bool QUAD = K == 2 && KBIT_GEMV_Q2;
+template <int K, int MT> __host__ __device__ constexpr bool gemv_quad() { return K == 2 && MT == 1 && KBIT_GEMV_Q2; }
+// The table a kernel of this file builds: the pair table, or (QUAD) the k = 2 quad table.
+template <int K, bool Q> struct GemvLut {
+    static constexpr bool QUAD = K == 2 && Q;
     static constexpr int WORDS = QUAD ? QuadLut::WORDS : PairLut<K>::WORDS;
     // log2 of the copies a lane's lookups spread over, and the bytes of one copy's entry
     static constexpr int LOG2_COPIES = QUAD ? QuadLut::LOG2_COPIES : PairLut<K>::LOG2_COPIES;
@@ -50,10 +56,10 @@ template <bool SLICES> __device__ __forceinline__ unsigned block_tid() {
     return SLICES ? threadIdx.y * blockDim.x + threadIdx.x : threadIdx.x;
 }
 // The pair table from the levels in cb_s (complete: after a barrier), by the block's threads.
-template <int K, typename T, bool SLICES>
+template <int K, typename T, bool SLICES, bool Q>
 __device__ __forceinline__ void build_block_lut(u32* lut, const float* cb_s, unsigned nthr, unsigned tid) {
 #ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
-    if (GemvLut<K>::QUAD) build_quad_lut<T>(lut, cb_s, nthr, tid);
+    if (GemvLut<K, Q>::QUAD) build_quad_lut<T>(lut, cb_s, nthr, tid);
     else if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
     else build_pair_lut<K, T>(lut, cb_s);
 #endif
@@ -61,11 +67,11 @@ __device__ __forceinline__ void build_block_lut(u32* lut, const float* cb_s, uns
 // The default codebook's pair table (CBD: levels as immediates, no global load), so a kernel can
 // build it before griddepcontrol.wait.  cb_s: 32 floats of scratch no other thread touches
 // until the caller's next barrier.
-template <int K, typename T, bool SLICES>
+template <int K, typename T, bool SLICES, bool Q>
 __device__ __forceinline__ void build_default_lut(u32* lut, float* cb_s, unsigned nthr, unsigned tid) {
     if (tid < 32) cb_s[tid] = tid < (1u << K) ? kbit_default_level<K>(tid) : 0.0f;
     __syncthreads();
-    build_block_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
+    build_block_lut<K, T, SLICES, Q>(lut, cb_s, nthr, tid);
 }
 
 // gemv_block's operands bound late (the grouped kernel's wait-first launch, kbit_gemv_grouped's LB):
@@ -113,7 +119,7 @@ struct LateBind {
 // Bind: NoBind, or LateBind (above): M is then the rows the shared memory is laid out for and the
 // operands are the arguments plus bind's offsets.  KEEP (the dense kbit_gemv): see addr_ready.
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0,
-          bool SLICES = false, bool CBD = false, bool C8 = false, class Bind = NoBind, bool KEEP = false>
+          bool SLICES = false, bool CBD = false, bool C8 = false, class Bind = NoBind, bool KEEP = false, bool QUAD = false>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
@@ -133,7 +139,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     constexpr int SK = C8 ? 256 : 128;    // K per step
     const int KS = (Kdim + SK - 1) >> (C8 ? 8 : 7);  // steps
     const int KP = KS * SK;               // staged A row length
-    T* a_s = reinterpret_cast<T*>(smem + GemvLut<K>::WORDS * 4);
+    T* a_s = reinterpret_cast<T*>(smem + GemvLut<K, QUAD>::WORDS * 4);
     float* red = reinterpret_cast<float*>(a_s + (long)M * KP);
     // 1-D blocks unless SLICES (the constants keep the other instantiations' code as it was)
     const int ny = SLICES ? (int)blockDim.y : 1, ty = SLICES ? (int)threadIdx.y : 0;
@@ -246,7 +252,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     if (safe_pf) {  // safe PDL: the first weights only prefetched into L2, then the wait
         prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
 
-        if (CBD) build_default_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
+        if (CBD) build_default_lut<K, T, SLICES, QUAD>(lut, cb_s, nthr, tid);
         griddep_wait_release();
 #ifdef KBIT_TRACE
         if (threadIdx.x == 0 && ty == 0) KTR(48, probe_gtime());
@@ -351,7 +357,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #ifdef KBIT_TRACE
         if (threadIdx.x == 0) KTR(46, probe_clock());
 #endif
-        if (!early_lut) build_block_lut<K, T, SLICES>(lut, cb_s, nthr, tid);
+        if (!early_lut) build_block_lut<K, T, SLICES, QUAD>(lut, cb_s, nthr, tid);
         if (pdl) {  // A may come from the previous grid: wait for it only now
             griddep_wait();
             stage_A();
@@ -371,7 +377,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #endif
 
     const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) +
-                         GemvLut<K>::ENTRY_BYTES * (lane & ((1 << GemvLut<K>::LOG2_COPIES) - 1));
+                         GemvLut<K, QUAD>::ENTRY_BYTES * (lane & ((1 << GemvLut<K, QUAD>::LOG2_COPIES) - 1));
     // C8: lanes g < 4 feed token column g the first half's A row g, lanes g >= 4 the second's row g - 4
     const T* a_row = C8 ? a_s + (long)(g & 3) * KP + (g >> 2) * 128 + t * 32 : a_s + (long)g * KP + t * 32;
     constexpr int TOK = 8 * MT;
@@ -414,7 +420,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                     if (LATE && !MULTI && sl == 0) fill_ring();  // once step 0 has landed
 #endif
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
-                    block_pair_mma<K, T, MT, GemvLut<K>::QUAD>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
+                    block_pair_mma<K, T, MT, GemvLut<K, QUAD>::QUAD>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive
                     acc[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif
@@ -484,7 +490,7 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
               int pdl) {
     // KBIT_PDL_SAFE(_PF1): wait before any load, the first D (one) ring steps prefetched into L2 before it
-    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD, C8, NoBind, true>(A, packed, absmax, codebook, C, M, N,
+    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD, C8, NoBind, true, gemv_quad<K, MT>()>(A, packed, absmax, codebook, C, M, N,
                                         Kdim, tensor_scale, blockIdx.x, gridDim.x, C8 ? (N + 7) / 8 : (N + 15) / 16, pdl == 1,
                                         nullptr, 0, pdl == KBIT_PDL_SAFE || pdl == KBIT_PDL_SAFE_PF1, false, nullptr,
                                         pdl == KBIT_PDL_SAFE_PF1 ? 1 : D);
@@ -537,10 +543,10 @@ __device__ __forceinline__ bool grouped_slot(const int* __restrict__ expert_ids,
 }
 // The grouped kernels' default-codebook pair table before their wait (CBD: no global load), then a barrier: its
 // level scratch is where A is staged later.
-template <int K, typename T, bool SL>
+template <int K, typename T, bool SL, bool Q>
 __device__ __forceinline__ void grouped_early_lut() {
     extern __shared__ __align__(16) unsigned char smem_g[];
-    build_default_lut<K, T, SL>(reinterpret_cast<u32*>(smem_g), reinterpret_cast<float*>(smem_g + GemvLut<K>::WORDS * 4),
+    build_default_lut<K, T, SL, Q>(reinterpret_cast<u32*>(smem_g), reinterpret_cast<float*>(smem_g + GemvLut<K, Q>::WORDS * 4),
                                 block_threads<SL>(), block_tid<SL>());
     __syncthreads();
 }
@@ -551,7 +557,7 @@ __device__ __forceinline__ void grouped_early_lut() {
 // runtime branch of one kernel moved the other modes' schedule (k = 4 stable mode +0.5 us a kernel).  H100,
 // 2026-11-27 (thirtieth session, moe_lb37.log, k = 2..5, 8 / 10 experts, 1 / 4 / 8 tokens, gate/up fused +
 // down): 0.3-0.9 us faster per pair, k = 4 1 token 11.70 / 13.91 -> 11.39 / 13.38 us.
-template <int K, typename T, int MT, int AMODE, bool SL, bool CBD>
+template <int K, typename T, int MT, int AMODE, bool SL, bool CBD, bool Q>
 __device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const u32* __restrict__ packed,
                                                   const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                                   const float* __restrict__ tscale, const int* __restrict__ expert_ids,
@@ -586,7 +592,7 @@ __device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const
     // one inline of gemv_block for every pass (the base operands; bind adds each pass's offsets)
     while (true) {
         gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL, CBD,
-                   false, LateBind<decltype(bind)>>(
+                   false, LateBind<decltype(bind)>, false, Q>(
             A, packed, absmax, codebook, C, chunk, N, Kdim, 0.f, blockIdx.x, gridDim.x, (N + 15) / 16, false,
             AMODE == 1 ? a_rows : nullptr, a_nrows, false, CBD, nullptr, 1, LateBind<decltype(bind)>{bind});
         if (!ok) return;
@@ -596,7 +602,8 @@ __device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const
     }
 }
 
-template <int K, typename T, int MT, int AMODE, bool SL, bool CBD, bool LB>
+// Q: the quad table (gemv_quad; not the several-wave kernel kbit_gemv_grouped_slw).
+template <int K, typename T, int MT, int AMODE, bool SL, bool CBD, bool LB, bool Q>
 __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const u32* __restrict__ packed,
                                                   const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                                   const float* __restrict__ tscale, const int* __restrict__ expert_ids,
@@ -623,8 +630,8 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     if (threadIdx.x == 0 && threadIdx.y == 0) KTR(47, probe_gtime());
 #endif
     if constexpr (LB) {  // the wait-first launch's instantiation: only that (one inline of gemv_block)
-        if (CBD) grouped_early_lut<K, T, SL>();
-        grouped_gemv_late<K, T, MT, AMODE, SL, CBD>(A, packed, absmax, codebook, tscale, expert_ids, offsets, C, N, Kdim,
+        if (CBD) grouped_early_lut<K, T, SL, Q>();
+        grouped_gemv_late<K, T, MT, AMODE, SL, CBD, Q>(A, packed, absmax, codebook, tscale, expert_ids, offsets, C, N, Kdim,
                                                     E, rows, wpe, ape, max_tokens, err, a_rows, a_nrows);
         return;
     }
@@ -632,7 +639,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     if (pdl == KBIT_GROUPED_SAFE_EARLY) griddep_wait();
 #endif
     if (pdl == 1) {
-        if (CBD) grouped_early_lut<K, T, SL>();
+        if (CBD) grouped_early_lut<K, T, SL, Q>();
         griddep_wait_release();
 #ifdef KBIT_TRACE
         if (threadIdx.x == 0 && threadIdx.y == 0) KTR(48, probe_gtime());
@@ -654,7 +661,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     for (int c0 = r0; c0 < r1; c0 += chunk) {
         // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
         gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL, CBD,
-                   false, NoBind, KBIT_GROUPED_KEEP_ADDR>(
+                   false, NoBind, KBIT_GROUPED_KEEP_ADDR, Q>(
             AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
             codebook, C + (long)c0 * N, min(chunk, r1 - c0), N, Kdim, safe_early ? 0.f : tscale[e], blockIdx.x,
             gridDim.x, (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows,
@@ -675,7 +682,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
 // mode; the host runs it for pdl 1 only).
 template <int K, typename T, int MT, int AMODE, bool CBD = false, bool LB = false>
 __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS) kbit_gemv_grouped(KBIT_GROUPED_ARGS) {
-    grouped_gemv_body<K, T, MT, AMODE, false, CBD, LB>(KBIT_GROUPED_PASS);
+    grouped_gemv_body<K, T, MT, AMODE, false, CBD, LB, gemv_quad<K, MT>()>(KBIT_GROUPED_PASS);
 }
 // The slices form (grouped_plan's gpb).  At most 128 registers, so its 16-warp blocks launch
 // (uncapped it would take more).  KBIT_GROUPED_SL_MAXNREG=80 (an experiment: three 256-thread
@@ -691,10 +698,10 @@ __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS) kbit_gemv_grouped(KBIT_GR
 #ifndef KBIT_GROUPED_SLW_MAXNREG
 #define KBIT_GROUPED_SLW_MAXNREG 96
 #endif
-#define KBIT_GROUPED_SLICES_KERNEL(NAME, MAXNREG)                                  \
-    template <int K, typename T, int MT, int AMODE, bool CBD = false, bool LB = false> \
-    __global__ void __maxnreg__(MAXNREG) NAME(KBIT_GROUPED_ARGS) {                \
-        grouped_gemv_body<K, T, MT, AMODE, true, CBD, LB>(KBIT_GROUPED_PASS);      \
+#define KBIT_GROUPED_SLICES_KERNEL(NAME, MAXNREG, QUAD_OK)                                        \
+    template <int K, typename T, int MT, int AMODE, bool CBD = false, bool LB = false>                 \
+    __global__ void __maxnreg__(MAXNREG) NAME(KBIT_GROUPED_ARGS) {                                \
+        grouped_gemv_body<K, T, MT, AMODE, true, CBD, LB, QUAD_OK && gemv_quad<K, MT>()>(KBIT_GROUPED_PASS); \
     }
-KBIT_GROUPED_SLICES_KERNEL(kbit_gemv_grouped_sl, KBIT_GROUPED_SL_MAXNREG)
-KBIT_GROUPED_SLICES_KERNEL(kbit_gemv_grouped_slw, KBIT_GROUPED_SLW_MAXNREG)
+KBIT_GROUPED_SLICES_KERNEL(kbit_gemv_grouped_sl, KBIT_GROUPED_SL_MAXNREG, true)
+KBIT_GROUPED_SLICES_KERNEL(kbit_gemv_grouped_slw, KBIT_GROUPED_SLW_MAXNREG, false)

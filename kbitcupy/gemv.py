@@ -34,6 +34,12 @@ def _slices_one_wave(n_slots: int, gx: int, gpb: int, warps: int, sms: int) -> b
     return max(1, n_slots) * gx <= max(1, SL_WARPS_PER_SM // (gpb * warps)) * sms
 
 
+def _is_slw(k: int, tiles: int, gpb: int, warps: int, n_slots: int, gx: int, sms: int) -> bool:
+    """Whether a slices plan (gpb groups of warps warps, gx blocks a slot) runs kbit_gemv_grouped_slw (96
+    registers, the pair table): several waves of 4-warp blocks at k in SLW_KS (grouped_kernel_key)."""
+    return gpb * warps <= 4 and tiles == 1 and k in SLW_KS and not _slices_one_wave(n_slots, gx, gpb, warps, sms)
+
+
 def _instances():
     inst = {}
     b = lambda x: "true" if x else "false"  # noqa: E731
@@ -111,18 +117,19 @@ def lut_bytes(k: int) -> int:
     return (1 << (2 * k)) * copies * 4
 
 
-def table_bytes(k: int) -> int:
-    """Bytes of the table the decode GEMV family builds (GemvLut in cuda_src/kbit_gemv.cu): at k = 2 the quad
-    table (QuadLut: 256 entries x 16 copies x 8 bytes), else the pair table (lut_bytes)."""
+def table_bytes(k: int, tiles: int = 1, slw: bool = False) -> int:
+    """Bytes of the table a decode GEMV family kernel builds (GemvLut in cuda_src/kbit_gemv.cu): at k = 2 with
+    one token tile the quad table (QuadLut: 256 entries x 16 copies x 8 bytes; gemv_quad), but not in the
+    several-wave grouped kernel (slw: kbit_gemv_grouped_slw); else the pair table (lut_bytes)."""
     from ._compile import GEMV_Q2
 
-    return 256 * 16 * 8 if k == 2 and GEMV_Q2 else lut_bytes(k)
+    return 256 * 16 * 8 if k == 2 and tiles == 1 and not slw and GEMV_Q2 else lut_bytes(k)
 
 
-def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int = 2) -> int:
+def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int = 2, slw: bool = False) -> int:
     """Dynamic shared memory of one GEMV block: the table (table_bytes), `rows` staged rows of A (K
     padded to ks steps of 128), the warps' partial sums, the codebook."""
-    return table_bytes(k) + rows * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4
+    return table_bytes(k, tiles, slw) + rows * ks * 128 * itemsize + warps * 128 * tiles * 4 + 32 * 4
 
 
 def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = None, depth: int | None = None,
@@ -379,7 +386,9 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
     if gpb:
         if warps * gpb > 16:
             raise ValueError(f"grouped_plan: {gpb} groups of {warps} warps exceed the kernel's 512 threads")
-        return warps, -(-groups // gpb), smem_bytes(k, rows, ks, warps * gpb, tiles, itemsize), tiles, gpb
+        gx = -(-groups // gpb)
+        return warps, gx, smem_bytes(k, rows, ks, warps * gpb, tiles, itemsize,
+                                     _is_slw(k, tiles, gpb, warps, n_slots, gx, sms)), tiles, gpb
     if per_block is None:
         # The fewest groups per block that keep the grid in one wave (H200, 2026-11-22,
         # profiling/NOTES.md: down, 8 experts, 1 token: 512 blocks x 2 groups 6.30 us,
@@ -397,7 +406,7 @@ def grouped_kernel_key(k: int, tname: str, amode: int, cbd: bool, plan_, n_slots
     per SM instead of four); the group loop (gpb = 0), with a fused MoE step (amode) or not."""
     warps, gx, _, tiles, gpb = plan_
     if gpb:
-        slw = gpb * warps <= 4 and tiles == 1 and k in SLW_KS and not _slices_one_wave(n_slots, gx, gpb, warps, sms)
+        slw = _is_slw(k, tiles, gpb, warps, n_slots, gx, sms)
         return ("grouped_slw" if slw else "grouped_sl", k, tname, tiles, amode, cbd)
     return ("grouped", k, tname, tiles, cbd) if amode == 0 else ("grouped_fused", k, tname, tiles, amode, cbd)
 

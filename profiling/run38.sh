@@ -49,4 +49,32 @@ if [ "$STEP" = q2 ]; then
   gpu_tests "$W/gpu_tests_q2_38.log" 200 tests/test_gemv_gpu.py
   grep -E "^E  |FAILED" "$W/gpu_tests_q2_38.log" | head
 fi
+#   Got (gemv_q2_38.log, moe_q2_38_q{0,1}_{1,2}.log, gpu_tests_q2_38.log): dense k = 2 TOTAL (pair -> quad) M = 1
+#   16.28 -> 15.67 us, M = 2 16.95 -> 16.44, M = 4 18.75 -> 18.46, M = 8 23.95 -> 23.94, M = 16 38.98 -> 39.76 (gate/up
+#   9.37 -> 12.25: with two token tiles the 64 KB of staged A plus the 32 KB table leave two blocks per SM, not
+#   three).  Grouped k = 2 (two alternations agree): 8 / 10 experts gate/up fused + down 1 token 9.07 / 11.15 ->
+#   8.85 / 10.63, 4 tokens 9.36 / 11.40 -> 9.23 / 10.87, 8 tokens 11.20 / 13.34 -> 10.93 / 12.81, 16 tokens 20.35 /
+#   27.79 -> 20.93 / 27.96 (slower); 32 experts gate/up (slices, one wave) 1 token 15.85 -> 14.64 but down (4-warp
+#   blocks, several waves: kbit_gemv_grouped_slw) 10.24 -> 10.89, 4 tokens 10.87 -> 12.45.  The dense GEMV GPU
+#   tests: 101 passed (every kernel on the quad table at k = 2).
+#   So: the quad table where a kernel has one token tile (gemv_quad), not in kbit_gemv_grouped_slw
+#   (kbitcupy.gemv.table_bytes / _is_slw plan the same).  The SASS of every other kernel unchanged (k = 2 two-tile
+#   and slw kernels included; nvdisasm against a89c8de).
+# STEP=q2b: that rule: the GPU tests of the dense and grouped GEMV, memcheck over the dense and grouped drivers, and
+#   the grouped A/B again where the rule differs from the all-quad run (16 tokens, 32 experts).  Expect: tests pass;
+#   16 tokens and 32 experts' down as the pair table, the rest as the quad table.
+if [ "$STEP" = q2b ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_q2b_38.log" 150 tests/test_gemv_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_q2b_38.log" | head
+  gpu_tests "$W/gpu_tests_q2b_grouped38.log" 300 tests/test_grouped_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_q2b_grouped38.log" | head
+  sanitize memcheck "$W/memcheck_c8_38.log" 100 profiling/sanitize_c8.py
+  sanitize memcheck "$W/memcheck_glb38.log" 120 profiling/sanitize_grouped_lb.py
+  for q in 0 1; do
+    KBIT_GEMV_Q2=$q MOE_MMA=0 KS=2 MS=1,4,16 ES=8,32 timeout 100 python3 profiling/moe_ab.py --out "$W" \
+      > "$W/moe_q2b_38_q$q.log" 2>&1
+    echo "## KBIT_GEMV_Q2=$q"; grep -E "^(moe_|TOTAL)" "$W/moe_q2b_38_q$q.log" | cut -c1-110
+  done
+fi
 finish_run run38

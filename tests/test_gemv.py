@@ -25,7 +25,7 @@ def test_plan_invariants(k, M, shape):
         assert not (late and tiles == 2)  # LATE is only instantiated for one token tile
         assert not (dual and k == 5)      # k = 5: one chain (measured)
         assert not c8 or (M <= 4 and gpb == 1)
-        assert smem == G.table_bytes(k) + M * -(-K // step) * step * 2 + gpb * warps * 128 * tiles * 4 + 128
+        assert smem == G.table_bytes(k, tiles) + M * -(-K // step) * step * 2 + gpb * warps * 128 * tiles * 4 + 128
         for cbd in (False, True):  # the codebook loaded, or the default one compiled in
             key = (k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1, cbd, c8)
             assert key in G.GEMV.instances  # every plan names a compiled instantiation
