@@ -77,4 +77,15 @@ if [ "$STEP" = q2b ]; then
     echo "## KBIT_GEMV_Q2=$q"; grep -E "^(moe_|TOTAL)" "$W/moe_q2b_38_q$q.log" | cut -c1-110
   done
 fi
+#   Got (gpu_tests_q2b_38.log, gpu_tests_q2b_grouped38.log, memcheck_{c8,glb}38.log, moe_q2b_38_q{0,1}.log): dense
+#   GEMV 101 passed, grouped GEMV 142 passed; memcheck sanitize_c8.py 108 checks (k = 2's default plans at M = 1 / 5 /
+#   9 added), sanitize_grouped_lb.py 48, 0 errors.  Grouped k = 2 pair -> rule: 8 experts 1 / 4 / 16 tokens 9.17 /
+#   9.45 / 20.53 -> 8.94 / 9.32 / 20.55 us, 32 experts 26.39 / 27.36 / 70.57 -> 25.06 / 26.07 / 70.46 (down now equal
+#   or faster: its slw kernel keeps the pair table).
+# STEP=close: the closing M = 1 / 4 tables (k = 2..5), twice (k = 2's 3x target is within ~1 % of the line).
+if [ "$STEP" = close ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  m1_table final55
+  m1_table final55b
+fi
 finish_run run38
