@@ -12,12 +12,6 @@ dense_checks() {
   grep -E "^E  |FAILED" "$W/gpu_tests_$1.log" | head
   sanitize memcheck "$W/memcheck_$2.log" 100 profiling/sanitize_c8.py
 }
-# m1_table NAME: the dense M = 1 / 4 table (k = 2..5, matmul and matmul+PDL) tagged NAME-m1; prints its TOTAL rows.
-m1_table() {
-  timeout 110 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul+PDL --reps 15 \
-      --tag "$1-m1" > "$W/bench_$1.log" 2>&1
-  grep -E "^### M|TOTAL" "$W/bench_$1.log"
-}
 # STEP=ids: issue 5's open question, after run36.sh gtrace (gtrace36_*.log): in the default (wait-first) launch
 #   the grouped GEMV's blocks take 2.2 us from the wait to the end of the prologue, the stable mode's 0.95 us;
 #   all of the 0.9-1.2 us a launch between them is there.  The guess forms (twenty-ninth session) read the ids

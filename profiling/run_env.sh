@@ -70,6 +70,12 @@ hook_tests() {
    gpu_tests "$W/gpu_tests_$1_${RUN:-}.log" "$3" tests/test_wgmma_gpu.py
    grep -E "^E  |FAILED" "$W/gpu_tests_$1_${RUN:-}.log" | head -10)
 }
+# m1_table NAME: the dense M = 1 / 4 table (k = 2..5, matmul and matmul+PDL) tagged NAME-m1; prints its TOTAL rows.
+m1_table() {
+  timeout 110 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul,matmul+PDL --reps 15 \
+      --tag "$1-m1" > "$W/bench_$1.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_$1.log"
+}
 # finish_run PREFIX: pack the step's work folder into $OUT/PREFIX_$STEP.tgz (what the device tool brings back).
 finish_run() {
   tar -czf "$OUT/$1_$STEP.tgz" -C "$W" . && rm -rf "$W"
