@@ -88,4 +88,18 @@ if [ "$STEP" = close ]; then
   m1_table final55
   m1_table final55b
 fi
+#   Got (final55-m1, final55b-m1; git 805cb65): k = 2 M = 1 TOTAL 15.60 / 15.57 us = 3.00x / 3.01x fp16 (46.78 /
+#   46.84; the first 2.999x: at the line, not over it with margin); k = 3 / 4 / 5 2.46-2.47x / 2.55x / 1.79x
+#   (unchanged kernels); M = 4 k = 2 2.55x.  k = 2 M = 1 per shape: gate/up 3.81 us (74 % of SOL), down 3.72 (75 %),
+#   Q 3.03 (85 %), O 3.24 (80 %), KV 1.79.
+# STEP=plans: the k = 2 plan rule was measured with the pair table; with half the lookups a step's compute is
+#   shorter, so the block shapes that lost on compute (8-column groups at k = 2 gate/up: 4.18 -> 4.25 with the pair
+#   table, a second chain in the 512-thread blocks) may win now.  Overrides of every shape's plan (gemv_ab AB_PLANS).
+#   Expect: at most 0.1-0.2 us on gate/up / down; a plan rule change only where M = 1 and M = 4 agree or the rule
+#   can tell them apart.
+if [ "$STEP" = plans ]; then
+  SHAPES=gateup,down,Q,O KS=2 MS=1,4 AB_PLANS="c8:c8=1;c8w8:c8=1,warps=8;dual:dual=1;single:dual=0;late0:late=0;w16:warps=16;w4:warps=4" \
+    timeout 300 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_plans38.log" 2>&1
+  grep -vE "^\s*$" "$W/gemv_plans38.log" | cut -c1-260 | tail -14
+fi
 finish_run run38
