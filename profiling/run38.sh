@@ -102,4 +102,18 @@ if [ "$STEP" = plans ]; then
     timeout 300 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_plans38.log" 2>&1
   grep -vE "^\s*$" "$W/gemv_plans38.log" | cut -c1-260 | tail -14
 fi
+#   Got (gemv_plans38.log): the plan stays best nearly everywhere (k = 2 M = 1 TOTAL of the four 13.87 us; 8-column
+#   groups 14.64, one chain 14.38, no late fill 15.48, 16 / 4 warps 15.73 / 20.32; at M = 4 all slower).  Only a
+#   second chain in the 512-thread blocks (down, O) was faster, by 0.02-0.08 us a cell (down M = 1 / 4 3.75 -> 3.72
+#   / 4.35 -> 4.29, O 3.26 -> 3.21 / 3.78 -> 3.70); with the pair table it had been slower there (eighteenth
+#   session).
+# STEP=dual: that, twice, on every 512-thread k = 2 plan (down, O, linear key; KV at M = 8).  Expect: 0.03-0.08 us a
+#   shape in both passes, or noise.
+if [ "$STEP" = dual ]; then
+  for pass in 1 2; do
+    SHAPES=down,O,lin_key,KV KS=2 MS=1,2,4,8 AB_PLANS="dual:dual=1" timeout 150 python3 profiling/gemv_ab.py --out "$W" \
+      > "$W/gemv_dual38_$pass.log" 2>&1
+    echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_dual38_$pass.log" | cut -c1-120 | tail -18
+  done
+fi
 finish_run run38
