@@ -190,7 +190,11 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         if c8:  # (c8ab22: k = 2 gate/up 4.41 -> 4.15 us, Q 4.14 -> 3.77; k = 3 / 4 equal or faster)
             dual = k != 5
         elif k == 2 and tiles == 1:
-            dual = warps <= 8 and groups <= 2 * 132
+            # With the quad table (table_bytes) also in the 512-thread blocks where a warp has two or more steps:
+            # H100, 2026-11-27 (thirty-first session, run38.sh dual, two passes): down M = 1 / 2 / 4 3.76 / 3.90 /
+            # 4.39 -> 3.74 / 3.85 / 4.33 us, O 3.28 / 3.40 / 3.85 -> 3.23 / 3.33 / 3.71; linear key (one step a
+            # warp) 2.43 -> 2.52, slower.
+            dual = (warps <= 8 and groups <= 2 * 132) or (warps > 8 and ks > warps and table_bytes(k) != lut_bytes(k))
         else:
             dual = k != 5 and (warps > 8 or (k == 3 and tiles == 1 and groups <= 2 * 132))
     if late is None and c8:

@@ -116,4 +116,17 @@ if [ "$STEP" = dual ]; then
     echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_dual38_$pass.log" | cut -c1-120 | tail -18
   done
 fi
+#   Got (gemv_dual38_{1,2}.log): both passes, down M = 1 / 2 / 4 / 8 -0.02..-0.07 us, O -0.05..-0.14, linear key
+#   +0.03..+0.16 (one step a warp), KV at M = 8 equal.  Kept for the 512-thread k = 2 plans with two or more steps a
+#   warp (gemv.plan, with the quad table only).
+# STEP=close2: the tree with that rule: the dense GEMV's GPU tests, memcheck over sanitize_c8.py, the closing M = 1 / 4
+#   tables twice.
+if [ "$STEP" = close2 ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_close38.log" 150 tests/test_gemv_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_close38.log" | head
+  sanitize memcheck "$W/memcheck_c8_close38.log" 100 profiling/sanitize_c8.py
+  m1_table final56
+  m1_table final56b
+fi
 finish_run run38
