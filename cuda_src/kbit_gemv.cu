@@ -7,7 +7,8 @@
 //  * pair lookup table: word-wide LOP3s turn the k bit planes of a block into 16
 //    byte-sized keys, each naming two neighbouring elements; one conflict-free
 //    shared-memory load (the table is replicated per lane) returns both codebook
-//    levels as a packed half2/bf162;
+//    levels as a packed half2/bf162 (k = 2 at one token tile: one LDS.64 of a quad table returns
+//    two pairs, see gemv_quad);
 //  * the block scale multiplies the pair once (HMUL2; E4M4 scales are exact in
 //    fp16/bf16), so the packed pair is directly an mma.sync B-fragment register;
 //  * the tensor core does every multiply-add for all M <= 8 rows at once with fp32

@@ -173,3 +173,49 @@ def test_grouped_plan_invariants(seed):
         assert gpb == 0 or tiles == 1
         # A staged for at most max_tokens rows a pass
         assert smem == G.smem_bytes(4, min(8 * tiles, mt), -(-K // 128), warps * max(gpb, 1), tiles)
+
+
+def test_quad_table_layout():
+    """A NumPy model of the k = 2 quad table (cuda_src/kbit_pairlut.cuh: quad_keys, build_quad_lut, chunk_levels):
+    byte r of key word h, looked up, gives the levels of elements 8r + 4h .. 8r + 4h + 3 of the block in the order
+    the MMA fragment takes them (pairs q = 2h, 2h + 1).  Random indices and codebook each run."""
+    from kbitcupy import reference as R
+
+    rng = np.random.default_rng()
+    cb = rng.standard_normal(4).astype(np.float32)
+    idx = rng.integers(0, 4, size=(64, 32))
+    words = R.pack_bitplanes(idx, 2).reshape(-1, 2)
+    assert (R.unpack_bitplanes(words.reshape(-1), 2) == idx).all()
+
+    def deint_even(x):  # bits 0, 2, 4, ... -> 0, 1, 2, ...
+        x &= 0x55555555
+        x = (x | (x >> 1)) & 0x33333333
+        x = (x | (x >> 2)) & 0x0F0F0F0F
+        return (x | (x >> 4)) & 0x00FF00FF
+
+    pair = lambda p: (cb[deint_even(p)], cb[deint_even(p >> 1)])  # noqa: E731  (build_pair_lut's entry)
+    table = [pair(e & 15) + pair(e >> 4) for e in range(256)]      # build_quad_lut's entry: lo pair, hi pair
+    E2 = 0x33333333
+    for (p0, p1), want in zip(words.astype(np.int64), idx):
+        wa = (p0 & E2) | ((p1 & E2) << 2) & 0xFFFFFFFF
+        wb = ((p0 >> 2) & E2) | (p1 & ~E2 & 0xFFFFFFFF)
+        q = [(wa & 0x0F0F0F0F) | ((wb & 0x0F0F0F0F) << 4), ((wa >> 4) & 0x0F0F0F0F) | (wb & 0xF0F0F0F0)]
+        for r in range(4):
+            for h in range(2):
+                got = table[(q[h] >> (8 * r)) & 0xFF]
+                assert got == tuple(cb[want[8 * r + 4 * h + j]] for j in range(4)), (r, h)
+
+
+def test_quad_table_rule():
+    """The host plans the table the kernels build: the quad table (32 KB) at k = 2 with one token tile, not in the
+    several-wave grouped kernel (kbit_gemv_grouped_slw) and not at two tiles."""
+    assert G.table_bytes(2, 1) == 256 * 16 * 8 and G.table_bytes(2, 2) == G.lut_bytes(2)
+    assert G.table_bytes(2, 1, slw=True) == G.lut_bytes(2) and G.table_bytes(4, 1) == G.lut_bytes(4)
+    # 32 experts' down at 1 token: several waves of 4-warp blocks -> slw, the pair table
+    p = G.grouped_plan(2048, 512, 2, 32, 1)
+    key = G.grouped_kernel_key(2, "float16", 0, False, p, 32)
+    assert key[0] == "grouped_slw" and p[2] == G.smem_bytes(2, 1, 4, p[0] * p[4], 1, slw=True)
+    # 8 experts' gate/up (slices, one wave) -> the quad table
+    p = G.grouped_plan(1024, 2048, 2, 8, 1)
+    assert G.grouped_kernel_key(2, "float16", 0, False, p, 8)[0] == "grouped_sl"
+    assert p[2] >= G.table_bytes(2, 1) + 2048 * 2
