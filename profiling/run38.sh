@@ -129,4 +129,19 @@ if [ "$STEP" = close2 ]; then
   m1_table final56
   m1_table final56b
 fi
+#   Got (gpu_tests_close38.log, memcheck_c8_close38.log, final56-m1, final56b-m1; git baf7663): 101 passed, memcheck
+#   108 checks 0 errors; k = 2 M = 1 TOTAL 15.50 / 15.47 us = 3.02x / 3.02x fp16; k = 3 / 4 / 5 2.46x / 2.55x / 1.79x.
+# STEP=h200 (kind nvidia-h200): the quad table's A/B on the H200 (the rule was measured on the H100 only), the M = 1 / 4
+#   tables and the MoE table (k = 4; the H200's last are final33-m1 and moe-final50, older trees).
+#   Expect: k = 2 dense 0.3-0.6 us faster at M = 1 as on the H100; k = 4 as final33-m1 or a little faster.
+if [ "$STEP" = h200 ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  SHAPES=gateup,down,Q,O,KV KS=2 MS=1,4 AB_VARIANTS="pair:-DKBIT_GEMV_Q2=0" timeout 120 python3 profiling/gemv_ab.py \
+    --out "$W" > "$W/gemv_q2_h200_38.log" 2>&1
+  grep -E "^TOTAL|^gateup|^down" "$W/gemv_q2_h200_38.log" | cut -c1-110
+  m1_table final57
+  timeout 200 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,2,4,8,16 --experts 8,10 \
+      --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final57 > "$W/bench_moe57.log" 2>&1
+  grep -E "TOTAL|as moe_forward" "$W/bench_moe57.log" | head -40
+fi
 finish_run run38
