@@ -144,4 +144,7 @@ if [ "$STEP" = h200 ]; then
       --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag moe-final57 > "$W/bench_moe57.log" 2>&1
   grep -E "TOTAL|as moe_forward" "$W/bench_moe57.log" | head -40
 fi
+#   Got (gemv_q2_h200_38.log, final57-m1, moe-final57; H200, git 6fc2bea): quad vs pair k = 2 TOTAL M = 1 16.29 -> 15.62
+#   us, M = 4 19.06 -> 18.58; M = 1 k = 2 / 3 / 4 / 5 2.64x / 2.18x / 2.23x / 1.55x fp16 (fp16 40.95 us); MoE k = 4 as
+#   moe_forward 1 / 2 / 4 tokens 1.61x / 1.61x / 1.53x (8 experts), 1.61x / 1.60x / 1.57x (10).
 finish_run run38
