@@ -147,4 +147,17 @@ fi
 #   Got (gemv_q2_h200_38.log, final57-m1, moe-final57; H200, git 6fc2bea): quad vs pair k = 2 TOTAL M = 1 16.29 -> 15.62
 #   us, M = 4 19.06 -> 18.58; M = 1 k = 2 / 3 / 4 / 5 2.64x / 2.18x / 2.23x / 1.55x fp16 (fp16 40.95 us); MoE k = 4 as
 #   moe_forward 1 / 2 / 4 tokens 1.61x / 1.61x / 1.53x (8 experts), 1.61x / 1.60x / 1.57x (10).
+# STEP=d3: k = 4 down at M = 1 is 0.03 us short of 85 % of SOL (final56-m1: 4.49 us, SOL 3.79).  The twenty-ninth
+#   session measured a register ring of depth 3 on down (every step of its warps in flight): k = 4 M = 1 4.52 -> 4.44,
+#   k = 2 4.02 -> 3.94, but did not instantiate it (-0.08 us on one shape).  Now it would cross the line.  Depth 3 by
+#   a plan override (gemv_ab formats the kernel; NVRTC: k = 4 down's kernel 95 -> 112 registers, no spills), two
+#   passes, down / O / linear key (K >= 4096 or a warp with 2+ steps) at k = 2..5, M = 1 / 2 / 4.
+#   Expect: down M = 1 -0.05..-0.1 us at k = 2..4, M = 4 slower (as then); O equal.
+if [ "$STEP" = d3 ]; then
+  for pass in 1 2; do
+    SHAPES=down,O KS=2,3,4,5 MS=1,2,4 AB_VARIANTS="d3:+depth=3" timeout 200 python3 profiling/gemv_ab.py --out "$W" \
+      > "$W/gemv_d3_38_$pass.log" 2>&1
+    echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_d3_38_$pass.log" | cut -c1-100 | tail -30
+  done
+fi
 finish_run run38
