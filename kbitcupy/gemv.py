@@ -40,6 +40,15 @@ def _is_slw(k: int, tiles: int, gpb: int, warps: int, n_slots: int, gx: int, sms
     return gpb * warps <= 4 and tiles == 1 and k in SLW_KS and not _slices_one_wave(n_slots, gx, gpb, warps, sms)
 
 
+def _depth3(k: int, K: int, M: int, c8: bool, dual: bool, late: bool) -> bool:
+    """A register ring of 3 steps: at M = 1 on the 8-column plans of down (k = 3 / 4) and O (k = 3), where a warp
+    has 2.5 steps (down) or the step's compute is long (k = 3).  H100, 2026-11-27 (thirty-first session, run38.sh
+    d3, two passes): k = 4 down 4.46 / 4.49 -> 4.36 / 4.37 us, k = 3 down 4.64 -> 4.45, O 3.96 -> 3.85; slower at M = 2
+    / 4 (down k = 4 4.67 -> 5.00), at k = 2 / 5 and on k = 4 O (+0.02..+0.1).  Instantiated for that plan only
+    (DEPTH3_KEYS)."""
+    return M == 1 and c8 and dual and late and ((k == 4 and K >= 5120) or (k == 3 and K >= 4096))
+
+
 def _instances():
     inst = {}
     b = lambda x: "true" if x else "false"  # noqa: E731
@@ -64,6 +73,12 @@ def _instances():
                                                 f"{b(du)}, {b(late)}"
                                                 + (f", {b(sl)}, {b(cbd)}, true>" if c8 else
                                                    f", {b(sl)}, true>" if cbd else ", true>" if sl else ">"))
+    # the depth-3 ring of _depth3's plans (one token tile, two chains, late fill, 8-column groups, runtime format)
+    for k in (3, 4):
+        for t in ("float16", "bfloat16"):
+            for cbd in (False, True):
+                inst[(k, t, "uint8", True, 3, 1, True, True, False, cbd, True)] = (
+                    f"kbit_gemv<{k}, {CTYPE[t]}, unsigned char, true, 3, 1, true, true, false, {b(cbd)}, true>")
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for mt in (1, 2):
@@ -176,7 +191,8 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # 9.36 vs 10.36; at M = 4 the staged A leaves two: 13.5 vs 10.5)
         if k == 5 and groups > 2 * 132 and 3 * smem_bytes(k, M, ks, 4, tiles, itemsize) <= 227 * 1024:
             warps = min(4, ks)
-    depth = 2 if depth is None else int(depth)  # (other depths: probes only, profiling/gemv_ab.py)
+    depth_given = depth is not None
+    depth = 2 if depth is None else int(depth)  # (other depths: probes only, profiling/gemv_ab.py; 3: below)
     if dual is None:
         # H200, 2026-11-22: a second accumulator chain wins where a 512-thread block has
         # the SM to itself anyway (k = 2, 3: 3-6 %); its registers would cost the
@@ -206,6 +222,8 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # k = 2 as well (H100, 2026-11-25, plans22: gate/up M = 1 4.25 -> 4.13 us; k = 3 / 4 slower)
         late = ks > warps and (warps > 8 or groups <= 2 * 132 or k in (2, 5))
     late = bool(late) and tiles == 1
+    if not depth_given and _depth3(k, K, M, c8, dual, late):
+        depth = 3
     if gpb is None and c8:
         gpb = 1
     if gpb is None:

@@ -160,4 +160,19 @@ if [ "$STEP" = d3 ]; then
     echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_d3_38_$pass.log" | cut -c1-100 | tail -30
   done
 fi
+#   Got (gemv_d3_38_{1,2}.log): M = 1 faster in both passes on down k = 4 (4.46 / 4.49 -> 4.36 / 4.37 us), down k = 3
+#   (4.64 / 4.65 -> 4.45 / 4.46) and O k = 3 (3.96 / 3.95 -> 3.86 / 3.84); equal or slower on down k = 2 / 5, O k = 2 / 4
+#   / 5 and at M = 2 / 4 everywhere (down k = 4 M = 2 4.67 -> 5.00).  Kept for exactly those (gemv._depth3: M = 1, the
+#   8-column plans of down at k = 3 / 4 and O at k = 3; 8 more instantiations, 112 registers, no spills).
+# STEP=close3: the tree with the depth-3 rule: dense GEMV GPU tests, memcheck over sanitize_c8.py (now with the
+#   depth-3 plans), the closing M = 1 / 4 tables twice.  Expect: k = 4 down at 85-87 % of SOL, k = 3 TOTAL -0.3 us.
+if [ "$STEP" = close3 ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_close3_38.log" 150 tests/test_gemv_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_close3_38.log" | head
+  sanitize memcheck "$W/memcheck_c8_close3_38.log" 120 profiling/sanitize_c8.py
+  m1_table final58
+  m1_table final58b
+  grep -E "^\| (gateup|down|Q|O|KV|lin_value) \| 4 " "$W"/*final58-m1.md "$W"/*final58b-m1.md
+fi
 finish_run run38

@@ -1,6 +1,7 @@
 """The decode GEMV with 8-column groups (plan c8), for compute-sanitizer (memcheck / racecheck): N % 8 != 0,
 K % 256 != 0, every block shape (1..16 warps, one or two chains, late ring or not), and the default plans of
-gate/up (k = 4) and KV, and k = 2's (the quad table; M = 9: two token tiles, the pair table).  Exits non-zero if a result is wrong."""
+gate/up (k = 4) and KV, and k = 2's (the quad table; M = 9: two token tiles, the pair table), and the depth-3
+ring's (down k = 3 / 4, O k = 3 at M = 1).  Exits non-zero if a result is wrong."""
 import os
 import sys
 
@@ -18,6 +19,8 @@ cases = [((196, 416), k, (("c8", True), ("warps", w), ("dual", d), ("late", lt))
 cases += [((5120, 2048), 4, None), ((512, 2048), 3, None), ((2048, 4096), 4, None)]
 # k = 2's default plans (the quad table at one token tile, the pair table at two: M = 9)
 cases += [((5120, 2048), 2, ()), ((2048, 5120), 2, ()), ((196, 416), 2, ())]
+# the depth-3 ring (gemv._depth3: M = 1, down at k = 3 / 4, O at k = 3)
+cases += [((2048, 5120), 4, ()), ((2048, 5120), 3, ()), ((2048, 4096), 3, ()), ((200, 5120), 4, ())]
 for (N, K), k, ov in cases:
     q = kb.quantize(cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02), k)
     Wd = kb.dequantize(q, np.float32).astype(cp.float64)

@@ -19,7 +19,8 @@ def test_plan_invariants(k, M, shape):
     for c8 in (None, False, True) if M <= 4 else (None,):  # the default, or 8-column groups forced either way
         warps, depth, smem, grid, tiles, dual, late, gpb, c8 = G.plan(N, K, M, k, c8=c8)
         cols, step = (8, 256) if c8 else (16, 128)
-        assert grid == -(-N // (cols * gpb)) and depth in G.DEPTHS and tiles == (1 if M <= 8 else 2)
+        assert grid == -(-N // (cols * gpb)) and tiles == (1 if M <= 8 else 2)
+        assert depth in G.DEPTHS or (depth == 3 and c8 and M == 1 and k in (3, 4) and K >= 4096)  # (gemv._depth3)
         assert 1 <= gpb and warps * gpb <= 16  # the kernel's 512-thread launch bound
         assert warps in (4, 8, 16) and warps <= -(-K // step)
         assert not (late and tiles == 2)  # LATE is only instantiated for one token tile
