@@ -178,4 +178,16 @@ fi
 #   Got (gpu_tests_close3_38.log, memcheck_c8_close3_38.log, final58-m1, final58b-m1; git 9e6358b): 101 passed; memcheck
 #   120 checks, 0 errors; M = 1 TOTAL k = 2 / 3 / 4 / 5 3.04x / 2.51x / 2.57x / 1.80x and 3.03x / 2.51x / 2.56x / 1.80x fp16;
 #   k = 4 % of SOL: down 85 / 85 (4.38 / 4.39 us), gate/up 82 / 80, Q 90, O 90 / 89, linear value 91 / 90.
+# STEP=gu4: what is left of issue 3 on the H100 is k = 4 gate/up at M = 1 (4.62 us, 80-82 % of SOL; 85 % = 4.45).  Its
+#   plan (8-column groups, 4 warps, 2 steps a warp, two chains, late fill, both steps L2-prefetched before the wait)
+#   was tuned before the safe-mode prefetch (twentieth session): with step 1 already in L2, the late fill's second
+#   round trip may no longer pay.  Overrides: late=0, one chain, 16-column groups, one step prefetched, depth 3 (no
+#   third step: control).  Two passes.  Expect: late=0 within +-0.1 us; the rest slower.
+if [ "$STEP" = gu4 ]; then
+  for pass in 1 2; do
+    SHAPES=gateup KS=4 MS=1,2 AB_PLANS="late0:late=0;single:dual=0;c16:c8=0" AB_VARIANTS="pf1:+pf=1;late0pf1:+late=0 +pf=1" \
+      timeout 150 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_gu4_38_$pass.log" 2>&1
+    echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_gu4_38_$pass.log" | cut -c1-200 | tail -4
+  done
+fi
 finish_run run38
