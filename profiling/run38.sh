@@ -190,4 +190,7 @@ if [ "$STEP" = gu4 ]; then
     echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_gu4_38_$pass.log" | cut -c1-200 | tail -4
   done
 fi
+#   Got (gemv_gu4_38_{1,2}.log): the plan is the fastest of these in both passes: M = 1 4.67 / 4.64 us, one chain 4.67 /
+#   4.63 (equal), late=0 4.91 / 4.88, 16-column groups 4.92 / 4.87, one step prefetched 4.89 / 4.90, both 5.24.  Nothing
+#   kept; gate/up stays at ~81 % of SOL.
 finish_run run38
