@@ -4,6 +4,24 @@
 . profiling/run_env.sh
 start_run ps
 RUN=38
+# gemv_ab_twice NAME TIMEOUT: profiling/gemv_ab.py (its SHAPES / KS / MS / AB_* from the environment) twice, logs
+# $W/gemv_NAME_1.log and _2.log; prints each pass's rows (cut at $CUT, default 200 columns).
+gemv_ab_twice() {
+  for pass in 1 2; do
+    timeout "$2" python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_$1_$pass.log" 2>&1
+    echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_$1_$pass.log" | cut -c1-"${CUT:-200}" | tail -30
+  done
+}
+# close_checks NAME TABLE: the dense GEMV's GPU tests (gpu_tests_NAME.log), memcheck over sanitize_c8.py
+# (memcheck_c8_NAME.log) and the closing M = 1 / 4 tables TABLE-m1 and TABLEb-m1.
+close_checks() {
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_$1.log" 150 tests/test_gemv_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_$1.log" | head
+  sanitize memcheck "$W/memcheck_c8_$1.log" 120 profiling/sanitize_c8.py
+  m1_table "$2"
+  m1_table "$2b"
+}
 # STEP=ps: the decode GEMV's per-step work (issue 3: k = 2 M = 1 TOTAL needs -0.44 us of 16.08; gate/up / down at
 #   70 / 73 % of SOL at k = 2, 81 / 84 % at k = 4).  At k = 2 a step's compute is the same per weight as at k = 4
 #   while its bytes are half, and a second accumulator chain had bought k = 2 Q 13 % (eighteenth session): the
@@ -110,11 +128,7 @@ fi
 # STEP=dual: that, twice, on every 512-thread k = 2 plan (down, O, linear key; KV at M = 8).  Expect: 0.03-0.08 us a
 #   shape in both passes, or noise.
 if [ "$STEP" = dual ]; then
-  for pass in 1 2; do
-    SHAPES=down,O,lin_key,KV KS=2 MS=1,2,4,8 AB_PLANS="dual:dual=1" timeout 150 python3 profiling/gemv_ab.py --out "$W" \
-      > "$W/gemv_dual38_$pass.log" 2>&1
-    echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_dual38_$pass.log" | cut -c1-120 | tail -18
-  done
+  SHAPES=down,O,lin_key,KV KS=2 MS=1,2,4,8 AB_PLANS="dual:dual=1" CUT=120 gemv_ab_twice dual38 150
 fi
 #   Got (gemv_dual38_{1,2}.log): both passes, down M = 1 / 2 / 4 / 8 -0.02..-0.07 us, O -0.05..-0.14, linear key
 #   +0.03..+0.16 (one step a warp), KV at M = 8 equal.  Kept for the 512-thread k = 2 plans with two or more steps a
@@ -122,12 +136,7 @@ fi
 # STEP=close2: the tree with that rule: the dense GEMV's GPU tests, memcheck over sanitize_c8.py, the closing M = 1 / 4
 #   tables twice.
 if [ "$STEP" = close2 ]; then
-  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
-  gpu_tests "$W/gpu_tests_close38.log" 150 tests/test_gemv_gpu.py
-  grep -E "^E  |FAILED" "$W/gpu_tests_close38.log" | head
-  sanitize memcheck "$W/memcheck_c8_close38.log" 100 profiling/sanitize_c8.py
-  m1_table final56
-  m1_table final56b
+  close_checks close38 final56
 fi
 #   Got (gpu_tests_close38.log, memcheck_c8_close38.log, final56-m1, final56b-m1; git baf7663): 101 passed, memcheck
 #   108 checks 0 errors; k = 2 M = 1 TOTAL 15.50 / 15.47 us = 3.02x / 3.02x fp16; k = 3 / 4 / 5 2.46x / 2.55x / 1.79x.
@@ -154,11 +163,7 @@ fi
 #   passes, down / O / linear key (K >= 4096 or a warp with 2+ steps) at k = 2..5, M = 1 / 2 / 4.
 #   Expect: down M = 1 -0.05..-0.1 us at k = 2..4, M = 4 slower (as then); O equal.
 if [ "$STEP" = d3 ]; then
-  for pass in 1 2; do
-    SHAPES=down,O KS=2,3,4,5 MS=1,2,4 AB_VARIANTS="d3:+depth=3" timeout 200 python3 profiling/gemv_ab.py --out "$W" \
-      > "$W/gemv_d3_38_$pass.log" 2>&1
-    echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_d3_38_$pass.log" | cut -c1-100 | tail -30
-  done
+  SHAPES=down,O KS=2,3,4,5 MS=1,2,4 AB_VARIANTS="d3:+depth=3" CUT=100 gemv_ab_twice d3_38 200
 fi
 #   Got (gemv_d3_38_{1,2}.log): M = 1 faster in both passes on down k = 4 (4.46 / 4.49 -> 4.36 / 4.37 us), down k = 3
 #   (4.64 / 4.65 -> 4.45 / 4.46) and O k = 3 (3.96 / 3.95 -> 3.86 / 3.84); equal or slower on down k = 2 / 5, O k = 2 / 4
@@ -167,12 +172,7 @@ fi
 # STEP=close3: the tree with the depth-3 rule: dense GEMV GPU tests, memcheck over sanitize_c8.py (now with the
 #   depth-3 plans), the closing M = 1 / 4 tables twice.  Expect: k = 4 down at 85-87 % of SOL, k = 3 TOTAL -0.3 us.
 if [ "$STEP" = close3 ]; then
-  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
-  gpu_tests "$W/gpu_tests_close3_38.log" 150 tests/test_gemv_gpu.py
-  grep -E "^E  |FAILED" "$W/gpu_tests_close3_38.log" | head
-  sanitize memcheck "$W/memcheck_c8_close3_38.log" 120 profiling/sanitize_c8.py
-  m1_table final58
-  m1_table final58b
+  close_checks close3_38 final58
   grep -E "^\| (gateup|down|Q|O|KV|lin_value) \| 4 " "$W"/*final58-m1.md "$W"/*final58b-m1.md
 fi
 #   Got (gpu_tests_close3_38.log, memcheck_c8_close3_38.log, final58-m1, final58b-m1; git 9e6358b): 101 passed; memcheck
@@ -184,11 +184,8 @@ fi
 #   round trip may no longer pay.  Overrides: late=0, one chain, 16-column groups, one step prefetched, depth 3 (no
 #   third step: control).  Two passes.  Expect: late=0 within +-0.1 us; the rest slower.
 if [ "$STEP" = gu4 ]; then
-  for pass in 1 2; do
-    SHAPES=gateup KS=4 MS=1,2 AB_PLANS="late0:late=0;single:dual=0;c16:c8=0" AB_VARIANTS="pf1:+pf=1;late0pf1:+late=0 +pf=1" \
-      timeout 150 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_gu4_38_$pass.log" 2>&1
-    echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_gu4_38_$pass.log" | cut -c1-200 | tail -4
-  done
+  SHAPES=gateup KS=4 MS=1,2 AB_PLANS="late0:late=0;single:dual=0;c16:c8=0" AB_VARIANTS="pf1:+pf=1;late0pf1:+late=0 +pf=1" \
+    gemv_ab_twice gu4_38 150
 fi
 #   Got (gemv_gu4_38_{1,2}.log): the plan is the fastest of these in both passes: M = 1 4.67 / 4.64 us, one chain 4.67 /
 #   4.63 (equal), late=0 4.91 / 4.88, 16-column groups 4.92 / 4.87, one step prefetched 4.89 / 4.90, both 5.24.  Nothing
