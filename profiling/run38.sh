@@ -190,4 +190,11 @@ fi
 #   Got (gemv_gu4_38_{1,2}.log): the plan is the fastest of these in both passes: M = 1 4.67 / 4.64 us, one chain 4.67 /
 #   4.63 (equal), late=0 4.91 / 4.88, 16-column groups 4.92 / 4.87, one step prefetched 4.89 / 4.90, both 5.24.  Nothing
 #   kept; gate/up stays at ~81 % of SOL.
+# STEP=h200b (kind nvidia-h200): the final tree on the H200: the depth-3 rule's A/B there (measured on the H100 only)
+#   and the M = 1 / 4 tables.  Expect: down k = 3 / 4 M = 1 0.05-0.2 us faster as on the H100.
+if [ "$STEP" = h200b ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  SHAPES=down,O KS=3,4 MS=1 AB_VARIANTS="d2:+depth=2" CUT=100 gemv_ab_twice d3_h200_38 100
+  m1_table final59
+fi
 finish_run run38
