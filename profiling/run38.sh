@@ -197,4 +197,7 @@ if [ "$STEP" = h200b ]; then
   SHAPES=down,O KS=3,4 MS=1 AB_VARIANTS="d2:+depth=2" CUT=100 gemv_ab_twice d3_h200_38 100
   m1_table final59
 fi
+#   Got (gemv_d3_h200_38_{1,2}.log, final59-m1; H200, git 22bad97): depth 3 against 2 there too: down k = 3 4.57 / 4.59 ->
+#   4.45 / 4.47 us, k = 4 4.44 / 4.48 -> 4.29 / 4.31, O k = 3 equal; M = 1 TOTAL k = 2 / 3 / 4 / 5 2.64x / 2.19x / 2.23x /
+#   1.54x fp16 (fp16 40.77 us); k = 4 % of SOL gate/up 74, down 78, Q 81, O 78, linear value 82.
 finish_run run38
