@@ -36,6 +36,16 @@
 
 namespace kbit_stream_detail {
 
+// k = 2: the quad table (QuadLut, kbit_pairlut.cuh; one LDS.64 per two pairs, 32 KB) instead of the pair table
+// (KBIT_STREAM_Q2; the environment's KBIT_STREAM_Q2, kbitcupy._compile; kbitcupy.gemv_stream.table_bytes agrees).
+#ifndef KBIT_STREAM_Q2
+#define KBIT_STREAM_Q2 0
+#endif
+template <int K> struct StreamLut {
+    static constexpr bool QUAD = K == 2 && KBIT_STREAM_Q2;
+    static constexpr int WORDS = QUAD ? QuadLut::WORDS : PairLut<K>::WORDS;
+};
+
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 // Stage layout (bytes): K tile 0 words | 64 B pad (the two tiles' lanes then hit disjoint
 // banks) | K tile 1 words | absmax tile 0 (256) | absmax tile 1 (256) | TOK rows of A
@@ -140,7 +150,8 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     typedef StageLayout<K, MT> SL;
     extern __shared__ __align__(128) unsigned char smem[];
     u32* lut = reinterpret_cast<u32*>(smem);
-    unsigned char* stage0 = smem + PairLut<K>::WORDS * 4;
+    constexpr bool QUAD = StreamLut<K>::QUAD;
+    unsigned char* stage0 = smem + StreamLut<K>::WORDS * 4;
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(stage0 + (long)stages * SL::BYTES);
     float* cb_s = reinterpret_cast<float*>(bars + 2 * stages + 2);
     int* flags = reinterpret_cast<int*>(cb_s + 32);
@@ -258,7 +269,8 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     if (tid < 32) cb_s[tid] = tid < (1 << K) ? (float)(2 * tid + 1 - (1 << K)) / (float)(1 << K) : 0.0f;
 #endif
     consumer_sync();
-    build_pair_lut<K, T>(lut, cb_s, 256);
+    if (QUAD) build_quad_lut<T>(lut, cb_s, 256, tid);
+    else build_pair_lut<K, T>(lut, cb_s, 256);
     // the scale table (build_scale_table's entries) with one code per consumer thread: no loop
     s2tab[tid] = scale_pair<T>(e4m4_decode((u32)tid));
     griddep_wait();  // (pdl) ws, counters and C may belong to the previous grid
@@ -266,7 +278,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     griddep_launch_dependents();  // after our own wait: no grid two back can still run
     KST(2);
 
-    const u32 lut_lane = smem_addr(lut) + 4 * (lane & (PairLut<K>::COPIES - 1));
+    const u32 lut_lane = smem_addr(lut) + (QUAD ? 8 * (lane & (QuadLut::COPIES - 1)) : 4 * (lane & (PairLut<K>::COPIES - 1)));
     const int g = lane >> 2, t = lane & 3, half = t >> 1, kb = t & 1;
     const int c0 = 16 * warp + g;  // strip columns c0 and c0 + 8
     // This lane's byte offsets inside a stage, computed once and kept opaque: the compiler
@@ -341,7 +353,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
         const u32 sA = s2tab[st[o_ab]], sB = s2tab[st[o_ab + 16]];
         const bool k_ok = t < kvalid;  // block t lies before K's end
         if constexpr (BIG) {  // A read during the MMAs: the stage is released after them
-            block_pair_mma<K, T, MT>(acc0, acc0, wA, sA, wB, sB, [&](int mt, int r) {
+            block_pair_mma<K, T, MT, QUAD>(acc0, acc0, wA, sA, wB, sB, [&](int mt, int r) {
                 return k_ok && row_ok[mt] ? *reinterpret_cast<const uint4*>(st + o_a[r] + 8 * mt * SL::A_ROW)
                                           : make_uint4(0u, 0u, 0u, 0u);
             }, lut_lane);
@@ -359,7 +371,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
             __syncwarp();
             if (lane == 0) mbar_arrive(empty0 + 8 * s);  // this warp is done with the stage
 #ifndef KBIT_STREAM_NO_COMPUTE  // profiling/stream_probe.py: time without the dequantize + MMA
-            block_pair_mma<K, T, MT>(acc0, acc1, wA, sA, wB, sB, a, lut_lane);
+            block_pair_mma<K, T, MT, QUAD>(acc0, acc1, wA, sA, wB, sB, a, lut_lane);
 #else
             acc0[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif

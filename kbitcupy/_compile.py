@@ -76,11 +76,14 @@ K5_LOG2_COPIES = int(os.environ.get("KBIT_K5_LOG2_COPIES", "4"))
 # KBIT_GEMV_Q2=0 builds the decode GEMV family (kbit_gemv.cu) at k = 2 with the pair table instead of the quad
 # table (kbitcupy.gemv.table_bytes plans with the same): the A/B of profiling/run38.sh.
 GEMV_Q2 = int(os.environ.get("KBIT_GEMV_Q2", "1"))
+# KBIT_STREAM_Q2=1: the streaming GEMV (kbit_gemv_stream.cu) at k = 2 with the quad table (kbitcupy.gemv_stream.table_bytes).
+STREAM_Q2 = int(os.environ.get("KBIT_STREAM_Q2", "0"))
 
 
 def _options(extra: Sequence[str] = ()) -> Tuple[str, ...]:
     hook = ("-DKBIT_K5_LOG2_COPIES=%d" % K5_LOG2_COPIES,) if K5_LOG2_COPIES != 4 else ()
     hook += ("-DKBIT_GEMV_Q2=0",) if not GEMV_Q2 else ()
+    hook += ("-DKBIT_STREAM_Q2=%d" % STREAM_Q2,) if STREAM_Q2 else ()
     return BASE_OPTIONS + tuple("-I" + d for d in cuda_include_dirs()) + hook + tuple(extra)
 
 

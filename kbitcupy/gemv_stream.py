@@ -67,8 +67,15 @@ def stage_bytes(k: int, mt: int) -> int:
 FIXED_SMEM = 16 + 32 * 4 + 16 + 256 * 4  # two mbarriers, codebook, flags, scale table
 
 
+def table_bytes(k: int) -> int:
+    """The table the kernel builds (StreamLut in the .cu file): k = 2's quad table where KBIT_STREAM_Q2 is on."""
+    from ._compile import STREAM_Q2
+
+    return 256 * 16 * 8 if k == 2 and STREAM_Q2 else lut_bytes(k)
+
+
 def smem_bytes(k: int, mt: int, stages: int) -> int:
-    return lut_bytes(k) + stages * (stage_bytes(k, mt) + 16) + FIXED_SMEM  # + a full and an empty mbarrier per stage
+    return table_bytes(k) + stages * (stage_bytes(k, mt) + 16) + FIXED_SMEM  # + a full and an empty mbarrier per stage
 
 
 def _cta_of(u: int, q: int, r: int) -> int:
@@ -89,7 +96,7 @@ def plan(N: int, K: int, M: int, k: int, dev_id: int, stages: int | None = None,
     G = max(1, min(total, int(ctas) if ctas else info["sms"]))
     q, r = divmod(total, G)
     per_cta = q + (r > 0)
-    fit = (info["smem_block"] - lut_bytes(k) - FIXED_SMEM) // (stage_bytes(k, mt) + 16)
+    fit = (info["smem_block"] - table_bytes(k) - FIXED_SMEM) // (stage_bytes(k, mt) + 16)
     if fit < 1:
         raise ValueError(f"gemv_stream: k={k}, M={M} does not fit in shared memory")
     st = min(per_cta, fit, MAX_STAGES) if stages is None else int(stages)

@@ -200,4 +200,19 @@ fi
 #   Got (gemv_d3_h200_38_{1,2}.log, final59-m1; H200, git 22bad97): depth 3 against 2 there too: down k = 3 4.57 / 4.59 ->
 #   4.45 / 4.47 us, k = 4 4.44 / 4.48 -> 4.29 / 4.31, O k = 3 equal; M = 1 TOTAL k = 2 / 3 / 4 / 5 2.64x / 2.19x / 2.23x /
 #   1.54x fp16 (fp16 40.77 us); k = 4 % of SOL gate/up 74, down 78, Q 81, O 78, linear value 82.
+# STEP=sq2 (after the closing tables; not a target shape): the quad table in the streaming GEMV at k = 2 (M = 8..64:
+#   -DKBIT_STREAM_Q2 through the environment's KBIT_STREAM_Q2, the host plans its 32 KB), against the pair table, two
+#   alternations of bench.py's STREAM column; then the streaming GEMV's GPU tests with it.  Expect: as the decode GEMV,
+#   0.1-0.3 us a shape at M = 8..16, less at 32 / 64 (more per-unit MMA work there).
+if [ "$STEP" = sq2 ]; then
+  for pass in 1 2; do
+    for q in 0 1; do
+      KBIT_STREAM_Q2=$q timeout 60 python3 profiling/bench.py --out "$W" --M 8,16,32,64 --k 2 --columns STREAM \
+        --shapes gateup,down,Q,O,KV --reps 10 --tag "sq2_$q-$pass" > "$W/bench_sq2_${q}_$pass.log" 2>&1
+      echo "## KBIT_STREAM_Q2=$q pass $pass"; grep -E "^\| TOTAL" "$W/bench_sq2_${q}_$pass.log"
+    done
+  done
+  KBIT_STREAM_Q2=1 gpu_tests "$W/gpu_tests_sq2_38.log" 100 tests/test_gemv_stream_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_sq2_38.log" | head
+fi
 finish_run run38
