@@ -215,4 +215,8 @@ if [ "$STEP" = sq2 ]; then
   [ -n "${SQ2_TESTS:-}" ] && KBIT_STREAM_Q2=1 gpu_tests "$W/gpu_tests_sq2_38.log" 100 tests/test_gemv_stream_gpu.py
   grep -E "^E  |FAILED" "$W/gpu_tests_sq2_38.log" | head
 fi
+#   Got (first call: bench refused --reps 10, the tests ran: gpu_tests_sq2_38.log, 68 passed with KBIT_STREAM_Q2=1;
+#   second call bench_sq2_{0,1}_{1,2}.log): k = 2 TOTAL STREAM column, pair -> quad, two passes: M = 8 28.32 / 28.31 ->
+#   28.01 / 28.04 us, M = 16 32.15 / 32.09 -> 32.08 / 32.03, M = 32 42.76 / 42.75 -> 42.77 / 42.86, M = 64 61.46 / 61.43 ->
+#   61.51 / 61.72.  Faster only at M = 8, where the decode GEMV serves k = 2; the hook stays off.
 finish_run run38
