@@ -39,14 +39,6 @@ __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
 #define KBIT_GEMV_Q2 1
 #endif
 template <int K, int MT> __host__ __device__ constexpr bool gemv_quad() { return K == 2 && MT == 1 && KBIT_GEMV_Q2; }
-// The table a kernel of this file builds: the pair table, or (QUAD) the k = 2 quad table.
-template <int K, bool Q> struct GemvLut {
-    static constexpr bool QUAD = K == 2 && Q;
-    static constexpr int WORDS = QUAD ? QuadLut::WORDS : PairLut<K>::WORDS;
-    // log2 of the copies a lane's lookups spread over, and the bytes of one copy's entry
-    static constexpr int LOG2_COPIES = QUAD ? QuadLut::LOG2_COPIES : PairLut<K>::LOG2_COPIES;
-    static constexpr int ENTRY_BYTES = QUAD ? 8 : 4;
-};
 
 // A block's threads and the caller's linear index: 1-D blocks, or (SLICES) blockDim.y slices
 // side by side (the constants keep the 1-D instantiations' code as it was).
@@ -60,7 +52,7 @@ template <bool SLICES> __device__ __forceinline__ unsigned block_tid() {
 template <int K, typename T, bool SLICES, bool Q>
 __device__ __forceinline__ void build_block_lut(u32* lut, const float* cb_s, unsigned nthr, unsigned tid) {
 #ifndef KBIT_EXPERIMENT_NO_LUT  // profiling/gemv_stages.py: time without this stage
-    if (GemvLut<K, Q>::QUAD) build_quad_lut<T>(lut, cb_s, nthr, tid);
+    if (LutLayout<K, Q>::QUAD) build_quad_lut<T>(lut, cb_s, nthr, tid);
     else if (SLICES) build_pair_lut<K, T>(lut, cb_s, nthr, tid);
     else build_pair_lut<K, T>(lut, cb_s);
 #endif
@@ -140,7 +132,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     constexpr int SK = C8 ? 256 : 128;    // K per step
     const int KS = (Kdim + SK - 1) >> (C8 ? 8 : 7);  // steps
     const int KP = KS * SK;               // staged A row length
-    T* a_s = reinterpret_cast<T*>(smem + GemvLut<K, QUAD>::WORDS * 4);
+    T* a_s = reinterpret_cast<T*>(smem + LutLayout<K, QUAD>::WORDS * 4);
     float* red = reinterpret_cast<float*>(a_s + (long)M * KP);
     // 1-D blocks unless SLICES (the constants keep the other instantiations' code as it was)
     const int ny = SLICES ? (int)blockDim.y : 1, ty = SLICES ? (int)threadIdx.y : 0;
@@ -377,8 +369,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     if (!MULTI && !LATE) fill_ring();
 #endif
 
-    const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) +
-                         GemvLut<K, QUAD>::ENTRY_BYTES * (lane & ((1 << GemvLut<K, QUAD>::LOG2_COPIES) - 1));
+    const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + LutLayout<K, QUAD>::lane_offset(lane);
     // C8: lanes g < 4 feed token column g the first half's A row g, lanes g >= 4 the second's row g - 4
     const T* a_row = C8 ? a_s + (long)(g & 3) * KP + (g >> 2) * 128 + t * 32 : a_s + (long)g * KP + t * 32;
     constexpr int TOK = 8 * MT;
@@ -421,7 +412,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                     if (LATE && !MULTI && sl == 0) fill_ring();  // once step 0 has landed
 #endif
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
-                    block_pair_mma<K, T, MT, GemvLut<K, QUAD>::QUAD>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
+                    block_pair_mma<K, T, MT, LutLayout<K, QUAD>::QUAD>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive
                     acc[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif
@@ -547,7 +538,7 @@ __device__ __forceinline__ bool grouped_slot(const int* __restrict__ expert_ids,
 template <int K, typename T, bool SL, bool Q>
 __device__ __forceinline__ void grouped_early_lut() {
     extern __shared__ __align__(16) unsigned char smem_g[];
-    build_default_lut<K, T, SL, Q>(reinterpret_cast<u32*>(smem_g), reinterpret_cast<float*>(smem_g + GemvLut<K, Q>::WORDS * 4),
+    build_default_lut<K, T, SL, Q>(reinterpret_cast<u32*>(smem_g), reinterpret_cast<float*>(smem_g + LutLayout<K, Q>::WORDS * 4),
                                 block_threads<SL>(), block_tid<SL>());
     __syncthreads();
 }

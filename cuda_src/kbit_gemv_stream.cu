@@ -37,14 +37,11 @@
 namespace kbit_stream_detail {
 
 // k = 2: the quad table (QuadLut, kbit_pairlut.cuh; one LDS.64 per two pairs, 32 KB) instead of the pair table
-// (KBIT_STREAM_Q2; the environment's KBIT_STREAM_Q2, kbitcupy._compile; kbitcupy.gemv_stream.table_bytes agrees).
+// where KBIT_STREAM_Q2 (the environment's, kbitcupy._compile; kbitcupy.gemv_stream.table_bytes agrees): an
+// experiment hook, off (H100, 2026-11-27, run38.sh sq2: faster only at M = 8, where the decode GEMV serves k = 2).
 #ifndef KBIT_STREAM_Q2
 #define KBIT_STREAM_Q2 0
 #endif
-template <int K> struct StreamLut {
-    static constexpr bool QUAD = K == 2 && KBIT_STREAM_Q2;
-    static constexpr int WORDS = QUAD ? QuadLut::WORDS : PairLut<K>::WORDS;
-};
 
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 // Stage layout (bytes): K tile 0 words | 64 B pad (the two tiles' lanes then hit disjoint
@@ -150,8 +147,9 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     typedef StageLayout<K, MT> SL;
     extern __shared__ __align__(128) unsigned char smem[];
     u32* lut = reinterpret_cast<u32*>(smem);
-    constexpr bool QUAD = StreamLut<K>::QUAD;
-    unsigned char* stage0 = smem + StreamLut<K>::WORDS * 4;
+    typedef LutLayout<K, KBIT_STREAM_Q2> LUT;
+    constexpr bool QUAD = LUT::QUAD;
+    unsigned char* stage0 = smem + LUT::WORDS * 4;
     unsigned long long* bars = reinterpret_cast<unsigned long long*>(stage0 + (long)stages * SL::BYTES);
     float* cb_s = reinterpret_cast<float*>(bars + 2 * stages + 2);
     int* flags = reinterpret_cast<int*>(cb_s + 32);
@@ -278,7 +276,7 @@ __global__ void __launch_bounds__(256 + KBIT_STREAM_NP, KBIT_STREAM_MINB)
     griddep_launch_dependents();  // after our own wait: no grid two back can still run
     KST(2);
 
-    const u32 lut_lane = smem_addr(lut) + (QUAD ? 8 * (lane & (QuadLut::COPIES - 1)) : 4 * (lane & (PairLut<K>::COPIES - 1)));
+    const u32 lut_lane = smem_addr(lut) + LUT::lane_offset(lane);
     const int g = lane >> 2, t = lane & 3, half = t >> 1, kb = t & 1;
     const int c0 = 16 * warp + g;  // strip columns c0 and c0 + 8
     // This lane's byte offsets inside a stage, computed once and kept opaque: the compiler

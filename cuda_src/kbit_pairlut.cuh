@@ -160,6 +160,15 @@ __device__ __forceinline__ void quad_keys(const u32 (&p)[2], u32 (&q)[2]) {
     q[0] = (wa & 0x0F0F0F0Fu) | ((wb & 0x0F0F0F0Fu) << 4);
     q[1] = ((wa >> 4) & 0x0F0F0F0Fu) | (wb & 0xF0F0F0F0u);
 }
+// The table a GEMV-style kernel builds (kbit_gemv.cu, kbit_gemv_stream.cu): the pair table, or (Q at k = 2) the
+// quad table; WORDS its size, lane_offset the byte offset of a lane's copy within an entry's row.
+template <int K, bool Q> struct LutLayout {
+    static constexpr bool QUAD = K == 2 && Q;
+    static constexpr int WORDS = QUAD ? QuadLut::WORDS : PairLut<K>::WORDS;
+    static __device__ __forceinline__ u32 lane_offset(int lane) {
+        return QUAD ? 8u * (u32)(lane & (QuadLut::COPIES - 1)) : 4u * (u32)(lane & (PairLut<K>::COPIES - 1));
+    }
+};
 __device__ __forceinline__ uint2 lds_u64(u32 addr) {
     uint2 v;
     asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
@@ -177,18 +186,12 @@ __device__ __forceinline__ void block_mma_keys(const u32 (&w)[K], u32 (&keys)[4]
         block_keys<K>(w, keys, f);
     }
 }
-// Chunk r of one block, unscaled: v[q] = the levels of elements (8r + 2q, 8r + 2q + 1).
-// lut_lane: the table + 8 * (lane % 16) (QUAD) or 4 * (lane % COPIES).
-template <int K, bool QUAD>
-__device__ __forceinline__ void chunk_levels(u32 (&v)[4], const u32 (&keys)[4], const u32 (&f)[4], int r, u32 lut_lane) {
-    if constexpr (QUAD) {
-        const uint2 x = lds_u64(lut_lane + (__byte_perm(keys[0], 0u, 0x4440u + r) << (QuadLut::LOG2_COPIES + 3)));
-        const uint2 y = lds_u64(lut_lane + (__byte_perm(keys[1], 0u, 0x4440u + r) << (QuadLut::LOG2_COPIES + 3)));
-        v[0] = x.x; v[1] = x.y; v[2] = y.x; v[3] = y.y;
-    } else {
-#pragma unroll
-        for (int q = 0; q < 4; q++) v[q] = lut_lookup<K>(lut_lane, keys[q], f[q], r);
-    }
+// Chunk r of one block from the quad table, unscaled: v[q] = the levels of elements (8r + 2q, 8r + 2q + 1)
+// (keys: block_mma_keys' quad-key words; lut_lane: the table + LutLayout's lane_offset).
+__device__ __forceinline__ void quad_chunk_levels(u32 (&v)[4], const u32 (&keys)[4], int r, u32 lut_lane) {
+    const uint2 x = lds_u64(lut_lane + (__byte_perm(keys[0], 0u, 0x4440u + r) << (QuadLut::LOG2_COPIES + 3)));
+    const uint2 y = lds_u64(lut_lane + (__byte_perm(keys[1], 0u, 0x4440u + r) << (QuadLut::LOG2_COPIES + 3)));
+    v[0] = x.x; v[1] = x.y; v[2] = y.x; v[3] = y.y;
 }
 
 // Two quantization blocks (columns g and g+8 of a 16-column group, 32 weights each)
@@ -200,7 +203,7 @@ __device__ __forceinline__ void chunk_levels(u32 (&v)[4], const u32 (&keys)[4], 
 // holding all MT x 4 of them would cost too many registers).  MT token tiles reuse every
 // dequantized fragment.  Elements 0..15 of the blocks accumulate into acc0, 16..31 into
 // acc1 (two shorter mma chains; pass the same array twice for one chain).
-// QUAD (k = 2): the lookups in the quad table (lut_lane: QuadLut's, see chunk_levels).
+// QUAD (k = 2): the lookups in the quad table (lut_lane: see quad_chunk_levels).
 template <int K, typename T, int MT, bool QUAD = false, typename GetA>
 __device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], u32 sA,
                                                const u32 (&wB)[K], u32 sB, GetA get_a, u32 lut_lane) {
@@ -211,8 +214,8 @@ __device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc
     for (int r = 0; r < 4; r++) {
         u32 va[4], vb[4];
         if constexpr (QUAD) {
-            chunk_levels<K, true>(va, kA, fA, r, lut_lane);
-            chunk_levels<K, true>(vb, kB, fB, r, lut_lane);
+            quad_chunk_levels(va, kA, r, lut_lane);
+            quad_chunk_levels(vb, kB, r, lut_lane);
 #pragma unroll
             for (int q = 0; q < 4; q++) { va[q] = hmul2_u32(va[q], sA, T()); vb[q] = hmul2_u32(vb[q], sB, T()); }
         } else {

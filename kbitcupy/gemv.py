@@ -7,7 +7,7 @@ import numpy as np
 
 from ._checks import check_kernel_call
 from . import _pdl
-from ._compile import Family, register
+from ._compile import GEMV_Q2, Family, register
 from .quantize import CTYPE
 from .reference import bfloat16
 
@@ -45,7 +45,7 @@ def _depth3(k: int, K: int, M: int, c8: bool, dual: bool, late: bool) -> bool:
     has 2.5 steps (down) or the step's compute is long (k = 3).  H100, 2026-11-27 (thirty-first session, run38.sh
     d3, two passes): k = 4 down 4.46 / 4.49 -> 4.36 / 4.37 us, k = 3 down 4.64 -> 4.45, O 3.96 -> 3.85; slower at M = 2
     / 4 (down k = 4 4.67 -> 5.00), at k = 2 / 5 and on k = 4 O (+0.02..+0.1).  Instantiated for that plan only
-    (DEPTH3_KEYS)."""
+    (_instances)."""
     return M == 1 and c8 and dual and late and ((k == 4 and K >= 5120) or (k == 3 and K >= 4096))
 
 
@@ -132,13 +132,15 @@ def lut_bytes(k: int) -> int:
     return (1 << (2 * k)) * copies * 4
 
 
-def table_bytes(k: int, tiles: int = 1, slw: bool = False) -> int:
-    """Bytes of the table a decode GEMV family kernel builds (GemvLut in cuda_src/kbit_gemv.cu): at k = 2 with
-    one token tile the quad table (QuadLut: 256 entries x 16 copies x 8 bytes; gemv_quad), but not in the
-    several-wave grouped kernel (slw: kbit_gemv_grouped_slw); else the pair table (lut_bytes)."""
-    from ._compile import GEMV_Q2
+# The k = 2 quad table (QuadLut in cuda_src/kbit_pairlut.cuh): 256 entries x 16 copies x 8 bytes.
+QUAD_LUT_BYTES = 256 * 16 * 8
 
-    return 256 * 16 * 8 if k == 2 and tiles == 1 and not slw and GEMV_Q2 else lut_bytes(k)
+
+def table_bytes(k: int, tiles: int = 1, slw: bool = False) -> int:
+    """Bytes of the table a decode GEMV family kernel builds (LutLayout, gemv_quad in cuda_src/kbit_gemv.cu): at
+    k = 2 with one token tile the quad table (QUAD_LUT_BYTES), but not in the several-wave grouped kernel (slw:
+    kbit_gemv_grouped_slw); else the pair table (lut_bytes)."""
+    return QUAD_LUT_BYTES if k == 2 and tiles == 1 and not slw and GEMV_Q2 else lut_bytes(k)
 
 
 def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int = 2, slw: bool = False) -> int:
@@ -206,11 +208,11 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         if c8:  # (c8ab22: k = 2 gate/up 4.41 -> 4.15 us, Q 4.14 -> 3.77; k = 3 / 4 equal or faster)
             dual = k != 5
         elif k == 2 and tiles == 1:
-            # With the quad table (table_bytes) also in the 512-thread blocks where a warp has two or more steps:
+            # With the quad table (GEMV_Q2) also in the 512-thread blocks where a warp has two or more steps:
             # H100, 2026-11-27 (thirty-first session, run38.sh dual, two passes): down M = 1 / 2 / 4 3.76 / 3.90 /
             # 4.39 -> 3.74 / 3.85 / 4.33 us, O 3.28 / 3.40 / 3.85 -> 3.23 / 3.33 / 3.71; linear key (one step a
             # warp) 2.43 -> 2.52, slower.
-            dual = (warps <= 8 and groups <= 2 * 132) or (warps > 8 and ks > warps and table_bytes(k) != lut_bytes(k))
+            dual = (warps <= 8 and groups <= 2 * 132) or (warps > 8 and ks > warps and bool(GEMV_Q2))
         else:
             dual = k != 5 and (warps > 8 or (k == 3 and tiles == 1 and groups <= 2 * 132))
     if late is None and c8:

@@ -138,7 +138,7 @@ def main():
                 if t.startswith("-DKBIT_K4_LOG2_COPIES=") and k == 4:
                     smem += 256 * (1 << int(t.split("=")[1])) * 4 - G.lut_bytes(4)
                 if t.startswith("-DKBIT_GEMV_Q2=") and k == 2:  # the k = 2 quad table (QuadLut: 32 KB) or not
-                    smem += (256 * 16 * 8 if t.endswith("=1") else G.lut_bytes(2)) - G.table_bytes(2)
+                    smem += (G.QUAD_LUT_BYTES if t.endswith("=1") else G.lut_bytes(2)) - G.table_bytes(2)
             key = (vname, expr)
             if key not in _VMOD:
                 _VMOD[key] = cp.RawModule(code=vcode, options=_options(vopts), name_expressions=[expr]).get_function(expr)
