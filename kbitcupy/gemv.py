@@ -25,19 +25,26 @@ GROUPED_CBD_KS = (5,)
 # per SM) at k in SLW_KS; k = 5 measured slower capped (pfa27: down 242 experts 126.2 -> 128.0 us), k = 3's
 # SwiGLU instantiation spills 4 bytes at 96.
 SLW_KS = (2, 4)
-# Warps per SM of the slices kernels at their 128-register cap (64K registers).
+# Warps per SM of the slices kernels at their 128-register cap (64K registers), and of the 96-register
+# kbit_gemv_grouped_slw (65536 / (96 x 32) = 21: two 10-warp blocks, five 4-warp ones).
 SL_WARPS_PER_SM = 16
+SLW_WARPS_PER_SM = 20
 
 
-def _slices_one_wave(n_slots: int, gx: int, gpb: int, warps: int, sms: int) -> bool:
-    """Whether n_slots x gx slice blocks of gpb x warps warps fit the SMs at once (128 registers)."""
-    return max(1, n_slots) * gx <= max(1, SL_WARPS_PER_SM // (gpb * warps)) * sms
+def _slices_one_wave(n_slots: int, gx: int, gpb: int, warps: int, sms: int, per_sm: int = SL_WARPS_PER_SM) -> bool:
+    """Whether n_slots x gx slice blocks of gpb x warps warps fit the SMs at once (per_sm warps an SM:
+    the 128-register kernel's, or SLW_WARPS_PER_SM for the 96-register one)."""
+    return max(1, n_slots) * gx <= max(1, per_sm // (gpb * warps)) * sms
 
 
 def _is_slw(k: int, tiles: int, gpb: int, warps: int, n_slots: int, gx: int, sms: int) -> bool:
     """Whether a slices plan (gpb groups of warps warps, gx blocks a slot) runs kbit_gemv_grouped_slw (96
-    registers, the pair table): several waves of 4-warp blocks at k in SLW_KS (grouped_kernel_key)."""
-    return gpb * warps <= 4 and tiles == 1 and k in SLW_KS and not _slices_one_wave(n_slots, gx, gpb, warps, sms)
+    registers, the pair table) at k in SLW_KS (grouped_kernel_key): where the 128-register kernel's blocks
+    do not fit one wave -- several waves of 4-warp blocks, or blocks that fit one wave only at 96 registers
+    (10 experts' down, grouped_plan)."""
+    if tiles != 1 or k not in SLW_KS or _slices_one_wave(n_slots, gx, gpb, warps, sms):
+        return False
+    return gpb * warps <= 4 or _slices_one_wave(n_slots, gx, gpb, warps, sms, SLW_WARPS_PER_SM)
 
 
 def _depth3(k: int, K: int, M: int, c8: bool, dual: bool, late: bool) -> bool:
@@ -377,7 +384,15 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
         if 2 <= share <= 16:
             gpb = share
             warps = min(ks, _SL_WARPS.get(share, 1))
-            if share == 8 or (share == 4 and max_tokens <= 4):
+            per_sm = SL_WARPS_PER_SM
+            if share == 10 and k == 4 and max_tokens <= 4 and ks <= 4:
+                # 10 experts' down (K of 4 steps): two blocks of 5 groups x 2 warps per SM (2 steps a warp)
+                # instead of one of 10 x 1 (4 steps a warp), at the 96-register cap (kbit_gemv_grouped_slw; two 10-warp blocks
+                # exceed an SM's registers at 128).  H100, 2026-11-27 (thirty-second session, run39.sh dn, two
+                # passes, default launch): 1 / 4 tokens 5.52 / 5.65-5.68 -> 5.38 / 5.45-5.52 us; 8 experts
+                # (a share of 8) no faster as 4-warp blocks (4.55 -> 5.51).
+                gpb, warps, per_sm = 5, min(ks, 2), SLW_WARPS_PER_SM
+            elif share == 8 or (share == 4 and max_tokens <= 4):
                 # half an SM's share per block, two blocks per SM (H100, 2026-11-25, nineteenth session,
                 # safe PDL, 8 experts: moegpb22 k = 4 1 token gate/up fused 7.33 -> 7.08 us, down 4.73 ->
                 # 4.61; moegpb22b k = 2..5, 1..8 tokens: 1 token gate/up + down k = 4 11.87 -> 11.53, k = 2
@@ -387,7 +402,7 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
             # The share rounds up per slot: ceil(groups / gpb) blocks a slot can overflow the SMs (14
             # experts' down: 10 x 14 = 140 blocks of 14 warps, one per SM): a second wave of whole
             # chains, ~2x the time (steady27c: gate/up fused 14 / 20 experts k = 4 19.67 / 27.81 us).
-            if not _slices_one_wave(n_slots, -(-groups // gpb), gpb, warps, sms):
+            if not _slices_one_wave(n_slots, -(-groups // gpb), gpb, warps, sms, per_sm):
                 gpb = None
         if share > 16 or (share >= 2 and gpb is None):
             # Several waves: small blocks, several per SM, so one block's prologue and tail run beside

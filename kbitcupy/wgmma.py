@@ -17,7 +17,8 @@ Configuration (see the .cu header for the design):
     (cluster_pays); otherwise per-split workspace slots, the last CTA sums, as in kbitcupy.gemm.
     The dense kernel fills one CTA per SM (dense_splits: a second CTA on an SM buys nothing) and
     takes a smaller split count whose launch sums over a cluster where the model says that pays;
-    the grouped kernel fills one wave of resident CTAs (default_splits).
+    the grouped kernel fills one wave of resident CTAs, or one CTA per SM where that measured faster
+    (grouped_splits).
 """
 from __future__ import annotations
 
@@ -216,6 +217,28 @@ def default_splits(k_tiles: int, slots: int, tiles: int) -> int:
     return max(1, min(MAX_SPLITS, k_tiles // MIN_TILES_PER_SPLIT, slots // max(1, tiles)))
 
 
+# The grouped kernel's split count: fill one wave of resident CTAs (default_splits over sms x occupancy),
+# except where the dense kernel's finding -- a second CTA on an SM does not overlap the first -- holds for it:
+# at TOK >= 64, and where the fill would leave a split fewer than GROUPED_SPLIT_MIN_TILES K tiles; there the
+# split count whose grid is one CTA on each of at least GROUPED_ONE_PER_SM_FILL of the SMs, if one exists.
+# H100, 2026-11-27 (thirty-second session, run39.sh wg, default launch, k = 4): down (8 K tiles) 8 experts 32 /
+# 64 tokens 2 -> 1 split 7.76 -> 7.48 / 8.68 -> 8.16 us; gate/up fused 8 experts 64 tokens 4 -> 2 splits 14.34
+# -> 13.30; but gate/up fused 8 experts 32 tokens (TOK 32, 8 K tiles a split) 4 splits on 256 CTAs 11.41 against
+# 2 on 128 12.06, and 10 experts (80 / 160 tiles: no such count) keep the fill (3 splits 15.60, 2: 17.49).
+GROUPED_SPLIT_MIN_TILES = 8
+GROUPED_ONE_PER_SM_FILL = 0.9
+
+
+def grouped_splits(k_tiles: int, sms: int, occ: int, tiles: int, tok: int) -> int:
+    """The grouped plan's split-K count (see above)."""
+    fill = default_splits(k_tiles, sms * occ, tiles)
+    if tok >= 64 or k_tiles < GROUPED_SPLIT_MIN_TILES * fill:
+        one = [s for s in range(1, fill + 1) if GROUPED_ONE_PER_SM_FILL * sms <= tiles * s <= sms]
+        if one:
+            return max(one)
+    return fill
+
+
 # The dense split-K model (H100, 2026-11-26, profiling/run25.sh ksweep: k = 2 / 4, six shapes, M = 16..128,
 # every split count 1..8): a CTA's K tile costs TILE_US[TOK] us whatever the split count; a second CTA on
 # an SM does not overlap the first (Q, M = 64: 8 splits on 256 CTAs 12.43 us, 4 on 128 CTAs 10.34), so the
@@ -357,7 +380,7 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
         if dense:
             ks = dense_splits(k_tiles, info["sms"], tiles, tok, clustered)
         else:
-            ks = default_splits(k_tiles, info["sms"] * occ, tiles)
+            ks = grouped_splits(k_tiles, info["sms"], occ, tiles, tok)
     else:
         ks = int(k_splits)
         if not 1 <= ks <= k_tiles:

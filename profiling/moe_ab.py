@@ -55,7 +55,8 @@ def column(name, toks):
 
 
 def wg_column(name, toks):
-    """The grouped wgmma kernel with plan overrides +tok=, +ks_div=, +ks= (split count), +stages=,
+    """The grouped wgmma kernel with plan overrides +tok=, +ks_div=, +ks= (split count), +oldks=1 (the split count
+    of default_splits, before grouped_splits), +stages=,
     +cluster=0/1 (split-K sum through the workspace / over a thread block cluster), +spread=1 (one CTA
     per SM's shared memory at launch), +stable=1 (the launch's ids_stable), +lc=0/1 (k = 5: the default /
     fewer pair-table copies, grouped_plan's fewer_copies)."""
@@ -71,6 +72,11 @@ def wg_column(name, toks):
             kw["spread"] = bool(ov["spread"])
         if "lc" in ov:
             kw["fewer_copies"] = bool(ov["lc"])
+        if ov.get("oldks"):  # the split count of the plan before grouped_splits (fill one wave of resident CTAs)
+            tname = "bfloat16" if c.A.dtype == WG.bfloat16 else "float16"
+            p = WG.grouped_plan(*c.bank.shape, c.bank.k, tname, c.A.device.id, int(c.ids.size), c.M, tok=kw["tok"])
+            sms = WG.device_info(c.A.device.id)["sms"]
+            kw["k_splits"] = WG.default_splits(-(-c.bank.shape[1] // WG.TILE_K), sms * p.occ, p.grid // p.k_splits)
         if "ks_div" in ov:
             tname = "bfloat16" if c.A.dtype == WG.bfloat16 else "float16"
             p = WG.grouped_plan(*c.bank.shape, c.bank.k, tname, c.A.device.id, int(c.ids.size), c.M, tok=kw["tok"])

@@ -55,4 +55,26 @@ for k in (2, 3, 4, 5):
     got = cp.isnan(out[offs_h[2]:offs_h[3]]).all() and not cp.isnan(out[:offs_h[2]]).any()
     if not bool(got) or not e:
         bad.append(f"k={k} bad id")
+# 10 experts' down at k = 4 (grouped_plan: two blocks of 5 groups x 2 warps per SM, kbit_gemv_grouped_slw), in the
+# wait-first and the stable launch, plain and SwiGLU staging, 0..4 rows a slot
+E10, N10, K10 = 12, 2048, 512
+assert G.grouped_plan(N10, K10, 4, 10, 4)[4::-4] == (5, 2), "not the two-block plan"
+bank = quantize_experts(cp.asarray(rng.standard_normal((E10, N10, K10), dtype=np.float32) * 0.02), 4)
+counts = np.array([1, 4, 0, 2, 3, 1, 4, 2, 1, 3], np.int32)
+ids_h = rng.permutation(E10)[:10].astype(np.int32)
+offs_h = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+rows = int(counts.sum())
+ids, offs = cp.asarray(ids_h), cp.asarray(offs_h)
+X = rng.standard_normal((rows, 2 * K10), dtype=np.float32).astype(np.float16)
+g32, u32 = X[:, :K10].astype(np.float32), X[:, K10:].astype(np.float32)
+silu = (g32 / (1 + np.exp(-g32)) * u32).astype(np.float16)
+for name, A, kw, A_ref in (("plain", cp.asarray(np.ascontiguousarray(X[:, :K10])), {}, X[:, :K10]),
+                           ("swiglu", cp.asarray(X), {"a_silu": True}, silu)):
+    ref = cp.asarray(reference_grouped_matmul(A_ref.astype(np.float32), bank, ids_h, offs_h))
+    for stable in (False, True):
+        out = cp.full((rows, N10), np.nan, cp.float16)
+        err = _err_buffer()
+        G.grouped_gemv(A, bank, ids, offs, out, 4, err, ids_stable=stable, **kw)
+        G.grouped_gemv(A, bank, ids, offs, out, 4, err, ids_stable=stable, **kw)  # a dependent of the first
+        check(f"10 experts down k=4 {name} stable={stable}", out, ref, tol=3e-3)
 finish()

@@ -101,12 +101,13 @@ def test_grouped_plan_fewest_groups_per_block_in_one_wave():
 def test_grouped_plan_an_sms_share_side_by_side():
     # <= 8 tokens, 2..16 groups per SM over all slots: that many groups side by side in one block
     # (16 warps in all; 3 x 4), one block per SM, or for a share of 4 or 8 half of it per block, two
-    # blocks per SM (measured); one group per SM: the group loop
+    # blocks per SM (measured), and for a share of 10 at k = 4 with K of 4 steps (10 experts' down) two
+    # blocks of 5 x 2 warps (the 96-register kernel); one group per SM: the group loop
     for (N, K), E, want in (((1024, 2048), 8, (2, 4)), ((1024, 2048), 10, (5, 3)), ((2048, 512), 8, (4, 2)),
-                            ((2048, 512), 10, (10, 1)), ((512, 2048), 10, (3, 4)), ((512, 2048), 8, (2, 8))):
+                            ((2048, 512), 10, (5, 2)), ((512, 2048), 10, (3, 4)), ((512, 2048), 8, (2, 8))):
         warps, gx, smem, tiles, gpb = G.grouped_plan(N, K, 4, E, 1)
         share = -(-(N // 16) * E // 132)
-        per_sm = 2 if share in (4, 8) else 1
+        per_sm = 2 if share in (4, 8, 10) else 1
         assert (gpb, warps) == want and gx == -(-(N // 16) // gpb) and gx * E <= per_sm * 132 and tiles == 1
         assert warps * gpb <= 16 and smem == G.smem_bytes(4, 1, -(-K // 128), warps * gpb, 1)
     assert G.grouped_plan(512, 2048, 4, 4, 1)[4] == 0      # 128 groups: one per SM, the loop
@@ -126,7 +127,11 @@ def test_grouped_plan_an_sms_share_side_by_side():
     # the 96-register kernel: 4-warp blocks over several waves at k = 2, 4 only
     key = lambda k, E, N=2048, K=512: G.grouped_kernel_key(k, "float16", 0, False, G.grouped_plan(N, K, k, E, 1), E)[0]
     assert key(4, 74) == key(2, 74) == key(2, 74, 1024, 2048) == "grouped_slw"
-    assert key(5, 74) == key(3, 74) == key(4, 74, 1024, 2048) == key(4, 10) == key(4, 8) == "grouped_sl"
+    assert key(5, 74) == key(3, 74) == key(4, 74, 1024, 2048) == key(4, 8) == "grouped_sl"
+    # ... and 10 experts' down at k = 4 (two 10-warp blocks per SM fit its registers, not the 128-register
+    # kernel's); not at 8 tokens, nor at k = 2 (the quad table), nor with K of 8 steps
+    assert key(4, 10) == "grouped_slw" and G.grouped_plan(2048, 512, 4, 10, 8)[4::-4] == (10, 1)
+    assert G.grouped_plan(2048, 512, 2, 10, 1)[4::-4] == (10, 1) and G.grouped_plan(2048, 1024, 4, 10, 1)[4::-4] == (10, 1)
     assert G.grouped_kernel_key(4, "float16", 1, False, G.grouped_plan(2048, 512, 4, 1, 1), 1)[0] == "grouped_fused"
     # every grouped kernel has its LB instantiation (the wait-first launch's): the same arguments, CBD spelled
     # out, LB = true
@@ -141,8 +146,9 @@ def test_grouped_plan_an_sms_share_side_by_side():
         for E in range(1, 40):
             warps, gx, smem, tiles, gpb = G.grouped_plan(N, K, 4, E, 1)
             share = -(-(N // 16) * E // 132)
-            if 2 <= share <= 16 and gpb == share or gpb * 2 == share:  # the share plan: one wave
-                assert gx * E <= max(1, 16 // (gpb * warps)) * 132
+            if 2 <= share <= 16 and gpb == share or gpb * 2 == share:  # the share plan: one wave (the 96-register
+                slw = G.grouped_kernel_key(4, "float16", 0, False, (warps, gx, smem, tiles, gpb), E)[0] == "grouped_slw"
+                assert gx * E <= max(1, (20 if slw else 16) // (gpb * warps)) * 132  # kernel: 20 warps an SM)
             assert warps * gpb <= 16
     assert G.grouped_plan(1024, 2048, 4, 8, 12)[4] == 0    # two token tiles: the loop
     assert G.grouped_plan(1024, 2048, 4, 8, 1, sms=264)[4] == 2  # a share per SM of the device

@@ -305,6 +305,36 @@ def test_grouped_gemv_slices(rng, k):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_grouped_gemv_ten_experts_down_two_blocks(rng, dtype):
+    """10 experts' down at k = 4: grouped_plan's two blocks of 5 groups x 2 warps per SM on the 96-register
+    kernel (kbit_gemv_grouped_slw), in the wait-first and the stable launch, with plain rows and moe_forward's
+    SwiGLU staging, 0..4 tokens a slot, against the reference."""
+    from kbitcupy.gemv import grouped_gemv, grouped_kernel_key, grouped_plan
+    from kbitcupy.grouped import _err_buffer
+
+    cp = _cp()
+    N, K, E = 2048, 512, 24
+    p = grouped_plan(N, K, 4, 10, 4)
+    assert p[4::-4] == (5, 2) and grouped_kernel_key(4, "float16", 0, False, p, 10)[0] == "grouped_slw"
+    bank = _bank(rng, E, N, K, 4, on_gpu_quant=True)
+    ids = rng.permutation(E)[:10].astype(np.int32)
+    counts = rng.integers(0, 5, size=10)
+    counts[rng.integers(0, 10)] = 4
+    offs = _offsets(counts)
+    ids_d, offs_d = cp.asarray(ids), cp.asarray(offs)
+    A = rng.standard_normal((offs[-1], K)).astype(dtype)
+    h = rng.standard_normal((offs[-1], 2 * K)).astype(dtype)
+    g, u = h[:, :K].astype(np.float32), h[:, K:].astype(np.float32)
+    act = (g / (1 + np.exp(-g)) * u).astype(dtype)
+    for src, kw, ref_A in ((A, {}, A), (h, dict(a_silu=True), act)):
+        for stable in (False, True):
+            out = _nan((offs[-1], N), dtype)
+            grouped_gemv(_dev(src), bank, ids_d, offs_d, out, 4, _err_buffer(), ids_stable=stable, **kw)
+            _check(out, ref_A, bank, ids, offs, dtype)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("k", [2, 4])
 def test_grouped_gemv_passes_of_max_tokens(rng, k):
     """The grouped GEMV stages at most max_tokens rows a pass (its shared memory is reserved for

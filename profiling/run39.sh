@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Thirty-second session (2026-11-27).  From the repo root:  OUT=/tmp/out STEP=dn bash profiling/run39.sh
+#   (kind nvidia-h100-x1)
+. profiling/run_env.sh
+start_run dn
+RUN=39
+# STEP=dn: issue 5's per-projection down at 1..4 tokens (k = 4, default launch 1.73-1.81x fp16, target 2x).
+#   10 experts run one 10-warp block per SM (gpb 10 x 1 warp: each warp 4 of K = 512's steps in series) where 8
+#   experts run two 8-warp blocks (gpb 4 x 2 warps: 2 steps a warp) and are 0.2 us / 5 % nearer their SOL.  The
+#   nineteenth session found every other split of 10 experts slower -- at 128 registers, where two 10-warp blocks do
+#   not fit an SM's registers (20 x 32 x 128 > 64K), so gpb 5 x 2 warps ran in two waves.  At the 96-register cap
+#   (the slw kernel's, no spills at k = 4) they fit.  Variants (the slices kernel at -DKBIT_GROUPED_SL_MAXNREG=96):
+#   - r96: the current plans at 96 registers (control: the cap alone);
+#   - g5w2: gpb 5 x 2 warps (10 experts: 26 blocks a slot, 260 blocks = two per SM, 2 steps a warp);
+#   - g2w2: gpb 2 x 2 warps (4-warp blocks, 8 / 10 experts: 512 / 640 blocks, four / five per SM).
+#   Expect: 10 experts g5w2 / g2w2 0.2-0.5 us faster than new at 1 and 4 tokens; 8 experts g2w2 within +-0.1 (the
+#   same warps and steps per SM, twice the table builds).
+if [ "$STEP" = dn ]; then
+  for pass in 1 2; do
+    SHAPES=moe_dn KS=4 MS=1,4 ES=8,10 MOE_MMA=0 \
+      MOE_VARIANTS="r96:-DKBIT_GROUPED_SL_MAXNREG=96;g5w2:-DKBIT_GROUPED_SL_MAXNREG=96 +gpb=5 +warps=2;g2w2:-DKBIT_GROUPED_SL_MAXNREG=96 +gpb=2 +warps=2" \
+      timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/moe_dn39_$pass.log" 2>&1
+    echo "## pass $pass"; grep -vE "^\s*$" "$W/moe_dn39_$pass.log" | cut -c1-200 | tail -8
+  done
+fi
+# STEP=wg: issue 5's prefill (32 / 64 tokens a expert, at least fp16): down at 64 tokens 0.99x / 1.00x (8 / 10
+#   experts, moe-final50), gate/up fused 1.01x / 1.19x.  The grouped wgmma plan's token tile, split count, stages and
+#   split-K sum (cluster / workspace) were last swept in the twenty-second session, before the TMA stages (27th).
+#   Prints the package's plans, then the same-run columns.  Expect: one of the overrides 0.1-0.5 us faster on down
+#   at 64 tokens, or none (the plan stays).
+if [ "$STEP" = wg ] || [ "$STEP" = dn ]; then
+  python3 - <<'EOF' 2>&1 | tee "$W/wg_plans39.log"
+from kbitcupy import wgmma as WG
+for E in (8, 10):
+    for M in (32, 64):
+        for name, N, K in (("moe_dn", 2048, 512), ("moe_gu_fused", 1024, 2048)):
+            print(name, E, M, WG.grouped_plan(N, K, 4, "float16", 0, E, M))
+EOF
+  MS=32,64 ES=8,10 SHAPES=moe_dn,moe_gu_fused \
+    moe_wg "$W/moe_wg39.log" 300 "wg:;t32:+tok=32;ks1:+ks=1;ks2:+ks=2;ks4:+ks=4;st4:+stages=4;cl0:+cluster=0;cl1:+cluster=1"
+fi
+#   Got (run39_dn.tgz: moe_dn39_{1,2}.log, moe_wg39.log, wg_plans39.log; git 090a921):
+#   - dn, two passes: 10 experts g5w2 5.38 / 5.38 (1 token), 5.52 / 5.45 (4) against new 5.52 / 5.52, 5.68 / 5.65
+#     (-0.14..-0.2 us, 1.77x -> 1.82x fp16 bmm); r96 (the cap alone) +0.07; g2w2 +0.2.  8 experts: new best (g5w2
+#     5.23, g2w2 5.51 against 4.55).  Kept as grouped_plan's share-10 rule (k = 4, K of 4 steps, <= 4 tokens).
+#   - wg (one pass): the plans fill 2 CTAs per SM (down 8 experts: 2 splits on 256 CTAs; gate/up fused 8 experts: 4
+#     on 256).  down 8 experts 1 split (128 CTAs) 7.48 / 8.16 us at 32 / 64 tokens against 7.76 / 8.68 (64 tokens:
+#     0.98x -> 1.04x fp16 bmm); gate/up fused 8 experts 64 tokens 2 splits 13.30 against 14.34; but at 32 tokens 4
+#     splits (11.41) beat 2 (12.06); 10 experts: the plans' counts best (down 1 split, gate/up fused 3).  Stages 4,
+#     TOK 32, cluster on / off: no gain.  -> wgmma.grouped_splits (one CTA per SM at TOK >= 64 or where a split
+#     would hold < 8 K tiles), to be confirmed over more cells (STEP=confirm).
+# STEP=confirm: the two plan rules against the old plans, same run.
+#   - GEMV, 10 experts' down at 1 / 2 / 4 / 8 tokens, default and stable launch: new (the package: the share-10 rule
+#     at <= 4 tokens) against old (+gpb=10 +warps=1), two passes; g5w2 at 8 tokens (the rule stops at 4).  Expect new
+#     0.1-0.2 us faster at 1..4 tokens in both launches.
+#   - wgmma, grouped_splits against the old split count (+oldks=1): k = 2 / 4 / 5, 16 / 32 / 64 tokens, 4 / 8 / 10 / 16
+#     experts, gate/up (unfused: 32 K tiles on 4 strips), gate/up fused, down.  Expect the changed cells (CPU plan
+#     diff: 4 / 8 / 16 experts, and gate/up unfused at 6 / 8 / 10 / 16) equal or faster, the unchanged ones equal
+#     (the noise).
+if [ "$STEP" = confirm ]; then
+  for pass in 1 2; do
+    SHAPES=moe_dn KS=4 MS=1,2,4,8 ES=10 MOE_MMA=0 \
+      MOE_VARIANTS="old:+gpb=10 +warps=1;news:+stable=1;olds:+gpb=10 +warps=1 +stable=1;g5w2:-DKBIT_GROUPED_SL_MAXNREG=96 +gpb=5 +warps=2" \
+      timeout 150 python3 profiling/moe_ab.py --out "$W" > "$W/moe_dn39c_$pass.log" 2>&1
+    echo "## pass $pass"; grep -vE "^\s*$" "$W/moe_dn39c_$pass.log" | cut -c1-200 | grep "^moe_dn"
+  done
+  KS=2,4,5 MS=16,32,64 ES=4,8,10,16 SHAPES=moe_gu,moe_gu_fused,moe_dn \
+    moe_wg "$W/moe_wg39c.log" 400 "wg:;old:+oldks=1" > /dev/null
+  grep -E "^moe_|^TOTAL" "$W/moe_wg39c.log"
+fi
+finish_run run39
