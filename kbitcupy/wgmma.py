@@ -218,22 +218,29 @@ def default_splits(k_tiles: int, slots: int, tiles: int) -> int:
 
 
 # The grouped kernel's split count: fill one wave of resident CTAs (default_splits over sms x occupancy),
-# except where the dense kernel's finding -- a second CTA on an SM does not overlap the first -- holds for it:
-# at TOK >= 64, and where the fill would leave a split fewer than GROUPED_SPLIT_MIN_TILES K tiles; there the
-# split count whose grid is one CTA on each of at least GROUPED_ONE_PER_SM_FILL of the SMs, if one exists.
-# H100, 2026-11-27 (thirty-second session, run39.sh wg, default launch, k = 4): down (8 K tiles) 8 experts 32 /
-# 64 tokens 2 -> 1 split 7.76 -> 7.48 / 8.68 -> 8.16 us; gate/up fused 8 experts 64 tokens 4 -> 2 splits 14.34
-# -> 13.30; but gate/up fused 8 experts 32 tokens (TOK 32, 8 K tiles a split) 4 splits on 256 CTAs 11.41 against
-# 2 on 128 12.06, and 10 experts (80 / 160 tiles: no such count) keep the fill (3 splits 15.60, 2: 17.49).
+# except where the dense kernel's finding -- a second CTA on an SM does not overlap the first -- holds for it
+# too: at k <= 4 and TOK >= 32, where TOK >= 64 or the fill would leave a split fewer than
+# GROUPED_SPLIT_MIN_TILES K tiles, the split count whose grid is one CTA on each of at least
+# GROUPED_ONE_PER_SM_FILL of the SMs, if one exists that leaves a CTA at most GROUPED_SPLIT_MAX_TILES K tiles.
+# H100, 2026-11-27 (thirty-second session, run39.sh wg / confirm, default launch, same run against the fill):
+# k = 4, 32 / 64 tokens: down 4 experts 7.76 -> 6.45 / 10.45 -> 7.22 us, 8 experts 7.63 -> 7.35 / 8.61 -> 8.12;
+# gate/up (unfused, 32 K tiles on 4 strips) 8 experts 10.24 -> 9.49 / 13.66 -> 11.17, 10 experts 64 tokens 13.51
+# -> 12.23, 16 experts 64 tokens 14.54 -> 13.47; gate/up fused 4 experts 10.14 -> 9.42 / 13.51 -> 11.11, 8
+# experts 64 tokens 14.50 -> 13.41; k = 2 alike.  Not: at 16 tokens (TOK 16: the fill's short splits on two CTAs
+# per SM were 0.2-0.7 us faster on gate/up at 8 / 10 experts), where one CTA would run the whole K (gate/up fused
+# 16 experts 64 tokens, 32 K tiles a CTA: 17.54 -> 20.26), and at k = 5 (its table-copies plan; 10 experts gate/up
+# 32 tokens 11.91 -> 12.90).
 GROUPED_SPLIT_MIN_TILES = 8
+GROUPED_SPLIT_MAX_TILES = 16
 GROUPED_ONE_PER_SM_FILL = 0.9
 
 
-def grouped_splits(k_tiles: int, sms: int, occ: int, tiles: int, tok: int) -> int:
+def grouped_splits(k_tiles: int, sms: int, occ: int, tiles: int, tok: int, k: int = 4) -> int:
     """The grouped plan's split-K count (see above)."""
     fill = default_splits(k_tiles, sms * occ, tiles)
-    if tok >= 64 or k_tiles < GROUPED_SPLIT_MIN_TILES * fill:
-        one = [s for s in range(1, fill + 1) if GROUPED_ONE_PER_SM_FILL * sms <= tiles * s <= sms]
+    if k <= 4 and tok >= 32 and (tok >= 64 or k_tiles < GROUPED_SPLIT_MIN_TILES * fill):
+        one = [s for s in range(1, fill + 1) if GROUPED_ONE_PER_SM_FILL * sms <= tiles * s <= sms
+               and -(-k_tiles // s) <= GROUPED_SPLIT_MAX_TILES]
         if one:
             return max(one)
     return fill
@@ -380,7 +387,7 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
         if dense:
             ks = dense_splits(k_tiles, info["sms"], tiles, tok, clustered)
         else:
-            ks = grouped_splits(k_tiles, info["sms"], occ, tiles, tok)
+            ks = grouped_splits(k_tiles, info["sms"], occ, tiles, tok, k)
     else:
         ks = int(k_splits)
         if not 1 <= ks <= k_tiles:

@@ -68,4 +68,27 @@ if [ "$STEP" = confirm ]; then
     moe_wg "$W/moe_wg39c.log" 400 "wg:;old:+oldks=1" > /dev/null
   grep -E "^moe_|^TOTAL" "$W/moe_wg39c.log"
 fi
+#   Got (run39_confirm.tgz: moe_dn39c_{1,2}.log, moe_wg39c.log; git 0c4aa0c):
+#   - GEMV, 10 experts' down, two passes (new / old): default 1 / 2 / 4 tokens 5.45 / 5.42 / 5.50 against 5.56 / 5.53
+#     / 5.65 us, stable 4.81 / 4.78 / 4.92 against 5.11 / 5.08 / 5.21 (1.92x -> 2.05x fp16 bmm at 1 token); 8 tokens
+#     g5w2 6.17 against 6.12: the rule stays at <= 4 tokens.
+#   - wgmma, one pass: the first rule (one CTA per SM at TOK >= 64 or splits under 8 K tiles) faster at 32 / 64
+#     tokens almost everywhere it changed the plan (k = 4: down 4 experts 7.76 -> 6.45 / 10.45 -> 7.22, gate/up 8
+#     experts 13.66 -> 11.17 at 64 tokens, ...), but slower at 16 tokens (TOK 16: gate/up 8 / 10 experts +0.2 / +0.6),
+#     where a CTA took the whole K (gate/up fused 16 experts 64 tokens 17.54 -> 20.26) and in two k = 5 cells (its
+#     table-copies plans; the +oldks column is not the old plan where those apply).  Revised (grouped_splits): k <= 4,
+#     TOK >= 32, at most 16 K tiles a CTA.
+# STEP=close: the revised split rule's second pass (k = 2 / 4, 32 / 64 tokens), the grouped GPU tests (the new
+#   10-experts test among them), memcheck over sanitize_grouped_lb.py (now with 10 experts' down), and the MoE
+#   closing table (8 / 10 experts, 1..64 tokens).  Expect: the changed cells as in confirm; tests pass; 0 errors;
+#   moe_dn 10 experts 1..4 tokens ~1.8x, 64 tokens down 8 experts ~1.04x.
+if [ "$STEP" = close ]; then
+  KS=2,4 MS=32,64 ES=4,8,10,16 SHAPES=moe_gu,moe_gu_fused,moe_dn \
+    moe_wg "$W/moe_wg39d.log" 200 "wg:;old:+oldks=1" > /dev/null
+  grep -E "^moe_|^TOTAL" "$W/moe_wg39d.log"
+  gpu_tests "$W/gpu_tests_grouped39.log" 250 tests/test_grouped_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_grouped39.log" | head
+  sanitize memcheck "$W/memcheck_glb39.log" 200 profiling/sanitize_grouped_lb.py
+  moe_closing moe-final60 150
+fi
 finish_run run39

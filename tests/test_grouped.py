@@ -272,7 +272,8 @@ def test_plan_column_groups_per_block():
 def test_grouped_wgmma_plan(monkeypatch):
     """Plan of the grouped wgmma kernel (no GPU: a fake H100 and a fake compiled kernel):
     token tiles from max_tokens (TOK at most 128), every slot x strip x token tile a work
-    tile, split-K filling one wave of 2 CTAs per SM with >= 2 K tiles per split."""
+    tile, split-K filling one wave of 2 CTAs per SM with >= 2 K tiles per split, or one CTA per SM
+    (grouped_splits)."""
     import kbitcupy.wgmma as WG
 
     class FakeFn:
@@ -285,20 +286,29 @@ def test_grouped_wgmma_plan(monkeypatch):
     cap = {"full": 264, "one": 132}  # cluster_capacity's answer (CTAs resident, one per SM)
     monkeypatch.setattr(WG, "cluster_capacity", lambda fn, smem, ks, info: (cap["full"], cap["one"]))
     WG._PLANS.clear()
-    # moe gate/up (N = 512: 4 strips, K = 2048: 32 K tiles), 8 slots, 32 tokens
-    p = WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32)
-    assert (p.tok, p.m_tiles, p.tiles, p.occ) == (32, 1, 32, 2)
+    # moe gate/up (N = 512: 4 strips, K = 2048: 32 K tiles), 8 slots, 16 tokens
+    p = WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 16)
+    assert (p.tok, p.m_tiles, p.tiles, p.occ) == (16, 1, 32, 2)
     assert p.k_splits == 264 // 32 and p.grid == 32 * p.k_splits
     assert p.one_wave  # (the safe early mode's condition, grouped_wgmma)
     assert not WG.grouped_plan(2048, 512, 4, "float16", 0, 512, 16).one_wave  # 512 experts x 16 strips
     # 8 splits: one thread block cluster per tile sums them (no workspace) unless told not to
-    assert p.cluster == WG.CLUSTER and p.ws_floats == (0 if WG.CLUSTER else p.k_splits * p.tiles * 128 * 32)
-    p = WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32, cluster=False)
-    assert not p.cluster and p.ws_floats == p.k_splits * p.tiles * 128 * 32
+    assert p.cluster == WG.CLUSTER and p.ws_floats == (0 if WG.CLUSTER else p.k_splits * p.tiles * 128 * 16)
+    p = WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 16, cluster=False)
+    assert not p.cluster and p.ws_floats == p.k_splits * p.tiles * 128 * 16
+    # at 32 / 64 tokens (TOK >= 32, k <= 4) one CTA per SM where the fill leaves splits under 8 K tiles
+    # (grouped_splits): 4 splits of 8 tiles on 128 CTAs; at TOK 64 also where the splits are longer (gate/up
+    # fused, 8 strips: 2 of 16 on 128 CTAs), but not a CTA with more than 16 K tiles (16 slots: the fill's 2)
+    p = WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32)
+    assert (p.tok, p.k_splits, p.grid) == (32, 4, 128)
+    assert WG.grouped_plan(512, 2048, 5, "float16", 0, 8, 32).k_splits == 8  # k = 5: the fill
+    assert [WG.grouped_plan(1024, 2048, 4, "float16", 0, E, 64).k_splits for E in (8, 16)] == [2, 2]
+    assert WG.grouped_plan(1024, 2048, 4, "float16", 0, 8, 32).k_splits == 4  # TOK 32, 8 tiles a split: the fill
+    assert WG.grouped_plan(2048, 512, 4, "float16", 0, 8, 64).k_splits == 1  # down: 8 K tiles, 128 CTAs
     # ... but not where the clusters would need a second wave (256 CTAs > 240 resident) ...
     WG._PLANS.clear()
     cap["full"] = 240
-    assert not WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 32).cluster
+    assert not WG.grouped_plan(512, 2048, 4, "float16", 0, 8, 16).cluster
     # ... nor put two CTAs on an SM where the plain grid has one each (128 CTAs, 120 one per SM)
     cap["full"], cap["one"] = 264, 120
     assert not WG.grouped_plan(512, 2048, 4, "float16", 0, 4, 32).cluster  # 16 tiles x 8 splits
