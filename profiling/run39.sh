@@ -68,7 +68,7 @@ if [ "$STEP" = confirm ]; then
     moe_wg "$W/moe_wg39c.log" 400 "wg:;old:+oldks=1" > /dev/null
   grep -E "^moe_|^TOTAL" "$W/moe_wg39c.log"
 fi
-#   Got (run39_confirm.tgz: moe_dn39c_{1,2}.log, moe_wg39c.log; git 0c4aa0c):
+#   Got (run39_confirm.tgz: moe_dn39c_{1,2}.log, moe_wg39c.log; git a1244ec):
 #   - GEMV, 10 experts' down, two passes (new / old): default 1 / 2 / 4 tokens 5.45 / 5.42 / 5.50 against 5.56 / 5.53
 #     / 5.65 us, stable 4.81 / 4.78 / 4.92 against 5.11 / 5.08 / 5.21 (1.92x -> 2.05x fp16 bmm at 1 token); 8 tokens
 #     g5w2 6.17 against 6.12: the rule stays at <= 4 tokens.
