@@ -91,4 +91,17 @@ if [ "$STEP" = close ]; then
   sanitize memcheck "$W/memcheck_glb39.log" 200 profiling/sanitize_grouped_lb.py
   moe_closing moe-final60 150
 fi
+#   Got (run39_close.tgz; git a23550f): the split rule's second pass as the first (k = 4, 64 tokens: down 4 / 8
+#   experts 10.45 -> 7.21 / 8.61 -> 8.12 us, gate/up 8 experts 13.60 -> 11.20, gate/up fused 8 experts 14.49 -> 13.42;
+#   k = 2 alike; 10 / 16 experts and 32 tokens at 8 / 10 / 16 experts unchanged, within 0.1); memcheck over
+#   sanitize_grouped_lb.py 52 checks, 0 errors; moe-final60 (k = 4): down 10 experts 1 / 4 tokens 1.82x / 1.79x
+#   (stable 2.06x / 2.00x), 64 tokens down 8 experts 1.04x (0.99x before), gate/up fused 8 experts 1.10x (1.01x);
+#   moe_forward 1 / 4 tokens 2.05x / 1.98x (8 experts), 2.10x / 2.07x (10).  The grouped GPU tests ran out of the
+#   call's 250 s (cold kernel cache) after ~127 passed, none failed: STEP=tests.
+# STEP=tests: the kernel caches warmed in parallel, then the grouped GPU tests whole.
+if [ "$STEP" = tests ]; then
+  timeout 150 python3 profiling/warm_cache.py gemv wgmma grouped 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_grouped39b.log" 400 tests/test_grouped_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_grouped39b.log" | head
+fi
 finish_run run39
