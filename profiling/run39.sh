@@ -104,4 +104,13 @@ if [ "$STEP" = tests ]; then
   gpu_tests "$W/gpu_tests_grouped39b.log" 400 tests/test_grouped_gpu.py
   grep -E "^E  |FAILED" "$W/gpu_tests_grouped39b.log" | head
 fi
+#   Got (run39_tests.tgz, gpu_tests_grouped39b.log; git 971fddc): 144 passed in 140 s.
+# STEP=rep: a replicate of the MoE closing table (moe-final60b), and racecheck / synccheck over the 10 experts' down
+#   part of sanitize_grouped_lb.py (GLB_ONLY10=1: the new block shape's shared-memory reduction and barriers).
+#   Expect: the table within ~1 % of moe-final60; 0 hazards, 0 errors.
+if [ "$STEP" = rep ]; then
+  moe_closing moe-final60b 150
+  GLB_ONLY10=1 sanitize racecheck "$W/racecheck_glb10_39.log" 150 profiling/sanitize_grouped_lb.py
+  GLB_ONLY10=1 sanitize synccheck "$W/synccheck_glb10_39.log" 120 profiling/sanitize_grouped_lb.py
+fi
 finish_run run39
