@@ -113,4 +113,21 @@ if [ "$STEP" = rep ]; then
   GLB_ONLY10=1 sanitize racecheck "$W/racecheck_glb10_39.log" 150 profiling/sanitize_grouped_lb.py
   GLB_ONLY10=1 sanitize synccheck "$W/synccheck_glb10_39.log" 120 profiling/sanitize_grouped_lb.py
 fi
+#   Got (run39_rep.tgz; git abf0f68): moe-final60b within ~1.5 % of moe-final60 (down 10 experts 1 / 4 tokens 1.79x /
+#   1.77x, 64 tokens down 8 / 10 experts 1.03x / 1.00x, gate/up fused 8 experts 1.10x; moe_forward 1 / 4 tokens 2.04x
+#   / 1.97x at 8 experts, 2.08x / 2.06x at 10); racecheck 0 hazards, synccheck 0 errors (the 10-experts part).
+# STEP=h200: the two plan rules on the H200 (kind nvidia-h200; measured on the H100 only so far): the 10 experts'
+#   down A/B (two passes) and the split rule against +oldks (k = 4, 32 / 64 tokens, 4 / 8 / 10 / 16 experts), then
+#   the MoE closing table moe-final61.  Expect the same signs as on the H100.
+if [ "$STEP" = h200 ]; then
+  for pass in 1 2; do
+    SHAPES=moe_dn KS=4 MS=1,4 ES=10 MOE_MMA=0 MOE_VARIANTS="old:+gpb=10 +warps=1;news:+stable=1;olds:+gpb=10 +warps=1 +stable=1" \
+      timeout 120 python3 profiling/moe_ab.py --out "$W" > "$W/moe_dn39h_$pass.log" 2>&1
+    echo "## pass $pass"; grep -E "^moe_dn" "$W/moe_dn39h_$pass.log"
+  done
+  KS=4 MS=32,64 ES=4,8,10,16 SHAPES=moe_gu,moe_gu_fused,moe_dn \
+    moe_wg "$W/moe_wg39h.log" 200 "wg:;old:+oldks=1" > /dev/null
+  grep -E "^moe_|^TOTAL" "$W/moe_wg39h.log"
+  moe_closing moe-final61 150
+fi
 finish_run run39
