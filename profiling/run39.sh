@@ -130,4 +130,10 @@ if [ "$STEP" = h200 ]; then
   grep -E "^moe_|^TOTAL" "$W/moe_wg39h.log"
   moe_closing moe-final61 150
 fi
+#   Got (run39_h200.tgz; git 3a10887): the call ran on the warm H100 (kind nvidia-h200 may take one; the H200 only for
+#   work that does not fit an H100), so a third H100 pass: 10 experts' down new / old 5.37-5.42 / 5.52-5.53 us (1 token),
+#   5.52 / 5.65-5.67 (4), stable 4.76-4.77 / 5.08-5.09; the split rule's cells as in confirm / close (k = 4 64 tokens:
+#   down 4 / 8 experts 10.38 -> 7.08 / 8.52 -> 8.04, gate/up 8 experts 13.56 -> 11.24); moe-final61 (H100) as
+#   moe-final60 (down 10 experts 1 token 1.83x; moe_forward 1 / 4 tokens 2.05x / 1.97x at 8 experts, 2.10x / 2.08x at
+#   10).  The H200 was not measured this session.
 finish_run run39
