@@ -145,4 +145,27 @@ if [ "$STEP" = m8 ]; then
     --reps 15 --tag m8-39 > "$W/bench_m8.log" 2>&1
   grep -E "^\| (gateup|down|Q|O|KV|lin_key|lin_value|TOTAL) " "$W/bench_m8.log"
 fi
+#   Got (run39_m8.tgz, nvidia-h100-80gb-hbm3_2026-11-27_m8-39.md; git c8fbee6): M = 8, k = 4, % of SOL: GEMV (the
+#   mma.sync decode GEMV, dispatched) gate/up 58, down 62, Q 66, O 64, KV 61, linear key 72, linear value 67; kbit_gemm
+#   gate/up 40, down 29; TOTAL (dispatched) 26.06 us, 1.80x fp16 (target 1.5x).  Gate/up's 320 16-column groups sit 3 / 2
+#   blocks per SM (2.42 a SM); the 8-column groups that balance it at M = 1 need M <= 4 (their token columns carry the
+#   second K half), and at M = 8 a block's staged A (32 KB) and table leave three blocks per SM.
+# STEP=sl20: the grouped gate/up fused with more warps per SM at the 96-register cap (the 10 experts' down lesson):
+#   8 experts' plan is two blocks of 2 groups x 4 warps (16 warps an SM, 4 of K = 2048's 16 steps a warp), 10 experts'
+#   one block of 5 x 3 (15 warps, 5-6 steps).  Variants at -DKBIT_GROUPED_SL_MAXNREG=96: g2w5 (two blocks of 2 x 5
+#   warps: 20 warps an SM, 3-4 steps), g5w4 (10 experts: one block of 5 x 4 = 20 warps, 640 threads; KBIT_SL20=1 lets
+#   the plan past its 16-warp check), r96 (the plans as they are, at the cap).  Expect 0.1-0.3 us faster at 1 / 4
+#   tokens if the warps' chains (not bytes) bound it; 8 experts at 4 tokens is at 1.98-2.00x.
+if [ "$STEP" = sl20 ]; then
+  for pass in 1 2; do
+    KBIT_SL20=1 SHAPES=moe_gu_fused KS=4 MS=1,4 ES=8,10 MOE_MMA=0 \
+      MOE_VARIANTS="r96:-DKBIT_GROUPED_SL_MAXNREG=96;g2w5:-DKBIT_GROUPED_SL_MAXNREG=96 +gpb=2 +warps=5;g5w4:-DKBIT_GROUPED_SL_MAXNREG=96 +gpb=5 +warps=4" \
+      timeout 150 python3 profiling/moe_ab.py --out "$W" > "$W/moe_sl20_39_$pass.log" 2>&1
+    echo "## pass $pass"; grep -E "^moe_|CHECK" "$W/moe_sl20_39_$pass.log"
+  done
+fi
+#   Got (run39_sl20.tgz, moe_sl20_39_{1,2}.log; git c8fbee6 + the KBIT_SL20 hook in the working tree, reverted after):
+#   no gain.  8 experts new / r96 / g2w5: 1 token 6.87-6.90 / 6.99-7.02 / 6.89-6.91 us, 4 tokens 6.91-6.93 / 7.04-7.05 /
+#   6.99-7.00; 10 experts new / g5w4: 7.90-7.92 / 8.08, 4 tokens 7.96-8.00 / 8.16-8.19.  Unlike down (2 or 4 steps a
+#   warp), gate/up fused's warps already have 4-6 steps each and more warps did not shorten them; the plans stay.
 finish_run run39
