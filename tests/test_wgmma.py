@@ -1,7 +1,7 @@
 """CPU tests of the wgmma kernels' plan rules (kbitcupy.wgmma; no GPU)."""
 import pytest
 
-from kbitcupy.wgmma import MAX_SPLITS, TILE_US, WS_SPLIT_US, default_splits, dense_splits
+from kbitcupy.wgmma import MAX_SPLITS, TILE_US, WS_SPLIT_US, default_splits, dense_splits, grouped_splits
 
 
 def test_dense_splits_fill_one_cta_per_sm():
@@ -93,3 +93,22 @@ def test_tensor_map_arguments_and_cache(monkeypatch):
     with pytest.raises(ValueError, match="16-byte aligned"):
         WG.tensor_map(_A(0x30008, 4, 64, np.float16), 16)
     assert len(calls) == 3
+
+
+def test_grouped_splits_one_cta_per_sm_where_measured_faster():
+    """The grouped plan's split count (H100, run39.sh wg / confirm / close): the fill of two CTAs per SM,
+    except at k <= 4 and TOK >= 32 where TOK >= 64 or the fill leaves splits under 8 K tiles: then one CTA on
+    90-100 % of the SMs, if that leaves a CTA at most 16 K tiles.  (k_tiles, SMs, CTAs per SM, work tiles, TOK)."""
+    # down (8 K tiles, 16 strips a slot): 8 experts 2 -> 1 split (128 CTAs), 4 experts 4 -> 2
+    assert [grouped_splits(8, 132, 2, 128, t) for t in (16, 32, 64)] == [2, 1, 1]
+    assert [grouped_splits(8, 132, 2, 64, t) for t in (16, 32, 64)] == [4, 2, 2]
+    assert grouped_splits(8, 132, 2, 160, 64) == 1  # 10 experts: the fill's 1
+    # gate/up fused (32 K tiles, 8 strips): 8 experts at 64 tokens 4 -> 2; at 32 tokens (8 K tiles a split) the fill
+    assert grouped_splits(32, 132, 2, 64, 64) == 2 and grouped_splits(32, 132, 2, 64, 32) == 4
+    assert grouped_splits(32, 132, 2, 80, 64) == 3  # 10 experts: no count fills 90 % of the SMs one CTA each
+    assert grouped_splits(32, 132, 2, 128, 64) == 2  # 16 experts: 1 split would give a CTA all 32 K tiles
+    # gate/up (32 K tiles, 4 strips): 8 experts 8 -> 4 at 32 tokens; k = 5 keeps the fill
+    assert grouped_splits(32, 132, 2, 32, 32) == 4 and grouped_splits(32, 132, 2, 32, 32, k=5) == 8
+    for args in ((8, 132, 2, 128, 16), (32, 132, 1, 40, 128), (2048, 132, 2, 1, 64)):
+        got = grouped_splits(*args)
+        assert 1 <= got <= default_splits(args[0], args[1] * args[2], args[3])
