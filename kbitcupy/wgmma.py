@@ -450,7 +450,8 @@ def grouped_plan(N: int, K: int, k: int, dtype_name: str, dev_id: int, n_slots: 
                  k_splits=None, tok=None, stages=None, cluster=None, spread=None, cbd: bool = False,
                  fewer_copies=None) -> Plan:
     """Plan of the grouped kernel: every slot gets ceil(max_tokens / TOK) token tiles x
-    the column strips of one expert; split-K fills one wave as for the dense kernel.  k = 5 at
+    the column strips of one expert; the split-K count from grouped_splits (one wave of resident
+    CTAs, or one CTA per SM where that measured faster).  k = 5 at
     TOK in GROUPED_K5_LC_TOKS: the kernel with 2**GROUPED_K5_LC pair-table copies where
     fewer_copies_pays (None; k_splits or stages given: the default copies), or as fewer_copies says
     (True / False)."""
