@@ -168,4 +168,17 @@ fi
 #   no gain.  8 experts new / r96 / g2w5: 1 token 6.87-6.90 / 6.99-7.02 / 6.89-6.91 us, 4 tokens 6.91-6.93 / 7.04-7.05 /
 #   6.99-7.00; 10 experts new / g5w4: 7.90-7.92 / 8.08, 4 tokens 7.96-8.00 / 8.16-8.19.  Unlike down (2 or 4 steps a
 #   warp), gate/up fused's warps already have 4-6 steps each and more warps did not shorten them; the plans stay.
+# STEP=guess: issue 5's default-launch down (1.76-1.83x at 1..4 tokens): after its wait the LB kernel reads the ids
+#   (~600 ns) and only then requests the weights.  Hook -DKBIT_GROUPED_GUESS=1 (kbit_gemv.cu, off): the slot's expert
+#   id read relaxed before the wait names the weights whose first ring step is L2-prefetched right after the wait,
+#   beside the ids' real read (now at L2, ld.global.cg); the result uses the real ids.  The twenty-ninth session's
+#   prefetch-only guess (before the LB launch) gained 0.16 us on down.  SASS of the default kernels identical.  Expect
+#   -0.1..-0.2 us on down and gate/up fused at 1..8 tokens; k = 2 / 4, 8 / 10 experts, two passes.
+if [ "$STEP" = guess ]; then
+  for pass in 1 2; do
+    SHAPES=moe_gu_fused,moe_dn KS=2,4 MS=1,4,8 ES=8,10 MOE_MMA=0 MOE_VARIANTS="guess:-DKBIT_GROUPED_GUESS=1" \
+      timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/moe_guess39_$pass.log" 2>&1
+    echo "## pass $pass"; grep -E "^moe_|CHECK|^TOTAL" "$W/moe_guess39_$pass.log"
+  done
+fi
 finish_run run39
