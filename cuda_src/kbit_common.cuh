@@ -349,19 +349,6 @@ __device__ __forceinline__ uint4 ld_after_wait_v4(const void* p) {
                  : "memory");
     return v;
 }
-// A guess of what the previous grid may still be writing, read before griddepcontrol.wait and used only as a
-// hint (an L2 prefetch address): a relaxed gpu-scope load (may see a stale value; no data-race UB), and the
-// read of the same word after the wait at L2 (ld.global.cg), so no L1 line from before the wait answers it.
-__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
-    int v;
-    asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ int ld_l2_after_wait(const int* p) {
-    int v;
-    asm volatile("ld.global.cg.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 // L2 prefetch of the line holding p.  PTX prefetches are hints with no effect on the memory
 // model: a later load returns what it would have returned without one.  So a safe-PDL kernel
 // may prefetch its weights before griddepcontrol.wait: if the previous grid writes them, the

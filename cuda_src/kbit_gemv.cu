@@ -76,14 +76,7 @@ struct BindOut {
     long wbase, abase, aoff, coff;  // packed words, absmax bytes, A and C elements
     int m, roff;                    // rows, a_rows offset
     float ts;                       // tensor scale
-    long pf[2];                     // in (KBIT_GROUPED_GUESS): the first step's word offsets to prefetch, or -1
 };
-// The grouped wait-first launch's guess of its expert (an experiment hook, off): the slot's expert id read relaxed
-// before the wait L2-prefetches the first ring step of the weights it names, issued after the wait beside the
-// ids' real read (at L2), so the weights' DRAM fetch starts before the ids arrive; the result uses the real ids.
-#ifndef KBIT_GROUPED_GUESS
-#define KBIT_GROUPED_GUESS 0
-#endif
 struct NoBind {
     static constexpr bool active = false;
     __device__ bool operator()(BindOut&) const { return true; }
@@ -263,10 +256,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     if (tscale_late) tensor_scale = ld_after_wait(tscale_late);
     if constexpr (Bind::active) {  // the operands (and for the first pass the wait) now
         BindOut b;
-        if constexpr (KBIT_GROUPED_GUESS) {
-#pragma unroll
-            for (int c = 0; c < 2; c++) b.pf[c] = col_ok[c] && S > 0 && kblock_of(0, c) < KB ? woff[c] : -1L;
-        }
         if (!bind(b)) return;
         packed += b.wbase;
         absmax += b.abase;
@@ -531,18 +520,12 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 #endif
 // A grouped launch's slot: its expert and rows read (ld_after_wait: after the caller's wait, if any) and checked;
 // false = nothing to compute (a bad id or offsets also set the error flag, by one thread a slot: rep).
-template <class Between = NoBind>
 __device__ __forceinline__ bool grouped_slot(const int* __restrict__ expert_ids, const int* __restrict__ offsets,
                                              int slot, int E, int rows, int max_tokens, int* __restrict__ err, bool rep,
-                                             bool wait_first, int& e, int& r0, int& r1, bool l2 = false,
-                                             const Between& between = Between()) {
-    e = l2 ? ld_l2_after_wait(expert_ids + slot) : ld_after_wait(expert_ids + slot);
-    r0 = l2 ? ld_l2_after_wait(offsets + slot) : ld_after_wait(offsets + slot);
-    r1 = l2 ? ld_l2_after_wait(offsets + slot + 1) : ld_after_wait(offsets + slot + 1);
-    if constexpr (Between::active) {  // (work issued while the loads above are in flight)
-        BindOut unused;
-        between(unused);
-    }
+                                             bool wait_first, int& e, int& r0, int& r1) {
+    e = ld_after_wait(expert_ids + slot);
+    r0 = ld_after_wait(offsets + slot);
+    r1 = ld_after_wait(offsets + slot + 1);
     if (e < 0 || e >= E || r0 < 0 || r1 < r0 || r1 > rows) {
         if (rep) report_err(err, (e < 0 || e >= E) ? KBIT_ERR_EXPERT_ID : KBIT_ERR_OFFSETS, wait_first);
         return false;
@@ -580,30 +563,11 @@ __device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const
     auto bind = [&](BindOut& o) {
         if (first) {
             first = false;
-            const int eg = KBIT_GROUPED_GUESS ? ld_relaxed_gpu(expert_ids + slot) : -1;  // (a guess: a hint only)
             griddep_wait_release();
 #ifdef KBIT_TRACE
             if (threadIdx.x == 0 && threadIdx.y == 0) KTR(48, probe_gtime());
 #endif
-            // KBIT_GROUPED_GUESS: the guessed expert's first step prefetched while the real ids are in flight
-            auto guess_pf = [&](BindOut&) {
-                if (eg >= 0 && eg < E) {
-#pragma unroll
-                    for (int c = 0; c < 2; c++)
-                        if (o.pf[c] >= 0) {
-                            prefetch_l2(packed + (long)eg * wpe + o.pf[c]);
-                            prefetch_l2(absmax + (long)eg * ape + o.pf[c] / K);
-                        }
-                }
-                return true;
-            };
-            if constexpr (KBIT_GROUPED_GUESS) {
-                if (!grouped_slot(expert_ids, offsets, slot, E, rows, max_tokens, err, rep, false, e, r0, r1, true,
-                                  LateBind<decltype(guess_pf)>{guess_pf}))
-                    return false;
-            } else {
-                if (!grouped_slot(expert_ids, offsets, slot, E, rows, max_tokens, err, rep, false, e, r0, r1)) return false;
-            }
+            if (!grouped_slot(expert_ids, offsets, slot, E, rows, max_tokens, err, rep, false, e, r0, r1)) return false;
             c0 = r0;
         }
         ok = c0 < r1;  // (a slot with no rows: nothing; it has waited)

@@ -181,4 +181,9 @@ if [ "$STEP" = guess ]; then
     echo "## pass $pass"; grep -E "^moe_|CHECK|^TOTAL" "$W/moe_guess39_$pass.log"
   done
 fi
+#   Got (run39_guess.tgz, moe_guess39_{1,2}.log; git 0e4e8a0): slower in every cell, both passes, results correct:
+#   k = 4 down 8 / 10 experts 1 token 4.52 -> 4.71 / 5.37 -> 6.30 us, gate/up fused 6.86 -> 6.93 / 7.88 -> 8.62; k = 2
+#   TOTAL +0.6..+1.5 us.  The relaxed read before the wait and the ids' read at L2 after it cost more than the early
+#   prefetch saves (10 experts, whose blocks fill the SMs' registers, lost most).  Removed from the source; the hook is
+#   kept as profiling/patches/session32-grouped-guess.patch.
 finish_run run39
