@@ -387,10 +387,12 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
             per_sm = SL_WARPS_PER_SM
             if share == 10 and k == 4 and max_tokens <= 4 and ks <= 4:
                 # 10 experts' down (K of 4 steps): two blocks of 5 groups x 2 warps per SM (2 steps a warp)
-                # instead of one of 10 x 1 (4 steps a warp), at the 96-register cap (kbit_gemv_grouped_slw; two 10-warp blocks
-                # exceed an SM's registers at 128).  H100, 2026-11-27 (thirty-second session, run39.sh dn, two
-                # passes, default launch): 1 / 4 tokens 5.52 / 5.65-5.68 -> 5.38 / 5.45-5.52 us; 8 experts
-                # (a share of 8) no faster as 4-warp blocks (4.55 -> 5.51).
+                # instead of one of 10 x 1 (4 steps a warp), at the 96-register cap (kbit_gemv_grouped_slw:
+                # two 10-warp blocks exceed an SM's registers at 128).  H100, 2026-11-27 (thirty-second
+                # session, run39.sh dn / confirm / h200, same run against the old plan, three calls): default
+                # launch 1 / 4 tokens 5.52-5.56 / 5.65-5.68 -> 5.37-5.45 / 5.45-5.52 us, stable 5.08-5.11 ->
+                # 4.76-4.81 at 1 token; 8 tokens no faster (6.12 -> 6.17); 8 experts keep their plan (5 x 2:
+                # 4.55 -> 5.23).
                 gpb, warps, per_sm = 5, min(ks, 2), SLW_WARPS_PER_SM
             elif share == 8 or (share == 4 and max_tokens <= 4):
                 # half an SM's share per block, two blocks per SM (H100, 2026-11-25, nineteenth session,
