@@ -186,4 +186,17 @@ fi
 #   TOTAL +0.6..+1.5 us.  The relaxed read before the wait and the ids' read at L2 after it cost more than the early
 #   prefetch saves (10 experts, whose blocks fill the SMs' registers, lost most).  Removed from the source; the hook is
 #   kept as profiling/patches/session32-grouped-guess.patch.
+# STEP=dual: a second accumulator chain in the grouped GEMV (hook -DKBIT_GROUPED_DUAL=true, off; the dense kernel's
+#   DUAL).  Its warps run 2 (down) to 4-6 (gate/up fused) steps of 16 pairs with one MMA chain each (4 HMMA a step);
+#   two chains halve the dependent HMMA sequence.  NVRTC: the LB kernels at k = 4 107 -> 124 registers, no spills.
+#   Expect -0.05..-0.15 us on gate/up fused, less on down; k = 2 / 4, 8 / 10 experts, 1 / 4 tokens, two passes,
+#   default launch (and stable, +stable=1).
+if [ "$STEP" = dual ]; then
+  for pass in 1 2; do
+    SHAPES=moe_gu_fused,moe_dn KS=2,4 MS=1,4 ES=8,10 MOE_MMA=0 \
+      MOE_VARIANTS="dual:-DKBIT_GROUPED_DUAL=true;news:+stable=1;duals:-DKBIT_GROUPED_DUAL=true +stable=1" \
+      timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/moe_dual39_$pass.log" 2>&1
+    echo "## pass $pass"; grep -E "^moe_|CHECK|^TOTAL" "$W/moe_dual39_$pass.log"
+  done
+fi
 finish_run run39
