@@ -501,10 +501,6 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 #ifndef KBIT_GROUPED_SL_DEPTH
 #define KBIT_GROUPED_SL_DEPTH 2
 #endif
-// Experiment hook: a second accumulator chain in the grouped kernels (the dense kernel's DUAL; off).
-#ifndef KBIT_GROUPED_DUAL
-#define KBIT_GROUPED_DUAL false
-#endif
 // The grouped kernel's ring filled once step 0 has landed (the dense LATE) at k = 5 only: H100,
 // 2026-11-26 (twentieth session, late23, default launch, 8 experts): k = 5 gate/up fused + down 1 /
 // 4 / 8 tokens 16.34 / 16.66 / 17.78 -> 15.50 / 15.90 / 17.13 us, but k = 2 / 4 0.3-0.6 us slower.
@@ -587,7 +583,7 @@ __device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const
     };
     // one inline of gemv_block for every pass (the base operands; bind adds each pass's offsets)
     while (true) {
-        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, KBIT_GROUPED_DUAL, KBIT_GROUPED_LATE, AMODE, SL, CBD,
+        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL, CBD,
                    false, LateBind<decltype(bind)>, false, Q>(
             A, packed, absmax, codebook, C, chunk, N, Kdim, 0.f, blockIdx.x, gridDim.x, (N + 15) / 16, false,
             AMODE == 1 ? a_rows : nullptr, a_nrows, false, CBD, nullptr, 1, LateBind<decltype(bind)>{bind});
@@ -656,7 +652,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     const int chunk = min(8 * MT, max(1, max_tokens));
     for (int c0 = r0; c0 < r1; c0 += chunk) {
         // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
-        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, KBIT_GROUPED_DUAL, KBIT_GROUPED_LATE, AMODE, SL, CBD,
+        gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL, CBD,
                    false, NoBind, KBIT_GROUPED_KEEP_ADDR, Q>(
             AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
             codebook, C + (long)c0 * N, min(chunk, r1 - c0), N, Kdim, safe_early ? 0.f : tscale[e], blockIdx.x,

@@ -199,4 +199,8 @@ if [ "$STEP" = dual ]; then
     echo "## pass $pass"; grep -E "^moe_|CHECK|^TOTAL" "$W/moe_dual39_$pass.log"
   done
 fi
+#   Got (run39_dual.tgz, moe_dual39_{1,2}.log; git 37d2cd6): within +-1 %, no gain to keep.  k = 4 default launch,
+#   new / dual: gate/up fused 8 experts 6.83-6.86 / 6.81-6.84 (1 token), 6.92-6.94 / 6.87-6.88 (4), 10 experts
+#   7.88-7.90 / 7.84-7.85; down 8 experts 4.46-4.47 / 4.54-4.55 (slower), 10 experts equal; k = 2 10 experts -0.05..-0.1
+#   TOTAL, 8 experts +0.03..+0.1.  The hook removed again (a one-line template argument).
 finish_run run39
