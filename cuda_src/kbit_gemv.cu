@@ -244,7 +244,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     }
     if (safe_pf) {  // safe PDL: the first weights only prefetched into L2, then the wait
         prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
-
         if (CBD) build_default_lut<K, T, SLICES, QUAD>(lut, cb_s, nthr, tid);
         griddep_wait_release();
 #ifdef KBIT_TRACE
@@ -518,6 +517,11 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
 #ifndef KBIT_GROUPED_PF_STEPS
 #define KBIT_GROUPED_PF_STEPS 1
 #endif
+// The thread that reports a slot's errors (the first of the slot's first block).
+template <bool SL>
+__device__ __forceinline__ bool grouped_reporter() {
+    return threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0;
+}
 // A grouped launch's slot: its expert and rows read (ld_after_wait: after the caller's wait, if any) and checked;
 // false = nothing to compute (a bad id or offsets also set the error flag, by one thread a slot: rep).
 __device__ __forceinline__ bool grouped_slot(const int* __restrict__ expert_ids, const int* __restrict__ offsets,
@@ -532,6 +536,14 @@ __device__ __forceinline__ bool grouped_slot(const int* __restrict__ expert_ids,
     }
     if (r1 - r0 > max_tokens && rep) report_err(err, KBIT_ERR_MAX_TOKENS, wait_first);
     return true;
+}
+// A slot's rows are computed in passes of at most max_tokens (<= 8 MT) rows; pass c0's first A element (AMODE 1
+// gathers its rows through a_rows instead, AMODE 2's rows are [gate | up]).
+template <int MT>
+__device__ __forceinline__ int grouped_chunk(int max_tokens) { return min(8 * MT, max(1, max_tokens)); }
+template <int AMODE>
+__device__ __forceinline__ long grouped_a_off(int c0, int Kdim) {
+    return AMODE == 1 ? 0L : (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim);
 }
 // The grouped kernels' default-codebook pair table before their wait (CBD: no global load), then a barrier: its
 // level scratch is where A is staged later.
@@ -556,8 +568,8 @@ __device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const
                                                   const int* __restrict__ offsets, T* __restrict__ C, int N, int Kdim,
                                                   int E, int rows, long long wpe, long long ape, int max_tokens,
                                                   int* __restrict__ err, const int* __restrict__ a_rows, int a_nrows) {
-    const int slot = blockIdx.y, chunk = min(8 * MT, max(1, max_tokens));  // rows per pass
-    const bool rep = threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0;  // reports errors
+    const int slot = blockIdx.y, chunk = grouped_chunk<MT>(max_tokens);  // rows per pass
+    const bool rep = grouped_reporter<SL>();
     int e = 0, r0 = 0, r1 = 0, c0 = 0;
     bool first = true, ok = false;
     auto bind = [&](BindOut& o) {
@@ -574,7 +586,7 @@ __device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const
         if (!ok) return false;
         o.wbase = e * wpe;
         o.abase = e * ape;
-        o.aoff = AMODE == 1 ? 0 : (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim);
+        o.aoff = grouped_a_off<AMODE>(c0, Kdim);
         o.coff = (long)c0 * N;
         o.m = min(chunk, r1 - c0);
         o.roff = c0;
@@ -638,8 +650,8 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
 #endif
     }
     int e, r0, r1;
-    if (!grouped_slot(expert_ids, offsets, blockIdx.y, E, rows, max_tokens, err,
-                      threadIdx.x == 0 && (!SL || threadIdx.y == 0) && blockIdx.x == 0, early_ids, e, r0, r1))
+    if (!grouped_slot(expert_ids, offsets, blockIdx.y, E, rows, max_tokens, err, grouped_reporter<SL>(), early_ids, e,
+                      r0, r1))
         return;
     // A block with no rows still waits: were every block to exit unwaited, the next grid (which
     // reads weights before its wait with pdl 1 / 2) could start while the one before us runs.
@@ -649,12 +661,12 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // are [gate | up] (2 Kdim) and the kernel multiplies silu(gate) * up (kbitcupy/moe.py)
     // Passes of at most max_tokens rows: the launch reserves shared memory for that many staged A rows
     // (kbitcupy.gemv.grouped_plan), so small plans fit more blocks per SM.
-    const int chunk = min(8 * MT, max(1, max_tokens));
+    const int chunk = grouped_chunk<MT>(max_tokens);
     for (int c0 = r0; c0 < r1; c0 += chunk) {
         // (MULTI = !SL; SL: groups from blockIdx.x and threadIdx.y as in kbit_gemv)
         gemv_block<K, T, u8, true, SL ? KBIT_GROUPED_SL_DEPTH : 2, MT, !SL, false, KBIT_GROUPED_LATE, AMODE, SL, CBD,
                    false, NoBind, KBIT_GROUPED_KEEP_ADDR, Q>(
-            AMODE == 1 ? A : A + (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim), packed + e * wpe, absmax + e * ape,
+            A + grouped_a_off<AMODE>(c0, Kdim), packed + e * wpe, absmax + e * ape,
             codebook, C + (long)c0 * N, min(chunk, r1 - c0), N, Kdim, safe_early ? 0.f : tscale[e], blockIdx.x,
             gridDim.x, (N + 15) / 16, pdl == 2 && c0 == r0, AMODE == 1 ? a_rows + c0 : nullptr, a_nrows,
             safe_early && c0 == r0, lut_ready, safe_early ? tscale + e : nullptr, KBIT_GROUPED_PF_STEPS);

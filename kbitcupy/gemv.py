@@ -143,11 +143,16 @@ def lut_bytes(k: int) -> int:
 QUAD_LUT_BYTES = 256 * 16 * 8
 
 
+def layout_bytes(k: int, quad: bool) -> int:
+    """Bytes of LutLayout<K, quad> (cuda_src/kbit_pairlut.cuh): k = 2's quad table where quad, else the pair table."""
+    return QUAD_LUT_BYTES if k == 2 and quad else lut_bytes(k)
+
+
 def table_bytes(k: int, tiles: int = 1, slw: bool = False) -> int:
     """Bytes of the table a decode GEMV family kernel builds (LutLayout, gemv_quad in cuda_src/kbit_gemv.cu): at
     k = 2 with one token tile the quad table (QUAD_LUT_BYTES), but not in the several-wave grouped kernel (slw:
     kbit_gemv_grouped_slw); else the pair table (lut_bytes)."""
-    return QUAD_LUT_BYTES if k == 2 and tiles == 1 and not slw and GEMV_Q2 else lut_bytes(k)
+    return layout_bytes(k, tiles == 1 and not slw and bool(GEMV_Q2))
 
 
 def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int = 2, slw: bool = False) -> int:

@@ -28,7 +28,7 @@ from ._checks import check_kernel_call
 from . import _pdl
 from ._compile import STREAM_Q2, Family, register
 from .gemm import _workspace, device_info
-from .gemv import QUAD_LUT_BYTES, lut_bytes
+from .gemv import layout_bytes
 from .wgmma import supported as WG_SUPPORTED
 from .quantize import CTYPE
 from .reference import TILE_K, TILE_N, bfloat16
@@ -69,7 +69,7 @@ FIXED_SMEM = 16 + 32 * 4 + 16 + 256 * 4  # two mbarriers, codebook, flags, scale
 
 def table_bytes(k: int) -> int:
     """The table the kernel builds (LutLayout in the .cu file): k = 2's quad table where KBIT_STREAM_Q2 is on."""
-    return QUAD_LUT_BYTES if k == 2 and STREAM_Q2 else lut_bytes(k)
+    return layout_bytes(k, bool(STREAM_Q2))
 
 
 def smem_bytes(k: int, mt: int, stages: int) -> int:

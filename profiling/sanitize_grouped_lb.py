@@ -14,6 +14,7 @@ import kbitcupy as kb  # noqa: E402
 from kbitcupy import _pdl  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy.grouped import _err_buffer, quantize_experts, read_errors, reference_grouped_matmul  # noqa: E402
+from kbitcupy.moe import silu_mul  # noqa: E402
 
 assert _pdl.grouped_mode(0, False, safe_early=True) == _pdl.GROUPED_WAIT, "not the wait-first launch"
 E, N, K = 6, 256, 160  # K % 128 = 32: a partial last step
@@ -29,8 +30,7 @@ for k in (() if os.environ.get("GLB_ONLY10") else (2, 3, 4, 5)):
     for dt in (np.float16, kb.bfloat16):
         X = rng.standard_normal((rows + 3, 2 * K), dtype=np.float32).astype(dt)  # host, rounded to dt
         perm = rng.permutation(rows + 3)[:rows].astype(np.int32)
-        g32, u32 = X[:rows, :K].astype(np.float32), X[:rows, K:].astype(np.float32)
-        silu = (g32 / (1 + np.exp(-g32)) * u32).astype(dt)
+        silu = silu_mul(X[:rows, :K], X[:rows, K:])  # (the NumPy path: fp32 math, one rounding)
         dev = (lambda a: cp.asarray(np.ascontiguousarray(a).view(np.uint16)).view(kb.bfloat16)) \
             if dt is kb.bfloat16 else (lambda a: cp.asarray(np.ascontiguousarray(a)))
         for name, A, kw, A_ref in (("plain", dev(X[:rows, :K]), {}, X[:rows, :K]),
@@ -70,8 +70,7 @@ offs_h = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
 rows = int(counts.sum())
 ids, offs = cp.asarray(ids_h), cp.asarray(offs_h)
 X = rng.standard_normal((rows, 2 * K10), dtype=np.float32).astype(np.float16)
-g32, u32 = X[:, :K10].astype(np.float32), X[:, K10:].astype(np.float32)
-silu = (g32 / (1 + np.exp(-g32)) * u32).astype(np.float16)
+silu = silu_mul(X[:, :K10], X[:, K10:])
 for name, A, kw, A_ref in (("plain", cp.asarray(np.ascontiguousarray(X[:, :K10])), {}, X[:, :K10]),
                            ("swiglu", cp.asarray(X), {"a_silu": True}, silu)):
     ref = cp.asarray(reference_grouped_matmul(A_ref.astype(np.float32), bank, ids_h, offs_h))
