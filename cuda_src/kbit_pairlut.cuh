@@ -88,10 +88,12 @@ __device__ __forceinline__ void load_planes(u32 (&w)[K], const u32* p) {
 // Byte r of a key word -> its table entry for this lane (PRMT + LEA + LDS).
 // lut_lane = shared-window address of the table + 4 * (lane % COPIES).  An explicit
 // ld.shared keeps the address one LEA (a generic pointer costs two extra adds).
+// k = 5: one PRMT makes byte r of keys | byte r of f << 8, its upper bytes the sign of f's byte (0: f <= 3), as
+// the GEMM's and wgmma's lookups do (two PRMTs and a shift-or before).
 template <int K>
 __device__ __forceinline__ u32 lut_lookup(u32 lut_lane, u32 keys, u32 f, int r) {
-    u32 key = __byte_perm(keys, 0u, 0x4440u + r);
-    if (K == 5) key |= __byte_perm(f, 0u, 0x4440u + r) << 8;
+    const u32 key = K == 5 ? prmt(keys, f, (u32)(r | ((4 + r) << 4) | ((12 + r) << 8) | ((12 + r) << 12)))
+                           : __byte_perm(keys, 0u, 0x4440u + r);
     u32 v;
     asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(lut_lane + (key << (PairLut<K>::LOG2_COPIES + 2))));
     return v;
@@ -154,11 +156,11 @@ __device__ __forceinline__ void build_quad_lut(u32* lut, const float* cb_s, int 
 // k = 2 planes -> 2 words of quad keys: byte r of q[h] names elements 8r + 4h .. 8r + 4h + 3 (low nibble the
 // pair key of the first two: pair_keys<2>'s out[2h] | out[2h + 1] << 4).
 __device__ __forceinline__ void quad_keys(const u32 (&p)[2], u32 (&q)[2]) {
-    const u32 E2 = 0x33333333u;
-    const u32 wa = (p[0] & E2) | ((p[1] & E2) << 2);
-    const u32 wb = ((p[0] >> 2) & E2) | (p[1] & ~E2);
-    q[0] = (wa & 0x0F0F0F0Fu) | ((wb & 0x0F0F0F0Fu) << 4);
-    q[1] = ((wa >> 4) & 0x0F0F0F0Fu) | (wb & 0xF0F0F0F0u);
+    const u32 E2 = 0x33333333u, N4 = 0x0F0F0F0Fu;
+    const u32 wa = bitsel(p[0], p[1] << 2, E2);
+    const u32 wb = bitsel(p[0] >> 2, p[1], E2);
+    q[0] = bitsel(wa, wb << 4, N4);
+    q[1] = bitsel(wa >> 4, wb, N4);
 }
 // The table a GEMV-style kernel builds (kbit_gemv.cu, kbit_gemv_stream.cu): the pair table, or (Q at k = 2) the
 // quad table; WORDS its size, lane_offset the byte offset of a lane's copy within an entry's row.

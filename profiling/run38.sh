@@ -4,14 +4,6 @@
 . profiling/run_env.sh
 start_run ps
 RUN=38
-# gemv_ab_twice NAME TIMEOUT: profiling/gemv_ab.py (its SHAPES / KS / MS / AB_* from the environment) twice, logs
-# $W/gemv_NAME_1.log and _2.log; prints each pass's rows (cut at $CUT, default 200 columns).
-gemv_ab_twice() {
-  for pass in 1 2; do
-    timeout "$2" python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_$1_$pass.log" 2>&1
-    echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_$1_$pass.log" | cut -c1-"${CUT:-200}" | tail -30
-  done
-}
 # close_checks NAME TABLE: the dense GEMV's GPU tests (gpu_tests_NAME.log), memcheck over sanitize_c8.py
 # (memcheck_c8_NAME.log) and the closing M = 1 / 4 tables TABLE-m1 and TABLEb-m1.
 close_checks() {

@@ -103,3 +103,12 @@ moe_closing() {
     --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag "$1" > "$W/bench_$1.log" 2>&1
   grep -E "as moe_forward" "$W/bench_$1.log" | head -40
 }
+
+# gemv_ab_twice NAME TIMEOUT: profiling/gemv_ab.py (its SHAPES / KS / MS / AB_* from the environment) twice, logs
+# $W/gemv_NAME_1.log and _2.log; prints each pass's rows (cut at $CUT, default 200 columns).
+gemv_ab_twice() {
+  for pass in 1 2; do
+    timeout "$2" python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_$1_$pass.log" 2>&1
+    echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_$1_$pass.log" | cut -c1-"${CUT:-200}" | tail -30
+  done
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Thirty-third session (2026-11-27).  From the repo root:  OUT=/tmp/out STEP=ps bash profiling/run40.sh
+#   (kind nvidia-h100-x1; carry ab_prev/ for the old-source column)
+. profiling/run_env.sh
+start_run ps
+RUN=40
+# STEP=ps: issue 3's M = 1 k = 4 gate/up (80-82 % of SOL, needs 4.63 -> 4.43 us).  A warp's step after its weights
+#   land is ~210 issued instructions for 64 weights a lane (SASS, kbit_gemv<4, ..., C8>), with five warps a scheduler:
+#   instruction count, not DRAM, is what the step after the wait costs.  Three cuts, each exact or more accurate:
+#   - e4m4_decode as (code << 19) * 2^116 (2 instructions instead of 8; all 256 codes bit-identical, numpy);
+#   - pair_keys / quad_keys as single LOP3 bit-selects (ptxas had made two of each: -18 a step in SASS);
+#   - PS (C8 at M = 1, +ps=1): the block scale after the MMA -- each of the MMA's 8 token columns sums one block
+#     (the idle columns of M = 1), 4 FFMA a step instead of 32 HMUL2 (the thirty-first session's PS could not be
+#     right: one column summed four blocks).  SASS: a step 275 -> 257 lines, 96 registers (five blocks per SM kept).
+#   Columns: old = 053588e's source (ab_prev/gemv_053588e.cu) on today's plans, new = this tree (decode + keys),
+#   ps / ps1 = new with PS (two / one MMA chains).  Expect: new 0.02-0.05 us under old a cell, ps another
+#   0.05-0.12 us on the C8 cells (gate/up, down, O, KV at k = 4; KV at every k), err of ps <= new's; Q / linear value
+#   (not C8) ps = new within noise.
+if [ "$STEP" = ps ]; then
+  SHAPES=gateup,down,Q,O,KV KS=4 MS=1 AB_VARIANTS="old:src=ab_prev/gemv_053588e.cu;ps:+ps=1;ps1:+ps=1 +dual=0" \
+    CUT=230 gemv_ab_twice ps40 240
+  SHAPES=gateup,down,O,KV KS=2,3,5 MS=1 AB_VARIANTS="old:src=ab_prev/gemv_053588e.cu;ps:+ps=1" \
+    CUT=230 gemv_ab_twice ps40k 240
+fi
+# Result (ps40_1 / ps40_2, H100): old -> new k = 4 M = 1 TOTAL 18.51 / 18.46 -> 17.85 / 17.80 us (gate/up 4.68 -> 4.35,
+#   down 4.36 -> 4.25, O 3.81 -> 3.69, Q 3.72 -> 3.65, KV 1.94 -> 1.91): the decode and key cuts are worth much more
+#   than their share of a step's instructions.  PS slower than new on every C8 cell (gate/up 4.41, down 4.45, KV 2.02;
+#   ps1 wrong on down: the slot's scale read after its refill) -- removed (profiling/patches/session33-gemv-ps.patch).
+#   The k = 5 lookup then made one PRMT (the GEMM's / wgmma's form; a k = 5 step 451 -> 326 SASS lines).
+# ab_trees NAME WARM ARGS...: bench.py of this tree (new) and 053588e's (ab_prev/tree, carried: old), tagged
+#   NAME-new / NAME-old, logs $W/NAME_{new,old}.log; prints the TOTAL rows (and as-moe_forward lines).
+ab_trees() {
+  local name=$1 warm=$2
+  shift 2
+  for t in new:$(pwd) old:$(pwd)/ab_prev/tree; do
+    WARM="$warm" AB_TIMEOUT=${AB_TIMEOUT:-150} tree_bench "${t#*:}" "${t%%:*}" "$W" "$name" "$@"
+    echo "== ${t%%:*}"; grep -E "^### M|^\| TOTAL|as moe_forward" "$W/${name}_${t%%:*}.log" | head -30
+  done
+}
+# STEP=ab1: the whole tree against 053588e's at M = 1 / 4 (every k, issue 3) and on the MoE shapes (k = 4, issue 5:
+#   the grouped GEMV runs the same gemv_block, the same keys and decode).  Expect: M = 1 TOTAL k = 4 -0.5..-0.7 us
+#   (gemv_ab above), k = 5 more (its lookups: -1 PRMT and -1 shift-or a pair), k = 2 / 3 less (the quad keys, the
+#   decode only); MoE 1..4 tokens -0.1..-0.3 us a kernel.
+if [ "$STEP" = ab1 ]; then
+  ab_trees ab40m1 gemv --M 1,4 --k 2,3,4,5 --columns matmul --reps 15
+  ab_trees ab40moe "gemv grouped" --shapes moe --k 4 --moe-M 1,4,16,32,64 --experts 8,10 \
+    --columns Grouped,Grouped:stable --reps 15
+fi
+# STEP=ab2: the same for the dense M = 16..128 table (k = 4; the streaming GEMV's consumers run block_pair_mma; the wgmma
+#   and GEMM dequantize with pair_keys / e4m4_decode).  Expect: M = 16 / 32 -1..-3 % (STREAM), M >= 64 within noise.
+if [ "$STEP" = ab2 ]; then
+  AB_TIMEOUT=200 ab_trees ab40d "gemv_stream wgmma gemv quant" --M 16,32,64,128 --k 4 \
+    --columns STREAM,WGMMA,dq+cuBLAS,matmul --reps 15
+fi
+finish_run run40
