@@ -52,4 +52,19 @@ if [ "$STEP" = ab2 ]; then
   AB_TIMEOUT=200 ab_trees ab40d "gemv_stream wgmma gemv quant" --M 16,32,64,128 --k 4 \
     --columns STREAM,WGMMA,dq+cuBLAS,matmul --reps 15
 fi
+# STEP=tests1 / tests2: the GPU tests of every family on this tree (e4m4_decode and pair_keys are shared by all of
+#   them; the dequantize / quantize kernels too), in two calls.  Expect: all pass.
+if [ "$STEP" = tests1 ] || [ "$STEP" = ab2 ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream quant gemm 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests40a.log" 280 tests/test_gemv_gpu.py tests/test_gemv_stream_gpu.py tests/test_quantize_gpu.py \
+    tests/test_gemm_gpu.py tests/test_checks_gpu.py tests/test_launch_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests40a.log" | head
+fi
+if [ "$STEP" = tests2 ]; then
+  python3 profiling/warm_cache.py gemv grouped wgmma 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests40b.log" 420 tests/test_grouped_gpu.py tests/test_wgmma_gpu.py tests/test_pdl_gpu.py \
+    tests/test_layers_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests40b.log" | head
+  sanitize memcheck "$W/memcheck_c8_40.log" 100 profiling/sanitize_c8.py
+fi
 finish_run run40
