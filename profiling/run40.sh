@@ -67,4 +67,25 @@ if [ "$STEP" = tests2 ]; then
   grep -E "^E  |FAILED" "$W/gpu_tests40b.log" | head
   sanitize memcheck "$W/memcheck_c8_40.log" 100 profiling/sanitize_c8.py
 fi
+# STEP=r256: the decode GEMV family's k <= 4 pair tables in 256-byte rows (hook KBIT_GEMV_ROW256=1024 in the
+#   environment: one PRMT makes a lookup's whole offset and the LDS takes the table's base as its immediate (sm_90:
+#   the dynamic shared memory starts at 0x400; the kernel traps otherwise); a k = 4 step 268 -> 233 SASS lines (-32
+#   IMAD).  Tables 64 KB at k = 4, so gate/up's five 8-column blocks per SM become three (expected slower there).
+#   Two alternations, process-level (the package's plans): dense M = 1 k = 3 / 4, MoE k = 4 1 / 4 tokens.
+#   Expect: down / Q / O / KV -2..-6 % at M = 1, gate/up slower; MoE down -0.1..-0.3 us.
+if [ "$STEP" = r256 ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  KBIT_GEMV_ROW256=1024 python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  for pass in 1 2; do
+    for arm in off on; do
+      export KBIT_GEMV_ROW256=$([ $arm = on ] && echo 1024 || echo 0)
+      timeout 100 python3 profiling/bench.py --out "$W" --M 1 --k 3,4 --columns matmul --shapes gateup,down,Q,O,KV \
+        --reps 15 --tag "r256-$arm-$pass" > "$W/r256_$arm$pass.log" 2>&1
+      timeout 100 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4 --experts 8,10 \
+        --columns Grouped,Grouped:stable --reps 15 --tag "r256moe-$arm-$pass" > "$W/r256moe_$arm$pass.log" 2>&1
+      echo "## $arm $pass"; grep -E "^\| (gateup|down|Q|O|KV|TOTAL) \| [34] \||^\| moe_(dn|gu_fused) \|" "$W/r256_$arm$pass.log" "$W/r256moe_$arm$pass.log" | cut -d'|' -f2-7 | tr '\n' ';'; echo
+    done
+  done
+  unset KBIT_GEMV_ROW256
+fi
 finish_run run40
