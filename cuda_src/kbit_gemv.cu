@@ -368,11 +368,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     if (!MULTI && !LATE) fill_ring();
 #endif
 
-    const u32 lut_base = (u32)__cvta_generic_to_shared(lut);
-#if KBIT_GEMV_ROW256
-    if (lut_base != KBIT_GEMV_ROW256) __trap();  // (the experiment's assumption, see lut_lookup)
-#endif
-    const u32 lut_lane = lut_base + LutLayout<K, QUAD>::lane_offset(lane);
+    const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + LutLayout<K, QUAD>::lane_offset(lane);
     // C8: lanes g < 4 feed token column g the first half's A row g, lanes g >= 4 the second's row g - 4
     const T* a_row = C8 ? a_s + (long)(g & 3) * KP + (g >> 2) * 128 + t * 32 : a_s + (long)g * KP + t * 32;
     constexpr int TOK = 8 * MT;
@@ -415,7 +411,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                     if (LATE && !MULTI && sl == 0) fill_ring();  // once step 0 has landed
 #endif
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
-                    block_pair_mma<K, T, MT, LutLayout<K, QUAD>::QUAD>(acc, acc2, wA, sA, wB, sB, a, lut_lane, lut_base);
+                    block_pair_mma<K, T, MT, LutLayout<K, QUAD>::QUAD>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive
                     acc[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);
 #endif

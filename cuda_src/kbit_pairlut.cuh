@@ -14,21 +14,12 @@
 #ifndef KBIT_K4_LOG2_COPIES
 #define KBIT_K4_LOG2_COPIES 5
 #endif
-// KBIT_GEMV_ROW256 (an experiment hook of the decode GEMV family, kbit_gemv.cu; kbitcupy.gemv plans its shared
-// memory): k <= 4 pair tables at 64 copies, 256-byte rows, so that one PRMT gives a lookup's offset from the table's
-// base (key << 8 | lane * 4) and the LDS adds the base from a uniform register (the wgmma kernel's ROW256).
-#ifndef KBIT_GEMV_ROW256
-#define KBIT_GEMV_ROW256 0
-#endif
 // LC >= 0: a kernel's own copies (log2; the grouped wgmma kernel's k = 5 instantiation with 8 copies,
 // whose 32 KB fit two CTAs per SM at 64 tokens a tile), else the defaults below.
 template <int K, int LC = -1> struct PairLut {
     static constexpr int ENTRIES = 1 << (2 * K);
     // k = 5: 16 copies (64 KB), ~1.5-way conflicts
-    static constexpr int LOG2_COPIES = LC >= 0 ? LC : (KBIT_GEMV_ROW256 && K <= 4) ? 6 : K <= 3 ? 5
-                                     : K == 4 ? KBIT_K4_LOG2_COPIES : KBIT_K5_LOG2_COPIES;
-    // 256-byte rows read as key << 8 | lane * 4 (lut_lookup's lut_base form)
-    static constexpr bool ROW256 = KBIT_GEMV_ROW256 && K <= 4 && LC < 0;
+    static constexpr int LOG2_COPIES = LC >= 0 ? LC : K <= 3 ? 5 : K == 4 ? KBIT_K4_LOG2_COPIES : KBIT_K5_LOG2_COPIES;
     static constexpr int COPIES = 1 << LOG2_COPIES;
     static constexpr int WORDS = ENTRIES * COPIES;
 };
@@ -99,21 +90,11 @@ __device__ __forceinline__ void load_planes(u32 (&w)[K], const u32* p) {
 // ld.shared keeps the address one LEA (a generic pointer costs two extra adds).
 // k = 5: one PRMT makes byte r of keys | byte r of f << 8, its upper bytes the sign of f's byte (0: f <= 3), as
 // the GEMM's and wgmma's lookups do (two PRMTs and a shift-or before).
-// ROW256 tables (PairLut): lut_base = the table's shared-window address (warp-uniform, so the LDS adds it from a
-// uniform register), and one PRMT makes byte r of keys << 8 | lane * 4 (lut_lane - lut_base), its upper bytes
-// zero (the sign of the lane's byte).
 template <int K>
-__device__ __forceinline__ u32 lut_lookup(u32 lut_lane, u32 keys, u32 f, int r, u32 lut_base = 0) {
-    u32 v;
-    if constexpr (PairLut<K>::ROW256) {
-        // experiment: the table at the dynamic shared memory's start, whose shared-window address is
-        // KBIT_GEMV_ROW256 (sm_90: 1024, the reserved 1 KB; no cluster) -- an immediate offset of the LDS
-        asm volatile("ld.shared.u32 %0, [%1+%2];\n" : "=r"(v)
-                     : "r"(prmt(keys, lut_lane - lut_base, 0xCC04u | ((u32)r << 4))), "n"(KBIT_GEMV_ROW256));
-        return v;
-    }
+__device__ __forceinline__ u32 lut_lookup(u32 lut_lane, u32 keys, u32 f, int r) {
     const u32 key = K == 5 ? prmt(keys, f, (u32)(r | ((4 + r) << 4) | ((12 + r) << 8) | ((12 + r) << 12)))
                            : __byte_perm(keys, 0u, 0x4440u + r);
+    u32 v;
     asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(lut_lane + (key << (PairLut<K>::LOG2_COPIES + 2))));
     return v;
 }
@@ -135,20 +116,19 @@ __device__ __forceinline__ void block_keys(const u32 (&w)[K], u32 (&keys)[4], u3
 // (8r + 2q, 8r + 2q + 1) times the block scale s (four pair lookups + HMUL2).
 template <int K, typename T>
 __device__ __forceinline__ void chunk_pairs(u32 (&v)[4], const u32 (&keys)[4], const u32 (&f)[4], u32 s, int r,
-                                            u32 lut_lane, u32 lut_base = 0) {
+                                            u32 lut_lane) {
 #pragma unroll
-    for (int q = 0; q < 4; q++) v[q] = hmul2_u32(lut_lookup<K>(lut_lane, keys[q], f[q], r, lut_base), s, T());
+    for (int q = 0; q < 4; q++) v[q] = hmul2_u32(lut_lookup<K>(lut_lane, keys[q], f[q], r), s, T());
 }
 // The same for two blocks A and B, their lookups interleaved (the MMA operand pairs of
 // block_pair_mma).
 template <int K, typename T>
 __device__ __forceinline__ void chunk_pairs(u32 (&va)[4], u32 (&vb)[4], const u32 (&kA)[4], const u32 (&fA)[4], u32 sA,
-                                            const u32 (&kB)[4], const u32 (&fB)[4], u32 sB, int r, u32 lut_lane,
-                                            u32 lut_base = 0) {
+                                            const u32 (&kB)[4], const u32 (&fB)[4], u32 sB, int r, u32 lut_lane) {
 #pragma unroll
     for (int q = 0; q < 4; q++) {
-        va[q] = hmul2_u32(lut_lookup<K>(lut_lane, kA[q], fA[q], r, lut_base), sA, T());
-        vb[q] = hmul2_u32(lut_lookup<K>(lut_lane, kB[q], fB[q], r, lut_base), sB, T());
+        va[q] = hmul2_u32(lut_lookup<K>(lut_lane, kA[q], fA[q], r), sA, T());
+        vb[q] = hmul2_u32(lut_lookup<K>(lut_lane, kB[q], fB[q], r), sB, T());
     }
 }
 
@@ -228,7 +208,7 @@ __device__ __forceinline__ void quad_chunk_levels(u32 (&v)[4], const u32 (&keys)
 // QUAD (k = 2): the lookups in the quad table (lut_lane: see quad_chunk_levels).
 template <int K, typename T, int MT, bool QUAD = false, typename GetA>
 __device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], u32 sA,
-                                               const u32 (&wB)[K], u32 sB, GetA get_a, u32 lut_lane, u32 lut_base = 0) {
+                                               const u32 (&wB)[K], u32 sB, GetA get_a, u32 lut_lane) {
     u32 kA[4], kB[4], fA[4], fB[4];
     block_mma_keys<K, QUAD>(wA, kA, fA);
     block_mma_keys<K, QUAD>(wB, kB, fB);
@@ -241,7 +221,7 @@ __device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc
 #pragma unroll
             for (int q = 0; q < 4; q++) { va[q] = hmul2_u32(va[q], sA, T()); vb[q] = hmul2_u32(vb[q], sB, T()); }
         } else {
-            chunk_pairs<K, T>(va, vb, kA, fA, sA, kB, fB, sB, r, lut_lane, lut_base);
+            chunk_pairs<K, T>(va, vb, kA, fA, sA, kB, fB, sB, r, lut_lane);
         }
         // k-slots (2t, 2t+1) <- pair q=0 (elements 8r, 8r+1); (2t+8, 2t+9) <- q=1
         float (&acc)[MT][4] = r < 2 ? acc0 : acc1;
@@ -256,8 +236,6 @@ __device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc
 // The A fragments already in registers: a[mt][r].
 template <int K, typename T, int MT, bool QUAD = false>
 __device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], u32 sA,
-                                               const u32 (&wB)[K], u32 sB, const uint4 (&a)[MT][4], u32 lut_lane,
-                                               u32 lut_base = 0) {
-    block_pair_mma<K, T, MT, QUAD>(acc0, acc1, wA, sA, wB, sB, [&](int mt, int r) { return a[mt][r]; }, lut_lane,
-                                   lut_base);
+                                               const u32 (&wB)[K], u32 sB, const uint4 (&a)[MT][4], u32 lut_lane) {
+    block_pair_mma<K, T, MT, QUAD>(acc0, acc1, wA, sA, wB, sB, [&](int mt, int r) { return a[mt][r]; }, lut_lane);
 }

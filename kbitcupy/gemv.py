@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
 
@@ -124,12 +123,8 @@ def lb_key(key: tuple) -> tuple:
     return (key[0] + "_lb",) + tuple(key[1:])
 
 
-# Experiment hook (environment KBIT_GEMV_ROW256=1024, the table's shared-window address on sm_90): the decode GEMV
-# family's k <= 4 pair tables in 256-byte rows (kbit_pairlut.cuh, PairLut's ROW256; table_bytes plans them).
-GEMV_ROW256 = int(os.environ.get("KBIT_GEMV_ROW256", "0"))
 GEMV = register("gemv", Family("kbit_gemv.cu", _instances(),
-                               group_of=lambda key: key[:3] if str(key[0]).startswith("grouped") else key[:2],
-                               options=(f"-DKBIT_GEMV_ROW256={GEMV_ROW256}",) if GEMV_ROW256 else ()))
+                               group_of=lambda key: key[:3] if str(key[0]).startswith("grouped") else key[:2]))
 
 # Hopper has 132 SMs; the plan aims for enough warps to keep ~all weight bytes in flight.
 TARGET_WARPS = 132 * 24
@@ -157,10 +152,7 @@ def table_bytes(k: int, tiles: int = 1, slw: bool = False) -> int:
     """Bytes of the table a decode GEMV family kernel builds (LutLayout, gemv_quad in cuda_src/kbit_gemv.cu): at
     k = 2 with one token tile the quad table (QUAD_LUT_BYTES), but not in the several-wave grouped kernel (slw:
     kbit_gemv_grouped_slw); else the pair table (lut_bytes)."""
-    quad = tiles == 1 and not slw and bool(GEMV_Q2)
-    if GEMV_ROW256 and k <= 4 and not (k == 2 and quad):
-        return (1 << (2 * k)) * 64 * 4
-    return layout_bytes(k, quad)
+    return layout_bytes(k, tiles == 1 and not slw and bool(GEMV_Q2))
 
 
 def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int = 2, slw: bool = False) -> int:

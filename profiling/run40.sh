@@ -73,6 +73,10 @@ fi
 #   IMAD).  Tables 64 KB at k = 4, so gate/up's five 8-column blocks per SM become three (expected slower there).
 #   Two alternations, process-level (the package's plans): dense M = 1 k = 3 / 4, MoE k = 4 1 / 4 tokens.
 #   Expect: down / Q / O / KV -2..-6 % at M = 1, gate/up slower; MoE down -0.1..-0.3 us.
+# Result (r256_{off,on}{1,2}.log, H100, two alternations): k = 3 M = 1 TOTAL 18.52 / 18.53 -> 18.10 / 18.09 us; k = 4
+#   slower: gate/up 4.32 -> 6.44 (three blocks per SM), Q 3.62 -> 3.70, O 3.62 -> 3.67, down equal, KV 1.82 -> 1.78; MoE
+#   down 8 experts 1 / 4 tokens 4.33 / 4.51 -> 4.49 / 4.68 (the 64 KB build per block), 10 experts equal.  Only k = 3
+#   gains, and only with the base hard-coded: not kept (profiling/patches/session33-gemv-row256.patch).
 if [ "$STEP" = r256 ]; then
   python3 profiling/warm_cache.py gemv 2>&1 | tail -1
   KBIT_GEMV_ROW256=1024 python3 profiling/warm_cache.py gemv 2>&1 | tail -1
