@@ -104,4 +104,17 @@ if [ "$STEP" = h200 ]; then
     --columns Grouped,Grouped:stable --reps 15 --tag moe-final60h > "$W/bench_moe60h.log" 2>&1
   grep -E "^### MoE|^\| moe_dn|as moe_forward" "$W/bench_moe60h.log" | cut -c1-150
 fi
+# STEP=dnplan: issue 5's down at 1 / 4 tokens (default launch 1.82-1.91x after ab1; 2x needs 8 experts 1 token 4.31 ->
+#   4.07 us).  The grouped plans were tuned when a step cost ~15 % more instructions; a cheaper step may favour fewer
+#   warps a group (each more steps) or more.  Plan overrides of the package kernels (no new source), two passes.
+#   Expect: one of them 0.1-0.2 us faster on 8 or 10 experts, or none (the plans stay).
+if [ "$STEP" = dnplan ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  for pass in 1 2; do
+    SHAPES=moe_dn KS=4 MS=1,4 ES=8,10 MOE_MMA=0 \
+      MOE_VARIANTS="g4w1:+gpb=4 +warps=1;g8w1:+gpb=8 +warps=1;g4w4:+gpb=4 +warps=4;g2w2:+gpb=2 +warps=2;g5w1:+gpb=5 +warps=1;g10w1:+gpb=10 +warps=1;g5w4:+gpb=5 +warps=4" \
+      timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/moe_dnplan40_$pass.log" 2>&1
+    echo "## pass $pass"; grep -vE "^\s*$" "$W/moe_dnplan40_$pass.log" | cut -c1-230 | tail -8
+  done
+fi
 finish_run run40
