@@ -124,4 +124,15 @@ if [ "$STEP" = kv4 ]; then
   python3 profiling/warm_cache.py gemv 2>&1 | tail -1
   SHAPES=KV KS=2,3,4 MS=2,4 AB_PLANS="w4:warps=4;w16:warps=16,c8=1;d0:dual=0;l1:late=1;c16:c8=0" CUT=200 gemv_ab_twice kv4_40 100
 fi
+# Result (gemv_kv4_40_{1,2}.log): w16 faster at M = 4 for k = 2 / 3 / 4 by 0.04-0.07 us in both passes; at M = 2 mixed.
+#   Kept (gemv.plan: M = 4, one group per SM, 16 warps).
+# STEP=kv4c: the dense GEMV's GPU tests on that plan and the KV rows of the M = 1 / 4 table (k = 2..5).
+if [ "$STEP" = kv4c ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests40c.log" 200 tests/test_gemv_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests40c.log" | head
+  timeout 100 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul --shapes KV --reps 15 \
+    --tag kv4c-m1 > "$W/bench_kv4c.log" 2>&1
+  grep -E "^### M|^\| KV \|" "$W/bench_kv4c.log"
+fi
 finish_run run40

@@ -22,7 +22,8 @@ def test_plan_invariants(k, M, shape):
         assert grid == -(-N // (cols * gpb)) and tiles == (1 if M <= 8 else 2)
         assert depth in G.DEPTHS or (depth == 3 and c8 and M == 1 and k in (3, 4) and K >= 4096)  # (gemv._depth3)
         assert 1 <= gpb and warps * gpb <= 16  # the kernel's 512-thread launch bound
-        assert warps in (4, 8, 16) and warps <= -(-K // step)
+        # (more warps than steps only in the M = 4 one-group-per-SM plan, whose idle warps stage A: gemv.plan)
+        assert warps in (4, 8, 16) and (warps <= -(-K // step) or (c8 and M == 4 and warps == 16))
         assert not (late and tiles == 2)  # LATE is only instantiated for one token tile
         assert not (dual and k == 5)      # k = 5: one chain (measured)
         assert not c8 or (M <= 4 and gpb == 1)
