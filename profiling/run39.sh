@@ -16,12 +16,9 @@ RUN=39
 #   Expect: 10 experts g5w2 / g2w2 0.2-0.5 us faster than new at 1 and 4 tokens; 8 experts g2w2 within +-0.1 (the
 #   same warps and steps per SM, twice the table builds).
 if [ "$STEP" = dn ]; then
-  for pass in 1 2; do
-    SHAPES=moe_dn KS=4 MS=1,4 ES=8,10 MOE_MMA=0 \
-      MOE_VARIANTS="r96:-DKBIT_GROUPED_SL_MAXNREG=96;g5w2:-DKBIT_GROUPED_SL_MAXNREG=96 +gpb=5 +warps=2;g2w2:-DKBIT_GROUPED_SL_MAXNREG=96 +gpb=2 +warps=2" \
-      timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/moe_dn39_$pass.log" 2>&1
-    echo "## pass $pass"; grep -vE "^\s*$" "$W/moe_dn39_$pass.log" | cut -c1-200 | tail -8
-  done
+  SHAPES=moe_dn KS=4 MS=1,4 ES=8,10 MOE_MMA=0 \
+    MOE_VARIANTS="r96:-DKBIT_GROUPED_SL_MAXNREG=96;g5w2:-DKBIT_GROUPED_SL_MAXNREG=96 +gpb=5 +warps=2;g2w2:-DKBIT_GROUPED_SL_MAXNREG=96 +gpb=2 +warps=2" \
+    moe_ab_twice dn39 200
 fi
 # STEP=wg: issue 5's prefill (32 / 64 tokens a expert, at least fp16): down at 64 tokens 0.99x / 1.00x (8 / 10
 #   experts, moe-final50), gate/up fused 1.01x / 1.19x.  The grouped wgmma plan's token tile, split count, stages and

@@ -110,12 +110,9 @@ fi
 #   Expect: one of them 0.1-0.2 us faster on 8 or 10 experts, or none (the plans stay).
 if [ "$STEP" = dnplan ]; then
   python3 profiling/warm_cache.py gemv 2>&1 | tail -1
-  for pass in 1 2; do
-    SHAPES=moe_dn KS=4 MS=1,4 ES=8,10 MOE_MMA=0 \
-      MOE_VARIANTS="g4w1:+gpb=4 +warps=1;g8w1:+gpb=8 +warps=1;g4w4:+gpb=4 +warps=4;g2w2:+gpb=2 +warps=2;g5w1:+gpb=5 +warps=1;g10w1:+gpb=10 +warps=1;g5w4:+gpb=5 +warps=4" \
-      timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/moe_dnplan40_$pass.log" 2>&1
-    echo "## pass $pass"; grep -vE "^\s*$" "$W/moe_dnplan40_$pass.log" | cut -c1-230 | tail -8
-  done
+  SHAPES=moe_dn KS=4 MS=1,4 ES=8,10 MOE_MMA=0 CUT=230 \
+    MOE_VARIANTS="g4w1:+gpb=4 +warps=1;g8w1:+gpb=8 +warps=1;g4w4:+gpb=4 +warps=4;g2w2:+gpb=2 +warps=2;g5w1:+gpb=5 +warps=1;g10w1:+gpb=10 +warps=1;g5w4:+gpb=5 +warps=4" \
+    moe_ab_twice dnplan40 200
 fi
 # STEP=kv4: KV (N = 512) at M = 4, k = 2: 2.28 us against 1.72 at M = 1 (1.33x; issue 3: at most 1.3x) since M = 1
 #   got faster.  Plan overrides (8-column groups of 8 warps now): 4 / 16 warps, one chain, the late fill, 16-column

@@ -112,3 +112,11 @@ gemv_ab_twice() {
     echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_$1_$pass.log" | cut -c1-"${CUT:-200}" | tail -30
   done
 }
+# moe_ab_twice NAME TIMEOUT: profiling/moe_ab.py (its SHAPES / KS / MS / ES / MOE_* from the environment) twice, logs
+# $W/moe_NAME_1.log and _2.log; prints each pass's table (cut at $CUT, default 200 columns).
+moe_ab_twice() {
+  for pass in 1 2; do
+    timeout "$2" python3 profiling/moe_ab.py --out "$W" > "$W/moe_$1_$pass.log" 2>&1
+    echo "## pass $pass"; grep -vE "^\s*$" "$W/moe_$1_$pass.log" | cut -c1-"${CUT:-200}" | tail -8
+  done
+}
