@@ -132,4 +132,10 @@ if [ "$STEP" = kv4c ]; then
     --tag kv4c-m1 > "$W/bench_kv4c.log" 2>&1
   grep -E "^### M|^\| KV \|" "$W/bench_kv4c.log"
 fi
+# STEP=final: the closing M = 1 / 4 table of the final tree (KV's 16-warp plan in), with the PDL column, as a replicate
+#   of ab40m1-new.  Expect: k = 4 gate/up / down / Q / O / linear value >= 85 % of SOL again, TOTAL k = 4 ~2.68x.
+if [ "$STEP" = final ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  m1_table final61
+fi
 finish_run run40
