@@ -24,6 +24,16 @@ def test_check_k(bad):
         R.check_k(bad)
 
 
+def test_e4m4_device_decode_identity():
+    """The GPU's e4m4_decode (cuda_src/kbit_common.cuh) reads code << 19 as a float32 (exponent field e, mantissa
+    m << 19; for e = 0 a denormal) and multiplies by 2^116: equal to the format's decode for all 256 codes, subnormals
+    included, as long as the bias is 11 (a change of E4M4_BIAS must change the device constant too)."""
+    codes = np.arange(256, dtype=np.uint32)
+    device = (codes << np.uint32(19)).view(np.float32) * np.float32(2.0 ** (127 - R.E4M4_BIAS))
+    assert R.E4M4_BIAS == 11  # the device's 0x1p116f = 2^(127 - 11)
+    np.testing.assert_array_equal(device, R.e4m4_decode(codes))
+
+
 def test_e4m4_exhaustive():
     codes = np.arange(256, dtype=np.uint8)
     vals = R.e4m4_decode(codes)
