@@ -42,11 +42,9 @@ template <> struct KbitType<float> {
 __device__ __forceinline__ float silu_mul_f(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
 // ---------------------------------------------------------------- E4M4 absmax
-// Branch-free decode: treat e = 0 as e = 1 (2^-10 * (1 + m/16)) and subtract the
-// implicit one (2^-10) for subnormals, which leaves exactly m * 2^-14.
-// code (0..255) << 19 is a float32 with exponent field e and mantissa m << 19: 2^(e - 127) (1 + m / 16), or for
-// e = 0 the denormal m 2^-130; times 2^116 (exact: a power of two, no ftz in these builds) that is the E4M4 value
-// for every code, subnormals included (two instructions; the select form took eight).
+// Branch-free decode: code (0..255) << 19 is a float32 with exponent field e and mantissa m << 19, i.e.
+// 2^(e - 127) (1 + m / 16), or for e = 0 the denormal m 2^-130; times 2^116 (exact: a power of two, no ftz in these
+// builds) that is the E4M4 value of every code, subnormals included (two instructions; a select form took eight).
 __device__ __forceinline__ float e4m4_decode(u32 code) {
     return __uint_as_float(code << 19) * 0x1p116f;
 }
@@ -224,10 +222,10 @@ __device__ __forceinline__ void pair_keys(const u32 (&p)[K], u32 (&out)[4]) {
     u32 wa = bitsel(p0, p1 << 2, E2);
     u32 wb = bitsel(p0 >> 2, p1, E2);
     if (K == 2) {
-        out[0] = wa & 0x0F0F0F0Fu;         // pairs 4r   -> elements 8r,   8r+1
-        out[1] = wb & 0x0F0F0F0Fu;         // pairs 4r+1 -> elements 8r+2, 8r+3
-        out[2] = (wa >> 4) & 0x0F0F0F0Fu;  // pairs 4r+2
-        out[3] = (wb >> 4) & 0x0F0F0F0Fu;  // pairs 4r+3
+        out[0] = wa & N4;         // pairs 4r   -> elements 8r,   8r+1
+        out[1] = wb & N4;         // pairs 4r+1 -> elements 8r+2, 8r+3
+        out[2] = (wa >> 4) & N4;  // pairs 4r+2
+        out[3] = (wb >> 4) & N4;  // pairs 4r+3
     } else if (K == 3) {
         u32 p2 = p[K > 2 ? 2 : 0];
         out[0] = (wa & 0x0F0F0F0Fu) | ((p2 & 0x03030303u) << 4);
@@ -269,6 +267,13 @@ __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
     u32 d;
     asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
     return d;
+}
+// Pair key r (0..3) of a key word: its byte r; k = 5 with the fifth plane's 2 bits (byte r of hi, see
+// plane4_fields) as bits 8..9, one PRMT whose upper bytes are the sign of hi's byte (0).
+template <int K>
+__device__ __forceinline__ u32 pair_key(u32 keys, u32 hi, int r) {
+    if (K <= 4) return __byte_perm(keys, 0u, 0x4440u + r);
+    return prmt(keys, hi, (u32)(r | ((4 + r) << 4) | ((12 + r) << 8) | ((12 + r) << 12)));
 }
 
 // ---------------------------------------------------------------- MMA / loads

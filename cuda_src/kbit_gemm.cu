@@ -280,9 +280,7 @@ __global__ void __launch_bounds__(128) kbit_gemm(const T* __restrict__ A, const 
                 u32 b[4];
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
-                    u32 key;
-                    if (K <= 4) key = __byte_perm(keys[nb][q], 0u, 0x4440u + r);
-                    else key = prmt(keys[nb][q], hi5[nb][q], (u32)(r | ((4 + r) << 4) | ((12 + r) << 8) | ((12 + r) << 12)));
+                    const u32 key = pair_key<K>(keys[nb][q], hi5[nb][q], r);
                     b[q] = hmul2_u32(lds_u32(lut_lane + (key << SH)), s2[nb], T());
                 }
 #pragma unroll

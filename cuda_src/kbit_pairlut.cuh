@@ -88,12 +88,9 @@ __device__ __forceinline__ void load_planes(u32 (&w)[K], const u32* p) {
 // Byte r of a key word -> its table entry for this lane (PRMT + LEA + LDS).
 // lut_lane = shared-window address of the table + 4 * (lane % COPIES).  An explicit
 // ld.shared keeps the address one LEA (a generic pointer costs two extra adds).
-// k = 5: one PRMT makes byte r of keys | byte r of f << 8, its upper bytes the sign of f's byte (0: f <= 3), as
-// the GEMM's and wgmma's lookups do (two PRMTs and a shift-or before).
 template <int K>
 __device__ __forceinline__ u32 lut_lookup(u32 lut_lane, u32 keys, u32 f, int r) {
-    const u32 key = K == 5 ? prmt(keys, f, (u32)(r | ((4 + r) << 4) | ((12 + r) << 8) | ((12 + r) << 12)))
-                           : __byte_perm(keys, 0u, 0x4440u + r);
+    const u32 key = pair_key<K>(keys, f, r);
     u32 v;
     asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(lut_lane + (key << (PairLut<K>::LOG2_COPIES + 2))));
     return v;

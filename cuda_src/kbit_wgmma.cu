@@ -215,12 +215,6 @@ template <int K>
 __device__ __forceinline__ u32 key_hi(const u32 (&p)[K], int sh) {
     return K == 5 ? (p[K - 1] >> sh) & 0x03030303u : 0u;
 }
-// Pair key c (0..3) of a key word: its byte c (k = 5: with the fifth plane's 2 bits from hi).
-template <int K>
-__device__ __forceinline__ u32 pair_key(u32 kw, u32 hi, int c) {
-    if (K <= 4) return __byte_perm(kw, 0u, 0x4440u + c);
-    return prmt(kw, hi, (u32)(c | ((4 + c) << 4) | ((12 + c) << 8) | ((12 + c) << 12)));
-}
 // One block's K plane words from the stage's weight tile at shared address wa (one vector load for k = 2, 4).
 template <int K>
 __device__ __forceinline__ void lds_planes(u32 (&p)[K], u32 wa) {

@@ -192,13 +192,11 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
     if warps is None and c8:
         # an SM's share of the half-width groups resident at once (~80 registers a thread: three
         # 256-thread blocks per SM, six 128-thread ones)
-        share = -(-groups // 132)
-        warps = min(16 if share <= 1 else 8 if share <= 2 else 4, ks)
         # M = 4 with at most one group per SM (KV): 16 warps though K has fewer steps -- the idle warps stage A and
         # build the table.  H100, 2026-11-27 (thirty-third session, run40.sh kv4, two passes): KV M = 4 k = 2 / 3 / 4
         # 2.20 / 2.27 / 2.22 -> 2.13 / 2.23 / 2.17 us; at M = 2 mixed (k = 2 faster, k = 4 slower), so not there.
-        if M == 4 and share <= 1:
-            warps = 16
+        share = -(-groups // 132)
+        warps = 16 if M == 4 and share <= 1 else min(16 if share <= 1 else 8 if share <= 2 else 4, ks)
     if warps is None:
         # Measured on H200 (profiling/results, 2026-11-21): 8 warps per block for the
         # wide shapes, 16 where one 512-thread block per SM (~80-96 registers) covers

@@ -4,14 +4,6 @@
 . profiling/run_env.sh
 start_run ids
 RUN=37
-# dense_checks TESTS MEMCHECK: the decode GEMV's GPU tests into gpu_tests_TESTS.log and memcheck over sanitize_c8.py
-# into memcheck_MEMCHECK.log (steps final, close).
-dense_checks() {
-  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
-  gpu_tests "$W/gpu_tests_$1.log" 200 tests/test_gemv_gpu.py
-  grep -E "^E  |FAILED" "$W/gpu_tests_$1.log" | head
-  sanitize memcheck "$W/memcheck_$2.log" 100 profiling/sanitize_c8.py
-}
 # STEP=ids: issue 5's open question, after run36.sh gtrace (gtrace36_*.log): in the default (wait-first) launch
 #   the grouped GEMV's blocks take 2.2 us from the wait to the end of the prologue, the stable mode's 0.95 us;
 #   all of the 0.9-1.2 us a launch between them is there.  The guess forms (twenty-ninth session) read the ids

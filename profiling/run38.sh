@@ -7,10 +7,7 @@ RUN=38
 # close_checks NAME TABLE: the dense GEMV's GPU tests (gpu_tests_NAME.log), memcheck over sanitize_c8.py
 # (memcheck_c8_NAME.log) and the closing M = 1 / 4 tables TABLE-m1 and TABLEb-m1.
 close_checks() {
-  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
-  gpu_tests "$W/gpu_tests_$1.log" 150 tests/test_gemv_gpu.py
-  grep -E "^E  |FAILED" "$W/gpu_tests_$1.log" | head
-  sanitize memcheck "$W/memcheck_c8_$1.log" 120 profiling/sanitize_c8.py
+  dense_checks "$1" "c8_$1" 150 120
   m1_table "$2"
   m1_table "$2b"
 }

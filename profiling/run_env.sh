@@ -120,3 +120,11 @@ moe_ab_twice() {
     echo "## pass $pass"; grep -vE "^\s*$" "$W/moe_$1_$pass.log" | cut -c1-"${CUT:-200}" | tail -8
   done
 }
+# dense_checks TESTS MEMCHECK [T_TESTS T_MEMCHECK]: the decode GEMV's GPU tests into $W/gpu_tests_TESTS.log and memcheck
+# over sanitize_c8.py into $W/memcheck_MEMCHECK.log (timeouts default 200 / 100 s).
+dense_checks() {
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_$1.log" "${3:-200}" tests/test_gemv_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_$1.log" | head
+  sanitize memcheck "$W/memcheck_$2.log" "${4:-100}" profiling/sanitize_c8.py
+}
