@@ -40,6 +40,23 @@ __device__ unsigned long long kbit_trace[4096 * KBIT_TRACE_STRIDE];
 #endif
 template <int K, int MT> __host__ __device__ constexpr bool gemv_quad() { return K == 2 && MT == 1 && KBIT_GEMV_Q2; }
 
+// The staged A rows' bank swizzle.  A lane (g, t) reads 16-byte chunks 4t..4t+3 of its row's step, one LDS.128 each,
+// and rows are a multiple of 256 bytes apart: a quarter-warp pass (rows 2j and 2j + 1, t = 0..3) read both rows'
+// chunks from the same banks, 4-way at M >= 2 (2-way at M = 1: lanes t and t + 2).  Swizzled (ASW): chunk q of an
+// odd row is stored at q ^ 2, and such a lane reads its chunks 0, 1 from 32 bytes further and 2, 3 from 32 bytes
+// back (two bases, the offsets stay immediates): two passes instead of four at M >= 2.  H200, 2026-11-27 (run41.sh
+// asw2, two passes against b0b87fc): dense M = 4 TOTAL k = 4 19.95 -> 19.17 us, k = 2 18.09 -> 17.19; M = 1 k = 4
+// equal, k = 2 15.01 -> 15.15 (its cheaper step pays more for the lane's second base: off at k = 2); grouped k = 4
+// 4 tokens gate/up fused + down 10.95 / 12.64 -> 10.62 / 12.25 (8 / 10 experts), 1 token equal.  Tried and not kept:
+// the t-conflict too (chunk q ^ (q bit 3), three XORs a step: M = 1 +1.4 %), and 16-byte gaps in the rows instead
+// (made A's cp.async copies slow: +22 % at M = 1; ncu long-scoreboard stalls x3.5).
+// KBIT_GEMV_ASW (an experiment hook): 0 off, 1 on, default on at k >= 3.
+#ifndef KBIT_GEMV_ASW
+#define KBIT_GEMV_ASW -1
+#endif
+template <int K> __host__ __device__ constexpr bool gemv_asw() { return KBIT_GEMV_ASW < 0 ? K >= 3 : KBIT_GEMV_ASW > 0; }
+template <int K> __device__ __forceinline__ int a_swizzle(int q, int m) { return gemv_asw<K>() ? q ^ ((m & 1) << 1) : q; }
+
 // A block's threads and the caller's linear index: 1-D blocks, or (SLICES) blockDim.y slices
 // side by side (the constants keep the 1-D instantiations' code as it was).
 template <bool SLICES> __device__ __forceinline__ unsigned block_threads() {
@@ -307,7 +324,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         for (int c = tid; c < chunks; c += nthr) {
             const int m = c / (kpad / 8), kk = (c % (kpad / 8)) * 8;
 #endif
-            uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + kk);
+            uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + (gemv_asw<K>() ? a_swizzle<K>(kk >> 3, m) * 8 : kk));
             if constexpr (AMODE == 0) {
                 if (kk < Kdim) cp_async16(dst, A + (long)m * Kdim + kk);
                 else *dst = make_uint4(0u, 0u, 0u, 0u);
@@ -371,6 +388,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + LutLayout<K, QUAD>::lane_offset(lane);
     // C8: lanes g < 4 feed token column g the first half's A row g, lanes g >= 4 the second's row g - 4
     const T* a_row = C8 ? a_s + (long)(g & 3) * KP + (g >> 2) * 128 + t * 32 : a_s + (long)g * KP + t * 32;
+    // (ASW) an odd row's lane reads its chunks 0, 1 at a_sh (32 bytes on) and 2, 3 at a_sh - 64 (a_swizzle)
+    constexpr bool ASW = gemv_asw<K>();
+    const u32 a_odd = ASW ? 32u * (u32)((C8 ? g & 3 : g) & 1) : 0u;
+    const u32 a_sh = (u32)__cvta_generic_to_shared(a_row) + a_odd;
     constexpr int TOK = 8 * MT;
     do {
         const int n0 = (MULTI ? grp : (int)blockIdx.x * ny + ty) * (C8 ? 8 : 16);
@@ -395,8 +416,16 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                         const uint4* ap =
                             reinterpret_cast<const uint4*>(a_row + (long)8 * mt * KP + (long)(warp + sl * W) * SK);
                         const bool row_ok = (C8 ? (g & 3) : g + 8 * mt) < M;
+                        if (ASW) {  // (8 mt rows on: the parity kept)
+                            const u32 ao = a_sh + 2u * (8 * mt * KP + (warp + sl * W) * SK), bo = ao - 2u * a_odd;
+                            a[mt][0] = lds_u128_if<0>(ao, row_ok);
+                            a[mt][1] = lds_u128_if<16>(ao, row_ok);
+                            a[mt][2] = lds_u128_if<32>(bo, row_ok);
+                            a[mt][3] = lds_u128_if<48>(bo, row_ok);
+                        } else {
 #pragma unroll
-                        for (int r = 0; r < 4; r++) a[mt][r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
+                            for (int r = 0; r < 4; r++) a[mt][r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
+                        }
                     }
                     const u32 sA = scale_pair<T>(scale_from_raw<ABS>(sc[j][0]));
                     const u32 sB = scale_pair<T>(scale_from_raw<ABS>(sc[j][1]));

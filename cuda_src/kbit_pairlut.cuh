@@ -168,6 +168,15 @@ template <int K, bool Q> struct LutLayout {
         return QUAD ? 8u * (u32)(lane & (QuadLut::COPIES - 1)) : 4u * (u32)(lane & (PairLut<K>::COPIES - 1));
     }
 };
+// 16 bytes of shared memory at addr + OFF if p, else zeros (a predicated LDS.128: lanes without p take no part).
+template <int OFF = 0>
+__device__ __forceinline__ uint4 lds_u128_if(u32 addr, bool p) {
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %4, 0;\n @q ld.shared.v4.u32 {%0,%1,%2,%3}, [%5+%6];\n}\n"
+                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                 : "r"((u32)p), "r"(addr), "n"(OFF));
+    return v;
+}
 __device__ __forceinline__ uint2 lds_u64(u32 addr) {
     uint2 v;
     asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
