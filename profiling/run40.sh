@@ -27,16 +27,7 @@ fi
 #   than their share of a step's instructions.  PS slower than new on every C8 cell (gate/up 4.41, down 4.45, KV 2.02;
 #   ps1 wrong on down: the slot's scale read after its refill) -- removed (profiling/patches/session33-gemv-ps.patch).
 #   The k = 5 lookup then made one PRMT (the GEMM's / wgmma's form; a k = 5 step 451 -> 326 SASS lines).
-# ab_trees NAME WARM ARGS...: bench.py of this tree (new) and 053588e's (ab_prev/tree, carried: old), tagged
-#   NAME-new / NAME-old, logs $W/NAME_{new,old}.log; prints the TOTAL rows (and as-moe_forward lines).
-ab_trees() {
-  local name=$1 warm=$2
-  shift 2
-  for t in new:$(pwd) old:$(pwd)/ab_prev/tree; do
-    WARM="$warm" AB_TIMEOUT=${AB_TIMEOUT:-150} tree_bench "${t#*:}" "${t%%:*}" "$W" "$name" "$@"
-    echo "== ${t%%:*}"; grep -E "^### M|^\| TOTAL|as moe_forward" "$W/${name}_${t%%:*}.log" | head -30
-  done
-}
+# (ab_trees: profiling/run_env.sh; ab_prev/tree holds 053588e's tree here)
 # STEP=ab1: the whole tree against 053588e's at M = 1 / 4 (every k, issue 3) and on the MoE shapes (k = 4, issue 5:
 #   the grouped GEMV runs the same gemv_block, the same keys and decode).  Expect: M = 1 TOTAL k = 4 -0.5..-0.7 us
 #   (gemv_ab above), k = 5 more (its lookups: -1 PRMT and -1 shift-or a pair), k = 2 / 3 less (the quad keys, the
@@ -80,17 +71,7 @@ fi
 if [ "$STEP" = r256 ]; then
   python3 profiling/warm_cache.py gemv 2>&1 | tail -1
   KBIT_GEMV_ROW256=1024 python3 profiling/warm_cache.py gemv 2>&1 | tail -1
-  for pass in 1 2; do
-    for arm in off on; do
-      export KBIT_GEMV_ROW256=$([ $arm = on ] && echo 1024 || echo 0)
-      timeout 100 python3 profiling/bench.py --out "$W" --M 1 --k 3,4 --columns matmul --shapes gateup,down,Q,O,KV \
-        --reps 15 --tag "r256-$arm-$pass" > "$W/r256_$arm$pass.log" 2>&1
-      timeout 100 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4 --experts 8,10 \
-        --columns Grouped,Grouped:stable --reps 15 --tag "r256moe-$arm-$pass" > "$W/r256moe_$arm$pass.log" 2>&1
-      echo "## $arm $pass"; grep -E "^\| (gateup|down|Q|O|KV|TOTAL) \| [34] \||^\| moe_(dn|gu_fused) \|" "$W/r256_$arm$pass.log" "$W/r256moe_$arm$pass.log" | cut -d'|' -f2-7 | tr '\n' ';'; echo
-    done
-  done
-  unset KBIT_GEMV_ROW256
+  env_ab KBIT_GEMV_ROW256 1024 r256 3,4
 fi
 # STEP=h200: the same tree's M = 1 / 4 table (every k) and the MoE k = 4 table at 1 / 4 / 64 tokens on an H200
 #   (issue 3's targets are stated for it; last measured at 6fc2bea / a later tree: k = 4 M = 1 2.23x, 74-82 % of SOL).

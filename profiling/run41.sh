@@ -4,16 +4,7 @@
 . profiling/run_env.sh
 start_run ab1
 RUN=41
-# ab_trees NAME WARM ARGS...: bench.py of this tree (new) and b0b87fc's (ab_prev/tree, carried: old), tagged
-#   NAME-new / NAME-old, logs $W/NAME_{new,old}.log; prints the TOTAL rows (and as-moe_forward lines).
-ab_trees() {
-  local name=$1 warm=$2
-  shift 2
-  for t in new:$(pwd) old:$(pwd)/ab_prev/tree; do
-    WARM="$warm" AB_TIMEOUT=${AB_TIMEOUT:-150} tree_bench "${t#*:}" "${t%%:*}" "$W" "$name" "$@"
-    echo "== ${t%%:*}"; grep -E "^### M|^\| TOTAL|as moe_forward|^\| moe_dn \| (8|10) \| 4 " "$W/${name}_${t%%:*}.log" | head -30
-  done
-}
+# (ab_trees: profiling/run_env.sh; ab_prev/tree holds b0b87fc's tree here)
 # STEP=ab1: A's fragments unpredicated (gemv_block: a token row past M reads row M - 1, its MMA column is never
 #   read; the streaming GEMV: the producers zero-fill A's chunks past K, rows >= M read the stage's leftovers into
 #   columns never written out).  SASS: the decode GEMV's step loses its 8-12 CS2R zeroings (k = 4 C8: 275 -> 272
@@ -78,17 +69,7 @@ fi
 #   MoE 4 tokens -2..-4 %.
 if [ "$STEP" = apad ]; then
   for a in 0 1; do KBIT_GEMV_APAD=$a python3 profiling/warm_cache.py gemv 2>&1 | tail -1; done
-  for pass in 1 2; do
-    for arm in off on; do
-      export KBIT_GEMV_APAD=$([ $arm = on ] && echo 1 || echo 0)
-      timeout 100 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,4 --columns matmul --shapes gateup,down,Q,O,KV \
-        --reps 15 --tag "apad-$arm-$pass" > "$W/apad_$arm$pass.log" 2>&1
-      timeout 100 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4 --experts 8,10 \
-        --columns Grouped,Grouped:stable --reps 15 --tag "apadmoe-$arm-$pass" > "$W/apadmoe_$arm$pass.log" 2>&1
-      echo "## $arm $pass"; grep -E "^\| TOTAL \| [24] \||^\| moe_(dn|gu_fused) \|" "$W/apad_$arm$pass.log" "$W/apadmoe_$arm$pass.log" | cut -d'|' -f2-6 | tr '\n' ';'; echo
-    done
-  done
-  unset KBIT_GEMV_APAD
+  env_ab KBIT_GEMV_APAD 1 apad 2,4
 fi
 # Result (apad_{off,on}{1,2}.log, H200, two alternations): the grouped GEMV faster -- down 4 tokens 8 / 10 experts 4.51 /
 #   5.17 -> 4.31 / 5.01 us (-4 / -3 %), 1 token 4.32 -> 4.27, gate/up fused 1 token equal; but the dense GEMV much

@@ -128,3 +128,33 @@ dense_checks() {
   grep -E "^E  |FAILED" "$W/gpu_tests_$1.log" | head
   sanitize memcheck "$W/memcheck_$2.log" "${4:-100}" profiling/sanitize_c8.py
 }
+# ab_trees NAME WARM ARGS...: bench.py of this tree (new) and of the previous tree copied to ab_prev/tree (carried to the
+# device: old), tagged NAME-new / NAME-old, logs $W/NAME_{new,old}.log; prints the TOTAL rows, the "as moe_forward" lines
+# and the 4-token down rows.  Same-run A/Bs of whole trees (run40.sh, run41.sh).
+ab_trees() {
+  local name=$1 warm=$2
+  shift 2
+  for t in new:$(pwd) old:$(pwd)/ab_prev/tree; do
+    WARM="$warm" AB_TIMEOUT=${AB_TIMEOUT:-150} tree_bench "${t#*:}" "${t%%:*}" "$W" "$name" "$@"
+    echo "== ${t%%:*}"; grep -E "^### M|^\| TOTAL|as moe_forward|^\| moe_dn \| (8|10) \| 4 " "$W/${name}_${t%%:*}.log" | head -30
+  done
+}
+# env_ab VAR ON TAG KS: two alternations, process level, of an environment hook (off: VAR=0, on: VAR=ON) over
+# bench.py's dense M = 1 / 4 table (k = KS; gate/up, down, Q, O, KV) and its MoE one (k = 4, 8 / 10 experts, 1 / 4
+# tokens), tagged TAG-{off,on}-PASS and TAGmoe-...; prints each run's shape and TOTAL rows on one line (run40.sh r256,
+# run41.sh apad).
+env_ab() {
+  local var=$1 on=$2 tag=$3 ks=$4
+  for pass in 1 2; do
+    for arm in off on; do
+      export "$var=$([ $arm = on ] && echo "$on" || echo 0)"
+      timeout 100 python3 profiling/bench.py --out "$W" --M 1,4 --k "$ks" --columns matmul --shapes gateup,down,Q,O,KV \
+        --reps 15 --tag "$tag-$arm-$pass" > "$W/${tag}_$arm$pass.log" 2>&1
+      timeout 100 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4 --experts 8,10 \
+        --columns Grouped,Grouped:stable --reps 15 --tag "${tag}moe-$arm-$pass" > "$W/${tag}moe_$arm$pass.log" 2>&1
+      echo "## $arm $pass"; grep -E "^\| (gateup|down|Q|O|KV|TOTAL) \| [2-5] \||^\| moe_(dn|gu_fused) \|" \
+        "$W/${tag}_$arm$pass.log" "$W/${tag}moe_$arm$pass.log" | cut -d'|' -f2-7 | tr '\n' ';'; echo
+    done
+  done
+  unset "$var"
+}
