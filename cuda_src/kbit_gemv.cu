@@ -50,12 +50,18 @@ template <int K, int MT> __host__ __device__ constexpr bool gemv_quad() { return
 // 4 tokens gate/up fused + down 10.95 / 12.64 -> 10.62 / 12.25 (8 / 10 experts), 1 token equal.  Tried and not kept:
 // the t-conflict too (chunk q ^ (q bit 3), three XORs a step: M = 1 +1.4 %), and 16-byte gaps in the rows instead
 // (made A's cp.async copies slow: +22 % at M = 1; ncu long-scoreboard stalls x3.5).
+// One token tile only (M <= 8, where it was measured): at two the lane's second base made k = 5's grouped kernel spill
+// 16 bytes on sm_80 at its 128-register cap.
 // KBIT_GEMV_ASW (an experiment hook): 0 off, 1 on, default on at k >= 3.
 #ifndef KBIT_GEMV_ASW
 #define KBIT_GEMV_ASW -1
 #endif
-template <int K> __host__ __device__ constexpr bool gemv_asw() { return KBIT_GEMV_ASW < 0 ? K >= 3 : KBIT_GEMV_ASW > 0; }
-template <int K> __device__ __forceinline__ int a_swizzle(int q, int m) { return gemv_asw<K>() ? q ^ ((m & 1) << 1) : q; }
+template <int K, int MT> __host__ __device__ constexpr bool gemv_asw() {
+    return MT == 1 && (KBIT_GEMV_ASW < 0 ? K >= 3 : KBIT_GEMV_ASW > 0);
+}
+template <int K, int MT> __device__ __forceinline__ int a_swizzle(int q, int m) {
+    return gemv_asw<K, MT>() ? q ^ ((m & 1) << 1) : q;
+}
 
 // A block's threads and the caller's linear index: 1-D blocks, or (SLICES) blockDim.y slices
 // side by side (the constants keep the 1-D instantiations' code as it was).
@@ -324,7 +330,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         for (int c = tid; c < chunks; c += nthr) {
             const int m = c / (kpad / 8), kk = (c % (kpad / 8)) * 8;
 #endif
-            uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + (gemv_asw<K>() ? a_swizzle<K>(kk >> 3, m) * 8 : kk));
+            uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + (gemv_asw<K, MT>() ? a_swizzle<K, MT>(kk >> 3, m) * 8 : kk));
             if constexpr (AMODE == 0) {
                 if (kk < Kdim) cp_async16(dst, A + (long)m * Kdim + kk);
                 else *dst = make_uint4(0u, 0u, 0u, 0u);
@@ -389,7 +395,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // C8: lanes g < 4 feed token column g the first half's A row g, lanes g >= 4 the second's row g - 4
     const T* a_row = C8 ? a_s + (long)(g & 3) * KP + (g >> 2) * 128 + t * 32 : a_s + (long)g * KP + t * 32;
     // (ASW) an odd row's lane reads its chunks 0, 1 at a_sh (32 bytes on) and 2, 3 at a_sh - 64 (a_swizzle)
-    constexpr bool ASW = gemv_asw<K>();
+    constexpr bool ASW = gemv_asw<K, MT>();
     const u32 a_odd = ASW ? 32u * (u32)((C8 ? g & 3 : g) & 1) : 0u;
     const u32 a_sh = (u32)__cvta_generic_to_shared(a_row) + a_odd;
     constexpr int TOK = 8 * MT;
