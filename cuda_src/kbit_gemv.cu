@@ -50,14 +50,16 @@ template <int K, int MT> __host__ __device__ constexpr bool gemv_quad() { return
 // 4 tokens gate/up fused + down 10.95 / 12.64 -> 10.62 / 12.25 (8 / 10 experts), 1 token equal.  Tried and not kept:
 // the t-conflict too (chunk q ^ (q bit 3), three XORs a step: M = 1 +1.4 %), and 16-byte gaps in the rows instead
 // (made A's cp.async copies slow: +22 % at M = 1; ncu long-scoreboard stalls x3.5).
-// One token tile only (M <= 8, where it was measured): at two the lane's second base made k = 5's grouped kernel spill
-// 16 bytes on sm_80 at its 128-register cap.
-// KBIT_GEMV_ASW (an experiment hook): 0 off, 1 on, default on at k >= 3.
+// Two token tiles (M = 9..16; 16 rows, eight row pairs): H100 (run41.sh m816, two passes) dense k = 4 GEMV TOTAL M = 9
+// 31.07 -> 28.74 us, M = 16 41.39 -> 35.87.  There at k <= 4 (k = 2's two-tile kernel uses the pair table, its step as
+// k = 3's): at k = 5 the lane's second base made the grouped kernel spill 16 bytes on sm_80 at its 128-register cap.
+// KBIT_GEMV_ASW (an experiment hook): 0 off, 1 on (one token tile), 2 on at every tile; default: one tile at k >= 3,
+// two at k <= 4.
 #ifndef KBIT_GEMV_ASW
 #define KBIT_GEMV_ASW -1
 #endif
 template <int K, int MT> __host__ __device__ constexpr bool gemv_asw() {
-    return MT == 1 && (KBIT_GEMV_ASW < 0 ? K >= 3 : KBIT_GEMV_ASW > 0);
+    return KBIT_GEMV_ASW == 2 || (KBIT_GEMV_ASW < 0 ? (MT == 1 ? K >= 3 : K <= 4) : KBIT_GEMV_ASW > 0 && MT == 1);
 }
 template <int K, int MT> __device__ __forceinline__ int a_swizzle(int q, int m) {
     return gemv_asw<K, MT>() ? q ^ ((m & 1) << 1) : q;

@@ -161,5 +161,36 @@ if [ "$STEP" = close2 ]; then
   sanitize memcheck "$W/memcheck_c8_41.log" 110 profiling/sanitize_c8.py
   sanitize memcheck "$W/memcheck_glb41.log" 110 profiling/sanitize_grouped_lb.py
 fi
+# STEP=m816: issue 4's M = 5..16 side of the swizzle (after this session's note; the tree 80056a4 + the hook value 2).
+#   The decode GEMV serves M = 8 (one token tile: swizzled now, 8 rows = four row pairs, 4-way conflicted before);
+#   M = 16 is the streaming GEMV's on the big shapes.  (a) this tree vs b0b87fc at M = 8 / 16 (k = 4; GEMV, STREAM,
+#   matmul); (b) gemv_ab at M = 9 / 16 with the swizzle at two token tiles too (-DKBIT_GEMV_ASW=2).  Expect: M = 8 GEMV
+#   -3..-6 %; at M = 16 the swizzled GEMV gains but stays behind STREAM on the big shapes.
+if [ "$STEP" = m816 ]; then
+  AB_TIMEOUT=200 ab_trees close41d8 "gemv gemv_stream" --M 8,16 --k 4 --columns GEMV,STREAM,matmul --reps 15
+  SHAPES=gateup,down,Q,O,KV KS=4 MS=9,16 AB_VARIANTS="asw2:-DKBIT_GEMV_ASW=2" CUT=200 gemv_ab_twice m816_41 150
+fi
+# Result (H100): (a) M = 8 k = 4 TOTAL 25.58 -> 22.73 us (1.82x -> 2.05x fp16: the swizzle at one token tile); M = 16
+#   unchanged (33.53 -> 33.47: STREAM / wgmma serve it).  (b) the GEMV at two token tiles swizzled: M = 9 TOTAL 31.07
+#   -> 28.74, M = 16 41.39 -> 35.87 us (gate/up 12.43 -> 10.88, down 9.06 -> 7.75, Q 7.56 -> 6.52, O 7.75 -> 6.71, KV
+#   4.59 -> 3.98); at M = 16 O and KV now beat the stream (7.14 / 5.29).  Kept at k <= 4 (gemv_asw).
+# STEP=sweep: the dispatch bands at M = 9..16 after it (H100 table: k = 2..4, the seven dense shapes; GEMV, STREAM and
+#   the dispatched matmul), and the dense GEMV's GPU tests.  Expect: GEMV ahead of STREAM on more (shape, M) than the
+#   table's bands say; all tests pass.
+if [ "$STEP" = sweep ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream 2>&1 | tail -1
+  timeout 250 python3 profiling/bench.py --out "$W" --M 9,10,12,14,16 --k 2,3,4 --columns GEMV,STREAM,matmul --reps 15 \
+    --tag sweep41 > "$W/bench_sweep41.log" 2>&1
+  grep -E "^### M|^\| TOTAL" "$W/bench_sweep41.log"
+  gpu_tests "$W/gpu_tests41c.log" 250 tests/test_gemv_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests41c.log" | head
+fi
+# STEP=sweep2: the grouped / PDL GPU tests and memcheck on the two-tile swizzle.
+if [ "$STEP" = sweep2 ]; then
+  python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests41d.log" 330 tests/test_grouped_gpu.py tests/test_pdl_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests41d.log" | head
+  sanitize memcheck "$W/memcheck_c8_41b.log" 110 profiling/sanitize_c8.py
+fi
 # Result (H200): 330 passed (gpu_tests41b); memcheck sanitize_c8.py 120 checks, sanitize_grouped_lb.py 52, 0 errors.
 finish_run run41
