@@ -185,9 +185,17 @@ if [ "$STEP" = sweep ]; then
   gpu_tests "$W/gpu_tests41c.log" 250 tests/test_gemv_gpu.py
   grep -E "^E  |FAILED" "$W/gpu_tests41c.log" | head
 fi
-# STEP=sweep2: the grouped / PDL GPU tests and memcheck on the two-tile swizzle.
+# Result (sweep41, H100): the GEMV ahead of the stream on more cells -- k = 4 O 6.58 vs 7.09 us at 16, down 7.59 vs
+#   7.64, Q 6.38 vs 6.46; k = 2 / 3 down and O to 14; 101 dense GEMV GPU tests passed (gpu_tests41c).  retune_tables.py
+#   with +sweep41 moved the H100 bands (GEMV to 15 / 16 on most shapes), but its contiguous bands kept O / Q k = 4's
+#   stream from 15 (an older M = 15 point): O at 16 dispatched 7.8 % over the GEMV.
+# STEP=sweep2: the odd M between (11 / 13 / 15, the four big shapes, for the bands), then the grouped / PDL GPU tests
+#   and memcheck on the two-tile swizzle.
 if [ "$STEP" = sweep2 ]; then
-  python3 profiling/warm_cache.py gemv grouped 2>&1 | tail -1
+  python3 profiling/warm_cache.py gemv gemv_stream grouped 2>&1 | tail -1
+  timeout 150 python3 profiling/bench.py --out "$W" --M 11,13,15 --k 2,3,4 --columns GEMV,STREAM,matmul --reps 15 \
+    --shapes gateup,down,Q,O --tag sweep41b > "$W/bench_sweep41b.log" 2>&1
+  grep -E "^### M|^\| (down|Q|O) \| 4 " "$W/bench_sweep41b.log"
   gpu_tests "$W/gpu_tests41d.log" 330 tests/test_grouped_gpu.py tests/test_pdl_gpu.py
   grep -E "^E  |FAILED" "$W/gpu_tests41d.log" | head
   sanitize memcheck "$W/memcheck_c8_41b.log" 110 profiling/sanitize_c8.py
