@@ -200,5 +200,16 @@ if [ "$STEP" = sweep2 ]; then
   grep -E "^E  |FAILED" "$W/gpu_tests41d.log" | head
   sanitize memcheck "$W/memcheck_c8_41b.log" 110 profiling/sanitize_c8.py
 fi
+# Result (sweep41b, H100): GEMV ahead at M = 11 / 13 / 15 on k = 4 down, Q, O (O 6.50 vs 7.15 us at 15); retune_tables.py
+#   with +sweep41b: k = 4 down / Q / O GEMV to 16, stream from 17.  229 grouped / PDL GPU tests passed (gpu_tests41d),
+#   memcheck over sanitize_c8.py 120 checks, 0 errors (memcheck_c8_41b).
+# STEP=dclose: issue 4's M = 8 / 12 / 16 table (k = 4) with the rebuilt bands (this tree's dispatch).  Expect: matmul =
+#   the best column within 2 %; M = 16 TOTAL ~32.2 us (1.46x fp16).
+if [ "$STEP" = dclose ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream 2>&1 | tail -1
+  timeout 150 python3 profiling/bench.py --out "$W" --M 8,12,16 --k 4 --columns GEMV,STREAM,matmul --reps 15 \
+    --tag dclose41 > "$W/bench_dclose41.log" 2>&1
+  grep -E "^### M|^\| TOTAL" "$W/bench_dclose41.log"
+fi
 # Result (H200): 330 passed (gpu_tests41b); memcheck sanitize_c8.py 120 checks, sanitize_grouped_lb.py 52, 0 errors.
 finish_run run41
