@@ -211,5 +211,14 @@ if [ "$STEP" = dclose ]; then
     --tag dclose41 > "$W/bench_dclose41.log" 2>&1
   grep -E "^### M|^\| TOTAL" "$W/bench_dclose41.log"
 fi
+# Result (dclose41, H100): k = 4 TOTAL M = 8 22.84 us (2.04x), M = 12 29.15 (1.61x), M = 16 32.27 (1.46x; 1.5x needs 31.4);
+#   matmul within 1 % of the best column; M = 8 % of SOL gate/up 67, down 71.
+# STEP=plan16: the two-tile GEMV's plans at M = 12 / 16 now that its A loads are conflict-free (plans tuned with them
+#   conflicted): warps 4 / 8 / 16 and the second chain on / off, k = 4, down, Q, O, KV; two passes.  Expect: one of
+#   them 3-5 % faster on some shape (M = 16 TOTAL needs -0.9 us of 32.3 for 1.5x), or none.
+if [ "$STEP" = plan16 ]; then
+  SHAPES=down,Q,O,KV KS=4 MS=12,16 AB_PLANS="w4:warps=4;w8:warps=8;w16:warps=16;d0:dual=0;d1:dual=1" CUT=220 \
+    gemv_ab_twice plan16_41 120
+fi
 # Result (H200): 330 passed (gpu_tests41b); memcheck sanitize_c8.py 120 checks, sanitize_grouped_lb.py 52, 0 errors.
 finish_run run41
