@@ -220,5 +220,7 @@ if [ "$STEP" = plan16 ]; then
   SHAPES=down,Q,O,KV KS=4 MS=12,16 AB_PLANS="w4:warps=4;w8:warps=8;w16:warps=16;d0:dual=0;d1:dual=1" CUT=220 \
     gemv_ab_twice plan16_41 120
 fi
+# Result (gemv_plan16_41_{1,2}, H100): the current plans stand -- one chain (d0) 0.5-1 % faster on down / O / KV (0.03-0.07
+#   us, the passes' noise), 4 / 8 warps slower where 16 run and 16 slower where 8 run (Q 6.44 -> 8.83 us at M = 16).
 # Result (H200): 330 passed (gpu_tests41b); memcheck sanitize_c8.py 120 checks, sanitize_grouped_lb.py 52, 0 errors.
 finish_run run41
