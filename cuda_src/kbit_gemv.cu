@@ -332,7 +332,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         for (int c = tid; c < chunks; c += nthr) {
             const int m = c / (kpad / 8), kk = (c % (kpad / 8)) * 8;
 #endif
-            uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + (gemv_asw<K, MT>() ? a_swizzle<K, MT>(kk >> 3, m) * 8 : kk));
+            uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + a_swizzle<K, MT>(kk >> 3, m) * 8);
             if constexpr (AMODE == 0) {
                 if (kk < Kdim) cp_async16(dst, A + (long)m * Kdim + kk);
                 else *dst = make_uint4(0u, 0u, 0u, 0u);

@@ -656,8 +656,8 @@ def format_host_table(res: dict) -> str:
     rows = []
     for s in res["meta"]["shapes"]:
         if any((s, k) in idx for k in ks):
-            rows.append([s] + [fmt_us((idx.get((s, k)) or {}).get("wall_us")) for k in ks]
-                        + [fmt_us((idx.get((s, k)) or {}).get("wall_min_us")) for k in ks])
+            hs = [idx.get((s, k)) or {} for k in ks]
+            rows.append([s] + [fmt_us(h.get(key)) for key in ("wall_us", "wall_min_us") for h in hs])
     return md_table(["shape"] + [f"k={k}" for k in ks] + [f"k={k} fastest run" for k in ks], rows)
 
 
