@@ -5,9 +5,12 @@ source built by nvcc: a change to a shared header (a template parameter with a d
 change every including group's NVRTC cubin bytes while its code stays the same (sessions 25).  A review or probe-hook commit that claims "cubins unchanged" is checked
 with this.
 
-usage: python3 profiling/cubin_diff.py REV [--sass] [family ...]   (default: every family; sm_90)
+usage: python3 profiling/cubin_diff.py REV [--sass] [--skip REGEX] [family ...]   (default: every family; sm_90)
 --sass: the groups whose bytes differ compared again as nvcc's SASS (slow: two nvcc builds a group).
+--skip REGEX: instantiations whose name matches are left out of both builds (new kernels added to an existing
+group, so the group's other kernels are still compared).
 """
+import re
 import os
 import subprocess
 import sys
@@ -47,6 +50,11 @@ def nvcc_sass(text: str, names, arch: str, extra) -> str:
 def main():
     rev, rest = sys.argv[1], sys.argv[2:]
     sass = "--sass" in rest
+    skip = None
+    if "--skip" in rest:
+        i = rest.index("--skip")
+        skip = re.compile(rest[i + 1])
+        rest = rest[:i] + rest[i + 2:]
     wanted = [a for a in rest if a != "--sass"] or None
     arch = "sm_90"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,8 +67,9 @@ def main():
                 continue
             old, new = C.inline_source(os.path.join(d, "cuda_src"), fam.source), C.read_source(fam.source)
             for keys in fam.groups().values():
-                names = [fam.instances[k] for k in keys]
-                work.append((fname, names, old, new, fam))
+                names = [fam.instances[k] for k in keys if not (skip and skip.search(fam.instances[k]))]
+                if names:
+                    work.append((fname, names, old, new, fam))
         jobs = min(8, os.cpu_count() or 1)
         with ThreadPoolExecutor(jobs) as ex:
             futs = [(w, ex.submit(cubin, w[2], w[4].source, w[1], w[4].arch or arch, w[4].options),

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Thirty-fifth session (2026-11-27).  From the repo root:  OUT=/tmp/out STEP=cl1 bash profiling/run42.sh
+#   (kind nvidia-h100-x1)
+. profiling/run_env.sh
+start_run cl1
+RUN=42
+# STEP=cl1: the decode GEMV's column groups on thread block clusters (plan cl: the cluster's CTAs split K, each stages
+#   only its own steps' A, the partial sums meet over DSMEM; kbit_gemv's CL).  KV (512 x 2048: 32 groups of 16
+#   columns) runs on 32 of 132 SMs today, each staging all of A (64 KB at M = 16) and streaming 32 KB of weights with
+#   16 warps of one step each: KV M = 16 4.00 us, M = 8 2.72, SOL 1.93 (dclose41).  With cl = 4 x 4 warps the same
+#   steps run on 128 SMs, each staging a quarter of A.  Expect: KV M = 9..16 -0.8..-1.3 us, M = 5..8 -0.3..-0.5;
+#   M = 1..4 (c8 plans at ~2.0-2.2 us, near the SOL read) no gain.  The GPU tests of the cluster plans first.
+if [ "$STEP" = cl1 ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests42a.log" 300 tests/test_gemv_gpu.py -k "cluster or graph_capture or torch_interop or plans_agree"
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests42a.log" | head -20
+  SHAPES=KV KS=2,3,4,5 MS=1,4,5,8,9,12,16 \
+    AB_PLANS="c2w4:cl=2,warps=4;c4w4:cl=4,warps=4;c4w2:cl=4,warps=2;c8w2:cl=8,warps=2;c8w1:cl=8,warps=1" \
+    CUT=230 gemv_ab_twice cl42 250
+fi
+finish_run gemv42
