@@ -299,7 +299,7 @@ def cluster_supported(device_id: int) -> bool:
     """Whether the device launches thread block clusters (compute capability 9.0 or later)."""
     import cupy as cp
 
-    return cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrComputeCapabilityMajor, device_id) >= 9
+    return int(cp.cuda.Device(device_id).compute_capability) >= 90
 
 
 def _smem_limit(device_id: int) -> int:
