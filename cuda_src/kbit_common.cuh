@@ -339,34 +339,6 @@ __device__ __forceinline__ void griddep_wait_release() {
     griddep_wait();
     griddep_launch_dependents();
 }
-// Thread block cluster helpers (sm_90; the split-K sums over distributed shared memory of the wgmma GEMM and of the
-// decode GEMV's cluster plans).  Compiled for sm_80 too (the GEMV family is), where no kernel launches them.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define KBIT_CLUSTER_ASM(x) asm volatile(x ::: "memory")
-#else
-#define KBIT_CLUSTER_ASM(x) __trap()
-#endif
-__device__ __forceinline__ void cluster_sync() {
-    KBIT_CLUSTER_ASM("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n");
-}
-// The split form, arrive now and wait later; relaxed: the arrive orders none of our memory operations
-// (a release arrive waits until they are performed, the C stores included).
-__device__ __forceinline__ void cluster_arrive_relaxed() { KBIT_CLUSTER_ASM("barrier.cluster.arrive.relaxed.aligned;\n"); }
-__device__ __forceinline__ void cluster_wait() { KBIT_CLUSTER_ASM("barrier.cluster.wait.aligned;\n"); }
-__device__ __forceinline__ u32 cluster_map(u32 saddr, int rank) {
-    u32 r = saddr;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(saddr), "r"(rank));
-#endif
-    return r;
-}
-__device__ __forceinline__ float ld_cluster_f32(u32 a) {
-    float v = 0.f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(a) : "memory");
-#endif
-    return v;
-}
 // Loads of what the previous grid may have written (expert ids, offsets, row indices, the fused
 // SwiGLU's rows) for a kernel that waits first.  A plain read through a const __restrict__
 // pointer compiles to ld.global.nc, which the compiler may treat as invariant and hoist above the

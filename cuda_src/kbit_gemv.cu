@@ -137,8 +137,7 @@ struct LateBind {
 // Bind: NoBind, or LateBind (above): M is then the rows the shared memory is laid out for and the
 // operands are the arguments plus bind's offsets.  KEEP (the dense kbit_gemv): see addr_ready.
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0,
-          bool SLICES = false, bool CBD = false, bool C8 = false, class Bind = NoBind, bool KEEP = false, bool QUAD = false,
-          int CL = 1>
+          bool SLICES = false, bool CBD = false, bool C8 = false, class Bind = NoBind, bool KEEP = false, bool QUAD = false>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
@@ -155,15 +154,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #endif
     u32* lut = reinterpret_cast<u32*>(smem);
     static_assert(!C8 || (MT == 1 && AMODE == 0 && !SLICES), "C8: one token tile (M <= 4), dense kernel only");
-    static_assert(CL == 1 || (!C8 && !MULTI && !SLICES && AMODE == 0 && !Bind::active), "CL: the dense kernel's 16-column groups");
     constexpr int SK = C8 ? 256 : 128;    // K per step
     const int KS = (Kdim + SK - 1) >> (C8 ? 8 : 7);  // steps
-    // CL > 1 (a thread block cluster of CL CTAs per column group, kbit_gemv's cluster plans): the cluster's CL x W
-    // warps split K as one block's would (warp wk = rank x W + warp takes steps wk, wk + WK, ...), each CTA stages only
-    // its own steps' A (compact: its local step q x W + warp is the warp's q-th), and the partial sums meet over
-    // distributed shared memory.  Staged A row length:
-    const int KP = CL > 1 ? (KS + CL * (int)(blockDim.x >> 5) - 1) / (CL * (int)(blockDim.x >> 5)) * (int)(blockDim.x >> 5) * SK
-                          : KS * SK;
+    const int KP = KS * SK;               // staged A row length
     T* a_s = reinterpret_cast<T*>(smem + LutLayout<K, QUAD>::WORDS * 4);
     float* red = reinterpret_cast<float*>(a_s + (long)M * KP);
     // 1-D blocks unless SLICES (the constants keep the other instantiations' code as it was)
@@ -172,20 +165,16 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     float* cb_s = red + (nthr >> 5) * 128 * MT;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
-    const int rank = CL > 1 ? (int)(blockIdx.x % CL) : 0;
-    const int WK = CL > 1 ? W * CL : W, wk = CL > 1 ? rank * W + warp : warp;
     const int g = lane >> 2, t = lane & 3;
     const int KB = Kdim >> 5;
     const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
-    const int S = wk < KS ? (KS - wk + WK - 1) / WK : 0;
+    const int S = warp < KS ? (KS - warp + W - 1) / W : 0;
     // In both layouts a block's absmax index is its word offset / K, so only the word
     // offsets are kept (registers are at the cap).
-    const long wstep = TILED ? (SK / 64L) * WK * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K) : (SK / 32L) * WK * K;
+    const long wstep = TILED ? (SK / 64L) * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K) : (SK / 32L) * W * K;
     // the lane's column and quantization block for ring slot c at its warp's local step j
     auto col_of = [&](int grp, int c) { return C8 ? grp * 8 + g : grp * 16 + g + 8 * c; };
-    auto kblock_of = [&](int j, int c) { return C8 ? 8 * (wk + j * WK) + 4 * c + t : 4 * (wk + j * WK) + t; };
-    // a single-group block's group (re-read from blockIdx rather than kept in a register)
-    auto own_group = [&]() { return CL > 1 ? (int)(blockIdx.x / CL) : (int)blockIdx.x * ny + ty; };
+    auto kblock_of = [&](int j, int c) { return C8 ? 8 * (warp + j * W) + 4 * c + t : 4 * (warp + j * W) + t; };
 
     // Per column (c = 0: n0+g, c = 1: n0+g+8): word offset of local step 0.
     long woff[2];
@@ -274,12 +263,12 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     if (addr_ready) {
 #pragma unroll
         for (int c = 0; c < 2; c++) {
-            col_ok[c] = slot_start(MULTI ? grp : own_group(), c, woff[c]);
+            col_ok[c] = slot_start(MULTI ? grp : (int)blockIdx.x * ny + ty, c, woff[c]);
             asm volatile("" : "+l"(woff[c]));
         }
     }
     if (safe_pf) {  // safe PDL: the first weights only prefetched into L2, then the wait
-        prefetch_group(MULTI ? grp : own_group());
+        prefetch_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
         if (CBD) build_default_lut<K, T, SLICES, QUAD>(lut, cb_s, nthr, tid);
         griddep_wait_release();
 #ifdef KBIT_TRACE
@@ -305,7 +294,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         for (int j = 0; j < D; j++)
             if (j < S && (MULTI || j == 0)) load_step(j, j);
     } else {
-        start_group(MULTI ? grp : own_group());
+        start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
     }
 // Experiment hook: the whole ring requested before the prologue.  H100, 2026-11-25 (after the
 // absmax fix): k = 4 M = 1 TOTAL 3 % slower, k = 2 / 5 equal, with PDL 1 % faster (run14.sh ring).
@@ -345,9 +334,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #endif
             uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + a_swizzle<K, MT>(kk >> 3, m) * 8);
             if constexpr (AMODE == 0) {
-                // CL > 1: the compact row's local step kk / SK is the cluster's step rank x W + q x WK + w
-                const int kg = CL > 1 ? (rank * W + kk / (SK * W) * WK + kk / SK % W) * SK + kk % SK : kk;
-                if (kg < Kdim) cp_async16(dst, A + (long)m * Kdim + kg);
+                if (kk < Kdim) cp_async16(dst, A + (long)m * Kdim + kk);
                 else *dst = make_uint4(0u, 0u, 0u, 0u);
             } else if constexpr (AMODE == 1) {
                 const int row = ld_after_wait(a_rows + m);
@@ -415,7 +402,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     const u32 a_sh = (u32)__cvta_generic_to_shared(a_row) + a_odd;
     constexpr int TOK = 8 * MT;
     do {
-        const int n0 = (MULTI ? grp : own_group()) * (C8 ? 8 : 16);
+        const int n0 = (MULTI ? grp : (int)blockIdx.x * ny + ty) * (C8 ? 8 : 16);
         float acc[MT][4];
         // DUAL: a second accumulator set halves the mma dependency chain (its registers
         // cost occupancy only where a block has the SM to itself)
@@ -493,28 +480,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #endif
         grp = MULTI ? grp + grp_stride : ngroups;  // MULTI: several groups per block
         if (MULTI && grp < ngroups) start_group(grp);  // next group's loads fly during the reduction
-        constexpr int NC = C8 ? 8 : 16;  // columns per group
-        if constexpr (CL > 1) {
-            // every CTA's partials complete (release / acquire over the cluster); CTA r sums outputs r, r + CL, ...
-            // over the CL x W warps, reading the others' red through DSMEM, in rank order (deterministic); the
-            // second barrier keeps each CTA's red alive until the others have read it
-            cluster_sync();
-            const u32 red_s = (u32)__cvta_generic_to_shared(red);
-            for (int i = rank + CL * (int)threadIdx.x; i < M * NC; i += CL * (int)blockDim.x) {
-                const int m = i >> 4, c = i & 15, nn = n0 + c;
-                float s = 0.f;
-#pragma unroll
-                for (int r = 0; r < CL; r++) {
-                    const u32 rb = cluster_map(red_s, r) + 4u * (u32)(c * TOK + m);
-                    for (int w = 0; w < W; w++) s += ld_cluster_f32(rb + 4u * (u32)(w * 16 * TOK));
-                }
-                if (nn < N) C[(long)m * N + nn] = KbitType<T>::from_float(s * tensor_scale);
-            }
-            cluster_arrive_relaxed();
-            cluster_wait();
-            continue;  // (!MULTI: the loop ends)
-        }
         __syncthreads();
+        constexpr int NC = C8 ? 8 : 16;  // columns per group
         for (int i = threadIdx.x; i < M * NC; i += blockDim.x) {
             const int m = i >> (C8 ? 3 : 4), c = i & (NC - 1), nn = n0 + c;
             float s = 0.f;
@@ -544,15 +511,14 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 // SLICES: blockDim.y column groups per block (kbitcupy.gemv.plan's gpb > 1).
 // CBD: the default codebook (kbit_default_level; codebook is not read).  H100, 2026-11-25: k = 4
 // M = 1 dense TOTAL -2.8 %, k = 5 -2.6 % (profiling/NOTES.md, thirteenth session).
-// CL: thread block clusters of CL CTAs per column group (kbitcupy.gemv.plan's cl), grid.x = groups x CL.
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE, bool SLICES = false,
-          bool CBD = false, bool C8 = false, int CL = 1>
+          bool CBD = false, bool C8 = false>
 __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
               int pdl) {
     // KBIT_PDL_SAFE(_PF1): wait before any load, the first D (one) ring steps prefetched into L2 before it
-    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD, C8, NoBind, true, gemv_quad<K, MT>(), CL>(A, packed, absmax, codebook, C, M, N,
+    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD, C8, NoBind, true, gemv_quad<K, MT>()>(A, packed, absmax, codebook, C, M, N,
                                         Kdim, tensor_scale, blockIdx.x, gridDim.x, C8 ? (N + 7) / 8 : (N + 15) / 16, pdl == 1,
                                         nullptr, 0, pdl == KBIT_PDL_SAFE || pdl == KBIT_PDL_SAFE_PF1, false, nullptr,
                                         pdl == KBIT_PDL_SAFE_PF1 ? 1 : D);

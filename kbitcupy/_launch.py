@@ -252,7 +252,7 @@ def matmul_fast(A, qw, out=None):
         p.a_slot.value = a_ptr
         p.o_slot.value = o_ptr
         try:
-            if p.pdl is not None:  # cuLaunchKernelEx: programmatic dependent launch (kbitcupy.set_pdl) or clusters
+            if p.pdl is not None:  # programmatic dependent launch (kbitcupy.set_pdl)
                 p.pdl(stream, p.params)
             else:
                 _launch_kernel(p.func, p.gx, p.gy, p.gz, p.bx, p.by, p.bz, p.smem, stream, p.params, 0)
@@ -353,7 +353,6 @@ def _build(A, qw, A2, o2, tag, kind="gemv"):
 
     dev = A2.data.device_id
     fn, grid, block, smem, args = launch_args(A2, qw, o2)
-    cluster = getattr(grid, "cluster", 1)  # (a _pdl.ClusterGrid: the decode GEMV's cluster plans)
     ia = [i for i, a in enumerate(args) if a is A2]
     io = [i for i, a in enumerate(args) if a is o2]
     if len(ia) != 1 or len(io) != 1:
@@ -379,10 +378,10 @@ def _build(A, qw, A2, o2, tag, kind="gemv"):
     # the streaming GEMV's plan is used on its own stream only, and keeps its workspace alive
     p.ws_stream = cp.cuda.get_current_stream().ptr if kind == "stream" else None
     p.keep = args if kind == "stream" else None
-    if args[-1] or cluster > 1:  # the kernel's pdl argument: launched as a programmatic dependent; or in clusters
+    if args[-1]:  # the kernel's pdl argument: launched as a programmatic dependent
         from ._pdl import Launcher
 
-        p.pdl = Launcher(p.func, grid, block, p.smem, pdl=bool(args[-1]), cluster=cluster)
+        p.pdl = Launcher(p.func, grid, block, p.smem)
     N = o2.shape[1]
     p.out_shape = tuple(A.shape[:-1]) + (N,)
     p.dtype = A.dtype

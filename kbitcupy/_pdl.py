@@ -305,24 +305,12 @@ def grouped_mode(device_id: int, ids_stable: bool, safe_early: bool = False) -> 
     return GROUPED_OFF
 
 
-class ClusterGrid(tuple):
-    """A grid whose launch groups its CTAs in thread block clusters of ``cluster`` along x (the decode GEMV's cluster
-    plans, kbitcupy.gemv.launch_args): launch and kbitcupy._launch read it, so callers that pass a launch_args grid
-    on need no other change."""
-
-    def __new__(cls, grid, cluster: int):
-        self = super().__new__(cls, grid)
-        self.cluster = int(cluster)
-        return self
-
-
 def launch(fn, grid, block, args, smem: int, pdl=True, cluster: int = 1) -> None:
     """Launch CuPy kernel ``fn`` (a RawKernel of the current device) with ``args`` on the
     current stream: as a programmatic dependent where ``pdl`` is true and / or in thread
     block clusters of ``cluster`` CTAs along x, else the plain CuPy launch.  The Launcher of
     a (kernel, grid, block, smem, pdl, cluster) and the parameter buffer of an argument
-    signature are cached (the driver copies the parameters at launch).  A ClusterGrid brings its own cluster."""
-    cluster = max(int(cluster), getattr(grid, "cluster", 1))
+    signature are cached (the driver copies the parameters at launch)."""
     if not pdl and cluster <= 1 and not (args and type(args[0]) is TensorMap):
         fn(grid, block, args, shared_mem=smem)  # (CuPy's launch cannot pass a tensor map)
         return

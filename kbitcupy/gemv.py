@@ -15,7 +15,6 @@ MAX_M = 16
 DEPTHS = (2,)  # register ring depth (4 measured slower on H200, 2026-11-21)
 TILES = (1, 2)  # token tiles of 8 per MMA
 DUALS = (False, True)  # one or two mma accumulator chains
-CLUSTERS = (2, 4, 8)  # the cluster plans' CTAs per column group (plan's cl)
 _VARIANTS = (("uint8", True), ("float32", False), ("uint8", False))
 # The grouped GEMV with the default codebook compiled in (CBD; in safe PDL its pair table built
 # before the wait): H100, 2026-11-25 (eighteenth session, fix20), same tree with and without it,
@@ -87,15 +86,6 @@ def _instances():
             for cbd in (False, True):
                 inst[(k, t, "uint8", True, 3, 1, True, True, False, cbd, True)] = (
                     f"kbit_gemv<{k}, {CTYPE[t]}, unsigned char, true, 3, 1, true, true, false, {b(cbd)}, true>")
-    # thread block clusters (plan's cl): the runtime format, one chain, ring filled with step 0
-    for k in (2, 3, 4, 5):
-        for t in ("float16", "bfloat16"):
-            for mt in TILES:
-                for cbd in (False, True):
-                    for cl in CLUSTERS:
-                        inst[(k, t, "uint8", True, 2, mt, False, False, False, cbd, False, cl)] = (
-                            f"kbit_gemv<{k}, {CTYPE[t]}, unsigned char, true, 2, {mt}, false, false, false, {b(cbd)}, "
-                            f"false, {cl}>")
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for mt in (1, 2):
@@ -173,24 +163,13 @@ def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int
 
 def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = None, depth: int | None = None,
          dual: bool | None = None, late: bool | None = None, gpb: int | None = None, pdl: bool = False,
-         c8: bool | None = None, tiled: bool = True, cl: int | None = None):
+         c8: bool | None = None, tiled: bool = True):
     """(warps per group, register ring depth, dynamic smem bytes, grid, token tiles,
     two accumulator chains, ring filled once step 0 landed, groups per block, 8-column
-    groups, cluster size).  A block is warps x 32 by gpb threads: gpb column groups side by
-    side over one pair table.  c8 (M <= 4, the tiled layout): groups of 8 columns, steps of
-    256 K (the kernel's C8); tiled: the weight's layout.  cl > 1 (sm_90, the tiled layout):
-    each column group on a thread block cluster of cl CTAs of `warps` warps that split K
-    (grid = groups x cl; the kernel's CL)."""
+    groups).  A block is warps x 32 by gpb threads: gpb column groups side by side over one
+    pair table.  c8 (M <= 4, the tiled layout): groups of 8 columns, steps of 256 K (the
+    kernel's C8); tiled: the weight's layout."""
     tiles = 1 if M <= 8 else 2
-    cl = 1 if cl is None else int(cl)
-    if cl not in CLUSTERS + (1,):
-        raise ValueError(f"gemv plan: cluster size {cl} is not one of {(1,) + CLUSTERS}")
-    if cl > 1:
-        if not tiled or c8 or (gpb or 1) != 1:
-            raise ValueError("gemv plan: clusters (cl > 1) need the tiled layout, 16-column groups, one group per block")
-        c8, gpb, depth, dual, late = False, 1, 2, False, False
-        if warps is None:
-            warps = max(1, min(4, -(-(-(-K // 128)) // cl)))
     if c8 is None:
         # H100, 2026-11-25 (nineteenth session, run22 c8ab22, safe PDL, against 16-column groups):
         # few groups (KV's 32: on 32 of 132 SMs) at every k and M <= 4 (k = 4 M = 1 2.29 -> 1.96 us,
@@ -282,24 +261,14 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
     if not 1 <= gpb or warps * gpb > 16:
         raise ValueError(f"gemv plan: {gpb} groups of {warps} warps exceed the kernel's 512 threads")
     ks128 = 2 * ks if c8 else ks  # the staged A rows, in steps of 128
-    if cl > 1:  # a CTA stages its own steps only: ceil(ks / (warps x cl)) rounds of `warps` steps
-        ks128 = -(-ks // (warps * cl)) * warps
-    return (warps, depth, smem_bytes(k, M, ks128, warps * gpb, tiles, itemsize), -(-groups // gpb) * cl, tiles,
-            bool(dual), late, gpb, c8, cl)
+    return (warps, depth, smem_bytes(k, M, ks128, warps * gpb, tiles, itemsize), -(-groups // gpb), tiles, bool(dual),
+            late, gpb, c8)
 
 
 @functools.lru_cache(maxsize=4096)
 def fits(N: int, K: int, M: int, k: int, device_id: int) -> bool:
     """Whether the GEMV's shared memory (pair table + staged A) fits this device."""
     return 1 <= M <= MAX_M and plan(N, K, M, k)[2] <= _smem_limit(device_id)
-
-
-@functools.lru_cache(maxsize=16)
-def cluster_supported(device_id: int) -> bool:
-    """Whether the device launches thread block clusters (compute capability 9.0 or later)."""
-    import cupy as cp
-
-    return int(cp.cuda.Device(device_id).compute_capability) >= 90
 
 
 def _smem_limit(device_id: int) -> int:
@@ -337,21 +306,18 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=0, cbd=False):
     ov = dict(plan_override or ())
     pf = ov.pop("pf", None)
     p = plan(N, K, M, qw.k, **{"pdl": pdl == 1, "tiled": qw.layout == "tiled", **ov})
-    warps, depth, smem, grid, tiles, dual, late, gpb, c8, cl = p
+    warps, depth, smem, grid, tiles, dual, late, gpb, c8 = p
     if smem > _smem_limit(dev):  # (this plan's, overrides included)
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
                          "use kbitcupy.matmul (it dispatches to the GEMM)")
-    if cl > 1 and not cluster_supported(dev):
-        raise ValueError(f"gemv: a plan in thread block clusters (cl={cl}) needs compute capability 9.0")
     fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late, gpb > 1,
-                        cbd, c8) + ((cl,) if cl > 1 else ()))
+                        cbd, c8))
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
     pf = safe_prefetch_steps(N, K, M, depth) if pf is None else int(pf)
     if pdl == _pdl.PDL_SAFE and pf == 1 and depth > 1:
         pdl = _pdl.PDL_SAFE_PF1
-    grid = _pdl.ClusterGrid((grid,), cl) if cl > 1 else (grid,)
-    return fn, grid, (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K)), np.int32(pdl)
+    return fn, (grid,), (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K)), np.int32(pdl)
 
 
 def launch_args(A, qw, out, plan_override=None):

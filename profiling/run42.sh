@@ -18,4 +18,10 @@ if [ "$STEP" = cl1 ]; then
     AB_PLANS="c2w4:cl=2,warps=4;c4w4:cl=4,warps=4;c4w2:cl=4,warps=2;c8w2:cl=8,warps=2;c8w1:cl=8,warps=1" \
     CUT=230 gemv_ab_twice cl42 250
 fi
+# Result (gemv_cl42_{1,2}.log, H100, two passes; 10 GPU tests of the cluster plans passed, gpu_tests42a.log): every
+#   cluster plan slower at every cell, by a near-constant ~1.0-1.5 us -- KV k = 4 M = 16 3.95 -> 4.98 us (cl 4 x 4 warps,
+#   the best), M = 8 2.75 -> 3.83, M = 1 1.85 -> 3.13; cl 2 / 8 and 1-2 warps a CTA slower still.  A fixed cost of the
+#   clustered launch and its two cluster barriers (the wgmma cluster sum measured ~0.6 us for its first barrier,
+#   twenty-fifth session; the fourteenth session's trace had already seen a K split "lose on cluster overhead"), not
+#   recovered by a quarter of A per SM.  Reverted (commit after 17f29d9); cubin_diff.py keeps its --skip option.
 finish_run gemv42

@@ -17,7 +17,7 @@ DENSE = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "O": (
 def test_plan_invariants(k, M, shape):
     N, K = DENSE[shape]
     for c8 in (None, False, True) if M <= 4 else (None,):  # the default, or 8-column groups forced either way
-        warps, depth, smem, grid, tiles, dual, late, gpb, c8, _ = G.plan(N, K, M, k, c8=c8)
+        warps, depth, smem, grid, tiles, dual, late, gpb, c8 = G.plan(N, K, M, k, c8=c8)
         cols, step = (8, 256) if c8 else (16, 128)
         assert grid == -(-N // (cols * gpb)) and tiles == (1 if M <= 8 else 2)
         assert depth in G.DEPTHS or (depth == 3 and c8 and M == 1 and k in (3, 4) and K >= 4096)  # (gemv._depth3)
@@ -31,27 +31,6 @@ def test_plan_invariants(k, M, shape):
         for cbd in (False, True):  # the codebook loaded, or the default one compiled in
             key = (k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1, cbd, c8)
             assert key in G.GEMV.instances  # every plan names a compiled instantiation
-
-
-@pytest.mark.parametrize("M", [1, 5, 9, 16])
-@pytest.mark.parametrize("cl", [2, 4, 8])
-def test_cluster_plans(cl, M):
-    """Plans in thread block clusters (cl): grid = groups x cl, a CTA's staged A holds only its own steps (rounds
-    of `warps` steps), one chain and the ring filled with step 0, and each names an instantiation."""
-    for k in (2, 3, 4, 5):
-        for N, K in (DENSE["KV"], (1040, 2080), (24, 32)):
-            warps, depth, smem, grid, tiles, dual, late, gpb, c8, c = G.plan(N, K, M, k, cl=cl)
-            ks = -(-K // 128)
-            assert c == cl and grid == -(-N // 16) * cl and (depth, dual, late, gpb, c8) == (2, False, False, 1, False)
-            assert 1 <= warps <= 4 and warps == max(1, min(4, -(-ks // cl)))
-            local = -(-ks // (warps * cl)) * warps  # a CTA's steps, a whole number of rounds
-            assert local * cl >= ks and (local - warps) * cl < ks
-            assert smem == G.table_bytes(k, tiles) + M * local * 128 * 2 + warps * 128 * tiles * 4 + 128
-            for cbd in (False, True):
-                assert (k, "float16", "uint8", True, 2, tiles, False, False, False, cbd, False, cl) in G.GEMV.instances
-    for bad in ({"cl": 3}, {"cl": 2, "c8": True}, {"cl": 2, "gpb": 2}, {"cl": 2, "tiled": False}):
-        with pytest.raises(ValueError, match="cluster"):
-            G.plan(*DENSE["KV"], 1, 4, **bad)
 
 
 def test_c8_plan_only_where_instantiated():
@@ -89,9 +68,9 @@ def test_k5_wide_shapes_put_an_sms_share_of_groups_in_one_block():
     # k = 5: gate/up's 320 groups as 107 blocks of 3 x 4 warps, Q's 256 as 128 blocks of 2 x 8
     # (one pair table per SM), at one token tile; k = 4 and the narrow shapes one group per block
     for M in (1, 2, 4, 8):
-        warps, _, smem, grid, _, _, _, gpb, _, _ = G.plan(*DENSE["gateup"], M, 5)
+        warps, _, smem, grid, _, _, _, gpb, _ = G.plan(*DENSE["gateup"], M, 5)
         assert (warps, gpb, grid) == (4, 3, 107) and smem <= SMEM_LIMIT
-        warps, _, smem, grid, _, _, _, gpb, _, _ = G.plan(*DENSE["Q"], M, 5)
+        warps, _, smem, grid, _, _, _, gpb, _ = G.plan(*DENSE["Q"], M, 5)
         assert (warps, gpb, grid) == (8, 2, 128) and smem <= SMEM_LIMIT
     assert G.plan(*DENSE["gateup"], 9, 5)[7] == 1  # two token tiles: not instantiated with slices
     # launched with PDL, M <= 2 keeps one group per block (the table build overlaps the previous kernel)

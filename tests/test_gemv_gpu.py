@@ -128,58 +128,6 @@ def test_gemv_c8(k, rng):
                 assert _rel_err(out, ref) < 2e-3, (N, K, M, ov)
 
 
-@pytest.mark.parametrize("k", [2, 3, 4, 5])
-def test_gemv_cluster(k, rng):
-    """Column groups on thread block clusters (plan cl > 1: the cluster's CTAs split K, each stages only its own
-    steps' A, the partial sums meet over DSMEM): cl = 2 / 4 / 8 with 1..8 warps a CTA, so some CTAs or warps get
-    no step; K tails (K % 128 == 64, K % 64 == 32, K = 32), N not a multiple of 16; one and two token tiles, fp16 /
-    bf16, the default codebook compiled in and a loaded one; every output written (poisoned)."""
-    import cupy as cp
-
-    if not kb.gemv.cluster_supported(cp.cuda.Device().id):
-        pytest.skip("thread block clusters need compute capability 9.0")
-    cb = cp.asarray(np.linspace(-1, 1, 1 << k, dtype=np.float32) ** 3)
-    plans = [(("cl", c), ("warps", w)) for c, w in ((2, 4), (2, 1), (4, 4), (4, 2), (8, 1), (8, 2), (4, 8))]
-    for N, K in ((512, 2048), (1040, 2080), (272, 2112), (200, 160), (24, 32)):
-        q, Wd = _weight(cp, (N, K), k, "tiled", rng)
-        W = cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02)
-        qc = kb.quantize(W, k, codebook=cb)  # a loaded codebook: the non-CBD instantiation
-        assert not qc.default_codebook
-        Wc = kb.dequantize(qc, np.float32).astype(cp.float64)
-        for M in (1, 5, 8, 9, 16):
-            for dt in (np.float16, kb.bfloat16):
-                A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
-                A64 = A.astype(cp.float64)
-                for qq, WW in ((q, Wd), (qc, Wc)):
-                    ref, mag = A64 @ WW.T, cp.abs(A64) @ cp.abs(WW).T
-                    for ov in plans:
-                        out = cp.full((M, N), np.nan, dtype=dt)
-                        gemv(A, qq, out, plan_override=ov)
-                        assert not bool(cp.isnan(out).any()), (N, K, M, ov)
-                        err = _rel_err(out, ref, mag, K)
-                        assert err < TOL[np.dtype(dt).name], (N, K, M, np.dtype(dt).name, ov, err)
-    # full PDL and repeated calls (a stale partial would show), then a CUDA graph of the launch
-    q, Wd = _weight(cp, (512, 2048), k, "tiled", rng)
-    A = cp.asarray(rng.standard_normal((12, 2048), dtype=np.float32)).astype(cp.float16)
-    ref = A.astype(cp.float64) @ Wd.T
-    ov = (("cl", 4), ("warps", 4))
-    for pdl in (False, True):
-        with kb.pdl(pdl):
-            for _ in range(3):
-                out = cp.full((12, 512), np.nan, dtype=cp.float16)
-                gemv(A, q, out, plan_override=ov)
-                assert _rel_err(out, ref) < 2e-3, pdl
-    out = cp.full((12, 512), np.nan, dtype=cp.float16)
-    s = cp.cuda.Stream(non_blocking=True)
-    with s:
-        s.begin_capture()
-        gemv(A, q, out, plan_override=ov)
-        g = s.end_capture()
-        g.launch(s)
-        s.synchronize()
-    assert _rel_err(out, ref) < 2e-3
-
-
 @pytest.mark.parametrize("layout", ["tiled", "flat", "flat_f32"])
 def test_gemv_slices(layout, rng):
     """Several column groups side by side in one block (plan gpb > 1, instantiated for k = 5):
