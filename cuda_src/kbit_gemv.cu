@@ -61,8 +61,16 @@ template <int K, int MT> __host__ __device__ constexpr bool gemv_quad() { return
 template <int K, int MT> __host__ __device__ constexpr bool gemv_asw() {
     return KBIT_GEMV_ASW == 2 || (KBIT_GEMV_ASW < 0 ? (MT == 1 ? K >= 3 : K <= 4) : KBIT_GEMV_ASW > 0 && MT == 1);
 }
+// The full swizzle (FSW, an experiment hook: KBIT_GEMV_FSW=1, two token tiles where ASW is on): the t-conflict too
+// -- lanes t and t + 2 read 128 bytes apart, a 2-way conflict left by ASW -- chunk q of row m stored at q ^ ((q bit
+// 3) | (m & 1) << 1), and a lane reads its chunk r at base ^ 16 r (its base holds the swizzle; three XORs a step a
+// tile).  At two tiles a step's eight LDS.128 were 64 of its ~96 shared-memory wavefronts (32 lookups).
+#ifndef KBIT_GEMV_FSW
+#define KBIT_GEMV_FSW 0
+#endif
+template <int K, int MT> __host__ __device__ constexpr bool gemv_fsw() { return KBIT_GEMV_FSW && MT == 2 && gemv_asw<K, MT>(); }
 template <int K, int MT> __device__ __forceinline__ int a_swizzle(int q, int m) {
-    return gemv_asw<K, MT>() ? q ^ ((m & 1) << 1) : q;
+    return gemv_fsw<K, MT>() ? q ^ (((q >> 3) & 1) | ((m & 1) << 1)) : gemv_asw<K, MT>() ? q ^ ((m & 1) << 1) : q;
 }
 
 // A block's threads and the caller's linear index: 1-D blocks, or (SLICES) blockDim.y slices
@@ -397,9 +405,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // C8: lanes g < 4 feed token column g the first half's A row g, lanes g >= 4 the second's row g - 4
     const T* a_row = C8 ? a_s + (long)(g & 3) * KP + (g >> 2) * 128 + t * 32 : a_s + (long)g * KP + t * 32;
     // (ASW) an odd row's lane reads its chunks 0, 1 at a_sh (32 bytes on) and 2, 3 at a_sh - 64 (a_swizzle)
-    constexpr bool ASW = gemv_asw<K, MT>();
+    constexpr bool ASW = gemv_asw<K, MT>(), FSW = gemv_fsw<K, MT>();
     const u32 a_odd = ASW ? 32u * (u32)((C8 ? g & 3 : g) & 1) : 0u;
-    const u32 a_sh = (u32)__cvta_generic_to_shared(a_row) + a_odd;
+    // (FSW) the lane's base with its swizzle in bits 4..5 (a row's 64-byte quarter starts with those bits clear)
+    const u32 a_sh = (u32)__cvta_generic_to_shared(a_row) + (FSW ? 16u * (u32)((t >> 1) | ((g & 1) << 1)) : a_odd);
     constexpr int TOK = 8 * MT;
     do {
         const int n0 = (MULTI ? grp : (int)blockIdx.x * ny + ty) * (C8 ? 8 : 16);
@@ -424,7 +433,13 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                         const uint4* ap =
                             reinterpret_cast<const uint4*>(a_row + (long)8 * mt * KP + (long)(warp + sl * W) * SK);
                         const bool row_ok = (C8 ? (g & 3) : g + 8 * mt) < M;
-                        if (ASW) {  // (8 mt rows on: the parity kept)
+                        if (FSW) {  // (8 mt rows and whole steps on: bits 4..5 kept)
+                            const u32 ao = a_sh + 2u * (8 * mt * KP + (warp + sl * W) * SK);
+                            a[mt][0] = lds_u128_if<0>(ao, row_ok);
+                            a[mt][1] = lds_u128_if<0>(ao ^ 16u, row_ok);
+                            a[mt][2] = lds_u128_if<0>(ao ^ 32u, row_ok);
+                            a[mt][3] = lds_u128_if<0>(ao ^ 48u, row_ok);
+                        } else if (ASW) {  // (8 mt rows on: the parity kept)
                             const u32 ao = a_sh + 2u * (8 * mt * KP + (warp + sl * W) * SK), bo = ao - 2u * a_odd;
                             a[mt][0] = lds_u128_if<0>(ao, row_ok);
                             a[mt][1] = lds_u128_if<16>(ao, row_ok);

@@ -24,4 +24,17 @@ fi
 #   clustered launch and its two cluster barriers (the wgmma cluster sum measured ~0.6 us for its first barrier,
 #   twenty-fifth session; the fourteenth session's trace had already seen a K split "lose on cluster overhead"), not
 #   recovered by a quarter of A per SM.  Reverted (commit after 17f29d9); cubin_diff.py keeps its --skip option.
+# STEP=fsw: the full A swizzle at two token tiles (-DKBIT_GEMV_FSW=1: the t-conflict too; kbit_gemv.cu gemv_fsw).
+#   With ASW's row parity a quarter-warp pass of the A loads is still 2-way (lanes t and t + 2 128 bytes apart): at
+#   two tiles a step's eight LDS.128 are 8 x 8 = 64 wavefronts beside the 32 table lookups' 32.  FSW: 32 + 32, at
+#   +4 instructions a step (three XORs a tile instead of ASW's second base; SASS registers equal or fewer, k = 4
+#   dual 117 -> 103).  ASW's row half of it took the two-tile GEMV TOTAL 41.39 -> 35.87 us at M = 16 (run41 m816).
+#   Expect: M = 9..16 GEMV -4..-8 % on the shapes it serves (down / Q / O / linear), KV less (one step a warp);
+#   grouped 12 / 16 tokens -2..-5 %.
+if [ "$STEP" = fsw ]; then
+  SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=2,3,4 MS=9,12,16 AB_VARIANTS="fsw:-DKBIT_GEMV_FSW=1" CUT=200 \
+    gemv_ab_twice fsw42 250
+  SHAPES=moe_gu_fused,moe_dn KS=4 MS=12,16 ES=8,10 MOE_MMA=0 MOE_VARIANTS="fsw:-DKBIT_GEMV_FSW=1" CUT=200 \
+    moe_ab_twice fsw42 200
+fi
 finish_run gemv42
