@@ -61,12 +61,16 @@ template <int K, int MT> __host__ __device__ constexpr bool gemv_quad() { return
 template <int K, int MT> __host__ __device__ constexpr bool gemv_asw() {
     return KBIT_GEMV_ASW == 2 || (KBIT_GEMV_ASW < 0 ? (MT == 1 ? K >= 3 : K <= 4) : KBIT_GEMV_ASW > 0 && MT == 1);
 }
-// The full swizzle (FSW, an experiment hook: KBIT_GEMV_FSW=1, two token tiles where ASW is on): the t-conflict too
-// -- lanes t and t + 2 read 128 bytes apart, a 2-way conflict left by ASW -- chunk q of row m stored at q ^ ((q bit
-// 3) | (m & 1) << 1), and a lane reads its chunk r at base ^ 16 r (its base holds the swizzle; three XORs a step a
-// tile).  At two tiles a step's eight LDS.128 were 64 of its ~96 shared-memory wavefronts (32 lookups).
+// The full swizzle (FSW; two token tiles, where ASW is on): the t-conflict too -- lanes t and t + 2 read 128 bytes
+// apart, a 2-way conflict ASW leaves -- chunk q of row m stored at q ^ ((q bit 3) | (m & 1) << 1), and a lane reads
+// its chunk r at base ^ 16 r (its base holds the swizzle; three XORs a step a tile).  At two tiles a step's eight
+// LDS.128 were 64 of its ~96 shared-memory wavefronts (32 lookups), 32 with it.  H100, 2026-11-27 (run42.sh fsw, two
+// passes): dense k = 4 GEMV M = 16 down 7.61 -> 7.23 us, Q 6.40 -> 6.10, O 6.61 -> 6.27, KV 3.98 -> 3.81 (GEMV TOTAL
+// M = 9 / 12 / 16 -1.4 / -1.9 / -4.6 %; k = 2 / 3 alike); grouped k = 4 12 / 16 tokens gate/up fused + down -3..-7 %.
+// One token tile keeps ASW's form (there the full swizzle cost M = 1 +1.4 %, run41 asw).  KBIT_GEMV_FSW=0 (an
+// experiment hook): ASW's form at two tiles too.
 #ifndef KBIT_GEMV_FSW
-#define KBIT_GEMV_FSW 0
+#define KBIT_GEMV_FSW 1
 #endif
 template <int K, int MT> __host__ __device__ constexpr bool gemv_fsw() { return KBIT_GEMV_FSW && MT == 2 && gemv_asw<K, MT>(); }
 template <int K, int MT> __device__ __forceinline__ int a_swizzle(int q, int m) {
