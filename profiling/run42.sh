@@ -52,4 +52,15 @@ if [ "$STEP" = fsw2 ]; then
   sanitize memcheck "$W/memcheck_fsw42.log" 120 profiling/sanitize_fsw.py
   sanitize memcheck "$W/memcheck_glb42.log" 120 profiling/sanitize_grouped_lb.py
 fi
+# Result (H100): 330 GPU tests passed (gpu_tests42b: test_gemv_gpu, test_grouped_gpu, test_pdl_gpu); memcheck over
+#   sanitize_fsw.py 132 checks and sanitize_grouped_lb.py 52 checks, 0 errors (memcheck_fsw42, memcheck_glb42).
+# STEP=sweep: the H100 dispatch bands at M = 9..16 again (k = 2..4, the seven dense shapes; GEMV, STREAM, the dispatched
+#   matmul): the faster two-tile GEMV may now beat the stream where the bands still say stream (k = 2 / 3 down and O
+#   from 15, gate/up everywhere).  Expect: GEMV ahead on down / O / Q to 16 at every k; gate/up still on the stream.
+if [ "$STEP" = sweep ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream 2>&1 | tail -1
+  timeout 500 python3 profiling/bench.py --out "$W" --M 9,10,11,12,13,14,15,16 --k 2,3,4 --columns GEMV,STREAM,matmul \
+    --reps 15 --tag sweep42 > "$W/bench_sweep42.log" 2>&1
+  grep -E "^### M|^\| TOTAL" "$W/bench_sweep42.log"
+fi
 finish_run gemv42
