@@ -247,8 +247,10 @@ def test_h100_table_is_measured():
     assert [c(M, 2048, 5120, 4) for M in (9, 11, 12, 15, 16, 17)] == ["gemv"] * 5 + ["stream"]
     assert [c(M, 4096, 2048, 4) for M in (9, 12, 14, 15, 16, 17)] == ["gemv"] * 5 + ["stream"]
     assert [c(M, 2048, 4096, 4) for M in (9, 16, 17)] == ["gemv", "gemv", "stream"]
-    # k = 2 down M = 8 (final20): GEMV 6.22 vs stream 6.96 us
-    assert [c(M, 2048, 5120, 2) for M in (8, 16, 24)] == ["gemv", "stream", "stream"]
+    # k = 2 down M = 8 (final20): GEMV 6.22 vs stream 6.96 us; M = 16 since the full A swizzle at two token tiles
+    # (sweep42): GEMV 6.88 vs stream 7.00; k = 3 O / Q at 16 (sweep42): GEMV 6.63 / 6.31 vs stream 6.79 / 6.36
+    assert [c(M, 2048, 5120, 2) for M in (8, 16, 17, 24)] == ["gemv", "gemv", "stream", "stream"]
+    assert c(16, 2048, 4096, 3) == "gemv" and c(16, 4096, 2048, 3) == "gemv"
     # down M = 128 (final18, H100): wgmma 17.79 vs dq 22.17 us; M = 64 since the wgmma split-K changes
     # (wg-tune15): wgmma 13.47 vs stream 14.70 (final18)
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 32, 64, 128)] == ["gemv", "gemv", "stream", "wgmma", "wgmma"]
