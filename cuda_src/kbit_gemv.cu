@@ -530,12 +530,23 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 // SLICES: blockDim.y column groups per block (kbitcupy.gemv.plan's gpb > 1).
 // CBD: the default codebook (kbit_default_level; codebook is not read).  H100, 2026-11-25: k = 4
 // M = 1 dense TOTAL -2.8 %, k = 5 -2.6 % (profiling/NOTES.md, thirteenth session).
+// TS (token split; kbitcupy.gemv.plan's ts, one token tile): grid.y CTAs per column group, CTA y computing rows R y ..
+// R y + R - 1 (R = 4 with C8, else 8), each staging only its rows and reading the group's weights (the second time
+// mostly from L2): for shapes whose few column groups leave most SMs idle (KV: 32 groups of 16 columns on 132 SMs).
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool DUAL, bool LATE, bool SLICES = false,
-          bool CBD = false, bool C8 = false>
+          bool CBD = false, bool C8 = false, bool TS = false>
 __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
     kbit_gemv(const T* __restrict__ A, const u32* __restrict__ packed, const ABS* __restrict__ absmax,
               const float* __restrict__ codebook, T* __restrict__ C, int M, int N, int Kdim, float tensor_scale,
               int pdl) {
+    static_assert(!TS || (MT == 1 && !SLICES), "TS: one token tile, one group per block");
+    if (TS) {
+        constexpr int R = C8 ? 4 : 8;
+        const int r0 = (int)blockIdx.y * R;
+        A += (long)r0 * Kdim;
+        C += (long)r0 * N;
+        M = min(M - r0, R);
+    }
     // KBIT_PDL_SAFE(_PF1): wait before any load, the first D (one) ring steps prefetched into L2 before it
     gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD, C8, NoBind, true, gemv_quad<K, MT>()>(A, packed, absmax, codebook, C, M, N,
                                         Kdim, tensor_scale, blockIdx.x, gridDim.x, C8 ? (N + 7) / 8 : (N + 15) / 16, pdl == 1,

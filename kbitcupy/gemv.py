@@ -86,6 +86,14 @@ def _instances():
             for cbd in (False, True):
                 inst[(k, t, "uint8", True, 3, 1, True, True, False, cbd, True)] = (
                     f"kbit_gemv<{k}, {CTYPE[t]}, unsigned char, true, 3, 1, true, true, false, {b(cbd)}, true>")
+    # the token split (plan's ts): one token tile, the runtime format, late False, two chains but at k = 5
+    for k in (2, 3, 4, 5):
+        for t in ("float16", "bfloat16"):
+            for cbd in (False, True):
+                for c8 in (False, True):
+                    inst[(k, t, "uint8", True, 2, 1, k != 5, False, False, cbd, c8, "ts")] = (
+                        f"kbit_gemv<{k}, {CTYPE[t]}, unsigned char, true, 2, 1, {b(k != 5)}, false, false, {b(cbd)}, "
+                        f"{b(c8)}, true>")
     for k in (2, 3, 4, 5):
         for t in ("float16", "bfloat16"):
             for mt in (1, 2):
@@ -163,12 +171,22 @@ def smem_bytes(k: int, rows: int, ks: int, warps: int, tiles: int, itemsize: int
 
 def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = None, depth: int | None = None,
          dual: bool | None = None, late: bool | None = None, gpb: int | None = None, pdl: bool = False,
-         c8: bool | None = None, tiled: bool = True):
+         c8: bool | None = None, tiled: bool = True, ts: bool | None = None):
     """(warps per group, register ring depth, dynamic smem bytes, grid, token tiles,
     two accumulator chains, ring filled once step 0 landed, groups per block, 8-column
-    groups).  A block is warps x 32 by gpb threads: gpb column groups side by side over one
-    pair table.  c8 (M <= 4, the tiled layout): groups of 8 columns, steps of 256 K (the
-    kernel's C8); tiled: the weight's layout."""
+    groups, token CTAs per group).  A block is warps x 32 by gpb threads: gpb column groups
+    side by side over one pair table.  c8 (M <= 4, the tiled layout): groups of 8 columns,
+    steps of 256 K (the kernel's C8); tiled: the weight's layout.  ts (token split, the tiled
+    layout): each group's rows on ceil(M / R) CTAs (grid.y) of R = 4 (c8) or 8 rows, the plan
+    that of R rows (the kernel's TS)."""
+    ty = 1
+    if ts:
+        if not tiled or (gpb or 1) != 1:
+            raise ValueError("gemv plan: the token split (ts) needs the tiled layout and one group per block")
+        c8 = bool(c8)
+        R = 4 if c8 else 8
+        ty, M, gpb = -(-M // R), min(M, R), 1
+        dual, late, depth = k != 5, False, 2  # (the instantiated form: _instances)
     tiles = 1 if M <= 8 else 2
     if c8 is None:
         # H100, 2026-11-25 (nineteenth session, run22 c8ab22, safe PDL, against 16-column groups):
@@ -262,7 +280,7 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         raise ValueError(f"gemv plan: {gpb} groups of {warps} warps exceed the kernel's 512 threads")
     ks128 = 2 * ks if c8 else ks  # the staged A rows, in steps of 128
     return (warps, depth, smem_bytes(k, M, ks128, warps * gpb, tiles, itemsize), -(-groups // gpb), tiles, bool(dual),
-            late, gpb, c8)
+            late, gpb, c8, ty)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -306,18 +324,19 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=0, cbd=False):
     ov = dict(plan_override or ())
     pf = ov.pop("pf", None)
     p = plan(N, K, M, qw.k, **{"pdl": pdl == 1, "tiled": qw.layout == "tiled", **ov})
-    warps, depth, smem, grid, tiles, dual, late, gpb, c8 = p
+    warps, depth, smem, grid, tiles, dual, late, gpb, c8, ty = p
     if smem > _smem_limit(dev):  # (this plan's, overrides included)
         raise ValueError(f"gemv: M={M}, K={K} needs {smem} bytes of shared memory, more than this GPU has; "
                          "use kbitcupy.matmul (it dispatches to the GEMM)")
     fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late, gpb > 1,
-                        cbd, c8))
+                        cbd, c8) + (("ts",) if ty > 1 else ()))
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
     pf = safe_prefetch_steps(N, K, M, depth) if pf is None else int(pf)
     if pdl == _pdl.PDL_SAFE and pf == 1 and depth > 1:
         pdl = _pdl.PDL_SAFE_PF1
-    return fn, (grid,), (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K)), np.int32(pdl)
+    return fn, ((grid, ty) if ty > 1 else (grid,)), (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K)), \
+        np.int32(pdl)
 
 
 def launch_args(A, qw, out, plan_override=None):

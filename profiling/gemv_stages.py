@@ -34,7 +34,7 @@ for name in args.shapes.split(","):
     out = cp.empty((1, N), cp.float16)
     for k in map(int, args.k.split(",")):
         q, _, _, cps = quantized_case(W, k)
-        warps, depth, smem, grid, tiles, dual, late, gpb, c8 = G.plan(N, K, 1, k)
+        warps, depth, smem, grid, tiles, dual, late, gpb, c8, _ = G.plan(N, K, 1, k)
         expr = G.GEMV.instances[(k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1, q.default_codebook, c8)]
         row = []
         for v, opts in VARIANTS.items():

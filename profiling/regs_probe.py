@@ -16,7 +16,7 @@ keys = set()
 for k in (2, 3, 4, 5):
     for N, K in ((5120, 2048), (2048, 5120), (4096, 2048), (512, 2048)):
         for M in (1, 4):
-            w, d, smem, grid, tiles, dual, late, gpb, c8 = G.plan(N, K, M, k)
+            w, d, smem, grid, tiles, dual, late, gpb, c8, _ = G.plan(N, K, M, k)
             keys.add((k, "float16", "uint8", True, d, tiles, dual, late, gpb > 1, True, c8))
 names = sorted({G.GEMV.instances[x] for x in keys if x in G.GEMV.instances})
 names += [n for kk, n in G.GEMV.instances.items() if kk[0] == "grouped_lb" and kk[2] == "float16" and kk[1] == 4]

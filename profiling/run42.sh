@@ -63,4 +63,19 @@ if [ "$STEP" = sweep ]; then
     --reps 15 --tag sweep42 > "$W/bench_sweep42.log" 2>&1
   grep -E "^### M|^\| TOTAL" "$W/bench_sweep42.log"
 fi
+# Result (sweep42, H100): k = 4 TOTAL matmul M = 9 27.19 us (1.73x), 12 28.69 (1.64x), 14 29.91 (1.57x), 15 30.70
+#   (1.53x), 16 31.14 (1.48x: this run's fp16 TOTAL 46.20, O 9.97 against 10.61-10.73 in earlier runs; 31.14 against
+#   dclose41's fp16 47.06 would be 1.51x); retune_tables.py +sweep42: k = 2 down, k = 3 O / Q on the GEMV at M = 16.
+# STEP=ts: KV's 32 column groups use 32 of 132 SMs; the token split (plan ts, kbit_gemv's TS) puts each group's rows on
+#   several CTAs (8 rows each, or 4 with c8) instead, each staging only its rows and re-reading the group's weights
+#   (mostly from L2).  Unlike the cluster split (cl1) no cross-CTA sum.  Expect: KV M = 9..16 3.8 -> ~2.8 us (two CTAs
+#   of M = 8 work: 2.7 us), M = 5..8 2.5-2.7 -> ~2.2 (two c8 CTAs of M <= 4: 2.05-2.17); linear key / O less or slower.
+if [ "$STEP" = ts ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests42c.log" 200 tests/test_gemv_gpu.py -k "token_split"
+  grep -E "^E  |FAILED" "$W/gpu_tests42c.log" | head -20
+  SHAPES=KV,lin_key,O KS=2,3,4,5 MS=5,8,9,12,16 \
+    AB_PLANS="t8:ts=1;t8w8:ts=1,warps=8;t4:ts=1,c8=1;t4w8:ts=1,c8=1,warps=8;t4w4:ts=1,c8=1,warps=4" \
+    CUT=230 gemv_ab_twice ts42 250
+fi
 finish_run gemv42

@@ -17,7 +17,7 @@ DENSE = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "O": (
 def test_plan_invariants(k, M, shape):
     N, K = DENSE[shape]
     for c8 in (None, False, True) if M <= 4 else (None,):  # the default, or 8-column groups forced either way
-        warps, depth, smem, grid, tiles, dual, late, gpb, c8 = G.plan(N, K, M, k, c8=c8)
+        warps, depth, smem, grid, tiles, dual, late, gpb, c8, _ = G.plan(N, K, M, k, c8=c8)
         cols, step = (8, 256) if c8 else (16, 128)
         assert grid == -(-N // (cols * gpb)) and tiles == (1 if M <= 8 else 2)
         assert depth in G.DEPTHS or (depth == 3 and c8 and M == 1 and k in (3, 4) and K >= 4096)  # (gemv._depth3)
@@ -68,9 +68,9 @@ def test_k5_wide_shapes_put_an_sms_share_of_groups_in_one_block():
     # k = 5: gate/up's 320 groups as 107 blocks of 3 x 4 warps, Q's 256 as 128 blocks of 2 x 8
     # (one pair table per SM), at one token tile; k = 4 and the narrow shapes one group per block
     for M in (1, 2, 4, 8):
-        warps, _, smem, grid, _, _, _, gpb, _ = G.plan(*DENSE["gateup"], M, 5)
+        warps, _, smem, grid, _, _, _, gpb, _, _ = G.plan(*DENSE["gateup"], M, 5)
         assert (warps, gpb, grid) == (4, 3, 107) and smem <= SMEM_LIMIT
-        warps, _, smem, grid, _, _, _, gpb, _ = G.plan(*DENSE["Q"], M, 5)
+        warps, _, smem, grid, _, _, _, gpb, _, _ = G.plan(*DENSE["Q"], M, 5)
         assert (warps, gpb, grid) == (8, 2, 128) and smem <= SMEM_LIMIT
     assert G.plan(*DENSE["gateup"], 9, 5)[7] == 1  # two token tiles: not instantiated with slices
     # launched with PDL, M <= 2 keeps one group per block (the table build overlaps the previous kernel)

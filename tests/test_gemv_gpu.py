@@ -128,6 +128,46 @@ def test_gemv_c8(k, rng):
                 assert _rel_err(out, ref) < 2e-3, (N, K, M, ov)
 
 
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_gemv_token_split(k, rng):
+    """Each column group's rows on several CTAs (plan ts: grid.y CTAs of 8 rows, or of 4 with c8), the last one
+    partial: K tails (K % 128 == 64, K % 64 == 32, K = 32), N not a multiple of 16, 4..16 warps, fp16 / bf16, the
+    default codebook compiled in and a loaded one; every output written (poisoned); then a CUDA graph of it."""
+    import cupy as cp
+
+    cb = cp.asarray(np.linspace(-1, 1, 1 << k, dtype=np.float32) ** 3)
+    plans = [(("ts", 1),), (("ts", 1), ("warps", 8)), (("ts", 1), ("c8", 1)), (("ts", 1), ("c8", 1), ("warps", 4)),
+             (("ts", 1), ("c8", 1), ("warps", 16))]
+    for N, K in ((512, 2048), (200, 2080), (1040, 2112), (24, 32)):
+        q, Wd = _weight(cp, (N, K), k, "tiled", rng)
+        qc = kb.quantize(cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02), k, codebook=cb)
+        assert not qc.default_codebook
+        Wc = kb.dequantize(qc, np.float32).astype(cp.float64)
+        for M in (2, 5, 8, 9, 13, 16):
+            for dt in (np.float16, kb.bfloat16):
+                A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
+                A64 = A.astype(cp.float64)
+                for qq, WW in ((q, Wd), (qc, Wc)):
+                    ref, mag = A64 @ WW.T, cp.abs(A64) @ cp.abs(WW).T
+                    for ov in plans:
+                        out = cp.full((M, N), np.nan, dtype=dt)
+                        gemv(A, qq, out, plan_override=ov)
+                        assert not bool(cp.isnan(out).any()), (N, K, M, ov)
+                        err = _rel_err(out, ref, mag, K)
+                        assert err < TOL[np.dtype(dt).name], (N, K, M, np.dtype(dt).name, ov, err)
+    q, Wd = _weight(cp, (512, 2048), k, "tiled", rng)
+    A = cp.asarray(rng.standard_normal((13, 2048), dtype=np.float32)).astype(cp.float16)
+    out = cp.full((13, 512), np.nan, dtype=cp.float16)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        gemv(A, q, out, plan_override=(("ts", 1),))
+        g = s.end_capture()
+        g.launch(s)
+        s.synchronize()
+    assert _rel_err(out, A.astype(cp.float64) @ Wd.T) < 2e-3
+
+
 @pytest.mark.parametrize("layout", ["tiled", "flat", "flat_f32"])
 def test_gemv_slices(layout, rng):
     """Several column groups side by side in one block (plan gpb > 1, instantiated for k = 5):
