@@ -78,4 +78,21 @@ if [ "$STEP" = ts ]; then
     AB_PLANS="t8:ts=1;t8w8:ts=1,warps=8;t4:ts=1,c8=1;t4w8:ts=1,c8=1,warps=8;t4w4:ts=1,c8=1,warps=4" \
     CUT=230 gemv_ab_twice ts42 250
 fi
+# Result (gemv_ts42_{1,2}.log, H100, two passes; 4 GPU tests of the split passed, gpu_tests42c): KV faster at every k and
+#   M -- k = 4 M = 5 / 8 2.47 / 2.70 -> 2.19 / 2.22 us (4-row c8 CTAs on 8 warps, t4w8), M = 9 / 12 / 16 3.17 / 3.34 /
+#   3.76 -> 2.68 / 2.67 / 2.70 (8-row CTAs, t8); k = 2 M = 16 3.67 -> 2.93, k = 5 4.67 -> 3.13.  Linear key and O (128
+#   groups) slower every way (linear key k = 4 M = 16 4.21 -> 4.51 at best).  Made the default for <= 64 groups of 16
+#   from M = 5 (gemv.plan).
+# STEP=close: the tree's GPU tests (the GEMV family, the cached-launch path), memcheck (sanitize_fsw.py, now with the
+#   token split's default plans) and issue 4's M = 5..16 table at k = 4 with this tree's dispatch.  Expect: KV at M = 16
+#   ~2.7 us, TOTAL ~30.0 us (1.5x+ fp16).
+if [ "$STEP" = close ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream 2>&1 | tail -1
+  timeout 150 python3 profiling/bench.py --out "$W" --M 5,8,12,16 --k 4 --columns GEMV,STREAM,matmul --reps 15 \
+    --tag dclose42 > "$W/bench_dclose42.log" 2>&1
+  grep -E "^### M|^\| (KV|TOTAL) " "$W/bench_dclose42.log"
+  gpu_tests "$W/gpu_tests42d.log" 260 tests/test_gemv_gpu.py tests/test_launch_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests42d.log" | head -20
+  sanitize memcheck "$W/memcheck_fsw42b.log" 120 profiling/sanitize_fsw.py
+fi
 finish_run gemv42

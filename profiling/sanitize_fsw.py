@@ -1,5 +1,5 @@
-"""The decode GEMV family's two token tiles (M = 9..16) with the full A swizzle (kbit_gemv.cu gemv_fsw, k <= 4),
-for compute-sanitizer: K tails (K % 128 == 64, K % 64 == 32), N not a multiple of 16, 1..16 warps, one or two
+"""The decode GEMV family's two token tiles (M = 9..16) with the full A swizzle (kbit_gemv.cu gemv_fsw, k <= 4), and
+the token split (plan ts), for compute-sanitizer: K tails (K % 128 == 64, K % 64 == 32), N not a multiple of 16, 1..16 warps, one or two
 chains, M = 9 / 13 / 16; the grouped GEMV at 12 and 16 tokens per expert with uneven slots.  Exits non-zero if a
 result is wrong."""
 import os
@@ -26,6 +26,16 @@ for (N, K) in ((196, 416), (200, 2080), (1040, 2112)):
                 out = cp.full((M, N), np.nan, dtype=cp.float16)
                 check(f"gemv fsw N={N} K={K} k={k} M={M} plan={ov}", gemv(A, q, out, plan_override=ov),
                       A.astype(cp.float64) @ Wd.T, tol=2e-3)
+# the token split (plan ts, the default of KV-like shapes from M = 5): c8 CTAs of 4 rows at M <= 8, 8 rows above
+for (N, K) in ((512, 2048), (200, 2080)):
+    for k in (2, 3, 4, 5):
+        q = kb.quantize(cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02), k)
+        Wd = kb.dequantize(q, np.float32).astype(cp.float64)
+        for M in (5, 8, 9, 16):
+            A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+            out = cp.full((M, N), np.nan, dtype=cp.float16)
+            assert G.plan(N, K, M, k)[9] == 2
+            check(f"gemv ts N={N} K={K} k={k} M={M}", gemv(A, q, out), A.astype(cp.float64) @ Wd.T, tol=2e-3)
 # grouped (the sl / loop kernels at two token tiles): 6 experts of a bank of 16, uneven slots of 0..16 rows, K % 128
 # == 32; the wait-first launch (LB) and the stable one (sanitize_grouped_lb.py covers LB with the fused stagings)
 for k in (2, 3, 4):

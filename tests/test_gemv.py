@@ -17,19 +17,23 @@ DENSE = {"gateup": (5120, 2048), "down": (2048, 5120), "Q": (4096, 2048), "O": (
 def test_plan_invariants(k, M, shape):
     N, K = DENSE[shape]
     for c8 in (None, False, True) if M <= 4 else (None,):  # the default, or 8-column groups forced either way
-        warps, depth, smem, grid, tiles, dual, late, gpb, c8, _ = G.plan(N, K, M, k, c8=c8)
+        warps, depth, smem, grid, tiles, dual, late, gpb, c8, ty = G.plan(N, K, M, k, c8=c8)
         cols, step = (8, 256) if c8 else (16, 128)
-        assert grid == -(-N // (cols * gpb)) and tiles == (1 if M <= 8 else 2)
+        # the token split (plan ts): KV (32 groups) from M = 5, 4 rows a CTA at M <= 8 (c8), else 8
+        ts = shape == "KV" and M >= 5  # (c8 is only forced at M <= 4)
+        assert ty == (-(-M // (4 if M <= 8 else 8)) if ts else 1)
+        Mc = min(M, 4 if M <= 8 else 8) if ts else M  # a CTA's rows
+        assert grid == -(-N // (cols * gpb)) and tiles == (1 if Mc <= 8 else 2)
         assert depth in G.DEPTHS or (depth == 3 and c8 and M == 1 and k in (3, 4) and K >= 4096)  # (gemv._depth3)
         assert 1 <= gpb and warps * gpb <= 16  # the kernel's 512-thread launch bound
         # (more warps than steps only in the M = 4 one-group-per-SM plan, whose idle warps stage A: gemv.plan)
         assert warps in (4, 8, 16) and (warps <= -(-K // step) or (c8 and M == 4 and warps == 16))
         assert not (late and tiles == 2)  # LATE is only instantiated for one token tile
         assert not (dual and k == 5)      # k = 5: one chain (measured)
-        assert not c8 or (M <= 4 and gpb == 1)
-        assert smem == G.table_bytes(k, tiles) + M * -(-K // step) * step * 2 + gpb * warps * 128 * tiles * 4 + 128
+        assert not c8 or (Mc <= 4 and gpb == 1)
+        assert smem == G.table_bytes(k, tiles) + Mc * -(-K // step) * step * 2 + gpb * warps * 128 * tiles * 4 + 128
         for cbd in (False, True):  # the codebook loaded, or the default one compiled in
-            key = (k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1, cbd, c8)
+            key = (k, "float16", "uint8", True, depth, tiles, dual, late, gpb > 1, cbd, c8) + (("ts",) if ty > 1 else ())
             assert key in G.GEMV.instances  # every plan names a compiled instantiation
 
 
@@ -43,8 +47,17 @@ def test_c8_plan_only_where_instantiated():
     # the measured rule (H100, c8ab22 / c8ab22b): KV at every M <= 4 and k; at M = 1 gate/up k = 4 and
     # the 128-group shapes at k = 3 (and k = 4 with K >= 4096); never Q / linear value, M > 4
     c8 = {(s, k, M) for s in DENSE for k in (2, 3, 4, 5) for M in range(1, 9) if G.plan(*DENSE[s], M, k)[8]}
-    assert c8 == ({("KV", k, M) for k in (2, 3, 4, 5) for M in (1, 2, 3, 4)}
+    # (KV at M = 5..8: the token split's 4-row CTAs, run42 ts)
+    assert c8 == ({("KV", k, M) for k in (2, 3, 4, 5) for M in range(1, 9)}
                   | {("gateup", 4, 1), ("down", 3, 1), ("O", 3, 1), ("lin_key", 3, 1), ("down", 4, 1), ("O", 4, 1)})
+    assert all(G.plan(*DENSE["KV"], M, k)[9] == (1 if M <= 4 else 2) for k in (2, 3, 4, 5) for M in range(1, 17))
+    assert G.plan(*DENSE["KV"], 8, 4)[0] == 8 and G.plan(*DENSE["KV"], 16, 4)[0] == 16
+    # not where the caller fixes the block or the layout, nor with 128 groups (linear key / O lost that way)
+    assert G.plan(*DENSE["KV"], 8, 4, warps=16)[9] == 1 and G.plan(*DENSE["KV"], 8, 4, tiled=False)[9] == 1
+    assert G.plan(*DENSE["lin_key"], 8, 4)[9] == 1 and G.plan(*DENSE["O"], 16, 4)[9] == 1
+    for bad in ({"tiled": False}, {"gpb": 2}):
+        with pytest.raises(ValueError, match="token split"):
+            G.plan(*DENSE["KV"], 8, 5, ts=True, **bad)
     assert not G.plan(*DENSE["KV"], 1, 4, tiled=False)[8] and not G.plan(*DENSE["KV"], 1, 4, warps=8)[8]
     assert G.plan(*DENSE["gateup"], 1, 4, c8=True)[0:4:3] == (4, 640)
     assert G.plan(*DENSE["down"], 1, 4, c8=True)[0:4:3] == (8, 256)
