@@ -99,4 +99,10 @@ fi
 #   27.95 = 1.68x, M = 16 30.00 = 1.57x (was 32.27 = 1.46x in dclose41; KV 2.72 us at M = 16, 2.23 at M = 8); matmul
 #   within 0.3 % of the best column.  123 GPU tests passed (gpu_tests42d: test_gemv_gpu, test_launch_gpu); memcheck over
 #   sanitize_fsw.py 164 checks, 0 errors (memcheck_fsw42b).
+# Result (H200, the same step on the same code -- .git_rev said 72b8eff; the later commits are docs and results only):
+#   k = 4 TOTAL matmul M = 5 / 8 / 12 / 16 20.68 / 24.24 / 29.67 / 32.28 us = 1.96x / 1.68x / 1.38x / 1.27x fp16, the best
+#   column 20.59 / 22.77 / 28.40 / 30.60 (1.97x / 1.79x / 1.45x / 1.34x): the H200 bands are stale -- gate/up at M = 8 on
+#   the stream (7.03 vs GEMV 5.56 us), down / Q / O at M = 16 on the stream (7.84 / 6.57 / 7.26 vs 7.37 / 6.25 / 6.36): over
+#   the 5 % rule there; and even the best column is short of 1.5x on the H200 (its fp16 is ~13 % faster).  123 GPU tests
+#   passed, memcheck 164 checks 0 errors (nvidia-h200_2026-11-27_gpu_tests42d.log, _memcheck_fsw42b.log).
 finish_run gemv42
