@@ -105,4 +105,13 @@ fi
 #   the stream (7.03 vs GEMV 5.56 us), down / Q / O at M = 16 on the stream (7.84 / 6.57 / 7.26 vs 7.37 / 6.25 / 6.36): over
 #   the 5 % rule there; and even the best column is short of 1.5x on the H200 (its fp16 is ~13 % faster).  123 GPU tests
 #   passed, memcheck 164 checks 0 errors (nvidia-h200_2026-11-27_gpu_tests42d.log, _memcheck_fsw42b.log).
+# STEP=h200sweep (on an H200): the H200 bands at M = 5..16 (k = 2..5, the seven dense shapes; GEMV, STREAM, matmul) for
+#   retune_tables.py, after the full swizzle and the token split.  Expect: the GEMV ahead of the stream on down / Q / O to
+#   16 and on gate/up to 8 (close on the H200: gate/up M = 8 GEMV 5.56 vs stream 7.03 us).
+if [ "$STEP" = h200sweep ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream 2>&1 | tail -1
+  timeout 500 python3 profiling/bench.py --out "$W" --M 5,6,7,8,9,10,11,12,13,14,15,16 --k 2,3,4,5 \
+    --columns GEMV,STREAM,matmul --reps 15 --tag sweep42h > "$W/bench_sweep42h.log" 2>&1
+  grep -E "^### M|^\| TOTAL" "$W/bench_sweep42h.log"
+fi
 finish_run gemv42
