@@ -114,4 +114,14 @@ if [ "$STEP" = h200sweep ]; then
     --columns GEMV,STREAM,matmul --reps 15 --tag sweep42h > "$W/bench_sweep42h.log" 2>&1
   grep -E "^### M|^\| TOTAL" "$W/bench_sweep42h.log"
 fi
+# Result (sweep42h, H200): retune_tables.py +sweep42h moved ten H200 shapes -- down / O / Q at k = 2..4 on the GEMV to
+#   15 / 16 (the stream from 16 / 17), gate/up k = 2 on the GEMV to 16, k = 4 to 8.  The k = 5 two-tile GEMV is slow on
+#   the H200 at M >= 11 (TOTAL 46-51 us against 37.6 at 10; not dispatched: the stream / wgmma serve k = 5 there).
+# STEP=hclose (on an H200): the M = 5..16 table (k = 4) with the rebuilt H200 bands.  Expect: matmul = the best column.
+if [ "$STEP" = hclose ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream 2>&1 | tail -1
+  timeout 150 python3 profiling/bench.py --out "$W" --M 5,8,12,16 --k 4 --columns GEMV,STREAM,matmul --reps 15 \
+    --tag dclose42h > "$W/bench_dclose42h.log" 2>&1
+  grep -E "^### M|^\| TOTAL " "$W/bench_dclose42h.log"
+fi
 finish_run gemv42
