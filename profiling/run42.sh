@@ -124,4 +124,19 @@ if [ "$STEP" = hclose ]; then
     --tag dclose42h > "$W/bench_dclose42h.log" 2>&1
   grep -E "^### M|^\| TOTAL " "$W/bench_dclose42h.log"
 fi
+# Result (dclose42h, H200, the rebuilt bands): k = 4 TOTAL M = 5 / 8 / 12 / 16 20.65 / 22.70 / 28.38 / 30.50 us = 1.97x /
+#   1.79x / 1.44x / 1.35x fp16; matmul = the best column (within 0.1 %).  At M = 16 gate/up 7.79 us (stream) = 1.02x, Q
+#   6.25 = 1.14x: the kernels take about their H100 times while the H200's fp16 is ~13 % faster.
+# STEP=sl2: two column groups side by side at two token tiles (plan gpb, SLICES; instantiated so far for k = 5 at one
+#   tile only -- gemv_ab's variant columns build the expression).  At M = 16 a block stages all of A (64 KB at K = 2048,
+#   160 KB at 5120) for 16 columns: on Q two blocks an SM read 128 KB of A from L2 for ~32 KB of weights.  gpb groups
+#   over one staged A and one table: per SM half (gpb 2) of that traffic and of the table builds.  Expect: Q / O /
+#   linear value M = 12 / 16 -5..-15 % if L2 -> SM traffic is what the two-tile GEMV waits on; gate/up maybe (fewer
+#   blocks, 2.4 waves still); down (one 16-warp block an SM already, 213 KB) not.
+if [ "$STEP" = sl2 ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  SHAPES=gateup,down,Q,O,lin_value KS=2,4 MS=9,12,16 \
+    AB_VARIANTS="s2w8:+gpb=2 +warps=8;s2w4:+gpb=2 +warps=4;s3w4:+gpb=3 +warps=4;s4w4:+gpb=4 +warps=4" \
+    CUT=230 gemv_ab_twice sl2_42 280
+fi
 finish_run gemv42
