@@ -68,7 +68,9 @@ def _instances():
                             for late in ((False, True) if mt == 1 else (False,)):
                                 # slices (several column groups per block, plan's gpb > 1): where
                                 # the plan uses them, k = 5 at one token tile with one chain
-                                for sl in ((False, True) if k == 5 and mt == 1 and not du else (False,)):
+                                # (and at two token tiles, k <= 4: gate/up / Q / linear value's plans)
+                                for sl in ((False, True) if ((k == 5 and mt == 1) or (k <= 4 and mt == 2)) and not du
+                                           else (False,)):
                                     # cbd: the default codebook's levels compiled in (the runtime
                                     # format only: tiled, E4M4)
                                     for cbd in ((False, True) if tiled else (False,)):
@@ -282,6 +284,13 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         share = -(-groups // 132)
         gpb = share if (k == 5 and tiles == 1 and 2 <= share <= 3 and not warps_given
                         and not (pdl and M <= 2)) else 1
+        # Two token tiles (M = 9..16, k <= 4) on the wide shapes: a block stages all of A (64 KB at K = 2048) for its
+        # 16 columns, so groups side by side share it and the table -- 2 x 8 warps (Q / linear value: 256 groups), 3 x
+        # 4 (gate/up: 640).  H200, 2026-11-27 (thirty-fifth session, run42.sh sl2, two passes): k = 4 M = 16 gate/up
+        # 10.56 -> 6.66 us (the stream ~7.8), Q 6.27 -> 5.61, M = 9 gate/up 8.75 -> 5.94, Q 5.22 -> 4.93; k = 2 alike;
+        # the 128-group shapes (down, O) 20-30 % slower.
+        if tiles == 2 and k <= 4 and share >= 2 and not warps_given and not dual:
+            gpb = 2 if share <= 2 else 3
         if gpb > 1:
             warps = min(8 if gpb == 2 else 4, ks)
     gpb = int(gpb)

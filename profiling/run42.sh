@@ -139,4 +139,20 @@ if [ "$STEP" = sl2 ]; then
     AB_VARIANTS="s2w8:+gpb=2 +warps=8;s2w4:+gpb=2 +warps=4;s3w4:+gpb=3 +warps=4;s4w4:+gpb=4 +warps=4" \
     CUT=230 gemv_ab_twice sl2_42 280
 fi
+# Result (gemv_sl2_42_{1,2}.log, H200, two passes): the wide shapes much faster -- gate/up 3 groups x 4 warps (s3w4) k = 4
+#   M = 9 / 12 / 16 8.75 / 9.48 / 10.56 -> 5.94 / 6.23 / 6.66 us (the stream: ~7.8), k = 2 M = 16 7.76 -> 6.37; Q / linear
+#   value 2 x 8 warps (s2w8) k = 4 M = 16 6.27 -> 5.61, M = 12 5.65 -> 5.16, k = 2 M = 16 7.53 -> 5.34.  The 128-group
+#   shapes (down, O: one 16-warp block an SM already) 20-30 % slower every way.
+# STEP=sl3 (H100; slices at two tiles the default for > 132 groups at k <= 4: gate/up 3 x 4 warps, Q / linear value
+#   2 x 8): the GPU tests of it, memcheck, and the A/B on the H100 -- new (the default) against the one-group plan
+#   (g1) and other shapes of block, M = 8 (one tile: gate/up's slices, not instantiated) to 16.  Expect: the H200's gains.
+if [ "$STEP" = sl3 ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests42e.log" 300 tests/test_gemv_gpu.py -k "slices or dense_shapes or graph_capture or edge"
+  grep -E "^E  |FAILED" "$W/gpu_tests42e.log" | head -20
+  sanitize memcheck "$W/memcheck_fsw42c.log" 150 profiling/sanitize_fsw.py
+  SHAPES=gateup,Q,lin_value KS=2,3,4 MS=8,9,12,16 \
+    AB_VARIANTS="g1:+gpb=1;s2w8:+gpb=2 +warps=8;s3w4:+gpb=3 +warps=4;s4w4:+gpb=4 +warps=4;s5w3:+gpb=5 +warps=3" \
+    CUT=230 gemv_ab_twice sl3_42 250
+fi
 finish_run gemv42

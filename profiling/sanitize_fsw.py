@@ -26,6 +26,18 @@ for (N, K) in ((196, 416), (200, 2080), (1040, 2112)):
                 out = cp.full((M, N), np.nan, dtype=cp.float16)
                 check(f"gemv fsw N={N} K={K} k={k} M={M} plan={ov}", gemv(A, q, out, plan_override=ov),
                       A.astype(cp.float64) @ Wd.T, tol=2e-3)
+# column groups side by side at two token tiles (plan gpb, gate/up's and Q's default at M = 9..16): a partial last
+# block, K tails
+for (N, K) in ((1040, 2080), (200, 416)):
+    for k in (2, 3, 4):
+        q = kb.quantize(cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02), k)
+        Wd = kb.dequantize(q, np.float32).astype(cp.float64)
+        for M in (9, 16):
+            A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+            for ov in ((("gpb", 2), ("warps", 8)), (("gpb", 3), ("warps", 4)), (("gpb", 5), ("warps", 3))):
+                out = cp.full((M, N), np.nan, dtype=cp.float16)
+                check(f"gemv slices N={N} K={K} k={k} M={M} plan={ov}", gemv(A, q, out, plan_override=ov),
+                      A.astype(cp.float64) @ Wd.T, tol=2e-3)
 # the token split (plan ts, the default of KV-like shapes from M = 5): c8 CTAs of 4 rows at M <= 8, 8 rows above
 for (N, K) in ((512, 2048), (200, 2080)):
     for k in (2, 3, 4, 5):

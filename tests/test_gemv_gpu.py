@@ -168,6 +168,38 @@ def test_gemv_token_split(k, rng):
     assert _rel_err(out, A.astype(cp.float64) @ Wd.T) < 2e-3
 
 
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_gemv_slices_two_tiles(k, rng):
+    """Column groups side by side at two token tiles (plan gpb at M = 9..16, k <= 4: gate/up's and Q's default
+    plans): a last block the groups do not fill, N not a multiple of 16 (flat), K tails, 2..5 groups of 3..8 warps,
+    every layout, fp16 / bf16; then the default plans of gate/up and Q through matmul."""
+    import cupy as cp
+
+    plans = [(("gpb", 2), ("warps", 8)), (("gpb", 3), ("warps", 4)), (("gpb", 5), ("warps", 3)), (("gpb", 4), ("warps", 4))]
+    for layout in ("tiled", "flat", "flat_f32"):
+        for N, K in ((1040, 2080), (1000, 2112), (200, 416)):
+            q, Wd = _weight(cp, (N, K), k, layout, rng)
+            for M in (9, 13, 16):
+                for dt in (np.float16, kb.bfloat16):
+                    A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
+                    A64 = A.astype(cp.float64)
+                    ref, mag = A64 @ Wd.T, cp.abs(A64) @ cp.abs(Wd).T
+                    for ov in plans:
+                        out = cp.full((M, N), np.nan, dtype=dt)
+                        gemv(A, q, out, plan_override=ov)
+                        assert not bool(cp.isnan(out).any()), (layout, N, K, M, ov)
+                        assert _rel_err(out, ref, mag, K) < TOL[np.dtype(dt).name], (layout, N, K, M, ov)
+    for name in ("gateup", "Q"):
+        q, Wd = _weight(cp, DENSE[name], k, "tiled", rng)
+        N, K = DENSE[name]
+        assert kb.gemv.plan(N, K, 16, k)[7] > 1
+        for M in (9, 16):
+            A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+            out = cp.full((M, N), np.nan, dtype=cp.float16)
+            gemv(A, q, out)
+            assert _rel_err(out, A.astype(cp.float64) @ Wd.T) < 2e-3, (name, M)
+
+
 @pytest.mark.parametrize("layout", ["tiled", "flat", "flat_f32"])
 def test_gemv_slices(layout, rng):
     """Several column groups side by side in one block (plan gpb > 1, instantiated for k = 5):
