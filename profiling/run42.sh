@@ -155,4 +155,16 @@ if [ "$STEP" = sl3 ]; then
     AB_VARIANTS="g1:+gpb=1;s2w8:+gpb=2 +warps=8;s3w4:+gpb=3 +warps=4;s4w4:+gpb=4 +warps=4;s5w3:+gpb=5 +warps=3" \
     CUT=230 gemv_ab_twice sl3_42 250
 fi
+# Result (gemv_sl3_42_{1,2}.log, H100, two passes; 87 GPU tests passed, gpu_tests42e; memcheck over sanitize_fsw.py with
+#   the slices 200 checks, 0 errors): the defaults are the fastest block shapes -- gate/up k = 4 M = 9 / 12 / 16 8.51 /
+#   9.26 / 10.17 -> 5.88 / 6.13 / 6.50 us (g1 = the one-group plan; the stream 7.66 at 16), Q 5.08 / 5.47 / 6.04 -> 4.83 /
+#   5.00 / 5.41, linear value alike, k = 2 / 3 alike (k = 2 linear value M = 16 7.23 -> 5.17).  One tile (M = 8): gate/up
+#   3 x 4 only at k = 2 a little faster (5.84 -> 5.58; not instantiated).
+# STEP=sweep3 (TAG=sweep42b on the H100, sweep42hb on the H200): the M = 9..16 bands again (gate/up now on the GEMV?).
+if [ "$STEP" = sweep3 ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream 2>&1 | tail -1
+  timeout 500 python3 profiling/bench.py --out "$W" --M 9,10,11,12,13,14,15,16 --k 2,3,4 --columns GEMV,STREAM,matmul \
+    --reps 15 --tag "$TAG" > "$W/bench_$TAG.log" 2>&1
+  grep -E "^### M|^\| TOTAL" "$W/bench_$TAG.log"
+fi
 finish_run gemv42
