@@ -167,4 +167,7 @@ if [ "$STEP" = sweep3 ]; then
     --reps 15 --tag "$TAG" > "$W/bench_$TAG.log" 2>&1
   grep -E "^### M|^\| TOTAL" "$W/bench_$TAG.log"
 fi
+# Result (sweep42b, H100): k = 4 GEMV TOTAL M = 9 / 12 / 16 24.71 / 26.07 / 28.37 us (1.91x / 1.81x / 1.63x fp16; the old
+#   bands' matmul 26.42 / 27.45 / 29.39: gate/up still on the stream); retune_tables.py +sweep42b: gate/up k = 2..4 and Q
+#   k = 2 on the GEMV to 16.
 finish_run gemv42
