@@ -170,4 +170,7 @@ fi
 # Result (sweep42b, H100): k = 4 GEMV TOTAL M = 9 / 12 / 16 24.71 / 26.07 / 28.37 us (1.91x / 1.81x / 1.63x fp16; the old
 #   bands' matmul 26.42 / 27.45 / 29.39: gate/up still on the stream); retune_tables.py +sweep42b: gate/up k = 2..4 and Q
 #   k = 2 on the GEMV to 16.
+# Result (sweep42hb -- asked for an H200, got the held H100: so the H100 again, with the rebuilt bands): k = 4 TOTAL matmul
+#   M = 9 / 12 / 16 24.78 / 26.09 / 28.34 us = 1.89x / 1.80x / 1.63x fp16, matmul = the best column everywhere (gate/up
+#   6.54 us at 16 on the GEMV).
 finish_run gemv42
