@@ -173,4 +173,20 @@ fi
 # Result (sweep42hb -- asked for an H200, got the held H100: so the H100 again, with the rebuilt bands): k = 4 TOTAL matmul
 #   M = 9 / 12 / 16 24.78 / 26.09 / 28.34 us = 1.89x / 1.80x / 1.63x fp16, matmul = the best column everywhere (gate/up
 #   6.54 us at 16 on the GEMV).
+# Result (sweep42hb, H200): k = 4 best column M = 9 / 12 / 13 / 14 / 16 1.65x / 1.56x / 1.51x / 1.49x / 1.41x fp16 (the old
+#   bands' matmul 26.70 us at 9, 29.79 at 16); retune_tables.py +sweep42hb: gate/up k = 2..4, Q k = 2 / 3 on the GEMV to 16.
+# STEP=final (TAG=dclose42f on the H100, dclose42hf on the H200): the final tree -- the M = 5..16 table (k = 4) with the
+#   rebuilt bands, the MoE table at 1 / 4 / 16 tokens (TAG-moe), the GEMV family's and the launch path's GPU tests, memcheck.
+if [ "$STEP" = final ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream grouped 2>&1 | tail -1
+  timeout 150 python3 profiling/bench.py --out "$W" --M 5,8,12,16 --k 4 --columns GEMV,STREAM,matmul --reps 15 \
+    --tag "$TAG" > "$W/bench_$TAG.log" 2>&1
+  grep -E "^### M|^\| TOTAL " "$W/bench_$TAG.log"
+  timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,16 --experts 8,10 \
+    --columns Grouped,Grouped:stable --reps 15 --tag "$TAG-moe" > "$W/bench_$TAG-moe.log" 2>&1
+  grep -E "^### MoE|^\| (moe_dn|TOTAL) " "$W/bench_$TAG-moe.log"
+  gpu_tests "$W/gpu_tests_$TAG.log" 400 tests/test_gemv_gpu.py tests/test_grouped_gpu.py tests/test_launch_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_$TAG.log" | head -20
+  sanitize memcheck "$W/memcheck_$TAG.log" 150 profiling/sanitize_fsw.py
+fi
 finish_run gemv42

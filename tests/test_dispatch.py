@@ -298,11 +298,12 @@ def test_h200_table_follows_measurements():
     # twenty-first session (final38, k = 2 / 4, and final38b, k = 3 / 5, every kernel in one H200 run, after the
     # wgmma kernel compiled the default codebook in): gate/up k = 2 M = 64 wgmma 12.08 vs stream 12.49 us; since
     # the TMA stages (wg-tune30) M = 32 wgmma 9.16 vs stream 9.30 (M = 24 the stream, 8.81 vs 9.13)
-    # M = 8..16 since the full A swizzle / token split (sweep42h): the GEMV at 8 (5.84 vs stream 6.52 us), the stream
-    # from 16; down / Q / O k = 2..4 on the GEMV to 15 / 16 (k = 4 down M = 16 7.37 vs stream 7.84 in dclose42)
-    assert [c(M, 5120, 2048, 2) for M in (8, 16, 24, 32, 64)] == ["gemv", "stream", "stream", "wgmma", "wgmma"]
+    # M = 8..16 since the full A swizzle / token split (sweep42h) and the two-tile GEMV's column groups side by side
+    # (sweep42hb): gate/up on the GEMV to 16 (k = 2 5.84 vs stream 6.52 us at 8), the stream from 17; down / Q / O
+    # k = 2..4 on the GEMV to 15 / 16 (k = 4 down M = 16 7.37 vs stream 7.84 in dclose42)
+    assert [c(M, 5120, 2048, 2) for M in (8, 16, 17, 24, 32, 64)] == ["gemv", "gemv", "stream", "stream", "wgmma", "wgmma"]
     assert [c(M, 2048, 5120, 4) for M in (8, 9, 16, 17)] == ["gemv", "gemv", "gemv", "stream"]
-    assert c(9, 5120, 2048, 4) == "stream" and c(8, 5120, 2048, 4) == "gemv"
+    assert [c(M, 5120, 2048, 4) for M in (8, 9, 16, 17)] == ["gemv", "gemv", "gemv", "stream"]
     # k = 5 down, final18: M = 64 wgmma 15.33 vs stream 15.90 us, M = 128 wgmma 19.14 vs dq 20.99; M = 256 since
     # the TMA stages (wg-tune30): wgmma 21.18 vs dq 22.11
     assert [c(M, 2048, 5120, 5) for M in (8, 16, 32, 64, 128, 256, 257)] == ["gemv", "stream", "stream", "wgmma", "wgmma",
@@ -315,8 +316,8 @@ def test_h200_table_follows_measurements():
     # k = 4 gate/up: M = 48 since the dense split rule (final40, H200): wgmma 11.39 vs stream 12.36 us; M = 64 (final38)
     # wgmma 12.71, stream 13.03, dq 14.01; M = 32 since the TMA stages (wg-tune30) wgmma 9.63 vs stream 9.70 (M = 24
     # the stream, 9.19 vs 9.61)
-    # (M = 8 on the GEMV since sweep42h: 5.56 vs stream 7.03 us in dclose42)
-    assert [c(M, 5120, 2048, 4) for M in (4, 8, 16, 24, 32, 48, 64)] == ["gemv", "gemv", "stream", "stream", "wgmma",
+    # (M = 8 on the GEMV since sweep42h: 5.56 vs stream 7.03 us in dclose42; to 16 since sweep42hb)
+    assert [c(M, 5120, 2048, 4) for M in (4, 8, 16, 24, 32, 48, 64)] == ["gemv", "gemv", "gemv", "stream", "wgmma",
                                                                         "wgmma", "wgmma"]
     # down (final38): wgmma 12.49 vs stream 13.41 us at 48, 12.63 vs 14.28 at 64; the stream at 32 (10.08 vs 10.78)
     assert [c(M, 2048, 5120, 4) for M in (48, 64, 128)] == ["wgmma", "wgmma", "wgmma"]
