@@ -195,4 +195,10 @@ fi
 #   default launch) unchanged at 1 / 4 / 16 tokens: H100 down 1.88x / 1.96x at 1 token, 1.87x / 1.97x at 4 (8 / 10
 #   experts); 16 tokens dispatch the wgmma / mma kernels (not the grouped GEMV).  270 GPU tests passed on each
 #   (test_gemv_gpu, test_grouped_gpu, test_launch_gpu); memcheck over sanitize_fsw.py 200 checks, 0 errors on each.
+# STEP=tests (the review's refactor of the plan tests into _check_plans): the GEMV tests that use it.
+if [ "$STEP" = tests ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests42f.log" 300 tests/test_gemv_gpu.py -k "slices or token_split or plans_agree"
+  grep -E "^E  |FAILED" "$W/gpu_tests42f.log" | head -20
+fi
 finish_run gemv42

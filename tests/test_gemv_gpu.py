@@ -51,6 +51,23 @@ def _run(cp, q, Wd, M, dt, rng):
     return _rel_err(out, ref, cp.abs(A64) @ cp.abs(Wd).T, K)
 
 
+def _check_plans(cp, q, Wd, Ms, plans, rng, tag=None):
+    """gemv with every plan override of `plans` at every M of Ms, fp16 and bf16, fresh A, outputs poisoned, against
+    the float64 reference of the dequantized weight Wd."""
+    N, K = q.shape
+    for M in Ms:
+        for dt in (np.float16, kb.bfloat16):
+            A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
+            A64 = A.astype(cp.float64)
+            ref, mag = A64 @ Wd.T, cp.abs(A64) @ cp.abs(Wd).T
+            for ov in plans:
+                out = cp.full((M, N), np.nan, dtype=dt)
+                gemv(A, q, out, plan_override=ov)
+                assert not bool(cp.isnan(out).any()), (tag, N, K, M, ov)
+                err = _rel_err(out, ref, mag, K)
+                assert err < TOL[np.dtype(dt).name], (tag, N, K, M, np.dtype(dt).name, ov, err)
+
+
 @pytest.mark.parametrize("layout", ["tiled", "flat_f32"])
 @pytest.mark.parametrize("k", [2, 3, 4, 5])
 @pytest.mark.parametrize("name", list(DENSE))
@@ -139,22 +156,11 @@ def test_gemv_token_split(k, rng):
     plans = [(("ts", 1),), (("ts", 1), ("warps", 8)), (("ts", 1), ("c8", 1)), (("ts", 1), ("c8", 1), ("warps", 4)),
              (("ts", 1), ("c8", 1), ("warps", 16))]
     for N, K in ((512, 2048), (200, 2080), (1040, 2112), (24, 32)):
-        q, Wd = _weight(cp, (N, K), k, "tiled", rng)
         qc = kb.quantize(cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02), k, codebook=cb)
         assert not qc.default_codebook
-        Wc = kb.dequantize(qc, np.float32).astype(cp.float64)
-        for M in (2, 5, 8, 9, 13, 16):
-            for dt in (np.float16, kb.bfloat16):
-                A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
-                A64 = A.astype(cp.float64)
-                for qq, WW in ((q, Wd), (qc, Wc)):
-                    ref, mag = A64 @ WW.T, cp.abs(A64) @ cp.abs(WW).T
-                    for ov in plans:
-                        out = cp.full((M, N), np.nan, dtype=dt)
-                        gemv(A, qq, out, plan_override=ov)
-                        assert not bool(cp.isnan(out).any()), (N, K, M, ov)
-                        err = _rel_err(out, ref, mag, K)
-                        assert err < TOL[np.dtype(dt).name], (N, K, M, np.dtype(dt).name, ov, err)
+        Ms = (2, 5, 8, 9, 13, 16)
+        _check_plans(cp, *_weight(cp, (N, K), k, "tiled", rng), Ms, plans, rng, "default codebook")
+        _check_plans(cp, qc, kb.dequantize(qc, np.float32).astype(cp.float64), Ms, plans, rng, "loaded codebook")
     q, Wd = _weight(cp, (512, 2048), k, "tiled", rng)
     A = cp.asarray(rng.standard_normal((13, 2048), dtype=np.float32)).astype(cp.float16)
     out = cp.full((13, 512), np.nan, dtype=cp.float16)
@@ -178,17 +184,7 @@ def test_gemv_slices_two_tiles(k, rng):
     plans = [(("gpb", 2), ("warps", 8)), (("gpb", 3), ("warps", 4)), (("gpb", 5), ("warps", 3)), (("gpb", 4), ("warps", 4))]
     for layout in ("tiled", "flat", "flat_f32"):
         for N, K in ((1040, 2080), (1000, 2112), (200, 416)):
-            q, Wd = _weight(cp, (N, K), k, layout, rng)
-            for M in (9, 13, 16):
-                for dt in (np.float16, kb.bfloat16):
-                    A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
-                    A64 = A.astype(cp.float64)
-                    ref, mag = A64 @ Wd.T, cp.abs(A64) @ cp.abs(Wd).T
-                    for ov in plans:
-                        out = cp.full((M, N), np.nan, dtype=dt)
-                        gemv(A, q, out, plan_override=ov)
-                        assert not bool(cp.isnan(out).any()), (layout, N, K, M, ov)
-                        assert _rel_err(out, ref, mag, K) < TOL[np.dtype(dt).name], (layout, N, K, M, ov)
+            _check_plans(cp, *_weight(cp, (N, K), k, layout, rng), (9, 13, 16), plans, rng, layout)
     for name in ("gateup", "Q"):
         q, Wd = _weight(cp, DENSE[name], k, "tiled", rng)
         N, K = DENSE[name]
@@ -211,17 +207,7 @@ def test_gemv_slices(layout, rng):
     plans = [(("gpb", 2), ("warps", 8)), (("gpb", 3), ("warps", 4)), (("gpb", 4), ("warps", 4)),
              (("gpb", 2), ("warps", 3), ("late", False)), (("gpb", 3), ("warps", 5), ("late", True))]
     for N, K in ((1040, 2080), (1000, 2112), (200, 4160)):
-        q, Wd = _weight(cp, (N, K), 5, layout, rng)
-        for M in (1, 5, 8):
-            for dt in (np.float16, kb.bfloat16):
-                A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
-                A64 = A.astype(cp.float64)
-                ref, mag = A64 @ Wd.T, cp.abs(A64) @ cp.abs(Wd).T
-                for ov in plans:
-                    out = cp.full((M, N), np.nan, dtype=dt)
-                    gemv(A, q, out, plan_override=ov)
-                    assert not bool(cp.isnan(out).any()), (N, K, M, ov)
-                    assert _rel_err(out, ref, mag, K) < TOL[np.dtype(dt).name], (N, K, M, ov)
+        _check_plans(cp, *_weight(cp, (N, K), 5, layout, rng), (1, 5, 8), plans, rng)
     for name in ("gateup", "Q"):
         q, Wd = _weight(cp, DENSE[name], 5, layout, rng)
         N, K = DENSE[name]
