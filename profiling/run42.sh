@@ -201,4 +201,5 @@ if [ "$STEP" = tests ]; then
   gpu_tests "$W/gpu_tests42f.log" 300 tests/test_gemv_gpu.py -k "slices or token_split or plans_agree"
   grep -E "^E  |FAILED" "$W/gpu_tests42f.log" | head -20
 fi
+# Result (H100, 7465eff): 14 passed (gpu_tests42f).
 finish_run gemv42
