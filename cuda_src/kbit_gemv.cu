@@ -72,7 +72,9 @@ template <int K, int MT> __host__ __device__ constexpr bool gemv_asw() {
 #ifndef KBIT_GEMV_FSW
 #define KBIT_GEMV_FSW 1
 #endif
-template <int K, int MT> __host__ __device__ constexpr bool gemv_fsw() { return KBIT_GEMV_FSW && MT == 2 && gemv_asw<K, MT>(); }
+template <int K, int MT> __host__ __device__ constexpr bool gemv_fsw() {
+    return KBIT_GEMV_FSW && MT == 2 && gemv_asw<K, MT>();
+}
 template <int K, int MT> __device__ __forceinline__ int a_swizzle(int q, int m) {
     return gemv_fsw<K, MT>() ? q ^ (((q >> 3) & 1) | ((m & 1) << 1)) : gemv_asw<K, MT>() ? q ^ ((m & 1) << 1) : q;
 }
@@ -408,11 +410,12 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     const u32 lut_lane = (u32)__cvta_generic_to_shared(lut) + LutLayout<K, QUAD>::lane_offset(lane);
     // C8: lanes g < 4 feed token column g the first half's A row g, lanes g >= 4 the second's row g - 4
     const T* a_row = C8 ? a_s + (long)(g & 3) * KP + (g >> 2) * 128 + t * 32 : a_s + (long)g * KP + t * 32;
-    // (ASW) an odd row's lane reads its chunks 0, 1 at a_sh (32 bytes on) and 2, 3 at a_sh - 64 (a_swizzle)
+    // The lane's base, a_swizzle's offset of its first chunk added: (ASW) an odd row's lane reads its chunks 0, 1 there
+    // (32 bytes on) and 2, 3 at 64 bytes back; (FSW) the lane's swizzle sits in bits 4..5 of the base (a row's 64-byte
+    // quarter starts with those bits clear), chunk r at base ^ 16 r.
     constexpr bool ASW = gemv_asw<K, MT>(), FSW = gemv_fsw<K, MT>();
-    const u32 a_odd = ASW ? 32u * (u32)((C8 ? g & 3 : g) & 1) : 0u;
-    // (FSW) the lane's base with its swizzle in bits 4..5 (a row's 64-byte quarter starts with those bits clear)
-    const u32 a_sh = (u32)__cvta_generic_to_shared(a_row) + (FSW ? 16u * (u32)((t >> 1) | ((g & 1) << 1)) : a_odd);
+    const u32 a_off = FSW ? 16u * (u32)((t >> 1) | ((g & 1) << 1)) : ASW ? 32u * (u32)((C8 ? g & 3 : g) & 1) : 0u;
+    const u32 a_sh = (u32)__cvta_generic_to_shared(a_row) + a_off;
     constexpr int TOK = 8 * MT;
     do {
         const int n0 = (MULTI ? grp : (int)blockIdx.x * ny + ty) * (C8 ? 8 : 16);
@@ -437,14 +440,15 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                         const uint4* ap =
                             reinterpret_cast<const uint4*>(a_row + (long)8 * mt * KP + (long)(warp + sl * W) * SK);
                         const bool row_ok = (C8 ? (g & 3) : g + 8 * mt) < M;
-                        if (FSW) {  // (8 mt rows and whole steps on: bits 4..5 kept)
-                            const u32 ao = a_sh + 2u * (8 * mt * KP + (warp + sl * W) * SK);
+                        // (8 mt rows and whole steps on: the row parity and bits 4..5 kept)
+                        const u32 ao = a_sh + 2u * (8 * mt * KP + (warp + sl * W) * SK);
+                        if (FSW) {
                             a[mt][0] = lds_u128_if<0>(ao, row_ok);
                             a[mt][1] = lds_u128_if<0>(ao ^ 16u, row_ok);
                             a[mt][2] = lds_u128_if<0>(ao ^ 32u, row_ok);
                             a[mt][3] = lds_u128_if<0>(ao ^ 48u, row_ok);
-                        } else if (ASW) {  // (8 mt rows on: the parity kept)
-                            const u32 ao = a_sh + 2u * (8 * mt * KP + (warp + sl * W) * SK), bo = ao - 2u * a_odd;
+                        } else if (ASW) {
+                            const u32 bo = ao - 2u * a_off;
                             a[mt][0] = lds_u128_if<0>(ao, row_ok);
                             a[mt][1] = lds_u128_if<16>(ao, row_ok);
                             a[mt][2] = lds_u128_if<32>(bo, row_ok);

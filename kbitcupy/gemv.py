@@ -184,10 +184,12 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
     ty = 1
     if ts is None:
         # Few column groups (KV: 32 on 132 SMs) from M = 5: the token split, 8-column groups of 4 rows on 8 warps at
-        # M <= 8, else 8 rows a CTA.  H100, 2026-11-27 (thirty-fifth session, run42.sh ts, two passes): KV k = 4 M = 5 /
-        # 8 2.47 / 2.70 -> 2.19 / 2.22 us, M = 9 / 12 / 16 3.17 / 3.34 / 3.76 -> 2.68 / 2.67 / 2.70 (k = 2 / 3 / 5 alike);
+        # M <= 8, else 8 rows a CTA.  H100, 2026-11-27 (thirty-fifth session, run42.sh ts, two passes): KV k = 4
+        # M = 5 / 8 2.47 / 2.70 -> 2.19 / 2.22 us, M = 9 / 12 / 16 3.17 / 3.34 / 3.76 -> 2.68 / 2.67 / 2.70 (k = 2 / 3 /
+        # 5 alike);
         # linear key and O (128 groups) slower every way.
-        ts = tiled and M >= 5 and -(-N // 16) <= 64 and warps is None and gpb is None and c8 is None and dual is None and late is None and depth is None
+        block_given = any(v is not None for v in (warps, depth, dual, late, gpb, c8))
+        ts = tiled and M >= 5 and -(-N // 16) <= 64 and not block_given
         if ts:
             c8 = M <= 8
             warps = min(8, -(-K // 256)) if c8 else None
