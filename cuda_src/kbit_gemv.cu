@@ -75,6 +75,13 @@ template <int K, int MT> __host__ __device__ constexpr bool gemv_asw() {
 template <int K, int MT> __host__ __device__ constexpr bool gemv_fsw() {
     return KBIT_GEMV_FSW && MT == 2 && gemv_asw<K, MT>();
 }
+// A staged row by row at fixed chunk columns (stage_A's ROWS; gemv_block says where).  H200, 2026-11-27 (thirty-sixth
+// session, run43.sh rows / rows2, two passes): dense k = 4 GEMV TOTAL M = 16 28.74 -> 25.40 us, M = 8 22.76 -> 21.37;
+// grouped k = 4 16 tokens gate/up fused + down 18.4 / 23.8 -> 16.1 / 20.9 us (8 / 10 experts); where a thread has one or
+// two chunks (M = 1 / 2, grouped 1..8 tokens) 0.01-0.1 us slower, so not there.  0: the linear loop everywhere.
+#ifndef KBIT_GEMV_STAGE_ROWS
+#define KBIT_GEMV_STAGE_ROWS 1
+#endif
 template <int K, int MT> __device__ __forceinline__ int a_swizzle(int q, int m) {
     return gemv_fsw<K, MT>() ? q ^ (((q >> 3) & 1) | ((m & 1) << 1)) : gemv_asw<K, MT>() ? q ^ ((m & 1) << 1) : q;
 }
@@ -151,7 +158,8 @@ struct LateBind {
 // Bind: NoBind, or LateBind (above): M is then the rows the shared memory is laid out for and the
 // operands are the arguments plus bind's offsets.  KEEP (the dense kbit_gemv): see addr_ready.
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0,
-          bool SLICES = false, bool CBD = false, bool C8 = false, class Bind = NoBind, bool KEEP = false, bool QUAD = false>
+          bool SLICES = false, bool CBD = false, bool C8 = false, class Bind = NoBind, bool KEEP = false, bool QUAD = false,
+          bool TSR = false>
 __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* __restrict__ packed,
                                            const ABS* __restrict__ absmax, const float* __restrict__ codebook,
                                            T* __restrict__ C, int M, int N, int Kdim, float tensor_scale, int grp0,
@@ -166,6 +174,12 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         KTR(0, probe_gtime()); KTR(1, probe_clock()); KTR(2, probe_smid());
     }
 #endif
+#ifdef KBIT_GEMV_PROBE_CLBAR
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+    // A staged row by row (stage_A) at two token tiles and in the token split's CTAs (TSR), where a thread has four
+    // 16-byte chunks or more; the one-tile kernels, which also serve M = 1, keep the linear loop.
+    constexpr bool ROWS = KBIT_GEMV_STAGE_ROWS && AMODE != 2 && (MT == 2 || TSR);
     u32* lut = reinterpret_cast<u32*>(smem);
     static_assert(!C8 || (MT == 1 && AMODE == 0 && !SLICES), "C8: one token tile (M <= 4), dense kernel only");
     constexpr int SK = C8 ? 256 : 128;    // K per step
@@ -327,57 +341,104 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // row outside [0, a_nrows) reading as zeros; AMODE 2 (SwiGLU fused in): the row holds
     // [gate | up] of Kdim each (stride 2 Kdim) and the staged value is silu(gate) * up,
     // rounded once (as kbit_silu_mul).
+    // Chunk q (16 bytes, elements 8q..8q+7) of staged row m.
+    auto stage_chunk = [&](int m, int q) {
+        const int kk = q * 8;
+#ifdef KBIT_GEMV_PROBE_HALF_A  // experiment: every other step of A staged (results wrong): the A traffic's share
+        if (((kk / SK) & 1) != (int)(blockIdx.x & 1)) return;
+#endif
+        uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * KP + a_swizzle<K, MT>(q, m) * 8);
+        if constexpr (AMODE == 0) {
+            if (kk < Kdim) cp_async16(dst, A + (long)m * Kdim + kk);
+            else *dst = make_uint4(0u, 0u, 0u, 0u);
+        } else if constexpr (AMODE == 1) {
+            const int row = ld_after_wait(a_rows + m);
+            if (kk < Kdim && row >= 0 && row < a_nrows) cp_async16(dst, A + (long)row * Kdim + kk);
+            else *dst = make_uint4(0u, 0u, 0u, 0u);
+        } else {
+            if (kk < Kdim) {
+                const T* src = A + (long)m * (2 * Kdim) + kk;
+                const uint4 gw = ld_after_wait_v4(src);
+                const uint4 uw = ld_after_wait_v4(src + Kdim);
+                const T* g8 = reinterpret_cast<const T*>(&gw);
+                const T* u8v = reinterpret_cast<const T*>(&uw);
+                uint4 r;
+                T* r8 = reinterpret_cast<T*>(&r);
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    r8[e] = KbitType<T>::from_float(silu_mul_f(KbitType<T>::to_float(g8[e]), KbitType<T>::to_float(u8v[e])));
+                *dst = r;
+            } else {
+                *dst = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+    };
     auto stage_A = [&]() {
-        const int kpad = KP;
-        const int chunks = M * (kpad / 8);
+        const int cpr = KP / 8;  // chunks a row (a multiple of 16, as the block's threads are of 32)
+        // ROWS: row by row at fixed chunk columns, as zero-filling cp.async (AMODE 0 / 1): a thread's chunk index steps
+        // by a multiple of 32, so its swizzle bits stay and both addresses step by constants -- the inner loop 14 SASS
+        // instructions a 16-byte chunk.  The linear loop below spends ~40 (row stepping, 64-bit address math, the
+        // zero-store branch): 800 a thread for down's 160 KB at M = 16, all between the wait and the first MMA.
+        if constexpr (ROWS) {
+            // The thread's chunk columns q0, q0 + dq, ... < cpr, each down rows m0, m0 + P, ...: P rows a pass where
+            // the block's threads cover a row (q0, m0 from tid without a division), else one.
+            int P = 1, m0 = 0, q0 = tid, dq = nthr;
+            if ((int)nthr >= cpr) {
+                P = 0;
+                for (int s2 = cpr; s2 <= (int)nthr; s2 += cpr) P++;
+                while (q0 >= cpr) { q0 -= cpr; m0++; }
+                dq = cpr;                 // one column
+                if (m0 >= P) q0 = cpr;    // the threads past P whole rows stage nothing
+            }
+            const u32 a_base = (u32)__cvta_generic_to_shared(a_s);
+            for (int q = q0; q < cpr; q += dq) {
+                const bool kv = q * 8 < Kdim;
+                // the swizzle of a row of the other parity: chunk bit 1 flipped, so byte bit 5 of the offset
+                const u32 flip = (P & 1) ? 16u * (u32)(a_swizzle<K, MT>(q, 1) ^ a_swizzle<K, MT>(q, 0)) : 0u;
+                u32 off = 2u * (u32)(m0 * KP + a_swizzle<K, MT>(q, m0) * 8);
+                // (a chunk past K reads nothing: its source stays at A)
+                const T* src = kv ? A + (long)m0 * Kdim + q * 8 : A;
+                const long ds = kv ? (long)P * Kdim : 0L;
+                for (int m = m0; m < M; m += P) {
+                    if constexpr (AMODE == 0) {
+                        cp_async16_zfill(a_base + off, src, kv);
+                        src += ds;
+                    } else {
+                        const int row = ld_after_wait(a_rows + m);
+                        const bool v = kv && row >= 0 && row < a_nrows;
+                        cp_async16_zfill(a_base + off, v ? A + (long)row * Kdim + q * 8 : A, v);
+                    }
+                    off = (off + 2u * (u32)(P * KP)) ^ flip;
+                }
+            }
+            cp_async_commit();
+            return;
+        }
 #ifndef KBIT_GEMV_STAGE_DIV  // (experiment hook: the division as before 2026-11-27)
         // The dense kernel (KEEP) steps its chunks' rows instead of dividing by the row's chunks (a runtime
         // division between the wait and A's cp.async).  H100, 2026-11-27 (gemv_nodiv37.log): dense TOTAL M = 1
         // k = 2 / 3 / 4 / 5 -0.11 / -0.11 / +0.04 / -0.12 us, M = 4 -0.25 / -0.51 / -0.01 / -0.35.
-        for (int c = tid, m = 0, cb = 0; c < chunks; c += nthr) {
+        for (int c = tid, m = 0, cb = 0; c < M * cpr; c += nthr) {
             if (KEEP) {
-                while (c - cb >= kpad / 8) { cb += kpad / 8; m++; }
+                while (c - cb >= cpr) { cb += cpr; m++; }
             } else {
-                m = c / (kpad / 8);
-                cb = m * (kpad / 8);
+                m = c / cpr;
+                cb = m * cpr;
             }
-            const int kk = (c - cb) * 8;
-#else
-        for (int c = tid; c < chunks; c += nthr) {
-            const int m = c / (kpad / 8), kk = (c % (kpad / 8)) * 8;
-#endif
-            uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * kpad + a_swizzle<K, MT>(kk >> 3, m) * 8);
-            if constexpr (AMODE == 0) {
-                if (kk < Kdim) cp_async16(dst, A + (long)m * Kdim + kk);
-                else *dst = make_uint4(0u, 0u, 0u, 0u);
-            } else if constexpr (AMODE == 1) {
-                const int row = ld_after_wait(a_rows + m);
-                if (kk < Kdim && row >= 0 && row < a_nrows) cp_async16(dst, A + (long)row * Kdim + kk);
-                else *dst = make_uint4(0u, 0u, 0u, 0u);
-            } else {
-                if (kk < Kdim) {
-                    const T* src = A + (long)m * (2 * Kdim) + kk;
-                    const uint4 gw = ld_after_wait_v4(src);
-                    const uint4 uw = ld_after_wait_v4(src + Kdim);
-                    const T* g8 = reinterpret_cast<const T*>(&gw);
-                    const T* u8v = reinterpret_cast<const T*>(&uw);
-                    uint4 r;
-                    T* r8 = reinterpret_cast<T*>(&r);
-#pragma unroll
-                    for (int e = 0; e < 8; e++)
-                        r8[e] = KbitType<T>::from_float(silu_mul_f(KbitType<T>::to_float(g8[e]), KbitType<T>::to_float(u8v[e])));
-                    *dst = r;
-                } else {
-                    *dst = make_uint4(0u, 0u, 0u, 0u);
-                }
-            }
+            stage_chunk(m, c - cb);
         }
+#else
+        for (int c = tid; c < M * cpr; c += nthr) stage_chunk(c / cpr, c % cpr);
+#endif
         cp_async_commit();
     };
     // pdl (launched as a programmatic dependent of the previous grid, which may write
     // A): weights, codebook and pair table first, A only after griddepcontrol.wait.
     // Otherwise A is requested first, so it lands while the table is built (pdl's
     // order costs ~6 % without the overlap; H200, 2026-11-22, profiling/pdl_ab.py).
+#ifdef KBIT_GEMV_PROBE_CLBAR  // experiment: a cluster barrier before A's staging and one at the exit
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
     if (!pdl) stage_A();
     // Codebook to shared memory, then the pair table; A lands meanwhile.
     {
@@ -519,6 +580,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #endif
         if (MULTI) __syncthreads();  // red is rewritten by the next group
     } while (MULTI && grp < ngroups);
+#ifdef KBIT_GEMV_PROBE_CLBAR
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
 }
 
 // No register cap below the hardware's: k = 4 takes 80 registers (three 256-thread
@@ -552,7 +616,7 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
         M = min(M - r0, R);
     }
     // KBIT_PDL_SAFE(_PF1): wait before any load, the first D (one) ring steps prefetched into L2 before it
-    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD, C8, NoBind, true, gemv_quad<K, MT>()>(A, packed, absmax, codebook, C, M, N,
+    gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD, C8, NoBind, true, gemv_quad<K, MT>(), TS>(A, packed, absmax, codebook, C, M, N,
                                         Kdim, tensor_scale, blockIdx.x, gridDim.x, C8 ? (N + 7) / 8 : (N + 15) / 16, pdl == 1,
                                         nullptr, 0, pdl == KBIT_PDL_SAFE || pdl == KBIT_PDL_SAFE_PF1, false, nullptr,
                                         pdl == KBIT_PDL_SAFE_PF1 ? 1 : D);

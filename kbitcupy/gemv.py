@@ -1,6 +1,8 @@
 """Launcher for the decode GEMV kernel (cuda_src/kbit_gemv.cu), M = 1..16."""
 from __future__ import annotations
 
+import os
+
 import functools
 
 import numpy as np
@@ -133,8 +135,10 @@ def lb_key(key: tuple) -> tuple:
     return (key[0] + "_lb",) + tuple(key[1:])
 
 
+# KBIT_GEMV_OPTS: extra NVRTC options, an experiment hook (e.g. -DKBIT_GEMV_STAGE_ROWS=1, see the .cu).
 GEMV = register("gemv", Family("kbit_gemv.cu", _instances(),
-                               group_of=lambda key: key[:3] if str(key[0]).startswith("grouped") else key[:2]))
+                               group_of=lambda key: key[:3] if str(key[0]).startswith("grouped") else key[:2],
+                               options=tuple(os.environ.get("KBIT_GEMV_OPTS", "").split())))
 
 # Hopper has 132 SMs; the plan aims for enough warps to keep ~all weight bytes in flight.
 TARGET_WARPS = 132 * 24

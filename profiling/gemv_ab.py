@@ -48,8 +48,8 @@ def make_baseline(rev):
     print("wrote", path)
 
 
-def _pdl_launch(fn, grid, block, args):
-    _pdl.launch(fn, grid, block, args, fn.max_dynamic_shared_size_bytes, pdl=bool(args[-1]))
+def _pdl_launch(fn, grid, block, args, cluster=1):
+    _pdl.launch(fn, grid, block, args, fn.max_dynamic_shared_size_bytes, pdl=bool(args[-1]), cluster=cluster)
 
 
 def baseline_kernel(path, k, tname, tiles):
@@ -76,6 +76,8 @@ def main():
     if args.make_baseline:
         return make_baseline(args.make_baseline)
     base = sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)), "baseline_gemv_*.cu")))
+    if os.environ.get("AB_NOBASE"):  # no baseline column (its compile and timing)
+        base = []
     rng = np.random.default_rng()
     ks = [int(x) for x in os.environ.get("KS", "2,4,5").split(",")]
     Ms = [int(x) for x in os.environ.get("MS", "1,2,4").split(",")]
@@ -126,12 +128,15 @@ def main():
             ov, vopts, vcode = variant_parts(vtoks, "kbit_gemv.cu")
             ov = dict(ov or ())
             pf = ov.pop("pf", None)  # the safe-mode prefetch depth: the launch's pdl argument, not the plan
+            cl = int(ov.pop("cluster", 1))  # launched in thread block clusters of cl CTAs (probes)
             pl = G.plan(N, K, M, k, **ov)
-            grid, block, smem = (pl[3],), (pl[0] * 32, pl[7]), pl[2]
+            ts = pl[9] > 1  # the token split: grid.y CTAs a group (the kernel's TS)
+            grid, block, smem = ((pl[3], pl[9]) if ts else (pl[3],)), (pl[0] * 32, pl[7]), pl[2]
             # formatted here, not looked up: a probe may use a depth the package does not instantiate
             expr = (f"kbit_gemv<{k}, __half, unsigned char, true, {pl[1]}, {pl[4]}, "
                     f"{str(pl[5]).lower()}, {str(pl[6]).lower()}, {str(pl[7] > 1).lower()}, "
-                    f"{str(bool(cps[0].default_codebook)).lower()}" + (", true>" if pl[8] else ">"))
+                    f"{str(bool(cps[0].default_codebook)).lower()}"
+                    + (f", {str(bool(pl[8])).lower()}, true>" if ts else ", true>" if pl[8] else ">"))
             for t in vopts:  # a k = 5 table of another size (1024 entries x copies x 4 bytes): plan its smem
                 if t.startswith("-DKBIT_K5_LOG2_COPIES=") and k == 5:
                     smem += 1024 * (1 << int(t.split("=")[1])) * 4 - G.lut_bytes(5)
@@ -147,7 +152,7 @@ def main():
             # the current source's arguments, as kbitcupy.gemv passes them
             # (and launched as it does: a programmatic dependent where KBITCUPY_PDL=1)
             pov = None if pf is None else (("pf", pf),)
-            vcall = lambda c: _pdl_launch(vf, grid, block, G.launch_args(A, c, out, pov)[4])  # noqa: E731
+            vcall = lambda c: _pdl_launch(vf, grid, block, G.launch_args(A, c, out, pov)[4], cl)  # noqa: E731
             out.fill(np.nan)
             vcall(cps[0])
             row[vname + "_err"] = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
