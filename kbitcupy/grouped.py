@@ -80,6 +80,9 @@ GEMV_MAX_TOKENS = 8
 # (slots x 128-column strips: two waves of two CTAs per SM); measured 8 / 10 experts (128 / 160 tiles: the mma
 # kernel as fast or 12 % faster) and 128 / 512 (2048 / 8192 tiles: wgmma 7-12 % faster)
 WGMMA_MANY_TILES = 4 * SM_COUNT
+# choose_impl: at 9..16 tokens per expert the grouped GEMV where slots x tokens per expert is at most this (measured:
+# 8 x 16 and 10 x 12 win, 10 x 16 loses)
+GEMV_TWO_TILE_ROWS = 128
 
 
 # ----------------------------------------------------------------------------- bank
@@ -676,10 +679,17 @@ def choose_impl(A, bank, max_tokens: int, pdl_stable: bool = False, n_slots: int
     kernel's 7.08 / 7.27 and 7.13 / 8.29 in mmaplan26.log).  And where the wgmma grid is several
     waves (n_slots x column strips >= WGMMA_MANY_TILES; H100, 2026-11-26, moe-many26: down at 12 / 16
     tokens, 128 and 512 experts, k = 2 / 4: 7-12 % faster than the mma kernel, e.g. 512 experts k = 4
-    252 against 271 / 283 us)."""
+    252 against 271 / 283 us).
+    Few experts at 9..16 tokens (n_slots x max_tokens <= GEMV_TWO_TILE_ROWS, the slot count known): the grouped
+    GEMV, since it stages A row by row at two token tiles (H200, 2026-11-27, moe-sweep43h, k = 2 / 4, default
+    launch): 8 experts at 9 / 12 / 16 tokens and 10 at 9 / 12 it is the fastest kernel or within 1 % on every MoE
+    shape (16 tokens, 8 experts, k = 4: gate/up fused 9.69 vs wgmma 10.41 us, down 6.81 vs mma 7.11 / wgmma 6.94);
+    at 10 x 16 the wgmma / mma kernels stay 1-7 % faster.  Not measured with pdl_stable (the old rule there)."""
     if max_tokens <= GEMV_MAX_TOKENS:
         return "gemv"
     wg = wgmma_ok(A, bank)
+    if wg and not pdl_stable and max_tokens <= GROUPED_MAX_TOKENS and 0 < n_slots * max_tokens <= GEMV_TWO_TILE_ROWS:
+        return "gemv"
     if use_grouped_gemv(max_tokens, bank.K) and not wg:
         return "gemv"
     many = n_slots * -(-bank.shape[0] // WG.TILE_N) >= WGMMA_MANY_TILES  # the wgmma grid: several waves

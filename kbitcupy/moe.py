@@ -294,12 +294,12 @@ def _device_routing(routing) -> bool:
                for a in (routing.sorted_token, routing.expert_ids, routing.offsets))
 
 
-def _gemv_runs(x_, bank_gu, bank_dn, mt: int) -> bool:
+def _gemv_runs(x_, bank_gu, bank_dn, mt: int, n_slots: int) -> bool:
     """Whether grouped_matmul would run the grouped GEMV for both MoE matmuls (the kernel
     with the gather and SwiGLU fused in: gate/up without, down with ids_stable) and x is
     16-byte aligned for its copies."""
-    return (x_.data.ptr % 16 == 0 and choose_impl(x_, bank_gu, mt, False) == "gemv"
-            and choose_impl(x_, bank_dn, mt, _pdl.active(x_.device.id)) == "gemv")
+    return (x_.data.ptr % 16 == 0 and choose_impl(x_, bank_gu, mt, False, n_slots) == "gemv"
+            and choose_impl(x_, bank_dn, mt, _pdl.active(x_.device.id), n_slots) == "gemv")
 
 
 def _launch_helper(fn, work: int, args):
@@ -430,7 +430,7 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
         raise ValueError("x is on the CPU but the routing / topk_weights are on the GPU")
     with stream_ctx(x):
         fuse = on_gpu and not check and method in ("auto", "kernel") and _device_routing(routing)
-        if len(gate_banks) == 1 and fuse and _gemv_runs(x_, gate_banks[0], bank_down, mt):
+        if len(gate_banks) == 1 and fuse and _gemv_runs(x_, gate_banks[0], bank_down, mt, int(routing.expert_ids.size)):
             # decode sizes: the grouped GEMV gathers the rows itself and applies SwiGLU
             # while staging down's input: gather and silu_mul kernels fall away.  No kernel
             # runs between the routing and gate/up now, so gate/up must not read the ids

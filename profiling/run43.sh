@@ -87,4 +87,42 @@ fi
 #   k = 4 gate/up fused + down 12 / 16 tokens 16.24 / 18.40 -> 15.29 / 16.44 us (8 experts), 21.05 / 23.89 -> 19.86 /
 #   21.43 (10).  252 GPU tests passed (test_gemv_gpu, test_grouped_gpu); memcheck over sanitize_fsw.py 200 checks, 0
 #   errors.  Kept (the default).
+# STEP=h200sweep (H200): the dispatch bands at M = 9..16 (k = 2..5; GEMV, STREAM, matmul) for retune_tables.py
+#   +sweep43h, and the grouped kernels at 9 / 12 / 16 tokens (g-GEMV, g-MMA, g-WGMMA, the dispatched Grouped) for
+#   choose_impl.  Expect: the GEMV the fastest dense column at every (shape, k <= 4) to 16 (k = 5 maybe from 9 on
+#   some shapes); the grouped GEMV faster than the mma / wgmma kernels at 12..16 tokens on gate/up fused (9.65 vs
+#   ~10.2 us at 16) and near them on down.
+if [ "$STEP" = h200sweep ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream 2>&1 | tail -1
+  timeout 330 python3 profiling/bench.py --out "$W" --M 9,10,11,12,13,14,15,16 --k 2,3,4,5 \
+    --columns GEMV,STREAM,matmul --reps 15 --tag sweep43h > "$W/bench_sweep43h.log" 2>&1
+  grep -E "^### M|^\| TOTAL" "$W/bench_sweep43h.log"
+  timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 2,4 --moe-M 9,12,16 --experts 8,10 \
+    --columns Grouped,g-GEMV,g-MMA,g-WGMMA --reps 15 --tag moe-sweep43h > "$W/bench_moe_sweep43h.log" 2>&1
+  grep -E "^### |^\| moe" "$W/bench_moe_sweep43h.log"
+fi
+# Result (sweep43h, moe-sweep43h, H200): k = 4 GEMV TOTAL M = 9..16 23.5-25.5 us, the fastest column at every M (M = 16
+#   1.58x fp16); retune_tables.py +sweep43h moved two H200 bands (k = 3 down: the GEMV at 16; k = 5 O: the GEMV to 16).
+#   Grouped at 9..16 tokens: the grouped GEMV the fastest kernel or within 1 % on every MoE shape at 8 experts and at 10 x
+#   9 / 12 tokens (k = 4 16 tokens 8 experts: gate/up fused 9.69 vs wgmma 10.41 us, down 6.81 vs mma 7.11), the wgmma /
+#   mma kernels 1-7 % ahead at 10 x 16: choose_impl takes the GEMV where slots x tokens <= 128 (default launch).
+# STEP=final (TAG=dclose43h on the H200 / dclose43 on the H100): the dense table M = 1, 5, 8, 12, 16 (k = 4; GEMV,
+#   STREAM, matmul) and the MoE table (k = 4, 8 / 10 experts, 1 / 4 / 9 / 12 / 16 tokens; Grouped, Grouped:stable), this
+#   tree's dispatch; the GEMV family's and the MoE GPU tests.  SWEEP=1 (the H100) first the M = 9..16 sweep (sweep43).
+if [ "$STEP" = final ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream grouped 2>&1 | tail -1
+  if [ "${SWEEP:-0}" = 1 ]; then
+    timeout 200 python3 profiling/bench.py --out "$W" --M 9,10,11,12,13,14,15,16 --k 2,3,4,5 \
+      --columns GEMV,STREAM,matmul --reps 15 --tag sweep43 > "$W/bench_sweep43.log" 2>&1
+    grep -E "^### M|^\| TOTAL" "$W/bench_sweep43.log"
+  fi
+  timeout 150 python3 profiling/bench.py --out "$W" --M 1,5,8,12,16 --k 4 --columns GEMV,STREAM,matmul --reps 15 \
+    --tag "$TAG" > "$W/bench_$TAG.log" 2>&1
+  grep -E "^### M|^\| TOTAL" "$W/bench_$TAG.log"
+  timeout 120 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,9,12,16 --experts 8,10 \
+    --columns Grouped,Grouped:stable --reps 15 --tag "$TAG-moe" > "$W/bench_$TAG-moe.log" 2>&1
+  grep -E "^### |^\| (moe_dn|moe_gu_fused|TOTAL)" "$W/bench_$TAG-moe.log"
+  gpu_tests "$W/gpu_tests_$TAG.log" ${TEST_T:-200} tests/test_grouped_gpu.py tests/test_gemv_gpu.py -k "${TESTS_K:-moe_forward or choose or grouped_gemv or two_tiles or token_split}"
+  grep -E "^E  |FAILED" "$W/gpu_tests_$TAG.log" | head -10
+fi
 finish_run run43

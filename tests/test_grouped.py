@@ -255,6 +255,15 @@ def test_choose_impl(monkeypatch):
         assert G.choose_impl(None, Bank(512, 4), 16, n_slots=33) == wg  # 33 x 16 strips = 528 tiles
         assert G.choose_impl(None, Bank(512, 4), 16, n_slots=32) == "mma"
         assert G.choose_impl(None, Bank(512, 4), 8, n_slots=512) == "gemv"
+        # few experts at 9..16 tokens (slots x tokens <= GEMV_TWO_TILE_ROWS): the grouped GEMV where wgmma exists
+        few = "gemv" if sm90 else None
+        for K in (512, 2048):
+            assert G.choose_impl(None, Bank(K), 16, n_slots=8) == (few or G.choose_impl(None, Bank(K), 16))
+            assert G.choose_impl(None, Bank(K), 12, n_slots=10) == (few or G.choose_impl(None, Bank(K), 12))
+            assert G.choose_impl(None, Bank(K), 16, n_slots=10) == G.choose_impl(None, Bank(K), 16)  # 160 rows
+            assert G.choose_impl(None, Bank(K), 16, n_slots=8, pdl_stable=True) == \
+                G.choose_impl(None, Bank(K), 16, pdl_stable=True)  # not measured with stable ids: the old rule
+        assert G.choose_impl(None, Bank(512), 17, n_slots=4) == wg
 
 
 def test_plan_column_groups_per_block():

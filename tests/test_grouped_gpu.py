@@ -621,12 +621,15 @@ def test_moe_route_gpu_matches_reference(rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("fused,skewed", [(True, False), (False, False), (True, True)])
+@pytest.mark.parametrize("fused,skewed", [(True, False), (False, False), (True, True), (True, "few")])
 def test_moe_forward_gpu(rng, dtype, fused, skewed):
     cp = _cp()
     E, H, I, T, topk = 16, 128, 64, 9, 4
-    if skewed:  # few rows per expert on average, but expert 3 in every token: planned for 8 rows, 40 real
+    mt = None
+    if skewed is True:  # few rows per expert on average, but expert 3 in every token: planned for 8 rows, 40 real
         E, H, T = 64, 1024, 40
+    elif skewed == "few":  # 8 slots x 16 rows planned (grouped.choose_impl: the GEMV's two token tiles on Hopper,
+        E, H, T, topk, mt = 8, 1024, 13, 2, 16  # gather and SwiGLU fused in), expert 3 in all 13 tokens
     W_gu = (rng.standard_normal((E, 2 * I, H)) * 0.1).astype(np.float32)
     W_d = (rng.standard_normal((E, H, I)) * 0.1).astype(np.float32)
     bd = quantize_experts(W_d, 4).cuda()
@@ -640,13 +643,13 @@ def test_moe_forward_gpu(rng, dtype, fused, skewed):
         ids = np.array([[3] + list(rng.choice(np.delete(np.arange(E), 3), topk - 1, replace=False)) for _ in range(T)],
                        np.int32)
     w = rng.random((T, topk)).astype(np.float32)
-    out = moe_forward(_dev(x), bgu, bd, cp.asarray(ids), cp.asarray(w))
+    out = moe_forward(_dev(x), bgu, bd, cp.asarray(ids), cp.asarray(w), max_tokens=mt)
     ref = moe_forward_reference(x, bgu, bd, ids, w, round=True)
     o = _host(out).astype(np.float64)
     assert o.shape == (T, H) and np.all(np.isfinite(o))
     assert np.abs(o - ref).max() < 2 * TOL[np.dtype(dtype)] * np.abs(ref).max()
     # host routing next to device x also works
-    out_h = moe_forward(_dev(x), bgu, bd, ids, w)
+    out_h = moe_forward(_dev(x), bgu, bd, ids, w, max_tokens=mt)
     np.testing.assert_array_equal(_host(out_h).view(np.uint16), _host(out).view(np.uint16))
 
 
