@@ -1559,7 +1559,7 @@ def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, I: int, pdl: bool = False):
     A, h, act, y, o = bufs
     with pdl_ctx(pdl):
         mt = plan_tokens(rt)
-        if _gemv_runs(x, bgu, bdn, mt):  # moe_forward's decode path: gather and SwiGLU fused in
+        if _gemv_runs(x, bgu, bdn, mt, int(rt.expert_ids.size)):  # moe_forward's decode path: gather, SwiGLU fused
             P = int(rt.sorted_token.size)
             # the flags moe_forward uses (its routing runs right before gate/up)
             grouped_gemv_fused(x, bgu, rt.expert_ids, rt.offsets, P, mt, a_rows=rt.sorted_token, out=h)

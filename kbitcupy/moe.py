@@ -294,10 +294,10 @@ def _device_routing(routing) -> bool:
                for a in (routing.sorted_token, routing.expert_ids, routing.offsets))
 
 
-def _gemv_runs(x_, bank_gu, bank_dn, mt: int, n_slots: int) -> bool:
+def _gemv_runs(x_, bank_gu, bank_dn, mt: int, n_slots: int = 0) -> bool:
     """Whether grouped_matmul would run the grouped GEMV for both MoE matmuls (the kernel
     with the gather and SwiGLU fused in: gate/up without, down with ids_stable) and x is
-    16-byte aligned for its copies."""
+    16-byte aligned for its copies.  n_slots: the routing's slots (0: unknown, choose_impl's rule without it)."""
     return (x_.data.ptr % 16 == 0 and choose_impl(x_, bank_gu, mt, False, n_slots) == "gemv"
             and choose_impl(x_, bank_dn, mt, _pdl.active(x_.device.id), n_slots) == "gemv")
 
