@@ -26,7 +26,7 @@ FILES = {
     "H100": ["allm3", "m16-64", "m8-128", "m32-128", "stream-tune", "+dq-tune", "+stream-tune2", "+stream64",
              "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb", "+wg-tune11", "+final18", "+final20",
              "+wg-tune15", "gap15", "+wg-tune24", "+final38", "+wg-tune25", "+final40", "+wg-tune25kv", "+final42",
-             "+wg-tune30", "+sweep41", "+sweep41b", "+sweep42", "+sweep42b"],
+             "+wg-tune30", "+sweep41", "+sweep41b", "+sweep42", "+sweep42b", "+sweep43"],
     "H100+PDL": ["pdl-tune-k45", "pdl-tune-k23", "stream-tune", "+dq-tune", "+stream-tune2", "+stream64",
                  "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb", "+wg-tune11", "+wg-tune15", "+wg-tune24",
                  "+wg-tune25", "+wg-tune25kv", "+wg-tune30"],

@@ -125,4 +125,21 @@ if [ "$STEP" = final ]; then
   gpu_tests "$W/gpu_tests_$TAG.log" ${TEST_T:-200} tests/test_grouped_gpu.py tests/test_gemv_gpu.py -k "${TESTS_K:-moe_forward or choose or grouped_gemv or two_tiles or token_split}"
   grep -E "^E  |FAILED" "$W/gpu_tests_$TAG.log" | head -10
 fi
+# Result (H200 dclose43h, H100 dclose43 + sweep43, this tree): k = 4 TOTAL matmul M = 1 / 5 / 8 / 12 / 16 H200 17.36 /
+#   20.66 / 22.65 / 24.24 / 25.51 us = 2.36x / 1.97x / 1.79x / 1.69x / 1.61x fp16; H100 17.76 / 20.39 / 22.31 / 24.62 /
+#   25.82 = 2.64x / 2.29x / 2.09x / 1.91x / 1.82x.  MoE k = 4 (Grouped, default launch): 9..16 tokens TOTAL H200 1.02x-
+#   1.15x, H100 1.34x-1.50x; 1 / 4 tokens as before (down H100 1.86x-1.92x, H200 1.50x-1.62x).  The H100 sweep showed
+#   stale k = 5 bands at M = 9..16 (matmul 40.5 us on the wgmma kernel against 32.4-34.1 for the best column) and k = 3
+#   down at 16 on the stream: retune_tables.py +sweep43 (six H100 shapes).  GPU tests: 36 selected on each GPU passed
+#   after the _gemv_runs fix (the H200 run caught its missing default: 6 failed there, fixed in eb6be56).
+# STEP=check (H100): the retuned k = 3 / 5 bands at M = 9 / 12 / 16 (matmul against GEMV / STREAM), then the whole
+#   test_gemv_gpu.py and test_grouped_gpu.py.  Expect matmul within 5 % of the best column; all tests pass.
+if [ "$STEP" = check ]; then
+  python3 profiling/warm_cache.py gemv gemv_stream grouped 2>&1 | tail -1
+  timeout 60 python3 profiling/bench.py --out "$W" --M 9,12,16 --k 3,5 --columns GEMV,STREAM,matmul --reps 15 \
+    --tag check43 > "$W/bench_check43.log" 2>&1
+  grep -E "^### M|^\| TOTAL" "$W/bench_check43.log"
+  gpu_tests "$W/gpu_tests_check43.log" 220 tests/test_gemv_gpu.py tests/test_grouped_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_check43.log" | head -10
+fi
 finish_run run43
