@@ -15,18 +15,19 @@ from kbitcupy import dispatch as D  # noqa: E402
 
 R = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 GPU = {"H200": "nvidia-h200", "H100": "nvidia-h100-80gb-hbm3"}
-# earlier files first; "+" = overlay of the measured columns (tune_dispatch.py +file)
+# earlier files first; "+" = overlay of the measured columns (tune_dispatch.py +file), "~" = the same, also adding the
+# cells no earlier file measured (a GEMV / stream sweep over M = 9..15: the bands between the measured M)
 FILES = {
     "H200": ["allm4", "m16-64", "m8-128-k4", "m8-128-k235", "m32-128", "stream-tune", "+dq-tune", "+stream-tune2",
              "+stream64", "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb", "+wg-tune11", "+final18",
-             "+wg-tune24", "+final38", "+final38b", "+wg-tune25", "+final40", "+wg-tune30", "+sweep42h", "+sweep42hb", "+sweep43h"],
+             "+wg-tune24", "+final38", "+final38b", "+wg-tune25", "+final40", "+wg-tune30", "+sweep42h", "+sweep42hb", "~sweep43h"],
     "H200+PDL": ["pdl-tune-k45", "pdl-tune-k23", "stream-tune", "+dq-tune", "+stream-tune2", "+stream64",
                  "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb", "+k5-pdlplan", "+wg-tune11", "+wg-tune24",
                  "+wg-tune25", "+wg-tune30"],
     "H100": ["allm3", "m16-64", "m8-128", "m32-128", "stream-tune", "+dq-tune", "+stream-tune2", "+stream64",
              "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb", "+wg-tune11", "+final18", "+final20",
              "+wg-tune15", "gap15", "+wg-tune24", "+final38", "+wg-tune25", "+final40", "+wg-tune25kv", "+final42",
-             "+wg-tune30", "+sweep41", "+sweep41b", "+sweep42", "+sweep42b", "+sweep43"],
+             "+wg-tune30", "+sweep41", "+sweep41b", "+sweep42", "+sweep42b", "~sweep43"],
     "H100+PDL": ["pdl-tune-k45", "pdl-tune-k23", "stream-tune", "+dq-tune", "+stream-tune2", "+stream64",
                  "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb", "+wg-tune11", "+wg-tune15", "+wg-tune24",
                  "+wg-tune25", "+wg-tune25kv", "+wg-tune30"],
@@ -34,11 +35,11 @@ FILES = {
 
 
 def path(family, tag):
-    plus = tag.startswith("+")
-    hits = sorted(glob.glob(os.path.join(R, f"{GPU[family.split('+')[0]]}_*_{tag.lstrip('+')}.json*")))
+    mark = tag[0] if tag[0] in "+~" else ""  # "+" overlay, "~" overlay that also adds cells (tune_dispatch.timings)
+    hits = sorted(glob.glob(os.path.join(R, f"{GPU[family.split('+')[0]]}_*_{tag.lstrip('+~')}.json*")))
     if len(hits) != 1:
         raise SystemExit(f"{family}: {len(hits)} files for {tag}")
-    return ("+" if plus else "") + hits[0]
+    return mark + hits[0]
 
 
 def build(family, extra=()):

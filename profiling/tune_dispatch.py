@@ -32,7 +32,8 @@ def timings(paths, cols=COLS):
     t = {}
     for p in paths:
         update = p.startswith("+")
-        res = load_results(p[1:] if update else p)
+        merge = p.startswith("~")  # update the cells earlier files measured, add the ones they did not
+        res = load_results(p[1:] if update or merge else p)
         dt = res["meta"].get("dtype", "fp16")
         dn = "bfloat16" if dt in ("bf16", "bfloat16") else "float16"
         for c in res["cells"]:
@@ -45,6 +46,8 @@ def timings(paths, cols=COLS):
                 if update:  # only cells an earlier file measured (an M swept by this file alone has no other kernel)
                     if key in t:
                         t[key].update(us)
+                elif merge:  # a sweep of some kernels over M the earlier files skipped (shapes_from_timings: bands)
+                    t.setdefault(key, {}).update(us)
                 else:
                     t[key] = us
     return t
