@@ -174,9 +174,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         KTR(0, probe_gtime()); KTR(1, probe_clock()); KTR(2, probe_smid());
     }
 #endif
-#ifdef KBIT_GEMV_PROBE_CLBAR
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-#endif
     // A staged row by row (stage_A) at two token tiles and in the token split's CTAs (TSR), where a thread has four
     // 16-byte chunks or more; the one-tile kernels, which also serve M = 1, keep the linear loop.
     constexpr bool ROWS = KBIT_GEMV_STAGE_ROWS && AMODE != 2 && (MT == 2 || TSR);
@@ -344,9 +341,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // Chunk q (16 bytes, elements 8q..8q+7) of staged row m.
     auto stage_chunk = [&](int m, int q) {
         const int kk = q * 8;
-#ifdef KBIT_GEMV_PROBE_HALF_A  // experiment: every other step of A staged (results wrong): the A traffic's share
-        if (((kk / SK) & 1) != (int)(blockIdx.x & 1)) return;
-#endif
         uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * KP + a_swizzle<K, MT>(q, m) * 8);
         if constexpr (AMODE == 0) {
             if (kk < Kdim) cp_async16(dst, A + (long)m * Kdim + kk);
@@ -436,9 +430,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // A): weights, codebook and pair table first, A only after griddepcontrol.wait.
     // Otherwise A is requested first, so it lands while the table is built (pdl's
     // order costs ~6 % without the overlap; H200, 2026-11-22, profiling/pdl_ab.py).
-#ifdef KBIT_GEMV_PROBE_CLBAR  // experiment: a cluster barrier before A's staging and one at the exit
-    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-#endif
     if (!pdl) stage_A();
     // Codebook to shared memory, then the pair table; A lands meanwhile.
     {
@@ -580,9 +571,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #endif
         if (MULTI) __syncthreads();  // red is rewritten by the next group
     } while (MULTI && grp < ngroups);
-#ifdef KBIT_GEMV_PROBE_CLBAR
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
 }
 
 // No register cap below the hardware's: k = 4 takes 80 registers (three 256-thread
