@@ -368,7 +368,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         }
     };
     auto stage_A = [&]() {
-        const int cpr = KP / 8;  // chunks a row (a multiple of 16, as the block's threads are of 32)
+        const int cpr = KP / 8;  // chunks a row (KP is whole steps: a multiple of 16 chunks)
         // ROWS: row by row at fixed chunk columns, as zero-filling cp.async (AMODE 0 / 1): a thread's chunk index steps
         // by a multiple of 32, so its swizzle bits stay and both addresses step by constants -- the inner loop 14 SASS
         // instructions a 16-byte chunk.  The linear loop below spends ~40 (row stepping, 64-bit address math, the

@@ -1,9 +1,8 @@
 """Launcher for the decode GEMV kernel (cuda_src/kbit_gemv.cu), M = 1..16."""
 from __future__ import annotations
 
-import os
-
 import functools
+import os
 
 import numpy as np
 
