@@ -476,6 +476,32 @@ __device__ __forceinline__ u32 probe_smid() {
     return s;
 }
 
+// ---------------------------------------------------------------- thread block clusters (sm_90)
+// The split-K sums over DSMEM (kbit_wgmma's and kbit_gemm's cluster fixups).  Only sm_90 code calls them.
+#define KBIT_MAX_CLUSTER 8  // portable cluster size limit; more splits use the workspace
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The split form, arrive now and wait later; relaxed: the arrive orders none of our memory operations
+// (a release arrive waits until they are performed, the C stores included).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ u32 cluster_map(u32 saddr, int rank) {
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(saddr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ float4 ld_cluster_f4(u32 a) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(a)
+                 : "memory");
+    return v;
+}
+
 // ---------------------------------------------------------------- split-K fixup
 // For the fused GEMMs (kbit_wgmma; kbit_gemm.cu keeps an inline copy in its own
 // warp-major slot layout: moving it onto this helper changed the register allocation of

@@ -9,7 +9,7 @@
 // Data flow per CTA (128 threads = 4 warps, one (TILE_M x TILE_N) output tile,
 // one contiguous range of K "steps"):
 //  * a K step is 128 wide = two 64-wide layout tiles.  A cp.async pipeline of
-//    `stages` buffers (runtime, 2..4) brings in per step: the A tile
+//    `stages` buffers (runtime, 2..8) brings in per step: the A tile
 //    [TILE_M][128] in fragment order (4-byte copies, see below; rows >= M and
 //    columns >= K zero-filled by cp.async's src-size operand, never read), the
 //    two B tiles' plane words for the CTA's TILE_N columns (16-byte copies of a
@@ -45,6 +45,13 @@
 //    CTAs to wait for the first one's store: the first arrival is only known
 //    through the counter, and an atomicAdd landing before the plain store
 //    would be overwritten.  Per-split slots avoid the wait and the atomics.)
+//    The last CTA loads every slot before its adds; at M <= 8 the slots hold
+//    only fragment registers 0, 1 (rows g: rows g + 8 are past M), half the
+//    bytes.  `cluster` (sm_90, one m tile): the tile's splits are one thread
+//    block cluster and sum over DSMEM instead (cluster_sum_c), same order.
+//  * Prologue: the scale table (and with the default codebook, flags bit 1,
+//    the pair table from immediates) is built before the PDL wait, and in
+//    safe PDL the first stage's weight lines are L2-prefetched before it.
 //
 // Shared memory (dynamic, bytes): pair LUT (PairLut<K>::WORDS*4) | scale table
 // (256 half2 = 1 KB) | codebook (128) | misc (128) | stages x stage buffers.
@@ -57,6 +64,10 @@
 // 4-byte cp.async warp store hits 32 distinct banks.
 #include "kbit_pairlut.cuh"
 
+#ifndef KBIT_GEMM_PF
+#define KBIT_GEMM_PF 1  // stages L2-prefetched before the safe-PDL wait (0: none; 2 / all measured no better)
+#endif
+
 namespace kbit_gemm_detail {
 
 // Words per layout tile region of one stage in shared memory (TILE_N columns x
@@ -64,6 +75,8 @@ namespace kbit_gemm_detail {
 template <int K, int TILE_N> struct GemmSmem {
     static constexpr int TB = TILE_N * 2 * K + 16;    // words per B tile region
     static constexpr int TA = TILE_N * 2 + 16;        // bytes per absmax tile region
+    static constexpr int RS = TILE_N + 8;             // fp32 row stride of the cluster sum's partial (8-byte
+                                                      // stores of a half-warp hit 32 banks)
 };
 
 __device__ __forceinline__ void cp_async4_zfill(void* smem, const void* gmem, bool valid) {
@@ -72,22 +85,231 @@ __device__ __forceinline__ void cp_async4_zfill(void* smem, const void* gmem, bo
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(sz));
 }
 
+// at most `pending` (a runtime count: stages - 2, stages <= 8) copy groups still in flight
 __device__ __forceinline__ void cp_async_wait_dyn(int pending) {
-    if (pending >= 2) cp_async_wait<2>();
-    else if (pending == 1) cp_async_wait<1>();
-    else cp_async_wait<0>();
+    switch (pending < 6 ? pending : 6) {
+        case 6: cp_async_wait<6>(); break;
+        case 5: cp_async_wait<5>(); break;
+        case 4: cp_async_wait<4>(); break;
+        case 3: cp_async_wait<3>(); break;
+        case 2: cp_async_wait<2>(); break;
+        case 1: cp_async_wait<1>(); break;
+        default: cp_async_wait<0>();
+    }
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The cluster split-K sum (kbit_gemm's `cluster` launch: the tile's k_splits CTAs are one thread
+// block cluster, rank = split).  Every CTA's partial is in its shared memory at `red` (rows x
+// TILE_N fp32, row stride RS); each CTA sums a 1 / k_splits share of the tile's 4-column chunks from
+// all of them over DSMEM in split order (the workspace path's order: the same bits) and writes C.
+// No workspace, fence or counter, and the sum is spread over the splits instead of left to the last
+// CTA.  The second cluster barrier keeps every partial in place until the others have read it.
+template <typename T, int TILE_N, int RS>
+__device__ __forceinline__ void cluster_sum_c(const float* red, T* __restrict__ C, int M, int N, int m0, int n0,
+                                           int rows, int split, int k_splits, float tensor_scale, int vec2) {
+    cluster_sync();
+    const u32 red_s = (u32)__cvta_generic_to_shared(red);
+    constexpr int CPR = TILE_N / 4;  // 4-column chunks a row
+    const int nch = rows * CPR;
+    const int c0 = nch * split / k_splits, c1 = nch * (split + 1) / k_splits;
+    for (int i = c0 + (int)threadIdx.x; i < c1; i += (int)blockDim.x) {
+        const int r = i / CPR, c4 = (i - r * CPR) * 4;
+        const int col = n0 + c4;
+        if (col >= N) continue;
+        const u32 la = red_s + 4u * (u32)(r * RS + c4);
+        float4 x[KBIT_MAX_CLUSTER];  // every split's load in flight before the adds
+#pragma unroll
+        for (int sp = 0; sp < KBIT_MAX_CLUSTER; sp++)
+            if (sp < k_splits) x[sp] = ld_cluster_f4(cluster_map(la, sp));
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int sp = 0; sp < KBIT_MAX_CLUSTER; sp++)
+            if (sp < k_splits) {
+                v.x += x[sp].x; v.y += x[sp].y; v.z += x[sp].z; v.w += x[sp].w;
+            }
+        T* dst = C + (long)(m0 + r) * N + col;
+        if (vec2) {  // N even: col + 1 < N wherever col < N
+            *reinterpret_cast<typename KbitType<T>::T2*>(dst) = KbitType<T>::pack2(v.x * tensor_scale, v.y * tensor_scale);
+            if (col + 2 < N)
+                *reinterpret_cast<typename KbitType<T>::T2*>(dst + 2) =
+                    KbitType<T>::pack2(v.z * tensor_scale, v.w * tensor_scale);
+        } else {
+            const float s4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (col + e < N) dst[e] = KbitType<T>::from_float(s4[e] * tensor_scale);
+        }
+    }
+    // the reads are done (their values are in the C stores): a relaxed arrive suffices
+    cluster_arrive_relaxed();
+    cluster_wait();
+}
+#endif
+
+// The epilogue of kbit_gemm (out of line, see the kernel's end): the CTA's fp32 sums are in shared
+// memory at `xs` as float4 [warp][mb][nb][lane] (fragment order); the split-K fixup and the C stores.
+template <int K, typename T, int M_BLOCKS, int TILE_N>
+__device__ __noinline__ void gemm_epilogue(unsigned char* xs, T* __restrict__ C, float* __restrict__ ws,
+                                           int* __restrict__ counters, int* misc, int M, int N, int m0, int n0,
+                                           int tile, int split, int k_splits, float tensor_scale, bool vec2,
+                                           int cluster) {
+    constexpr int TILE_M = 16 * M_BLOCKS, WN = TILE_N / 4, NB8 = WN / 8;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    float acc[M_BLOCKS][NB8][4];
+    {  // the thread's own sums back (no barrier: each thread reads what it wrote)
+        const float4* xf = reinterpret_cast<const float4*>(xs) + warp * (M_BLOCKS * NB8 * 32) + lane;
+#pragma unroll
+        for (int mb = 0; mb < M_BLOCKS; mb++)
+#pragma unroll
+            for (int nb = 0; nb < NB8; nb++) {
+                const float4 v = xf[(mb * NB8 + nb) * 32];
+                acc[mb][nb][0] = v.x; acc[mb][nb][1] = v.y; acc[mb][nb][2] = v.z; acc[mb][nb][3] = v.w;
+            }
+    }
+
+    // ---------------------------------------------------------------- split-K fixup
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cluster) {
+        __syncthreads();  // every thread has its sums out of xs
+        float* red = reinterpret_cast<float*>(xs);
+        const int rows = min(TILE_M, M - m0);
+#pragma unroll
+        for (int mb = 0; mb < M_BLOCKS; mb++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = mb * 16 + g + 8 * h;
+                if (row < rows) {
+#pragma unroll
+                    for (int nb = 0; nb < NB8; nb++)
+                        *reinterpret_cast<float2*>(red + row * GemmSmem<K, TILE_N>::RS + warp * WN + nb * 8 + 2 * t) =
+                            make_float2(acc[mb][nb][2 * h], acc[mb][nb][2 * h + 1]);
+                }
+            }
+        cluster_sum_c<T, TILE_N, GemmSmem<K, TILE_N>::RS>(red, C, M, N, m0, n0, rows, split, k_splits, tensor_scale,
+                                                          vec2);
+        return;
+    }
+#endif
+    if (k_splits > 1) {
+        const long split_stride = (long)(gridDim.x / k_splits) * (TILE_M * TILE_N);
+        // One m16 block whose rows g + 8 are all past M (M <= 8): only fragment registers 0, 1 carry
+        // rows, so the partials are 8-byte halves (half the workspace traffic and the sum's loads).
+        // H100 M = 8 k = 4: gate/up -0.75 us, down -1.1 at the default plans (run44.sh early).
+        const bool half = M_BLOCKS == 1 && M - m0 <= 8;
+        float* base = ws + (long)tile * (TILE_M * TILE_N) +
+                      (half ? warp * (NB8 * 64) + lane * 2 : warp * (M_BLOCKS * NB8 * 128) + lane * 4);
+        float* mine = base + split * split_stride;
+        if (half) {
+#pragma unroll
+            for (int nb = 0; nb < NB8; nb++)
+                __stcg(reinterpret_cast<float2*>(mine + nb * 64), make_float2(acc[0][nb][0], acc[0][nb][1]));
+        } else {
+#pragma unroll
+            for (int mb = 0; mb < M_BLOCKS; mb++) {
+                if (m0 + mb * 16 < M) {
+#pragma unroll
+                    for (int nb = 0; nb < NB8; nb++)
+                        __stcg(reinterpret_cast<float4*>(mine + (mb * NB8 + nb) * 128),
+                               make_float4(acc[mb][nb][0], acc[mb][nb][1], acc[mb][nb][2], acc[mb][nb][3]));
+                }
+            }
+        }
+#if KBIT_GEMM_PROBE_NOFIX  // probe: partials stored, no count, no sum, no C (results wrong)
+        return;
+#endif
+        // thread 0's acquire-release atomic orders the CTA's barrier-ordered partial stores
+        // before the count, and the last CTA's loads after it
+        __syncthreads();
+        if (tid == 0) misc[0] = atomic_add_acq_rel(counters + tile, 1) == k_splits - 1;
+        __syncthreads();
+        if (!misc[0]) return;
+        // Every split's slot loaded before the adds (this CTA's own too: the same thread stored it,
+        // so it reads back acc's values), summed in split order: the same bits whichever CTA is
+        // last.  The old loop, one dependent load an add, cost down at M = 8 (20 slots) 3.9 us.
+        if (half) {
+            float2 s[NB8];
+#pragma unroll
+            for (int nb = 0; nb < NB8; nb++) s[nb] = make_float2(0.f, 0.f);
+#pragma unroll 4
+            for (int sp = 0; sp < k_splits; sp++) {
+                float2 v[NB8];
+#pragma unroll
+                for (int nb = 0; nb < NB8; nb++) v[nb] = __ldcg(reinterpret_cast<const float2*>(base + sp * split_stride + nb * 64));
+#pragma unroll
+                for (int nb = 0; nb < NB8; nb++) {
+                    s[nb].x += v[nb].x; s[nb].y += v[nb].y;
+                }
+            }
+#pragma unroll
+            for (int nb = 0; nb < NB8; nb++) {
+                acc[0][nb][0] = s[nb].x; acc[0][nb][1] = s[nb].y;
+            }
+        } else {
+#pragma unroll
+            for (int mb = 0; mb < M_BLOCKS; mb++) {
+                if (m0 + mb * 16 < M) {
+                    float4 s[NB8];
+#pragma unroll
+                    for (int nb = 0; nb < NB8; nb++) s[nb] = make_float4(0.f, 0.f, 0.f, 0.f);
+                    const float* bm = base + mb * NB8 * 128;
+#pragma unroll 4
+                    for (int sp = 0; sp < k_splits; sp++) {
+                        float4 v[NB8];
+#pragma unroll
+                        for (int nb = 0; nb < NB8; nb++)
+                            v[nb] = __ldcg(reinterpret_cast<const float4*>(bm + sp * split_stride + nb * 128));
+#pragma unroll
+                        for (int nb = 0; nb < NB8; nb++) {
+                            s[nb].x += v[nb].x; s[nb].y += v[nb].y; s[nb].z += v[nb].z; s[nb].w += v[nb].w;
+                        }
+                    }
+#pragma unroll
+                    for (int nb = 0; nb < NB8; nb++) {
+                        acc[mb][nb][0] = s[nb].x; acc[mb][nb][1] = s[nb].y; acc[mb][nb][2] = s[nb].z; acc[mb][nb][3] = s[nb].w;
+                    }
+                }
+            }
+        }
+        if (tid == 0) counters[tile] = 0;
+    }
+
+    // ---------------------------------------------------------------- C
+#pragma unroll
+    for (int mb = 0; mb < M_BLOCKS; mb++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = m0 + mb * 16 + g + 8 * h;
+            if (row >= M) continue;
+            T* crow = C + (long)row * N;
+#pragma unroll
+            for (int nb = 0; nb < NB8; nb++) {
+                const int col = n0 + warp * WN + nb * 8 + 2 * t;
+                const float v0 = acc[mb][nb][2 * h] * tensor_scale, v1 = acc[mb][nb][2 * h + 1] * tensor_scale;
+                if (vec2) {
+                    if (col < N)
+                        *reinterpret_cast<typename KbitType<T>::T2*>(crow + col) = KbitType<T>::pack2(v0, v1);
+                } else {
+                    if (col < N) crow[col] = KbitType<T>::from_float(v0);
+                    if (col + 1 < N) crow[col + 1] = KbitType<T>::from_float(v1);
+                }
+            }
+        }
+    }
 }
 
 }  // namespace kbit_gemm_detail
 
 // Grid: 1-D, m_tiles * n_blocks * k_splits CTAs, CTA b -> m tile b % m_tiles,
 // split (b / m_tiles) % k_splits, column block b / (m_tiles * k_splits).
+// flags: bit 0 = C rows take 4-byte stores (N even, C 4-byte aligned), bit 1 = the default
+// codebook (its levels are immediates: the pair table is built before the PDL wait, codebook unread).
 template <int K, typename T, int M_BLOCKS, int TILE_N>
-__global__ void __launch_bounds__(128) kbit_gemm(const T* __restrict__ A, const u32* __restrict__ packed,
-                                                 const u8* __restrict__ absmax, const float* __restrict__ codebook,
-                                                 T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
-                                                 int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
-                                                 float tensor_scale, int vec2, int pdl) {
+__global__ void __launch_bounds__(128, 1) kbit_gemm(const T* __restrict__ A, const u32* __restrict__ packed,
+                                                      const u8* __restrict__ absmax, const float* __restrict__ codebook,
+                                                      T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
+                                                      int M, int N, int Kdim, int m_tiles, int k_splits, int stages,
+                                                      float tensor_scale, int flags, int pdl, int cluster) {
     using namespace kbit_gemm_detail;
     static_assert(TILE_N == 64 || TILE_N == 128, "TILE_N must be 64 or 128");
     static_assert(M_BLOCKS >= 1 && M_BLOCKS <= 4, "M_BLOCKS must be 1..4");
@@ -101,6 +323,7 @@ __global__ void __launch_bounds__(128) kbit_gemm(const T* __restrict__ A, const 
     constexpr int STAGE_BYTES = (A_BYTES + B_BYTES + 2 * TA + 127) / 128 * 128;
     constexpr int LUT_BYTES = PairLut<K>::WORDS * 4;
     constexpr int SH = PairLut<K>::LOG2_COPIES + 2;  // log2 bytes per LUT entry row
+    const bool vec2 = flags & 1, cbd = flags & 2;
 
     extern __shared__ __align__(128) unsigned char smem[];
     u32* lut = reinterpret_cast<u32*>(smem);
@@ -188,21 +411,47 @@ __global__ void __launch_bounds__(128) kbit_gemm(const T* __restrict__ A, const 
     };
 
     // ---------------------------------------------------------------- prologue
+    // Safe PDL: the first KBIT_GEMM_PF stages' weight lines L2-prefetched before the wait (a hint: the
+    // loads after it return what they would without it).  H100 M = 8 k = 4: gate/up -0.6..-0.8 us,
+    // down -0.4..-0.6 (profiling/run44.sh early).
+    if (KBIT_GEMM_PF > 0 && pdl == KBIT_PDL_SAFE) {
+        constexpr int LB = TILE_N * K / 16;  // 128-byte lines of one layout tile's columns
+        constexpr int LA = (TILE_N * 2 + 127) / 128;
+        const int s0 = ks_begin, s1 = min(ks_begin + KBIT_GEMM_PF, ks_end);
+        for (int id = tid; id < (s1 - s0) * 2 * (LB + LA); id += 128) {
+            const int i = id / (2 * (LB + LA)), r = id - i * 2 * (LB + LA);
+            const int j = r >= LB + LA ? 1 : 0, l = r - j * (LB + LA);
+            const int tile = 2 * (s0 + i) + j;
+            if (tile >= k_tiles) continue;
+            if (l < LB)
+                prefetch_l2(packed + ((long)tile * n_tiles + nt) * tile_words + col_words + l * 32);
+            else
+                prefetch_l2(absmax + ((long)tile * n_tiles + nt) * (KBIT_TILE_N * KBIT_KB_PER_TILE) + col_bytes +
+                            (l - LB) * 128);
+        }
+    }
+    // Shared memory only, before the wait: the scale table, and with the default codebook the pair
+    // table (H100 M = 8: -0.3 us at the default plans, run44.sh early).
+    if (cbd) {
+        if (tid < 32) cb_s[tid] = tid < (1 << K) ? kbit_default_level<K>(tid) : 0.0f;
+        __syncthreads();
+        build_pair_lut<K, T>(lut, cb_s);
+    }
+    build_scale_table<T>(s2tab, tid, 128);
     // pdl (a programmatic dependent, kbitcupy/_pdl.py): wait for the previous grid before
-    // any load, so only the launch overlaps its tail.  (Requesting the weights before the
-    // wait, as kbit_wgmma does, took ptxas 30 more registers here and spilled on sm_80.)
+    // any load, so only the launch and the shared-memory set-up overlap its tail.  (Requesting the
+    // weights before the wait, as kbit_wgmma does, took ptxas 30 more registers here and spilled on sm_80.)
     if (pdl) {
         griddep_wait_release();
     }
     // (ld_after_wait: a plain read of the codebook was hoisted above the wait, kbit_common.cuh)
-    if (tid < 32) cb_s[tid] = tid < (1 << K) ? ld_after_wait(codebook + tid) : 0.0f;
+    if (!cbd && tid < 32) cb_s[tid] = tid < (1 << K) ? ld_after_wait(codebook + tid) : 0.0f;
     for (int i = 0; i < stages - 1; i++) {
         if (i < n_my) load_stage(i, ks_begin + i);
         cp_async_commit();
     }
     __syncthreads();
-    build_pair_lut<K, T>(lut, cb_s);
-    build_scale_table<T>(s2tab, tid, 128);
+    if (!cbd) build_pair_lut<K, T>(lut, cb_s);
 
     float acc[M_BLOCKS][NB8][4];
 #pragma unroll
@@ -234,6 +483,10 @@ __global__ void __launch_bounds__(128) kbit_gemm(const T* __restrict__ A, const 
         const u32* As = reinterpret_cast<const u32*>(st);
         const u32* Bs = reinterpret_cast<const u32*>(st + A_BYTES);
         const unsigned char* Abs = st + A_BYTES + B_BYTES;
+#if KBIT_GEMM_PROBE_NOCOMP  // probe: the pipeline without the dequantize and MMA (results wrong)
+        if (As[tid] == 0x7fffffffu && Bs[tid] == 0x7fffffffu) acc[0][0][0] += 1.0f;
+        continue;
+#endif
 
         // Dequantization state of this lane's blocks: 16 pair keys and a scale per n8 block.
         u32 keys[NB8][4];
@@ -281,81 +534,38 @@ __global__ void __launch_bounds__(128) kbit_gemm(const T* __restrict__ A, const 
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
                     const u32 key = pair_key<K>(keys[nb][q], hi5[nb][q], r);
+#if KBIT_GEMM_PROBE_NODEQ  // probe: the keys as the B fragment, no table lookup / scale (results wrong)
+                    b[q] = key ^ s2[nb];
+#else
                     b[q] = hmul2_u32(lds_u32(lut_lane + (key << SH)), s2[nb], T());
+#endif
                 }
 #pragma unroll
                 for (int mb = 0; mb < M_BLOCKS; mb++) {
+#if KBIT_GEMM_PROBE_NOMMA  // probe: no MMA, the dequantized registers kept live (results wrong)
+                    acc[mb][nb][0] += __uint_as_float((b[0] ^ b[1] ^ b[2] ^ b[3] ^ a[0][mb].x ^ a[1][mb].y) & 0x807fffffu);
+#else
                     mma_16816(acc[mb][nb], a[0][mb].x, a[0][mb].y, a[0][mb].z, a[0][mb].w, b[0], b[1], T());
                     mma_16816(acc[mb][nb], a[1][mb].x, a[1][mb].y, a[1][mb].z, a[1][mb].w, b[2], b[3], T());
+#endif
                 }
             }
         }
     }
     cp_async_wait<0>();
 
-    // ---------------------------------------------------------------- split-K fixup
-    if (k_splits > 1) {
-        const int tiles = gridDim.x / k_splits;
-        const int tile = nblk * m_tiles + mt;
-        const long split_stride = (long)tiles * (TILE_M * TILE_N);
-        float* base = ws + (long)tile * (TILE_M * TILE_N) + warp * (M_BLOCKS * NB8 * 128) + lane * 4;
-        float* mine = base + split * split_stride;
+    // ---------------------------------------------------------------- epilogue
+    // The sums go to the (now idle) stage buffers and the split-K fixup and C stores run out of line
+    // (gemm_epilogue), so that its code does not set the K loop's registers: inlined, each change to
+    // it moved ptxas between 96 and 128 registers for the loop and its address math by 30-140 SASS
+    // instructions a K step (H100 M = 8: +-0.3 us, profiling/run44.sh).
+    __syncthreads();
+    float4* xf = reinterpret_cast<float4*>(stage0) + warp * (M_BLOCKS * NB8 * 32) + lane;
 #pragma unroll
-        for (int mb = 0; mb < M_BLOCKS; mb++) {
-            if (m0 + mb * 16 < M) {
+    for (int mb = 0; mb < M_BLOCKS; mb++)
 #pragma unroll
-                for (int nb = 0; nb < NB8; nb++)
-                    __stcg(reinterpret_cast<float4*>(mine + (mb * NB8 + nb) * 128),
-                           make_float4(acc[mb][nb][0], acc[mb][nb][1], acc[mb][nb][2], acc[mb][nb][3]));
-            }
-        }
-        // thread 0's acquire-release atomic orders the CTA's barrier-ordered partial stores
-        // before the count, and the last CTA's loads after it (as splitk_fixup, kbit_common.cuh,
-        // which this loop does not call: its float4 copy of acc cost ptxas up to 32 registers
-        // here, and spills in four instantiations)
-        __syncthreads();
-        if (tid == 0) misc[0] = atomic_add_acq_rel(counters + tile, 1) == k_splits - 1;
-        __syncthreads();
-        if (!misc[0]) return;
-#pragma unroll
-        for (int mb = 0; mb < M_BLOCKS; mb++) {
-            if (m0 + mb * 16 < M) {
-#pragma unroll
-                for (int nb = 0; nb < NB8; nb++) {
-                    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-                    for (int sp = 0; sp < k_splits; sp++) {
-                        float4 v;
-                        if (sp == split) v = make_float4(acc[mb][nb][0], acc[mb][nb][1], acc[mb][nb][2], acc[mb][nb][3]);
-                        else v = __ldcg(reinterpret_cast<const float4*>(base + sp * split_stride + (mb * NB8 + nb) * 128));
-                        s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
-                    }
-                    acc[mb][nb][0] = s.x; acc[mb][nb][1] = s.y; acc[mb][nb][2] = s.z; acc[mb][nb][3] = s.w;
-                }
-            }
-        }
-        if (tid == 0) counters[tile] = 0;
-    }
-
-    // ---------------------------------------------------------------- C
-#pragma unroll
-    for (int mb = 0; mb < M_BLOCKS; mb++) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = m0 + mb * 16 + g + 8 * h;
-            if (row >= M) continue;
-            T* crow = C + (long)row * N;
-#pragma unroll
-            for (int nb = 0; nb < NB8; nb++) {
-                const int col = n0 + warp * WN + nb * 8 + 2 * t;
-                const float v0 = acc[mb][nb][2 * h] * tensor_scale, v1 = acc[mb][nb][2 * h + 1] * tensor_scale;
-                if (vec2) {
-                    if (col < N)
-                        *reinterpret_cast<typename KbitType<T>::T2*>(crow + col) = KbitType<T>::pack2(v0, v1);
-                } else {
-                    if (col < N) crow[col] = KbitType<T>::from_float(v0);
-                    if (col + 1 < N) crow[col + 1] = KbitType<T>::from_float(v1);
-                }
-            }
-        }
-    }
+        for (int nb = 0; nb < NB8; nb++)
+            xf[(mb * NB8 + nb) * 32] = make_float4(acc[mb][nb][0], acc[mb][nb][1], acc[mb][nb][2], acc[mb][nb][3]);
+    gemm_epilogue<K, T, M_BLOCKS, TILE_N>(stage0, C, ws, counters, misc, M, N, m0, n0, nblk * m_tiles + mt, split,
+                                              k_splits, tensor_scale, vec2, cluster);
 }

@@ -137,30 +137,7 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
-// Thread block cluster helpers (the split-K sum over DSMEM, see wgmma_cta's fixup).
-#define KBIT_WG_MAX_CLUSTER 8  // portable cluster size limit; more splits use the workspace
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-// The split form, arrive now and wait later; relaxed: the arrive orders none of our memory operations
-// (a release arrive waits until they are performed, the C stores included).
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ u32 cluster_map(u32 saddr, int rank) {
-    u32 r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(saddr), "r"(rank));
-    return r;
-}
-__device__ __forceinline__ float4 ld_cluster_f4(u32 a) {
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(a)
-                 : "memory");
-    return v;
-}
+#define KBIT_WG_MAX_CLUSTER KBIT_MAX_CLUSTER
 
 // Keep the accumulators in registers across the asm statements (no reordering of
 // reads of d around the async MMA).

@@ -18,9 +18,12 @@ Kernel configuration (see the .cu header for the design):
     then the deepest pipeline), never deeper than the steps a CTA owns + 1.
   * split-K: k_splits CTAs per output tile, each a contiguous range of K steps;
     default: as many as one wave of resident CTAs allows, but >= MIN_STEPS_PER_SPLIT
-    steps each as long as that still gives every SM a CTA.  Partials go to per-split fp32 slots of the workspace, the last
+    steps each as long as that still gives every SM a CTA (on sm_90 at M <= 16:
+    small_m_plan).  Partials go to per-split fp32 slots of the workspace, the last
     CTA of a tile (atomic counter) sums them in split order (deterministic) and
-    resets the counter, so counters never need a host memset.
+    resets the counter, so counters never need a host memset.  Or (sm_90, M <= 64,
+    2..8 splits; plan's `cluster`) the splits are one thread block cluster and sum
+    over distributed shared memory in the same order: no workspace.
 
 Stream safety: the workspace (fp32 slots + int32 counters) is keyed by
 (device id, current stream pointer).  Kernels on one stream run in order, so they
@@ -34,6 +37,7 @@ uses them).
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -51,6 +55,8 @@ TILE_N_CHOICES = (64, 128)
 MAX_TILE_M = 64
 MIN_STEPS_PER_SPLIT = 2   # K steps of 128 per split-K slice (default heuristic)
 MAX_OCCUPANCY = 4         # CTAs per SM the stage choice aims for at most
+MAX_CLUSTER = 8           # portable thread block cluster size (KBIT_MAX_CLUSTER in kbit_common.cuh)
+MAX_STAGES = 8            # pipeline depth limit (cp_async_wait_dyn in the .cu)
 
 
 def _instances():
@@ -63,12 +69,15 @@ def _instances():
     return inst
 
 
-# One NVRTC call compiles the 4 M_BLOCKS variants of one (k, dtype, TILE_N).
-GEMM = register("gemm", Family("kbit_gemm.cu", _instances(), group_of=lambda key: (key[0], key[1], key[3])))
+# One NVRTC call compiles the 4 M_BLOCKS variants of one (k, dtype, TILE_N).  KBIT_GEMM_OPTS: extra
+# NVRTC options, an experiment hook (e.g. -DKBIT_GEMM_PF=2, see the .cu).
+GEMM = register("gemm", Family("kbit_gemm.cu", _instances(), group_of=lambda key: (key[0], key[1], key[3]),
+                               options=tuple(os.environ.get("KBIT_GEMM_OPTS", "").split())))
 
 
 # ----------------------------------------------------------------------------- sizes
 def stage_bytes(k: int, m_blocks: int, tile_n: int) -> int:
+    """One pipeline stage: the A tile, two B tiles and their absmax, in 128-byte multiples."""
     a = 16 * m_blocks * 256
     b = 2 * (tile_n * 2 * k + 16) * 4
     absb = 2 * (tile_n * 2 + 16)
@@ -108,6 +117,7 @@ def device_info(dev_id: int) -> dict:
             "regs_sm": a.get("MaxRegistersPerMultiprocessor", 65536),
             "threads_sm": a.get("MaxThreadsPerMultiProcessor", 2048),
             "blocks_sm": a.get("MaxBlocksPerMultiprocessor", 32),
+            "cc": int(cp.cuda.Device(dev_id).compute_capability),
         }
         _DEV[dev_id] = info
     return info
@@ -149,11 +159,17 @@ def choose_stages(info: dict, k: int, m_blocks: int, tile_n: int, regs: int):
 
 # ----------------------------------------------------------------------------- plan
 class Plan:
-    __slots__ = ("fn", "grid", "smem", "m_tiles", "k_splits", "stages", "tile_n", "m_blocks", "ws_floats", "tiles")
+    __slots__ = ("fn", "grid", "smem", "m_tiles", "k_splits", "stages", "tile_n", "m_blocks", "ws_floats", "tiles",
+                 "cluster")
+
+    @property
+    def cl_size(self) -> int:
+        """CTAs per thread block cluster of the launch (1: no clusters)."""
+        return self.k_splits if self.cluster else 1
 
     def __repr__(self):
         return (f"Plan(M_BLOCKS={self.m_blocks}, TILE_N={self.tile_n}, m_tiles={self.m_tiles}, k_splits={self.k_splits}, "
-                f"stages={self.stages}, grid={self.grid}, smem={self.smem})")
+                f"stages={self.stages}, grid={self.grid}, smem={self.smem}, cluster={self.cluster})")
 
 
 _PLANS: dict = {}
@@ -161,19 +177,49 @@ _SMEM_SET: dict = {}
 _LOCK = threading.Lock()
 
 
-def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tile_n=None) -> Plan:
-    key = (dev_id, M, N, K, k, dtype_name, k_splits, tile_n)
+def cluster_fits(m_tiles: int, ks: int, m_blocks: int, tile_n: int, stages: int, k: int) -> bool:
+    """Whether a plan can sum its splits over a thread block cluster: sm_90 only (the caller's
+    check), one m tile (a tile's splits are then consecutive blocks), 2..MAX_CLUSTER splits,
+    and the partial (TILE_M rows of TILE_N + 8 floats) fits the stage buffers."""
+    return (m_tiles == 1 and 2 <= ks <= MAX_CLUSTER
+            and 16 * m_blocks * (tile_n + 8) * 4 <= stages * stage_bytes(k, m_blocks, tile_n))
+
+
+def small_m_plan(info: dict, tiles: int, KS: int) -> tuple:
+    """(k_splits, cluster) of the Hopper rule for one m16 block (M <= 16) at TILE_N = 128: at most
+    MAX_CLUSTER splits, summed over a thread block cluster where the grid is far from one CTA an SM
+    (>= 1.9 or <= 0.5 an SM), else through the workspace.  H100 M = 8 / 16, k = 4, every dense shape
+    (profiling/run44.sh kg / fix): gate/up (40 tiles) 320 CTAs on clusters 6.24 us against 7.14 at 160
+    and 6.37 through the workspace; down / O / linear key (16 tiles) 128 CTAs through the workspace
+    (clusters +0.6..+1 us there: a clustered grid of one CTA an SM sits less evenly); KV (4 tiles) 32
+    CTAs on clusters 3.53 against 4.15."""
+    ks = max(1, min(MAX_CLUSTER, KS))
+    grid = tiles * ks
+    return ks, ks > 1 and (grid >= 1.9 * info["sms"] or 2 * grid <= info["sms"])
+
+
+def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tile_n=None,
+         cluster=None, stages=None) -> Plan:
+    """cluster: None = the default, True = the splits' sum over a thread block cluster (sm_90;
+    ValueError where cluster_fits says no), False = the workspace sum.  stages: the pipeline depth
+    (2..MAX_STAGES; default: the most resident CTAs an SM, then the deepest, at most a split's steps
+    + 1; deeper measured slower at one CTA an SM: profiling/run44.sh deep).  Defaults: on sm_90 at
+    M <= 16 small_m_plan (TILE_N = 128); elsewhere the occupancy rules below, the workspace sum."""
+    key = (dev_id, M, N, K, k, dtype_name, k_splits, tile_n, cluster, stages)
     p = _PLANS.get(key)
     if p is not None:
         return p
     info = device_info(dev_id)
     mb, m_tiles = m_blocking(M)
     KS = k_steps(K)
+    hopper_small = info["cc"] >= 90 and mb == 1
 
     def regs_of(tn):
         return GEMM.function((k, dtype_name, mb, tn)).num_regs
 
-    if tile_n is None:
+    if tile_n is None and hopper_small:
+        tile_n = 128
+    elif tile_n is None:
         # TILE_N = 128 (half the A reads from shared memory per weight) when it keeps
         # >= 2 CTAs per SM (or as many as 64 would) and split-K can still fill one wave.
         try:
@@ -192,10 +238,14 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     if tile_n not in TILE_N_CHOICES:
         raise ValueError(f"tile_n must be one of {TILE_N_CHOICES}, got {tile_n}")
     fn = GEMM.function((k, dtype_name, mb, tile_n))
+    forced_stages = stages
     stages, occ = choose_stages(info, k, mb, tile_n, fn.num_regs)
     n_blocks = -(-N // tile_n)
     tiles = m_tiles * n_blocks
-    if k_splits is None:
+    auto_cluster = False
+    if k_splits is None and hopper_small:
+        ks, auto_cluster = small_m_plan(info, tiles, KS)
+    elif k_splits is None:
         # one wave of resident CTAs; >= MIN_STEPS_PER_SPLIT steps per split unless that
         # would leave SMs without a CTA
         capacity = info["sms"] * occ
@@ -209,11 +259,22 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
             raise ValueError(f"k_splits must be in 1..{KS} (K steps of 128) for K = {K}, got {k_splits}")
     steps_per_split = -(-KS // ks)
     stages = max(2, min(stages, steps_per_split + 1))
+    if forced_stages is not None:
+        if not 2 <= int(forced_stages) <= MAX_STAGES:
+            raise ValueError(f"stages must be in 2..{MAX_STAGES}, got {forced_stages}")
+        stages = int(forced_stages)
+        if occupancy(info, smem_bytes(k, mb, tile_n, stages), fn.num_regs) < 1:
+            raise DoesNotFit(f"kbit_gemm with {stages} stages does not fit in shared memory")
+    fits = info["cc"] >= 90 and cluster_fits(m_tiles, ks, mb, tile_n, stages, k)
+    if cluster and not fits:
+        raise ValueError(f"cluster=True needs sm_90, M <= {MAX_TILE_M} and 2..{MAX_CLUSTER} splits "
+                         f"(got M={M}, k_splits={ks})")
     p = Plan()
     p.fn, p.m_blocks, p.tile_n, p.m_tiles, p.k_splits, p.stages, p.tiles = fn, mb, tile_n, m_tiles, ks, stages, tiles
+    p.cluster = bool(cluster) if cluster is not None else auto_cluster and fits
     p.grid = tiles * ks
     p.smem = smem_bytes(k, mb, tile_n, stages)
-    p.ws_floats = ks * tiles * 16 * mb * tile_n if ks > 1 else 0
+    p.ws_floats = ks * tiles * 16 * mb * tile_n if ks > 1 and not p.cluster else 0
     _PLANS[key] = p
     return p
 
@@ -253,14 +314,14 @@ def _workspace(dev_id: int, stream, floats: int, counters: int):
     return cur
 
 
-def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tile_n=None, stream=None):
+def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tile_n=None, stream=None, cluster=None):
     """Size the current (or given) stream's workspace for this call, and compile/load its
     kernel, so that a later capture of the same call allocates nothing."""
     import cupy as cp
 
     dev = cp.cuda.Device().id
     tname = "bfloat16" if np.dtype(dtype) == bfloat16 else "float16"
-    p = plan(M, N, K, k, tname, dev, k_splits, tile_n)
+    p = plan(M, N, K, k, tname, dev, k_splits, tile_n, cluster)
     set_smem(p.fn, p.smem)
     stream = stream or cp.cuda.get_current_stream()
     if p.ws_floats:
@@ -288,12 +349,14 @@ def set_smem(fn, smem: int) -> None:
 
 
 # ----------------------------------------------------------------------------- launch
-def gemm(A, qw, out, k_splits=None, tile_n=None, *, validate=True):
+def gemm(A, qw, out, k_splits=None, tile_n=None, cluster=None, *, validate=True):
     """out[M, N] = A[M, K] @ W^T with the fused kernel.
 
     A: contiguous CuPy float16/bfloat16 [M, K] (16-byte aligned); qw: KbitWeight, tiled,
     on A's device; out: contiguous [M, N] of A's dtype.  Runs on the current stream.
-    k_splits / tile_n override the heuristic (k_splits in 1..ceil(K/128), tile_n 64/128).
+    k_splits / tile_n override the heuristic (k_splits in 1..ceil(K/128), tile_n 64/128);
+    cluster=True / False: the splits' sum over a thread block cluster (sm_90, M <= 64, 2..8 splits) /
+    through the workspace (None: the plan's choice).
     validate=False skips the argument checks (kbitcupy._checks) for callers that made them.
     """
     if validate:
@@ -309,16 +372,17 @@ def gemm(A, qw, out, k_splits=None, tile_n=None, *, validate=True):
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     dev = A.device.id
     try:
-        p = plan(M, N, K, qw.k, tname, dev, k_splits, tile_n)
+        p = plan(M, N, K, qw.k, tname, dev, k_splits, tile_n, cluster)
     except DoesNotFit:
-        if k_splits is not None or tile_n is not None:
+        if k_splits is not None or tile_n is not None or cluster:
             raise
         # e.g. k = 5 (64 KB pair table) on a GPU with < 110 KB of shared memory per block
         from .dequant_matmul import dequant_matmul
 
         return dequant_matmul(A, qw, out, validate=False)
-    vec2 = 1 if (N % 2 == 0 and out.data.ptr % 4 == 0) else 0
-    return launch_fused(p, THREADS, A, qw, out, vec2, _pdl.dense_arg(dev))
+    # flags: bit 0 = 4-byte C stores, bit 1 = the default codebook (immediates in the kernel)
+    flags = (1 if (N % 2 == 0 and out.data.ptr % 4 == 0) else 0) | (2 if qw.default_codebook else 0)
+    return launch_fused(p, THREADS, A, qw, out, flags, _pdl.dense_arg(dev))
 
 
 def plan_workspace(p, dev_id: int, out):

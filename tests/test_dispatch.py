@@ -221,6 +221,28 @@ def test_stage_choice_fits():
     assert smem_bytes(4, 4, 128, 3) == 32768 + 1280 + 3 * (-(-stage // 128) * 128)
 
 
+def test_small_m_plan_and_cluster_fits():
+    """The sm_90 M <= 16 rule (kbitcupy.gemm.small_m_plan, measured in profiling/run44.sh): at most 8
+    splits, a cluster sum where the grid is >= 1.9 or <= 0.5 CTAs an SM, the workspace near one."""
+    from kbitcupy.gemm import MAX_CLUSTER, cluster_fits, small_m_plan
+
+    # (tiles of 128 columns, K steps of 128) of the dense shapes -> (k_splits, cluster)
+    assert small_m_plan(H100, 40, 16) == (8, True)    # gate/up: 320 CTAs
+    assert small_m_plan(H100, 16, 40) == (8, False)   # down: 128 CTAs
+    assert small_m_plan(H100, 32, 16) == (8, True)    # Q / linear value: 256 CTAs
+    assert small_m_plan(H100, 16, 32) == (8, False)   # O
+    assert small_m_plan(H100, 4, 16) == (8, True)     # KV: 32 CTAs
+    assert small_m_plan(H100, 3, 1) == (1, False)     # one K step: no split
+    for tiles in range(1, 200):
+        for KS in (1, 2, 5, 8, 40):
+            ks, cl = small_m_plan(H100, tiles, KS)
+            assert 1 <= ks <= min(KS, MAX_CLUSTER) and (not cl or ks >= 2)
+    # a cluster needs one m tile, 2..8 splits and the partial in the stage buffers
+    assert cluster_fits(1, 8, 1, 128, 2, 4) and not cluster_fits(2, 8, 1, 128, 2, 4)
+    assert not cluster_fits(1, 1, 1, 128, 2, 4) and not cluster_fits(1, MAX_CLUSTER + 1, 1, 128, 2, 4)
+    assert cluster_fits(1, 2, 4, 128, 2, 4)           # M = 64: 64 rows x 136 floats in two stages
+
+
 def test_k_steps():
     from kbitcupy.gemm import k_steps
 

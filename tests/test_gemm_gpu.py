@@ -211,6 +211,65 @@ def test_gemm_forced_splits(tile_n, rng):
                     assert bool((out2.view(cp.uint16) == out.view(cp.uint16)).all()), ((N, K), M, ks)
 
 
+@pytest.mark.parametrize("k", [2, 4, 5])
+def test_gemm_cluster_and_half_slots(k, rng):
+    """The splits' sum over a thread block cluster (sm_90) and through the workspace give the same
+    bits (both add the partials in split order); M <= 8 takes the workspace's 8-byte half slots,
+    M = 9..16 the full ones; 2..8 splits, both dtypes, N with a partial tile."""
+    import cupy as cp
+
+    from kbitcupy.gemm import MAX_CLUSTER, device_info, gemm, k_steps
+
+    clusters = (False, True) if device_info(cp.cuda.Device().id)["cc"] >= 90 else (False,)
+    for (N, K) in ((5120, 2048), (200, 1024)):
+        q, Wd = _weight(N, K, k, rng)
+        for dt in DTYPES:
+            for M in (1, 5, 8, 9, 16, 40):
+                A = _A(M, K, dt, rng)
+                ref = A.astype(cp.float64) @ Wd.T
+                for ks in sorted({2, 3, 5, MAX_CLUSTER} & set(range(2, k_steps(K) + 1))):
+                    outs = []
+                    for cl in clusters:
+                        out = cp.full((M, N), np.nan, dtype=dt)
+                        gemm(A, q, out, k_splits=ks, tile_n=128, cluster=cl)
+                        err = _rel(out, ref)
+                        assert err < TOL[_dn(dt)], ((N, K), k, _dn(dt), M, ks, cl, err)
+                        outs.append(out)
+                    assert all(bool((o.view(cp.uint16) == outs[0].view(cp.uint16)).all()) for o in outs), (M, ks)
+
+
+def test_gemm_cluster_refused(rng):
+    """cluster=True where it cannot run: a ValueError naming the limits, not a launch."""
+    import cupy as cp
+
+    from kbitcupy.gemm import MAX_CLUSTER, gemm
+
+    q, _ = _weight(512, 2048, 4, rng)
+    for M, ks in ((8, 1), (8, MAX_CLUSTER + 1), (80, 2)):
+        with pytest.raises(ValueError, match="cluster"):
+            gemm(_A(M, 2048, np.float16, rng), q, cp.empty((M, 512), np.float16), k_splits=ks, cluster=True)
+
+
+def test_gemm_default_codebook_flag(rng):
+    """The kernel builds its pair table from the compiled-in default levels only for weights flagged
+    default_codebook: another codebook gives its own product, and the same weight forced to the flag
+    gives the default levels' product (so the flag, not the data, chose the levels)."""
+    import cupy as cp
+
+    from kbitcupy.gemm import gemm
+
+    q, Wd = _weight(512, 2048, 4, rng)
+    assert q.default_codebook
+    ob, forced = other_codebook(q, 4)
+    Wd_other = kb.dequantize(ob, np.float32).astype(cp.float64)
+    for M in (8, 16, 40):
+        A = _A(M, 2048, np.float16, rng)
+        for w, W in ((ob, Wd_other), (forced, Wd)):
+            out = cp.full((M, 512), np.nan, dtype=np.float16)
+            gemm(A, w, out)
+            assert _rel(out, A.astype(cp.float64) @ W.T) < TOL["float16"], (M, w.default_codebook)
+
+
 def test_gemm_repeated_calls_stale_counters(rng):
     """Many back-to-back split-K launches on one stream (no sync), with varying tile
     counts sharing one workspace: every call must leave the counters at zero."""
