@@ -173,4 +173,15 @@ if [ "$STEP" = check ]; then
   SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=4 MS=8,16 timeout 200 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_check44.log" 2>&1
   cat "$W/gemm_ab_check44.log"
 fi
+# Result (check, H100, git 7afb5ea + this tree = 57c822d): tests/test_gemm_gpu.py 49 passed; memcheck over
+#   sanitize_gemm.py 840 checks, 0 errors; racecheck (SAN_SMALL) 120 checks, 0 hazards.  Default plans, M = 8 / 16, us:
+#   gate/up 6.22 / 6.58, down 6.74 / 7.31, Q 5.80 / 6.18, O 6.01 / 6.56, KV 3.65 / 3.79, linear key 4.66 / 5.21, linear
+#   value 5.83 / 6.19 (gemm_ab's SOL read).  NVRTC cubins: only the 16 gemm groups changed (cubin_diff44).
+# STEP=final: the harness table (bench.py: its own SOL read, fp16 cuBLAS) at M = 8 / 16, k = 4, GEMV / GEMM / matmul.
+#   TAG names the run (gemm44 on the H100, gemm44h on the H200).
+if [ "$STEP" = final ]; then
+  timeout 400 python3 profiling/bench.py --out "$W" --M 8,16 --k 4 --columns GEMV,GEMM,matmul --reps 15 \
+    --tag "${TAG:-gemm44}" > "$W/bench_${TAG:-gemm44}.log" 2>&1
+  grep -E "^### M|^\| (gateup|down|TOTAL)" "$W/bench_${TAG:-gemm44}.log"; ls "$W"
+fi
 finish_run run$RUN
