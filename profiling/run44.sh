@@ -184,4 +184,17 @@ if [ "$STEP" = final ]; then
     --tag "${TAG:-gemm44}" > "$W/bench_${TAG:-gemm44}.log" 2>&1
   grep -E "^### M|^\| (gateup|down|TOTAL)" "$W/bench_${TAG:-gemm44}.log"; ls "$W"
 fi
+# Result (gemm44, H100, bench.py: its SOL read, git 2813976): M = 8 GEMM gate/up 6.21 us = 60.4 % of SOL (3.75), down
+#   6.70 = 56.3 % (3.77) -- was 9.33 / 13.04 (40 % / 29 %, m8-39); Q 5.67, O 5.92, KV 3.58, linear key 4.57, linear value
+#   5.69; TOTAL 28.08 (was 48.09).  M = 16 gate/up 6.53, down 7.30.  The GEMV still serves M = 8 / 16 (5.60 / 5.39).
+# STEP=flags: the fixup's chain for the last CTA (store, fence, count, slot loads: ~1.4 us of down's 6.7) against
+#   -DKBIT_GEMM_FLAGS=1: count first (relaxed), the last CTA keeps its partial in registers and waits on the others'
+#   release flags, which they set after storing.  Expect -0.2..-0.5 us where one split finishes late, ~0 otherwise.
+if [ "$STEP" = flags ]; then
+  for pass in 1 2; do
+    SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=4 MS=8,16 GAB_VARIANTS="flags:-DKBIT_GEMM_FLAGS=1" \
+      timeout 200 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_flags44_$pass.log" 2>&1
+    cat "$W/gemm_ab_flags44_$pass.log"
+  done
+fi
 finish_run run$RUN
