@@ -85,17 +85,6 @@ __device__ __forceinline__ void cp_async4_zfill(void* smem, const void* gmem, bo
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(sz));
 }
 
-// Per-split ready flags of the split-K fixup (KBIT_GEMM_FLAGS): a release store after the CTA's
-// barrier-ordered partial stores, an acquire load before the last CTA's barrier and slot loads.
-__device__ __forceinline__ void st_release_gpu(int* p, int v) {
-    asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
 // at most `pending` (a runtime count: stages - 2, stages <= 8) copy groups still in flight
 __device__ __forceinline__ void cp_async_wait_dyn(int pending) {
     switch (pending < 6 ? pending : 6) {
@@ -211,89 +200,6 @@ __device__ __noinline__ void gemm_epilogue(unsigned char* xs, T* __restrict__ C,
         float* base = ws + (long)tile * (TILE_M * TILE_N) +
                       (half ? warp * (NB8 * 64) + lane * 2 : warp * (M_BLOCKS * NB8 * 128) + lane * 4);
         float* mine = base + split * split_stride;
-#if KBIT_GEMM_FLAGS
-        // Count first (relaxed: it orders nothing).  The CTA that counts last keeps its own partial in
-        // registers and waits for the others' ready flags (they counted before it, so they are resident
-        // and running: no deadlock); the others store their partial and set their flag (release).
-        int* flags = counters + gridDim.x / k_splits + tile * k_splits;  // after the tiles' counters
-        if (tid == 0) misc[0] = atomicAdd(counters + tile, 1) == k_splits - 1;
-        __syncthreads();
-        if (!misc[0]) {
-            if (half) {
-#pragma unroll
-                for (int nb = 0; nb < NB8; nb++)
-                    __stcg(reinterpret_cast<float2*>(mine + nb * 64), make_float2(acc[0][nb][0], acc[0][nb][1]));
-            } else {
-#pragma unroll
-                for (int mb = 0; mb < M_BLOCKS; mb++) {
-                    if (m0 + mb * 16 < M) {
-#pragma unroll
-                        for (int nb = 0; nb < NB8; nb++)
-                            __stcg(reinterpret_cast<float4*>(mine + (mb * NB8 + nb) * 128),
-                                   make_float4(acc[mb][nb][0], acc[mb][nb][1], acc[mb][nb][2], acc[mb][nb][3]));
-                    }
-                }
-            }
-            __syncthreads();
-            if (tid == 0) st_release_gpu(flags + split, 1);
-            return;
-        }
-        for (int sp = tid; sp < k_splits; sp += 128) {
-            if (sp == split) continue;
-            while (ld_acquire_gpu(flags + sp) == 0) {
-            }
-            flags[sp] = 0;  // for the next launch (a kernel boundary orders it)
-        }
-        __syncthreads();
-        if (half) {
-            float2 s[NB8];
-#pragma unroll
-            for (int nb = 0; nb < NB8; nb++) s[nb] = make_float2(0.f, 0.f);
-#pragma unroll 4
-            for (int sp = 0; sp < k_splits; sp++) {
-                float2 v[NB8];
-#pragma unroll
-                for (int nb = 0; nb < NB8; nb++)
-                    v[nb] = sp == split ? make_float2(acc[0][nb][0], acc[0][nb][1])
-                                        : __ldcg(reinterpret_cast<const float2*>(base + sp * split_stride + nb * 64));
-#pragma unroll
-                for (int nb = 0; nb < NB8; nb++) {
-                    s[nb].x += v[nb].x; s[nb].y += v[nb].y;
-                }
-            }
-#pragma unroll
-            for (int nb = 0; nb < NB8; nb++) {
-                acc[0][nb][0] = s[nb].x; acc[0][nb][1] = s[nb].y;
-            }
-        } else {
-#pragma unroll
-            for (int mb = 0; mb < M_BLOCKS; mb++) {
-                if (m0 + mb * 16 < M) {
-                    float4 s[NB8];
-#pragma unroll
-                    for (int nb = 0; nb < NB8; nb++) s[nb] = make_float4(0.f, 0.f, 0.f, 0.f);
-                    const float* bm = base + mb * NB8 * 128;
-#pragma unroll 4
-                    for (int sp = 0; sp < k_splits; sp++) {
-                        float4 v[NB8];
-#pragma unroll
-                        for (int nb = 0; nb < NB8; nb++)
-                            v[nb] = sp == split ? make_float4(acc[mb][nb][0], acc[mb][nb][1], acc[mb][nb][2], acc[mb][nb][3])
-                                                : __ldcg(reinterpret_cast<const float4*>(bm + sp * split_stride + nb * 128));
-#pragma unroll
-                        for (int nb = 0; nb < NB8; nb++) {
-                            s[nb].x += v[nb].x; s[nb].y += v[nb].y; s[nb].z += v[nb].z; s[nb].w += v[nb].w;
-                        }
-                    }
-#pragma unroll
-                    for (int nb = 0; nb < NB8; nb++) {
-                        acc[mb][nb][0] = s[nb].x; acc[mb][nb][1] = s[nb].y; acc[mb][nb][2] = s[nb].z; acc[mb][nb][3] = s[nb].w;
-                    }
-                }
-            }
-        }
-        if (tid == 0) counters[tile] = 0;
-#else
         if (half) {
 #pragma unroll
             for (int nb = 0; nb < NB8; nb++)
@@ -366,7 +272,6 @@ __device__ __noinline__ void gemm_epilogue(unsigned char* xs, T* __restrict__ C,
             }
         }
         if (tid == 0) counters[tile] = 0;
-#endif
     }
 
     // ---------------------------------------------------------------- C

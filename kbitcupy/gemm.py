@@ -325,7 +325,7 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, til
     set_smem(p.fn, p.smem)
     stream = stream or cp.cuda.get_current_stream()
     if p.ws_floats:
-        _workspace(dev, stream, p.ws_floats, p.tiles * (1 + p.k_splits))
+        _workspace(dev, stream, p.ws_floats, p.tiles)
     return p
 
 
@@ -393,8 +393,7 @@ def plan_workspace(p, dev_id: int, out):
         return out, out
     import cupy as cp
 
-    # counters: one a tile, then one ready flag a (tile, split) (kbit_gemm's KBIT_GEMM_FLAGS fixup)
-    return _workspace(dev_id, cp.cuda.get_current_stream(), p.ws_floats, p.tiles * (1 + p.k_splits))
+    return _workspace(dev_id, cp.cuda.get_current_stream(), p.ws_floats, p.tiles)
 
 
 def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: int = 0, lead=()):

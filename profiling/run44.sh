@@ -197,4 +197,7 @@ if [ "$STEP" = flags ]; then
     cat "$W/gemm_ab_flags44_$pass.log"
   done
 fi
+# Result (flags44_{1,2}, H100, two passes): slower -- down 6.75 / 6.80 -> 7.76 / 7.81, O 6.04 -> 6.96, linear key 4.58 ->
+#   5.48 (+0.9..+1 us on every workspace plan; cluster plans unchanged).  The acquire spin on the others' release flags
+#   costs more than the fence + count it saves.  Removed (the code stays in this commit's history: 2813976..).
 finish_run run$RUN
