@@ -200,4 +200,16 @@ fi
 # Result (flags44_{1,2}, H100, two passes): slower -- down 6.75 / 6.80 -> 7.76 / 7.81, O 6.04 -> 6.96, linear key 4.58 ->
 #   5.48 (+0.9..+1 us on every workspace plan; cluster plans unchanged).  The acquire spin on the others' release flags
 #   costs more than the fence + count it saves.  Removed (the code stays in this commit's history: 2813976..).
+# STEP=h200: the same tree on the H200: kbit_gemm's GPU tests, the harness table (TAG=gemm44h) and the M = 8 plans beside
+#   the default (does small_m_plan's split / cluster choice hold with the H200's bandwidth?).
+if [ "$STEP" = h200 ]; then
+  gpu_tests "$W/gpu_tests_gemm44h.log" 200 tests/test_gemm_gpu.py
+  timeout 200 python3 profiling/bench.py --out "$W" --M 8,16 --k 4 --columns GEMV,GEMM,matmul --reps 15 \
+    --tag gemm44h > "$W/bench_gemm44h.log" 2>&1
+  grep -E "^### M|^\| (gateup|down|TOTAL)" "$W/bench_gemm44h.log"
+  SHAPES=gateup,down,Q,O,KV KS=4 MS=8 \
+    GAB_PLANS="t128k8:tile_n=128,ks=8,cl=0;c128k8:tile_n=128,ks=8,cl=1;t128k4:tile_n=128,ks=4,cl=0;c128k4:tile_n=128,ks=4,cl=1" \
+    timeout 150 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_h200_44.log" 2>&1
+  cat "$W/gemm_ab_h200_44.log"
+fi
 finish_run run$RUN
