@@ -212,4 +212,15 @@ if [ "$STEP" = h200 ]; then
     timeout 150 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_h200_44.log" 2>&1
   cat "$W/gemm_ab_h200_44.log"
 fi
+# STEP=spread: the 128-CTA grids (down, O, linear key at M = 8) on clusters launched with the shared memory of one CTA an
+#   SM (plan spread=True; the wgmma kernel's launch_smem), against the workspace sum at the same split count.  Expect:
+#   the cluster sum's ~0.3 us gain at >= 1.9 CTAs an SM (gate/up, Q) here too, if the loss at 128 CTAs was the packing.
+if [ "$STEP" = spread ]; then
+  for pass in 1 2; do
+    SHAPES=down,O,lin_key,gateup KS=4 MS=8,16 \
+      GAB_PLANS="t128k8:tile_n=128,ks=8,cl=0;c128k8:tile_n=128,ks=8,cl=1;c128k8sp:tile_n=128,ks=8,cl=1,sp=1;t128k8sp:tile_n=128,ks=8,cl=0,sp=1" \
+      timeout 200 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_spread44_$pass.log" 2>&1
+    cat "$W/gemm_ab_spread44_$pass.log"
+  done
+fi
 finish_run run$RUN
