@@ -160,7 +160,7 @@ def choose_stages(info: dict, k: int, m_blocks: int, tile_n: int, regs: int):
 # ----------------------------------------------------------------------------- plan
 class Plan:
     __slots__ = ("fn", "grid", "smem", "m_tiles", "k_splits", "stages", "tile_n", "m_blocks", "ws_floats", "tiles",
-                 "cluster", "launch_smem")
+                 "cluster")
 
     @property
     def cl_size(self) -> int:
@@ -199,13 +199,13 @@ def small_m_plan(info: dict, tiles: int, KS: int) -> tuple:
 
 
 def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tile_n=None,
-         cluster=None, stages=None, spread=False) -> Plan:
+         cluster=None, stages=None) -> Plan:
     """cluster: None = the default, True = the splits' sum over a thread block cluster (sm_90;
     ValueError where cluster_fits says no), False = the workspace sum.  stages: the pipeline depth
     (2..MAX_STAGES; default: the most resident CTAs an SM, then the deepest, at most a split's steps
     + 1; deeper measured slower at one CTA an SM: profiling/run44.sh deep).  Defaults: on sm_90 at
     M <= 16 small_m_plan (TILE_N = 128); elsewhere the occupancy rules below, the workspace sum."""
-    key = (dev_id, M, N, K, k, dtype_name, k_splits, tile_n, cluster, stages, spread)
+    key = (dev_id, M, N, K, k, dtype_name, k_splits, tile_n, cluster, stages)
     p = _PLANS.get(key)
     if p is not None:
         return p
@@ -274,8 +274,6 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     p.cluster = bool(cluster) if cluster is not None else auto_cluster and fits
     p.grid = tiles * ks
     p.smem = smem_bytes(k, mb, tile_n, stages)
-    # spread (an experiment): launched with the shared memory of one CTA an SM (a clustered grid then spreads)
-    p.launch_smem = max(p.smem, info["smem_sm"] // 2 - info["smem_reserved"] + 1) if spread else p.smem
     p.ws_floats = ks * tiles * 16 * mb * tile_n if ks > 1 and not p.cluster else 0
     _PLANS[key] = p
     return p

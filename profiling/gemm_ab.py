@@ -2,7 +2,7 @@
 the default launch), with the speed-of-light read of the same bytes.
 
 Env: KS (k list, default 4), MS (M list, default 8), SHAPES (names of bench_foundation.SHAPES),
-GAB_PLANS="name:tile_n=64,ks=4,cl=1,st=6;..." (plan overrides, cl=1 / 0: the cluster / workspace sum, st: stages, sp=1: one CTA an SM; the default plan is always the first column),
+GAB_PLANS="name:tile_n=64,ks=4,cl=1,st=6;..." (plan overrides, cl=1 / 0: the cluster / workspace sum, st: stages; the default plan is always the first column),
 GAB_VARIANTS="name:-DFLAG=1 -DOTHER;..." (the current source built with extra options; each runs every plan).
 Every cell is checked against the float64 reference ('!' after the time: max rel err > 1e-2).
 usage: python3 profiling/gemm_ab.py [--out DIR]   (GPU machine)
@@ -54,8 +54,7 @@ def main():
         for pname, pov in plans:
             ov = dict(pov)
             try:
-                p = G.plan(M, N, K, k, "float16", dev, ov.get("ks"), ov.get("tile_n"), None if "cl" not in ov else bool(ov["cl"]), ov.get("st"),
-                           bool(ov.get("sp", 0)))
+                p = G.plan(M, N, K, k, "float16", dev, ov.get("ks"), ov.get("tile_n"), None if "cl" not in ov else bool(ov["cl"]), ov.get("st"))
             except ValueError as e:
                 print(f"{name:9} k={k} M={M:3d} {pname}: {e}", flush=True)
                 continue
@@ -81,7 +80,7 @@ def main():
                 rows.append(r)
                 print(f"{name:9} k={k} M={M:3d} {pname:8} {vname:8} {t:7.2f}{'!' if not err < 1e-2 else ' '} "
                       f"sol {sol:5.2f} {100 * sol / t:4.0f}%  (tn={p.tile_n} ks={p.k_splits} st={p.stages} "
-                      f"g={p.grid}{' cl' if p.cluster else ''}{' spread' if p.launch_smem > p.smem else ''})", flush=True)
+                      f"g={p.grid}{' cl' if p.cluster else ''})", flush=True)
     if args.out:
         with open(os.path.join(args.out, "gemm_ab.json"), "w") as fh:
             json.dump(dict(device=gpu, rows=rows), fh, indent=1)

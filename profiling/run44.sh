@@ -223,4 +223,8 @@ if [ "$STEP" = spread ]; then
     cat "$W/gemm_ab_spread44_$pass.log"
   done
 fi
+# Result (spread44_{1,2}, H100, two passes): clusters launched at one CTA an SM 10.7-13 us (the clustered grid no longer
+#   fits at once: waves); the workspace sum at one CTA an SM = the default (6.78 vs 6.74-6.83 on down).  So the cluster
+#   sum's loss at 128 CTAs is not packing that the launch could undo.  spread removed from gemm.plan (this step needs the
+#   commit before that removal to run).
 finish_run run$RUN
