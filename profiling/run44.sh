@@ -227,4 +227,8 @@ fi
 #   fits at once: waves); the workspace sum at one CTA an SM = the default (6.78 vs 6.74-6.83 on down).  So the cluster
 #   sum's loss at 128 CTAs is not packing that the launch could undo.  spread removed from gemm.plan (this step needs the
 #   commit before that removal to run).
+# STEP=tests2: the other GPU tests that launch kbit_gemm (PDL chains, the dispatched matmul, argument checks, launches).
+if [ "$STEP" = tests2 ]; then
+  gpu_tests "$W/gpu_tests2_44.log" 420 tests/test_pdl_gpu.py tests/test_checks_gpu.py tests/test_launch_gpu.py -k "gemm or matmul or check or launch"
+fi
 finish_run run$RUN
