@@ -503,9 +503,10 @@ __device__ __forceinline__ float4 ld_cluster_f4(u32 a) {
 }
 
 // ---------------------------------------------------------------- split-K fixup
-// For the fused GEMMs (kbit_wgmma; kbit_gemm.cu keeps an inline copy in its own
-// warp-major slot layout: moving it onto this helper changed the register allocation of
-// 38 of its instantiations and made two spill, not done without a GPU measurement).
+// For the fused GEMMs (kbit_wgmma; kbit_gemm.cu's gemm_epilogue keeps its own copy in a
+// warp-major slot layout with 8-byte half slots at M <= 8: inlined, moving it onto this helper
+// changed the register allocation of 38 instantiations and made two spill; out of line, as the
+// epilogue now is, the move is open, not measured).
 // Every CTA of an output tile stores its fp32 partial (NV
 // float4 per thread, of which the first nv_live are real: rows past M are skipped) into
 // its own slot ws[split][tile][i][thread] (coalesced 16-byte stores), then thread 0

@@ -534,20 +534,12 @@ __global__ void __launch_bounds__(128, 1) kbit_gemm(const T* __restrict__ A, con
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
                     const u32 key = pair_key<K>(keys[nb][q], hi5[nb][q], r);
-#if KBIT_GEMM_PROBE_NODEQ  // probe: the keys as the B fragment, no table lookup / scale (results wrong)
-                    b[q] = key ^ s2[nb];
-#else
                     b[q] = hmul2_u32(lds_u32(lut_lane + (key << SH)), s2[nb], T());
-#endif
                 }
 #pragma unroll
                 for (int mb = 0; mb < M_BLOCKS; mb++) {
-#if KBIT_GEMM_PROBE_NOMMA  // probe: no MMA, the dequantized registers kept live (results wrong)
-                    acc[mb][nb][0] += __uint_as_float((b[0] ^ b[1] ^ b[2] ^ b[3] ^ a[0][mb].x ^ a[1][mb].y) & 0x807fffffu);
-#else
                     mma_16816(acc[mb][nb], a[0][mb].x, a[0][mb].y, a[0][mb].z, a[0][mb].w, b[0], b[1], T());
                     mma_16816(acc[mb][nb], a[1][mb].x, a[1][mb].y, a[1][mb].z, a[1][mb].w, b[2], b[3], T());
-#endif
                 }
             }
         }

@@ -17,8 +17,7 @@ if [ "$STEP" = gsweep ]; then
   SHAPES=gateup,down KS=4 MS=8 \
     GAB_PLANS="t128k2:tile_n=128,ks=2;t128k4:tile_n=128,ks=4;t128k8:tile_n=128,ks=8;t64k1:tile_n=64,ks=1;t64k2:tile_n=64,ks=2;t64k4:tile_n=64,ks=4;t64k8:tile_n=64,ks=8" \
     GAB_VARIANTS="sum:-DKBIT_GEMM_SUM_ALL=1;defcb:-DKBIT_GEMM_PROBE_DEFCB=1;nocomp:-DKBIT_GEMM_PROBE_NOCOMP=1;nofix:-DKBIT_GEMM_PROBE_NOFIX=1" \
-    timeout 400 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_gsweep44.log" 2>&1
-  cat "$W/gemm_ab_gsweep44.log"
+    gemm_ab_log gsweep44 400
 fi
 # Result (gemm_ab_gsweep44.log, H100, one pass): the split-K sum is the largest cost.  Default plans: gate/up TILE_N
 #   128, 8 splits (320 CTAs), down 128 x 20 splits.  gate/up cur 9.33 -> sum 8.0 (nofix 5.93); down 12.90 -> sum 9.01
@@ -37,8 +36,7 @@ if [ "$STEP" = early ]; then
   SHAPES=gateup,down KS=4 MS=8 \
     GAB_PLANS="t128k4:tile_n=128,ks=4;t128k8:tile_n=128,ks=8;t128k10:tile_n=128,ks=10;t64k8:tile_n=64,ks=8" \
     GAB_VARIANTS="sum:$B;half:$H;early:$E;pf1:$E -DKBIT_GEMM_PF=1;pf2:$E -DKBIT_GEMM_PF=2;pfall:$E -DKBIT_GEMM_PF=8" \
-    timeout 400 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_early44.log" 2>&1
-  cat "$W/gemm_ab_early44.log"
+    gemm_ab_log early44 400
 fi
 # Result (gemm_ab_early44.log, H100, one pass), us, default plan / t128k8: gate/up sum 8.01 / 8.00, half 7.24 / 7.26,
 #   early 6.92 / 6.90, pf1 6.26 / 6.09 (55-56 %); down (default 20 splits) sum 9.11, half 8.01, early 7.68, pf1 7.11;
@@ -60,8 +58,7 @@ if [ "$STEP" = clus ]; then
   E="-DKBIT_GEMM_SUM_ALL=1 -DKBIT_GEMM_HALF=1 -DKBIT_GEMM_PROBE_DEFCB=1 -DKBIT_GEMM_EARLY=1 -DKBIT_GEMM_PF=1"
   SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=4 MS=8 \
     GAB_PLANS="t128k8:tile_n=128,ks=8;c128k4:tile_n=128,ks=4,cl=1;c128k6:tile_n=128,ks=6,cl=1;c128k8:tile_n=128,ks=8,cl=1;c64k8:tile_n=64,ks=8,cl=1" \
-    GAB_VARIANTS="pf1:$E" timeout 400 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_clus44.log" 2>&1
-  cat "$W/gemm_ab_clus44.log"
+    GAB_VARIANTS="pf1:$E" gemm_ab_log clus44 400
 fi
 # Result (clus44, H100, one pass, pf1 = E, us): the cluster sum at 8 splits vs the workspace sum at 8: gate/up 6.13 vs
 #   6.21, Q 5.66 vs 6.00, linear value 5.62 vs 5.93, KV (TILE_N 64) 3.31 vs 3.75 -- but down 7.60 vs 6.49 and O 6.54 vs
@@ -75,8 +72,7 @@ if [ "$STEP" = row ]; then
   E="-DKBIT_GEMM_SUM_ALL=1 -DKBIT_GEMM_HALF=1 -DKBIT_GEMM_PROBE_DEFCB=1 -DKBIT_GEMM_EARLY=1 -DKBIT_GEMM_PF=1"
   SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=4 MS=8 \
     GAB_PLANS="t128k6:tile_n=128,ks=6;t128k8:tile_n=128,ks=8;c128k6:tile_n=128,ks=6,cl=1;c128k8:tile_n=128,ks=8,cl=1;c64k8:tile_n=64,ks=8,cl=1" \
-    GAB_VARIANTS="pf1:$E;row:$E -DKBIT_GEMM_K4_ROW256=1" timeout 400 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_row44.log" 2>&1
-  cat "$W/gemm_ab_row44.log"
+    GAB_VARIANTS="pf1:$E;row:$E -DKBIT_GEMM_K4_ROW256=1" gemm_ab_log row44 400
 fi
 # Result (row44, H100, one pass, us): no gain where it counts -- down t128k8 6.49 -> 6.45, O 5.70 -> 5.70, linear
 #   key 4.23 -> 4.22; gate/up's best falls (t128k8 6.17 -> 9.74: 320 CTAs no longer resident at two an SM; t128k6 6.38);
@@ -92,8 +88,7 @@ if [ "$STEP" = deep ]; then
   E="-DKBIT_GEMM_SUM_ALL=1 -DKBIT_GEMM_HALF=1 -DKBIT_GEMM_PROBE_DEFCB=1 -DKBIT_GEMM_EARLY=1 -DKBIT_GEMM_PF=1"
   SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=4 MS=8 \
     GAB_PLANS="t128k8st3:tile_n=128,ks=8,st=3;t128k8:tile_n=128,ks=8;t128k3:tile_n=128,ks=3;t128k4:tile_n=128,ks=4;t128k6:tile_n=128,ks=6;c128k8:tile_n=128,ks=8,cl=1;c128k4:tile_n=128,ks=4,cl=1" \
-    GAB_VARIANTS="pf1:$E" timeout 400 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_deep44.log" 2>&1
-  cat "$W/gemm_ab_deep44.log"
+    GAB_VARIANTS="pf1:$E" gemm_ab_log deep44 400
 fi
 # Result (deep44, H100, one pass, us): deeper is slower -- down t128k8 3 -> 6 stages 6.57 -> 7.04, O 5.90 -> 6.10, gate/up
 #   at 3 / 4 splits (7 / 5 stages) 7.59 / 7.09 against 6.15 at 8; every copy in flight at once delays step 0 (the decode
@@ -106,8 +101,7 @@ if [ "$STEP" = probe ]; then
   E="-DKBIT_GEMM_SUM_ALL=1 -DKBIT_GEMM_HALF=1 -DKBIT_GEMM_PROBE_DEFCB=1 -DKBIT_GEMM_EARLY=1 -DKBIT_GEMM_PF=1"
   SHAPES=gateup,down KS=4 MS=8 GAB_PLANS="t128k8:tile_n=128,ks=8;t128k8st2:tile_n=128,ks=8,st=2" \
     GAB_VARIANTS="pf1:$E;nofix:$E -DKBIT_GEMM_PROBE_NOFIX=1;nocomp:$E -DKBIT_GEMM_PROBE_NOCOMP=1;none:$E -DKBIT_GEMM_PROBE_NOFIX=1 -DKBIT_GEMM_PROBE_NOCOMP=1" \
-    timeout 400 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_probe44.log" 2>&1
-  cat "$W/gemm_ab_probe44.log"
+    gemm_ab_log probe44 400
 fi
 # Result (probe44, H100, one pass; deep_stages was still on: down t128k8 ran 6 stages), us: gate/up pf1 6.07, nofix
 #   6.36, nocomp 5.55, none 5.42 -- the skeleton alone (launch, prologue, copies) is 5.4 us = 63 % of SOL, the
@@ -121,20 +115,19 @@ fi
 if [ "$STEP" = kg ]; then
   SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=4 MS=8 \
     GAB_PLANS="t128k8:tile_n=128,ks=8;c128k8:tile_n=128,ks=8,cl=1;g2k4:tile_n=128,ks=4,kg=2;g2k5:tile_n=128,ks=5,kg=2;g2k8:tile_n=128,ks=8,kg=2;g2k4c:tile_n=128,ks=4,kg=2,cl=1;g2k8c:tile_n=128,ks=8,kg=2,cl=1;g64k8c:tile_n=64,ks=8,kg=2,cl=1" \
-    timeout 400 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_kg44.log" 2>&1
-  cat "$W/gemm_ab_kg44.log"
+    gemm_ab_log kg44 400
 fi
 # Result (kg44, H100, one pass, us): KG = 2 is no general win -- down g2k8 6.83 vs t128k8 6.86, O 5.86 vs 6.11, Q g2k4
 #   5.57 vs 6.05, linear value g2k4 5.53 vs 5.95, gate/up g2k4 6.78 vs 6.21 (c128k8 6.16).  Down at 8 warps an SM is
 #   no faster than at 4: its K steps are not latency-bound either.  KG = 1 itself ran ~0.1-0.3 us slower than the
 #   probes' build (ptxas: 96 registers where the probe build had 128; the K step's address math 532 -> 563 SASS).
+# (The nomma / nodeq hooks were removed after this step, in the review commit: this step needs the tree before it.)
 # STEP=probe2: what the K step is bound by at one CTA an SM (down t128k8 / g2k8) and at 2.4 (gate/up t128k8):
 #   nomma (no MMA), nodeq (no table lookup / scale), nocomp (neither, nor the key build), nofix.
 if [ "$STEP" = probe2 ]; then
   SHAPES=gateup,down KS=4 MS=8 GAB_PLANS="t128k8:tile_n=128,ks=8;g2k8:tile_n=128,ks=8,kg=2" \
     GAB_VARIANTS="nomma:-DKBIT_GEMM_PROBE_NOMMA=1;nodeq:-DKBIT_GEMM_PROBE_NODEQ=1;nocomp:-DKBIT_GEMM_PROBE_NOCOMP=1;nofix:-DKBIT_GEMM_PROBE_NOFIX=1" \
-    timeout 400 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_probe2_44.log" 2>&1
-  cat "$W/gemm_ab_probe2_44.log"
+    gemm_ab_log probe2_44 400
 fi
 # Result (probe2_44, H100, one pass, us; the probes built alone, cur in the package's group): gate/up t128k8 cur 6.24,
 #   nomma 6.32, nodeq 5.89, nocomp 5.56, nofix 4.72; down t128k8 cur 6.86, nomma 7.47, nodeq 6.41, nocomp 5.73, nofix
@@ -153,8 +146,7 @@ FIXRUN=${FIXRUN:-2}
 if [ "$STEP" = fix ]; then
   SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=4 MS=8,16 \
     GAB_PLANS="t128k4:tile_n=128,ks=4;t128k8:tile_n=128,ks=8;c128k8:tile_n=128,ks=8,cl=1;g2k4:tile_n=128,ks=4,kg=2;g2k8:tile_n=128,ks=8,kg=2;g2k4c:tile_n=128,ks=4,kg=2,cl=1;g2k8c:tile_n=128,ks=8,kg=2,cl=1" \
-    GAB_VARIANTS="s8:-DKBIT_GEMM_SLOTS8=1;nofix:-DKBIT_GEMM_PROBE_NOFIX=1" timeout 400 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_fix44_$FIXRUN.log" 2>&1
-  cat "$W/gemm_ab_fix44_$FIXRUN.log"
+    GAB_VARIANTS="s8:-DKBIT_GEMM_SLOTS8=1;nofix:-DKBIT_GEMM_PROBE_NOFIX=1" gemm_ab_log fix44_$FIXRUN 400
 fi
 # Result (fix44_2, H100, one pass; package build with the epilogue out of line), us: s8 (8 slot loads at once) = the
 #   unroll-4 loop within noise everywhere: not kept.  M = 8 best per shape: gate/up c128k8 6.24, down t128k8 6.72, Q
@@ -170,8 +162,7 @@ if [ "$STEP" = check ]; then
   echo "memcheck: exit $? ($(grep -c 'rel err' "$W/memcheck_gemm44.log") checks; $(grep -E 'ERROR SUMMARY|BAD' "$W/memcheck_gemm44.log" | tr '\n' ' '))"
   SAN_SMALL=1 timeout 200 compute-sanitizer --tool racecheck --error-exitcode 3 python3 profiling/sanitize_gemm.py > "$W/racecheck_gemm44.log" 2>&1
   echo "racecheck: exit $? ($(grep -c 'rel err' "$W/racecheck_gemm44.log") checks; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|BAD' "$W/racecheck_gemm44.log" | tr '\n' ' '))"
-  SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=4 MS=8,16 timeout 200 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_check44.log" 2>&1
-  cat "$W/gemm_ab_check44.log"
+  SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=4 MS=8,16 gemm_ab_log check44 200
 fi
 # Result (check, H100, git 7afb5ea + this tree = 57c822d): tests/test_gemm_gpu.py 49 passed; memcheck over
 #   sanitize_gemm.py 840 checks, 0 errors; racecheck (SAN_SMALL) 120 checks, 0 hazards.  Default plans, M = 8 / 16, us:
@@ -193,8 +184,7 @@ fi
 if [ "$STEP" = flags ]; then
   for pass in 1 2; do
     SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=4 MS=8,16 GAB_VARIANTS="flags:-DKBIT_GEMM_FLAGS=1" \
-      timeout 200 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_flags44_$pass.log" 2>&1
-    cat "$W/gemm_ab_flags44_$pass.log"
+      gemm_ab_log flags44_$pass 200
   done
 fi
 # Result (flags44_{1,2}, H100, two passes): slower -- down 6.75 / 6.80 -> 7.76 / 7.81, O 6.04 -> 6.96, linear key 4.58 ->
@@ -209,8 +199,7 @@ if [ "$STEP" = h200 ]; then
   grep -E "^### M|^\| (gateup|down|TOTAL)" "$W/bench_gemm44h.log"
   SHAPES=gateup,down,Q,O,KV KS=4 MS=8 \
     GAB_PLANS="t128k8:tile_n=128,ks=8,cl=0;c128k8:tile_n=128,ks=8,cl=1;t128k4:tile_n=128,ks=4,cl=0;c128k4:tile_n=128,ks=4,cl=1" \
-    timeout 150 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_h200_44.log" 2>&1
-  cat "$W/gemm_ab_h200_44.log"
+    gemm_ab_log h200_44 150
 fi
 # STEP=spread: the 128-CTA grids (down, O, linear key at M = 8) on clusters launched with the shared memory of one CTA an
 #   SM (plan spread=True; the wgmma kernel's launch_smem), against the workspace sum at the same split count.  Expect:
@@ -219,8 +208,7 @@ if [ "$STEP" = spread ]; then
   for pass in 1 2; do
     SHAPES=down,O,lin_key,gateup KS=4 MS=8,16 \
       GAB_PLANS="t128k8:tile_n=128,ks=8,cl=0;c128k8:tile_n=128,ks=8,cl=1;c128k8sp:tile_n=128,ks=8,cl=1,sp=1;t128k8sp:tile_n=128,ks=8,cl=0,sp=1" \
-      timeout 200 python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_spread44_$pass.log" 2>&1
-    cat "$W/gemm_ab_spread44_$pass.log"
+      gemm_ab_log spread44_$pass 200
   done
 fi
 # Result (spread44_{1,2}, H100, two passes): clusters launched at one CTA an SM 10.7-13 us (the clustered grid no longer

@@ -112,6 +112,12 @@ gemv_ab_twice() {
     echo "## pass $pass"; grep -vE "^\s*$" "$W/gemv_$1_$pass.log" | cut -c1-"${CUT:-200}" | tail -30
   done
 }
+# gemm_ab_log NAME TIMEOUT: profiling/gemm_ab.py (its SHAPES / KS / MS / GAB_* from the environment) into
+# $W/gemm_ab_NAME.log; prints it.
+gemm_ab_log() {
+  timeout "$2" python3 profiling/gemm_ab.py --out "$W" > "$W/gemm_ab_$1.log" 2>&1
+  cat "$W/gemm_ab_$1.log"
+}
 # moe_ab_twice NAME TIMEOUT: profiling/moe_ab.py (its SHAPES / KS / MS / ES / MOE_* from the environment) twice, logs
 # $W/moe_NAME_1.log and _2.log; prints each pass's table (cut at $CUT, default 200 columns).
 moe_ab_twice() {
