@@ -412,6 +412,19 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, b
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+// at most `pending` (a runtime count, capped at 6) copy groups still in flight (kbit_gemm's
+// pipeline: stages - 2, stages <= 8; splitk_fixup's staged slots)
+__device__ __forceinline__ void cp_async_wait_dyn(int pending) {
+    switch (pending < 6 ? pending : 6) {
+        case 6: cp_async_wait<6>(); break;
+        case 5: cp_async_wait<5>(); break;
+        case 4: cp_async_wait<4>(); break;
+        case 3: cp_async_wait<3>(); break;
+        case 2: cp_async_wait<2>(); break;
+        case 1: cp_async_wait<1>(); break;
+        default: cp_async_wait<0>();
+    }
+}
 
 // mbarrier (shared memory, CTA scope; arrive releases, try_wait acquires): the streaming GEMV's
 // stage hand-off, and the wgmma TMA experiment's (transaction counts: expect_tx, complete_tx).
@@ -543,10 +556,15 @@ __device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
 #else
 #define KBIT_FIXUP_ROWWISE_ON false
 #endif
+// KBIT_FIXUP_SMEM (experiment hook, A/B): the last CTA's sum for NV > 4 with the slots copied into the caller's idle
+// shared memory by cp.async (no registers held per load in flight; see splitk_fixup's buf).
+#ifndef KBIT_FIXUP_SMEM
+#define KBIT_FIXUP_SMEM 0
+#endif
 template <int NV, int NT, int CHUNK = 4>
 __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float* __restrict__ ws,
                                              int* __restrict__ counters, int* flag, int tile, int tiles, int split,
-                                             int k_splits) {
+                                             int k_splits, u32 buf_s = 0u, int buf_bytes = 0) {
     const int tid = threadIdx.x;
     constexpr long TILE_FLOATS = (long)NV * 4 * NT;
     const long split_stride = (long)tiles * TILE_FLOATS;
@@ -584,7 +602,41 @@ __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float
 #ifdef KBIT_FIXUP_FENCE_ALL
     __threadfence();
 #endif
-    if (NV > 4 && !KBIT_SERIAL_FIXUP_ON && !KBIT_FIXUP_ROWWISE_ON) {
+    // buf_s / buf_bytes: shared memory the caller no longer needs (the wgmma kernel's stage buffers), room for nb
+    // whole slots of the tile: the slots come in by cp.async, nb in flight at once, each thread copying and then
+    // reading back only its own 16-byte pieces (no barrier), summed in split order as below (the same bits).
+    // Registers bound the loads in flight of the path below (CHUNK float4 a thread: one L2 round trip per
+    // CHUNK x 4 KB of a slot at 256 threads).
+    const int nb = NV > 4 && KBIT_FIXUP_SMEM ? min(min(k_splits, 7), buf_bytes / (NV * NT * 16)) : 0;
+    if (nb > 0) {
+        const u32 me = buf_s + 16u * (u32)tid;
+        auto issue = [&](int sp, int b) {
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+                if (i < nv_live)
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(me + 16u * (u32)((b * NV + i) * NT)),
+                                 "l"(base + sp * split_stride + i * 4 * NT) : "memory");
+            cp_async_commit();
+        };
+        for (int sp = 0; sp < nb; sp++) issue(sp, sp);
+#pragma unroll
+        for (int i = 0; i < NV; i++) v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int sp = 0, b = 0; sp < k_splits; sp++) {
+            cp_async_wait_dyn(min(k_splits, sp + nb) - sp - 1);  // slot sp landed
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                if (i < nv_live) {
+                    float4 x;
+                    asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+                                 : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w) : "r"(me + 16u * (u32)((b * NV + i) * NT))
+                                 : "memory");
+                    v[i].x += x.x; v[i].y += x.y; v[i].z += x.z; v[i].w += x.w;
+                }
+            }
+            if (sp + nb < k_splits) issue(sp + nb, b);  // (its reads above are done: their sums are)
+            b = b + 1 == nb ? 0 : b + 1;
+        }
+    } else if (NV > 4 && !KBIT_SERIAL_FIXUP_ON && !KBIT_FIXUP_ROWWISE_ON) {
         constexpr int CH = NV < CHUNK ? NV : CHUNK;
         static_assert(NV % CH == 0, "CHUNK must divide NV");
 #pragma unroll

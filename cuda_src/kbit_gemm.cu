@@ -85,19 +85,6 @@ __device__ __forceinline__ void cp_async4_zfill(void* smem, const void* gmem, bo
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(sz));
 }
 
-// at most `pending` (a runtime count: stages - 2, stages <= 8) copy groups still in flight
-__device__ __forceinline__ void cp_async_wait_dyn(int pending) {
-    switch (pending < 6 ? pending : 6) {
-        case 6: cp_async_wait<6>(); break;
-        case 5: cp_async_wait<5>(); break;
-        case 4: cp_async_wait<4>(); break;
-        case 3: cp_async_wait<3>(); break;
-        case 2: cp_async_wait<2>(); break;
-        case 1: cp_async_wait<1>(); break;
-        default: cp_async_wait<0>();
-    }
-}
-
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // The cluster split-K sum (kbit_gemm's `cluster` launch: the tile's k_splits CTAs are one thread
 // block cluster, rank = split).  Every CTA's partial is in its shared memory at `red` (rows x

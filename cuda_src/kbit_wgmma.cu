@@ -702,7 +702,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         // splits, 7 us at down with 8; profiling/wgmma_trace.py, H200, 2026-11-25)
         constexpr int SUM_CH = TOK == 128 ? 16 : TOK == 192 ? 8 : TOK == 64 ? SUM64 : 4;
         const bool last =
-            splitk_fixup<NACC / 4, 256, SUM_CH>(v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits);
+            splitk_fixup<NACC / 4, 256, SUM_CH>(v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits,
+                                                stage0_s, stages * STAGE_BYTES);  // (the stages are idle now)
         KBIT_WG_T(4, clock64());  // partials stored (and summed by the last CTA)
         KBIT_WG_T(9, last ? 1ull : 0ull);
         if (!last) {

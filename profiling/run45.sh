@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Thirty-eighth session (2026-11-27).  From the repo root:  OUT=/tmp/out STEP=smem bash profiling/run45.sh
+. profiling/run_env.sh
+start_run smem
+RUN=45
+# The wgmma kernels' workspace split-K sum (splitk_fixup, NV > 4: TOK >= 64).  The last CTA of a tile loads every split's
+#   slot from L2 with CHUNK float4 loads in flight a thread (registers): TOK = 128 one slot (64 KB) a round trip, 3 rounds
+#   at gate/up M = 128 (the H100 trace: the last CTA's store + sum 3.7 us against 2.5 for the others); TOK = 64 (the
+#   grouped kernel at two CTAs an SM, 4 loads a thread) two round trips a 32 KB slot, 2 x ks rounds (the grouped gate/up
+#   at 64 tokens: ~25 % of its warp samples in the fixup, sixteenth session).  Hook -DKBIT_FIXUP_SMEM=1: the slots come
+#   into the idle stage buffers by cp.async, as many at once as fit (2 at TOK = 128, k = 4), each thread reading back
+#   its own pieces; the same adds in the same order (bit-identical).
+# Expect: the workspace cells faster by about a round trip per slot beyond the first pair: gate/up M = 128 -0.3..-1 us,
+#   the grouped wgmma at 32 / 64 tokens -0.3..-1 us; cluster cells (down / O at M = 128, Q) unchanged; no cell slower.
+hook_wg_tests() {  # LOG OPTS: the wgmma and grouped-wgmma GPU tests built with KBIT_WGMMA_OPTS=OPTS
+  (export KBIT_WGMMA_OPTS=$2
+   gpu_tests "$W/gpu_tests_$1.log" 150 tests/test_wgmma_gpu.py
+   grep -E "^E  |FAILED" "$W/gpu_tests_$1.log" | head -10
+   gpu_tests "$W/gpu_tests_$1g.log" 150 tests/test_grouped_gpu.py -k "wgmma or split or cluster"
+   grep -E "^E  |FAILED" "$W/gpu_tests_$1g.log" | head -10)
+}
+wg_plans() {  # the dense wgmma plans (split count, cluster) at M = $1 on the five shapes
+  python3 - "$1" <<'EOF'
+import sys, cupy as cp
+from kbitcupy import wgmma as WG
+from kbitcupy.bench import DENSE_SHAPES
+for M in [int(x) for x in sys.argv[1].split(",")]:
+    for name in ("gateup", "down", "Q", "O", "KV"):
+        K, N = DENSE_SHAPES[name]
+        print(f"M={M:4d} {name:7s} {WG.plan(M, N, K, 4, 'float16', 0, cbd=True)}")
+EOF
+}
+moe_wg_arm() {  # TAG OPTS: bench.py's g-WGMMA column (k = 4, 8 / 10 experts, 16 / 32 / 64 tokens) built with OPTS
+  KBIT_WGMMA_OPTS="$2" timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 16,32,64 \
+    --experts 8,10 --columns g-WGMMA --reps 15 --tag "$1" > "$W/bench_$1.log" 2>&1
+  echo "## $1"; grep -E "^### |^\| (moe_gu_fused|moe_dn) " "$W/bench_$1.log" | awk -F'|' '{printf "%s%s%s%s", $2, $3, $4, $5} /###/{print ""} END{print ""}'
+}
+if [ "$STEP" = smem ]; then
+  H="-DKBIT_FIXUP_SMEM=1"
+  hook_wg_tests smem45 "$H"
+  wg_plans 64,128,256 > "$W/wg_plans45.log" 2>&1; cat "$W/wg_plans45.log"
+  MS=64,128,256 ab_passes smem "$H"
+fi
+if [ "$STEP" = smemoe ]; then
+  for pass in 1 2; do
+    moe_wg_arm "smem45moe-base-$pass" ""
+    moe_wg_arm "smem45moe-smem-$pass" "-DKBIT_FIXUP_SMEM=1"
+  done
+fi
+finish_run run45
