@@ -556,10 +556,17 @@ __device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
 #else
 #define KBIT_FIXUP_ROWWISE_ON false
 #endif
-// KBIT_FIXUP_SMEM (experiment hook, A/B): the last CTA's sum for NV > 4 with the slots copied into the caller's idle
-// shared memory by cp.async (no registers held per load in flight; see splitk_fixup's buf).
+// The last CTA's sum for NV > 4 with the slots copied into the caller's idle shared memory by cp.async (no
+// registers held per load in flight; see splitk_fixup's buf).  H100, 2026-11-28 (run45.sh smem / smemoe, two
+// alternations): dense k = 4 M = 64 (TOK = 64, two CTAs an SM) TOTAL 49.03 / 48.88 -> 48.13 / 48.15 us (down, 8 splits,
+// 12.12 -> 11.67), grouped gate/up fused 10 experts x 64 tokens 15.65 -> 15.26; TOK = 128 (one CTA an SM) unchanged.
+// -DKBIT_FIXUP_SMEM=0: the register loads for every caller (the A/B hook).
 #ifndef KBIT_FIXUP_SMEM
-#define KBIT_FIXUP_SMEM 0
+#define KBIT_FIXUP_SMEM 1
+#endif
+// The smallest NV (float4 a thread) that takes the staged sum (experiment hook: 2 / 4 for TOK = 16 / 32).
+#ifndef KBIT_FIXUP_SMEM_MIN_NV
+#define KBIT_FIXUP_SMEM_MIN_NV 8
 #endif
 template <int NV, int NT, int CHUNK = 4>
 __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float* __restrict__ ws,
@@ -607,7 +614,7 @@ __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float
     // reading back only its own 16-byte pieces (no barrier), summed in split order as below (the same bits).
     // Registers bound the loads in flight of the path below (CHUNK float4 a thread: one L2 round trip per
     // CHUNK x 4 KB of a slot at 256 threads).
-    const int nb = NV > 4 && KBIT_FIXUP_SMEM ? min(min(k_splits, 7), buf_bytes / (NV * NT * 16)) : 0;
+    const int nb = NV >= KBIT_FIXUP_SMEM_MIN_NV && KBIT_FIXUP_SMEM ? min(min(k_splits, 7), buf_bytes / (NV * NT * 16)) : 0;
     if (nb > 0) {
         const u32 me = buf_s + 16u * (u32)tid;
         auto issue = [&](int sp, int b) {
