@@ -564,9 +564,12 @@ __device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
 #ifndef KBIT_FIXUP_SMEM
 #define KBIT_FIXUP_SMEM 1
 #endif
-// The smallest NV (float4 a thread) that takes the staged sum (experiment hook: 2 / 4 for TOK = 16 / 32).
+// The smallest NV (float4 a thread) that takes the staged sum: TOK = 32 (NV = 4) gains, TOK = 16 (NV = 2) loses.  H100,
+// 2026-11-28 (run45.sh nv2, two alternations, against NV >= 8): dense M = 32 TOTAL 43.87 / 44.05 -> 42.98 / 43.12 us (down
+// and O, 8 / 6 splits, -0.47 each), M = 16 39.37 / 39.43 -> 40.37 / 40.45 (+0.2..+0.3 on four shapes); the grouped
+// wgmma at 16 tokens +0.15..+0.35 (gate/up fused), at 32 within noise.  -DKBIT_FIXUP_SMEM_MIN_NV=n: the A/B hook.
 #ifndef KBIT_FIXUP_SMEM_MIN_NV
-#define KBIT_FIXUP_SMEM_MIN_NV 8
+#define KBIT_FIXUP_SMEM_MIN_NV 4
 #endif
 template <int NV, int NT, int CHUNK = 4>
 __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float* __restrict__ ws,

@@ -70,4 +70,8 @@ if [ "$STEP" = nv2 ]; then
     MOE_MS=16,32 moe_wg_arm "nv2_45moe-nv2-$pass" "-DKBIT_FIXUP_SMEM_MIN_NV=2"
   done
 fi
+# Result (nv2, H100, two alternations): TOK = 32 faster, TOK = 16 slower -- dense M = 32 TOTAL 43.87 / 44.05 -> 42.98 /
+#   43.12 us (down 10.57 -> 10.10, O 9.59 -> 9.12), M = 16 39.37 / 39.43 -> 40.37 / 40.45 (gate/up, down, Q, O +0.2..+0.3);
+#   grouped gate/up fused at 16 tokens 10.23 / 10.10 -> 10.49 / 10.45 (8 experts), 32 tokens and down within noise.
+#   Default now NV >= 4 (KBIT_FIXUP_SMEM_MIN_NV=4).
 finish_run run45
