@@ -711,3 +711,65 @@ __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float
     if (tid == 0) counters[tile] = 0;
     return true;
 }
+
+// The split-K sum spread over a tile's CTAs (experiment hook KBIT_WG_SPREAD, the dense wgmma kernel at TOK >= 128):
+// the tile's NV float4 rows a thread fall into k_splits chunks (float4 i in chunk i * k_splits / NV), each with its own
+// counter (counters[tile * k_splits + c]).  A CTA stores its partial chunk by chunk from chunk `split` on, rotating,
+// and arrives on each chunk's counter once that chunk is stored (release), so that when the CTAs finish their loops
+// together each is likely the last on a different chunk and sums and writes only that one (splitk_fixup's last CTA
+// reads all k_splits slots of the whole tile, one SM's L2 reads in series with the others' partial stores: gate/up
+// M = 128, 3 splits: 3.7 us against 2.5 for the others, profiling/NOTES.md twenty-first session).  No CTA waits on
+// another; the adds run in split order (the same bits as splitk_fixup).  Returns the chunks this CTA summed (bit c;
+// v holds their sums), 0 if none; the counters it was last on are reset to 0.
+__device__ __forceinline__ int atomic_add_release(int* p, int v) {
+    int old;
+    asm volatile("atom.add.release.gpu.global.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+template <int NV, int NT>
+__device__ __forceinline__ u32 splitk_spread(float4 (&v)[NV], int nv_live, float* __restrict__ ws,
+                                             int* __restrict__ counters, int* flag, int tile, int tiles, int split,
+                                             int k_splits) {
+    const int tid = threadIdx.x;
+    constexpr long TILE_FLOATS = (long)NV * 4 * NT;
+    const long split_stride = (long)tiles * TILE_FLOATS;
+    const float* base = ws + (long)tile * TILE_FLOATS + tid * 4;
+    float* mine = ws + (long)tile * TILE_FLOATS + tid * 4 + split * split_stride;
+    int* cnt = counters + (long)tile * k_splits;
+    u32 last = 0;  // thread 0: the chunks whose counter it saw at k_splits - 1
+    int c = split;
+    for (int j = 0; j < k_splits; j++) {
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+            if (i < nv_live && i * k_splits / NV == c) __stcg(reinterpret_cast<float4*>(mine + i * 4 * NT), v[i]);
+        __syncthreads();  // the chunk's stores by every thread, before thread 0's release
+        if (tid == 0) last |= (u32)(atomic_add_release(cnt + c, 1) == k_splits - 1) << c;
+        c = c + 1 == k_splits ? 0 : c + 1;
+    }
+    if (tid == 0) {
+        if (last) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // acquire: the others' chunks before our loads
+        for (int q = 0; q < k_splits; q++)
+            if ((last >> q) & 1u) cnt[q] = 0;
+        *flag = (int)last;
+    }
+    __syncthreads();
+    const u32 mask = (u32)*flag;
+    if (!mask) return 0u;
+    auto mine_chunk = [&](int i) { return (mask >> (i * k_splits / NV)) & 1u; };
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+        if (mine_chunk(i)) v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int sp = 0; sp < k_splits; sp++) {
+        float4 x[NV];
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+            x[i] = i < nv_live && mine_chunk(i) ? __ldcg(reinterpret_cast<const float4*>(base + sp * split_stride + i * 4 * NT))
+                                                : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+            if (mine_chunk(i)) {
+                v[i].x += x[i].x; v[i].y += x[i].y; v[i].z += x[i].z; v[i].w += x[i].w;
+            }
+    }
+    return mask;
+}

@@ -74,4 +74,16 @@ fi
 #   43.12 us (down 10.57 -> 10.10, O 9.59 -> 9.12), M = 16 39.37 / 39.43 -> 40.37 / 40.45 (gate/up, down, Q, O +0.2..+0.3);
 #   grouped gate/up fused at 16 tokens 10.23 / 10.10 -> 10.49 / 10.45 (8 experts), 32 tokens and down within noise.
 #   Default now NV >= 4 (KBIT_FIXUP_SMEM_MIN_NV=4).
+# STEP=spread: the dense wgmma kernel's workspace sum at TOK >= 128 spread over the tile's CTAs (hook -DKBIT_WG_SPREAD=1,
+#   kbit_common.cuh splitk_spread: a counter a split-K chunk, each CTA stores and arrives chunk by chunk from its own,
+#   rotating, and sums / writes only the chunks it was last on).  The H100 trace of gate/up M = 128 (3 workspace splits):
+#   the others' partial store 2.5 us, the last CTA's store + sum 3.7, then its C store 1.2.  Expect: where the CTAs
+#   finish together, each sums a third: gate/up M = 128 -0.8..-1.5 us; M = 256 down / O (4 workspace splits) alike;
+#   cluster cells unchanged.  Registers 138 -> 167 (TOK = 128), 161 -> 216 (192), no spills (NVRTC 12.9).
+if [ "$STEP" = spread ]; then
+  (export KBIT_WGMMA_OPTS=-DKBIT_WG_SPREAD=1
+   gpu_tests "$W/gpu_tests_spread45.log" 300 tests/test_wgmma_gpu.py
+   grep -E "^E  |FAILED" "$W/gpu_tests_spread45.log" | head -10)
+  MS=128,256 ab_passes spread "-DKBIT_WG_SPREAD=1"
+fi
 finish_run run45
