@@ -341,8 +341,7 @@ __device__ __forceinline__ void cluster_sum_store(const float (&acc)[TOK / 2], u
 // then stored in 16-byte pieces.
 template <typename T, int TOK>
 __device__ __forceinline__ void store_c(const float (&acc)[TOK / 2], unsigned char* stage0, T* __restrict__ C, int M,
-                                        int N, int m0, int n0, float tensor_scale, int vec8, int tid,
-                                        u32 chunks = ~0u, int k_splits = 1) {
+                                        int N, int m0, int n0, float tensor_scale, int vec8, int tid) {
     constexpr int CS_STRIDE = 128 + 8;  // C staging row (elements), 16 B aligned, spreads banks
     __syncthreads();  // every warp is done with the stage buffers
     T* cs = reinterpret_cast<T*>(stage0);
@@ -362,8 +361,6 @@ __device__ __forceinline__ void store_c(const float (&acc)[TOK / 2], unsigned ch
         const int r = i >> 4, c8 = (i & 15) * 8;
         const int col = n0 + c8;
         if (col >= N) continue;
-        // chunks (splitk_spread): only the token rows of the split-K chunks this CTA summed
-        if (chunks != ~0u && !((chunks >> ((r >> 3) * k_splits / (TOK / 8))) & 1u)) continue;
         T* dst = C + (long)(m0 + r) * N + col;
         const T* src = cs + r * CS_STRIDE + c8;
         if (vec8 && col + 8 <= N) {
@@ -381,7 +378,7 @@ __device__ __forceinline__ void store_c(const float (&acc)[TOK / 2], unsigned ch
 // one expert's).  LC: the pair table's copies (log2; -1: PairLut's default).  SUM64: float4 loads in
 // flight per thread in the workspace sum at TOK = 64 (see SUM_CH).  TMA: the token tiles by tensor
 // copies through `tmap` (rows tma_row0 + m0 ..; A then is not read), see load_tokens.
-template <int K, typename T, int TOK, bool CBD = false, int LC = -1, int SUM64 = 4, bool TMA = false, bool SPREAD = false>
+template <int K, typename T, int TOK, bool CBD = false, int LC = -1, int SUM64 = 4, bool TMA = false>
 __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __restrict__ packed,
                                           const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                           T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
@@ -696,7 +693,6 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     }
 
     // ---------------------------------------------------------------- split-K fixup, workspace
-    u32 chunks = ~0u;  // the token rows this CTA writes (splitk_spread's chunks; all otherwise)
     if (k_splits > 1) {
         float4 v[NACC / 4];
 #pragma unroll
@@ -705,14 +701,9 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         // per thread (4 made it one L2 round trip per 16 KB: 4.3 us at gate/up M = 128 with 3
         // splits, 7 us at down with 8; profiling/wgmma_trace.py, H200, 2026-11-25)
         constexpr int SUM_CH = TOK == 128 ? 16 : TOK == 192 ? 8 : TOK == 64 ? SUM64 : 4;
-        bool last;
-        if (SPREAD && TOK >= 128) {
-            chunks = splitk_spread<NACC / 4, 256>(v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits);
-            last = chunks != 0u;
-        } else {
-            last = splitk_fixup<NACC / 4, 256, SUM_CH>(v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits,
-                                                       stage0_s, stages * STAGE_BYTES);  // (the stages are idle now)
-        }
+        const bool last =
+            splitk_fixup<NACC / 4, 256, SUM_CH>(v, NACC / 4, ws, counters, misc, tile, tiles, split, k_splits,
+                                                stage0_s, stages * STAGE_BYTES);  // (the stages are idle now)
         KBIT_WG_T(4, clock64());  // partials stored (and summed by the last CTA)
         KBIT_WG_T(9, last ? 1ull : 0ull);
         if (!last) {
@@ -727,7 +718,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     }
 
     // ---------------------------------------------------------------- C through shared memory
-    store_c<T, TOK>(acc, stage0, C, M, N, m0, n0, tensor_scale, vec8, tid, chunks, k_splits);
+    store_c<T, TOK>(acc, stage0, C, M, N, m0, n0, tensor_scale, vec8, tid);
     KBIT_WG_T(5, clock64());
     KBIT_WG_T(7, probe_gtime());
     return true;
@@ -786,10 +777,6 @@ __device__ __forceinline__ void work_coords(int i, int m_tiles, int k_splits, in
 #ifndef KBIT_WG_DENSE_SUM64
 #define KBIT_WG_DENSE_SUM64 4
 #endif
-// The dense kernel's workspace sum at TOK >= 128 spread over the tile's CTAs (splitk_spread; experiment hook).
-#ifndef KBIT_WG_SPREAD
-#define KBIT_WG_SPREAD 0
-#endif
 namespace kbit_wgmma_detail {
 template <int K, typename T, int TOK, bool CBD, bool TMA>
 __device__ __forceinline__ void wgmma_dense(const KbitTmap* tmap, const T* __restrict__ A, const u32* __restrict__ packed,
@@ -810,7 +797,7 @@ __device__ __forceinline__ void wgmma_dense(const KbitTmap* tmap, const T* __res
     }
     int mt, split, nt;
     kbit_wgmma_detail::work_coords(blockIdx.x, m_tiles, k_splits, cluster, mt, split, nt);
-    kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, KBIT_WG_DENSE_LC(K, TOK), KBIT_WG_DENSE_SUM64, TMA, KBIT_WG_SPREAD>(
+    kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, KBIT_WG_DENSE_LC(K, TOK), KBIT_WG_DENSE_SUM64, TMA>(
         A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt, split, k_splits, stages, tensor_scale, vec8,
         nt * m_tiles + mt, gridDim.x / k_splits, pdl == 1, cluster != 0, early, tmap);
 }

@@ -325,7 +325,7 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, til
     set_smem(p.fn, p.smem)
     stream = stream or cp.cuda.get_current_stream()
     if p.ws_floats:
-        _workspace(dev, stream, p.ws_floats, plan_counters(p))
+        _workspace(dev, stream, p.ws_floats, p.tiles)
     return p
 
 
@@ -385,12 +385,6 @@ def gemm(A, qw, out, k_splits=None, tile_n=None, cluster=None, *, validate=True)
     return launch_fused(p, THREADS, A, qw, out, flags, _pdl.dense_arg(dev))
 
 
-def plan_counters(p) -> int:
-    """Split-K tile counters a fused plan's launch uses: one a tile, or one a (tile, split) -- the dense wgmma
-    kernel's spread sum (kbit_common.cuh splitk_spread) counts each split-K chunk of a tile apart."""
-    return p.tiles * p.k_splits
-
-
 def plan_workspace(p, dev_id: int, out):
     """(ws, counters) for launching fused plan p on the current stream: the stream's
     split-K workspace, or where the plan needs none (no split-K, or the wgmma kernel's sum
@@ -399,7 +393,7 @@ def plan_workspace(p, dev_id: int, out):
         return out, out
     import cupy as cp
 
-    return _workspace(dev_id, cp.cuda.get_current_stream(), p.ws_floats, plan_counters(p))
+    return _workspace(dev_id, cp.cuda.get_current_stream(), p.ws_floats, p.tiles)
 
 
 def launch_fused(p, threads: int, A, qw, out, vec: int, pdl: int = 0, lead=()):

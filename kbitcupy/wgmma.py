@@ -29,7 +29,7 @@ import numpy as np
 from ._checks import check_kernel_call
 from . import _pdl
 from ._compile import Family, register
-from .gemm import DoesNotFit, _workspace, best_stages, device_info, launch_fused, plan_counters, plan_workspace, set_smem
+from .gemm import DoesNotFit, _workspace, best_stages, device_info, launch_fused, plan_workspace, set_smem
 from .gemm import _LOCK as _SMEM_LOCK
 from .gemv import lut_bytes
 from .quantize import CTYPE
@@ -524,7 +524,7 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok
     set_smem(p.fn, p.launch_smem)
     stream = stream or cp.cuda.get_current_stream()
     if p.ws_floats:
-        _workspace(dev, stream, p.ws_floats, plan_counters(p))
+        _workspace(dev, stream, p.ws_floats, p.tiles)
     return p
 
 

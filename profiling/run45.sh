@@ -86,4 +86,9 @@ if [ "$STEP" = spread ]; then
    grep -E "^E  |FAILED" "$W/gpu_tests_spread45.log" | head -10)
   MS=128,256 ab_passes spread "-DKBIT_WG_SPREAD=1"
 fi
+# Result (spread, ran on an H200: the machine came back as one; two alternations): correct (36 wgmma GPU tests passed
+#   with the hook, the cluster-vs-workspace bit-exact test among them) but slower -- gate/up M = 128 13.92 / 13.91 ->
+#   15.80 / 15.81 us, M = 256 down 19.45 -> 21.73, O 17.33 -> 19.46; the cluster cells +0.1 (the epilogue's registers).
+#   The chunk-by-chunk stores and arrivals (a barrier and a release each) cost more than the spread sum saves.
+#   Removed; the code is profiling/patches/session38-wg-spread.patch.
 finish_run run45
