@@ -91,4 +91,14 @@ fi
 #   15.80 / 15.81 us, M = 256 down 19.45 -> 21.73, O 17.33 -> 19.46; the cluster cells +0.1 (the epilogue's registers).
 #   The chunk-by-chunk stores and arrivals (a barrier and a release each) cost more than the spread sum saves.
 #   Removed; the code is profiling/patches/session38-wg-spread.patch.
+# STEP=h200: the kept change (the staged sum, NV >= 4) on the H200: the default build's wgmma and grouped-wgmma GPU
+#   tests, then the dense M = 32 / 64 WGMMA column against -DKBIT_FIXUP_SMEM=0 (two alternations).  Expect: as the H100
+#   (M = 32 down / O -0.4..-0.5 us, M = 64 down -0.4), nothing slower.
+if [ "$STEP" = h200 ]; then
+  gpu_tests "$W/gpu_tests_h200_45.log" 240 tests/test_wgmma_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_h200_45.log" | head -10
+  gpu_tests "$W/gpu_tests_h200_45g.log" 120 tests/test_grouped_gpu.py -k "wgmma or split or cluster"
+  grep -E "^E  |FAILED" "$W/gpu_tests_h200_45g.log" | head -10
+  MS=32,64 ab_passes smemdef "" "-DKBIT_FIXUP_SMEM=0"
+fi
 finish_run run45
