@@ -617,7 +617,10 @@ __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float
     // reading back only its own 16-byte pieces (no barrier), summed in split order as below (the same bits).
     // Registers bound the loads in flight of the path below (CHUNK float4 a thread: one L2 round trip per
     // CHUNK x 4 KB of a slot at 256 threads).
-    const int nb = NV >= KBIT_FIXUP_SMEM_MIN_NV && KBIT_FIXUP_SMEM ? min(min(k_splits, 7), buf_bytes / (NV * NT * 16)) : 0;
+    // At NV = 4 only from 5 splits on: gate/up at M = 32 (TOK = 32, 3 splits) was 0.07-0.09 us slower staged (H100 and
+    // H200, run45.sh nv2 / h200), down / O (8 / 6 splits) 0.47-0.53 faster.
+    const bool staged = KBIT_FIXUP_SMEM && NV >= KBIT_FIXUP_SMEM_MIN_NV && (NV >= 8 || k_splits >= 5);
+    const int nb = staged ? min(min(k_splits, 7), buf_bytes / (NV * NT * 16)) : 0;
     if (nb > 0) {
         const u32 me = buf_s + 16u * (u32)tid;
         auto issue = [&](int sp, int b) {
