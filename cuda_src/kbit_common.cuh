@@ -564,12 +564,12 @@ __device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
 #ifndef KBIT_FIXUP_SMEM
 #define KBIT_FIXUP_SMEM 1
 #endif
-// The smallest NV (float4 a thread) that takes the staged sum: TOK = 32 (NV = 4) gains, TOK = 16 (NV = 2) loses.  H100,
-// 2026-11-28 (run45.sh nv2, two alternations, against NV >= 8): dense M = 32 TOTAL 43.87 / 44.05 -> 42.98 / 43.12 us (down
-// and O, 8 / 6 splits, -0.47 each), M = 16 39.37 / 39.43 -> 40.37 / 40.45 (+0.2..+0.3 on four shapes); the grouped
-// wgmma at 16 tokens +0.15..+0.35 (gate/up fused), at 32 within noise.  -DKBIT_FIXUP_SMEM_MIN_NV=n: the A/B hook.
+// The smallest NV (float4 a thread) that takes the staged sum: TOK >= 64.  At TOK = 32 (NV = 4; H100 and H200, 2026-11-28,
+// run45.sh nv2 / h200 / h200b, two alternations each) dense down / O at M = 32 (8 / 6 splits) were 0.47-0.53 us faster but
+// gate/up and Q (3 / 4 splits, which the dispatch serves by the wgmma kernel on the H200) 0.07-0.12 slower whichever
+// path their sum took; at TOK = 16 (NV = 2) four of the five shapes 0.2-0.3 slower.  -DKBIT_FIXUP_SMEM_MIN_NV=n: the hook.
 #ifndef KBIT_FIXUP_SMEM_MIN_NV
-#define KBIT_FIXUP_SMEM_MIN_NV 4
+#define KBIT_FIXUP_SMEM_MIN_NV 8
 #endif
 template <int NV, int NT, int CHUNK = 4>
 __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float* __restrict__ ws,
@@ -617,10 +617,7 @@ __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float
     // reading back only its own 16-byte pieces (no barrier), summed in split order as below (the same bits).
     // Registers bound the loads in flight of the path below (CHUNK float4 a thread: one L2 round trip per
     // CHUNK x 4 KB of a slot at 256 threads).
-    // At NV = 4 only from 5 splits on: gate/up at M = 32 (TOK = 32, 3 splits) was 0.07-0.09 us slower staged (H100 and
-    // H200, run45.sh nv2 / h200), down / O (8 / 6 splits) 0.47-0.53 faster.
-    const bool staged = KBIT_FIXUP_SMEM && NV >= KBIT_FIXUP_SMEM_MIN_NV && (NV >= 8 || k_splits >= 5);
-    const int nb = staged ? min(min(k_splits, 7), buf_bytes / (NV * NT * 16)) : 0;
+    const int nb = KBIT_FIXUP_SMEM && NV >= KBIT_FIXUP_SMEM_MIN_NV ? min(min(k_splits, 7), buf_bytes / (NV * NT * 16)) : 0;
     if (nb > 0) {
         const u32 me = buf_s + 16u * (u32)tid;
         auto issue = [&](int sp, int b) {
