@@ -120,4 +120,13 @@ fi
 if [ "$STEP" = final ]; then
   MS=32,64 ab_passes smemfin "" "-DKBIT_FIXUP_SMEM=0"
 fi
+# Result (final, H200, two alternations): M = 32 44.39 / 44.43 vs 44.42 / 44.45 us (the same kernels), M = 64 48.98 /
+#   49.03 -> 48.03 / 48.08.  Then (H100, the final tree): memcheck over sanitize_tma.py 96 checks 0 errors, racecheck
+#   (SAN_QUICK) 24 checks 0 hazards (`..._memcheck_tma45.log`, `..._racecheck_tma45_quick.log`).
+# STEP=close (prepared, not run: no device time left): the dense and MoE closing tables on the final tree (k = 4; the
+#   dispatched matmul at M = 16..128 and the grouped calls at 1..64 tokens), for the issues' numbers with this change.
+if [ "$STEP" = close ]; then
+  dense_closing close45 150
+  moe_closing close45-moe 200
+fi
 finish_run run45
