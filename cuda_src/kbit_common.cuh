@@ -396,9 +396,12 @@ __device__ __forceinline__ void report_err(int* err, int bit, bool wait_first) {
     atomicOr(err, bit);
 }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    u32 s = (u32)__cvta_generic_to_shared(smem);
+// 16-byte cp.async to shared-window address s (or a generic pointer into shared memory).
+__device__ __forceinline__ void cp_async16(u32 s, const void* gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    cp_async16((u32)__cvta_generic_to_shared(smem), gmem);
 }
 // 16-byte cp.async whose source size is 0 when !valid: the destination is zero-filled
 // and nothing is read (rows past M, K past the end).  s: shared-window address.
@@ -489,6 +492,16 @@ __device__ __forceinline__ u32 probe_smid() {
     return s;
 }
 
+// 16 bytes of shared memory at shared-window address a (splitk_fixup's staged slots)
+__device__ __forceinline__ float4 ld_shared_f4(u32 a) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(a)
+                 : "memory");
+    return v;
+}
+
 // ---------------------------------------------------------------- thread block clusters (sm_90)
 // The split-K sums over DSMEM (kbit_wgmma's and kbit_gemm's cluster fixups).  Only sm_90 code calls them.
 #define KBIT_MAX_CLUSTER 8  // portable cluster size limit; more splits use the workspace
@@ -564,10 +577,11 @@ __device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
 #ifndef KBIT_FIXUP_SMEM
 #define KBIT_FIXUP_SMEM 1
 #endif
-// The smallest NV (float4 a thread) that takes the staged sum: TOK >= 64.  At TOK = 32 (NV = 4; H100 and H200, 2026-11-28,
-// run45.sh nv2 / h200 / h200b, two alternations each) dense down / O at M = 32 (8 / 6 splits) were 0.47-0.53 us faster but
-// gate/up and Q (3 / 4 splits, which the dispatch serves by the wgmma kernel on the H200) 0.07-0.12 slower whichever
-// path their sum took; at TOK = 16 (NV = 2) four of the five shapes 0.2-0.3 slower.  -DKBIT_FIXUP_SMEM_MIN_NV=n: the hook.
+// The smallest NV (float4 a thread) that takes the staged sum: TOK >= 64.  At TOK = 32 (NV = 4; H100 and H200,
+// 2026-11-28, run45.sh nv2 / h200 / h200b, two alternations each) dense down / O at M = 32 (8 / 6 splits) were
+// 0.47-0.53 us faster but gate/up and Q (3 / 4 splits, which the dispatch serves by the wgmma kernel on the H200)
+// 0.07-0.12 slower whichever path their sum took; at TOK = 16 (NV = 2) four of the five shapes 0.2-0.3 slower.
+// -DKBIT_FIXUP_SMEM_MIN_NV=n: the hook.
 #ifndef KBIT_FIXUP_SMEM_MIN_NV
 #define KBIT_FIXUP_SMEM_MIN_NV 8
 #endif
@@ -617,15 +631,15 @@ __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float
     // reading back only its own 16-byte pieces (no barrier), summed in split order as below (the same bits).
     // Registers bound the loads in flight of the path below (CHUNK float4 a thread: one L2 round trip per
     // CHUNK x 4 KB of a slot at 256 threads).
-    const int nb = KBIT_FIXUP_SMEM && NV >= KBIT_FIXUP_SMEM_MIN_NV ? min(min(k_splits, 7), buf_bytes / (NV * NT * 16)) : 0;
+    // (at most 7 buffers: cp_async_wait_dyn counts up to 6 copy groups still pending)
+    const int nb =
+        KBIT_FIXUP_SMEM && NV >= KBIT_FIXUP_SMEM_MIN_NV ? min(min(k_splits, 7), buf_bytes / (NV * NT * 16)) : 0;
     if (nb > 0) {
         const u32 me = buf_s + 16u * (u32)tid;
         auto issue = [&](int sp, int b) {
 #pragma unroll
             for (int i = 0; i < NV; i++)
-                if (i < nv_live)
-                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(me + 16u * (u32)((b * NV + i) * NT)),
-                                 "l"(base + sp * split_stride + i * 4 * NT) : "memory");
+                if (i < nv_live) cp_async16(me + 16u * (u32)((b * NV + i) * NT), base + sp * split_stride + i * 4 * NT);
             cp_async_commit();
         };
         for (int sp = 0; sp < nb; sp++) issue(sp, sp);
@@ -636,10 +650,7 @@ __device__ __forceinline__ bool splitk_fixup(float4 (&v)[NV], int nv_live, float
 #pragma unroll
             for (int i = 0; i < NV; i++) {
                 if (i < nv_live) {
-                    float4 x;
-                    asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n"
-                                 : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w) : "r"(me + 16u * (u32)((b * NV + i) * NT))
-                                 : "memory");
+                    const float4 x = ld_shared_f4(me + 16u * (u32)((b * NV + i) * NT));
                     v[i].x += x.x; v[i].y += x.y; v[i].z += x.z; v[i].w += x.w;
                 }
             }

@@ -137,8 +137,6 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
-#define KBIT_WG_MAX_CLUSTER KBIT_MAX_CLUSTER
-
 // Keep the accumulators in registers across the asm statements (no reordering of
 // reads of d around the async MMA).
 template <int N>

@@ -29,7 +29,7 @@ import numpy as np
 from ._checks import check_kernel_call
 from . import _pdl
 from ._compile import Family, register
-from .gemm import DoesNotFit, _workspace, best_stages, device_info, launch_fused, plan_workspace, set_smem
+from .gemm import MAX_CLUSTER, DoesNotFit, _workspace, best_stages, device_info, launch_fused, plan_workspace, set_smem
 from .gemm import _LOCK as _SMEM_LOCK
 from .gemv import lut_bytes
 from .quantize import CTYPE
@@ -68,11 +68,10 @@ def _env_on(name: str) -> bool:
     return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-# Split-K sum over a thread block cluster (DSMEM) where 2 <= k_splits <= MAX_CLUSTER (the
-# portable cluster size; KBIT_WG_MAX_CLUSTER in the .cu); env KBIT_WG_CLUSTER=0: the
-# workspace sum everywhere (A/B).
+# Split-K sum over a thread block cluster (DSMEM) where 2 <= k_splits <= MAX_CLUSTER (gemm.MAX_CLUSTER, the
+# portable cluster size: KBIT_MAX_CLUSTER in kbit_common.cuh); env KBIT_WG_CLUSTER=0: the workspace sum
+# everywhere (A/B).
 CLUSTER = _env_on("KBIT_WG_CLUSTER")
-MAX_CLUSTER = 8
 # The kernels with the default codebook compiled in for weights that have it (env KBIT_WG_CBD=0: the runtime
 # codebook everywhere, an A/B hook)
 CBD = _env_on("KBIT_WG_CBD")

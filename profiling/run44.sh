@@ -3,6 +3,9 @@
 . profiling/run_env.sh
 start_run gsweep
 RUN=44
+# PF1: the pf1 build of the clus / row / deep / probe steps: the early step's hooks on (they became the defaults since, and
+# the hooks were removed: these steps rebuild the measured tree only at its commit).
+PF1="-DKBIT_GEMM_SUM_ALL=1 -DKBIT_GEMM_HALF=1 -DKBIT_GEMM_PROBE_DEFCB=1 -DKBIT_GEMM_EARLY=1 -DKBIT_GEMM_PF=1"
 # STEP=gsweep: issue 4's "kbit_gemm at 60 % of SOL at M = 8" (H100 m8-39: gate/up 9.33 us = 40 %, down 13.04 = 29 %;
 #   the decode GEMV 6.49 / 6.12).  Where does the fused kernel's time go at M = 8?  Plans: the default (gate/up TILE_N
 #   128, 6 splits of 16 K steps, 240 CTAs; down 128, 16 splits of 40, 256 CTAs) against fewer splits and TILE_N = 64.
@@ -55,10 +58,9 @@ fi
 #   -0.4 us.  Now the barrier-and-sum part is out of line (__noinline__ cluster_sum_c): 128 registers and the 532-
 #   instruction K step again (nvcc SASS), pf1nc dropped.
 if [ "$STEP" = clus ]; then
-  E="-DKBIT_GEMM_SUM_ALL=1 -DKBIT_GEMM_HALF=1 -DKBIT_GEMM_PROBE_DEFCB=1 -DKBIT_GEMM_EARLY=1 -DKBIT_GEMM_PF=1"
   SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=4 MS=8 \
     GAB_PLANS="t128k8:tile_n=128,ks=8;c128k4:tile_n=128,ks=4,cl=1;c128k6:tile_n=128,ks=6,cl=1;c128k8:tile_n=128,ks=8,cl=1;c64k8:tile_n=64,ks=8,cl=1" \
-    GAB_VARIANTS="pf1:$E" gemm_ab_log clus44 400
+    GAB_VARIANTS="pf1:$PF1" gemm_ab_log clus44 400
 fi
 # Result (clus44, H100, one pass, pf1 = E, us): the cluster sum at 8 splits vs the workspace sum at 8: gate/up 6.13 vs
 #   6.21, Q 5.66 vs 6.00, linear value 5.62 vs 5.93, KV (TILE_N 64) 3.31 vs 3.75 -- but down 7.60 vs 6.49 and O 6.54 vs
@@ -69,10 +71,9 @@ fi
 #   offset, 532 -> 474 SASS instructions a K step (nvcc), at the cost of the third CTA an SM (104 KB).  Expect -0.2..-0.4
 #   us where the grid fits two CTAs an SM (t128k6 on gate/up, t128k8 on down / O), worse at 320 CTAs.
 if [ "$STEP" = row ]; then
-  E="-DKBIT_GEMM_SUM_ALL=1 -DKBIT_GEMM_HALF=1 -DKBIT_GEMM_PROBE_DEFCB=1 -DKBIT_GEMM_EARLY=1 -DKBIT_GEMM_PF=1"
   SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=4 MS=8 \
     GAB_PLANS="t128k6:tile_n=128,ks=6;t128k8:tile_n=128,ks=8;c128k6:tile_n=128,ks=6,cl=1;c128k8:tile_n=128,ks=8,cl=1;c64k8:tile_n=64,ks=8,cl=1" \
-    GAB_VARIANTS="pf1:$E;row:$E -DKBIT_GEMM_K4_ROW256=1" gemm_ab_log row44 400
+    GAB_VARIANTS="pf1:$PF1;row:$PF1 -DKBIT_GEMM_K4_ROW256=1" gemm_ab_log row44 400
 fi
 # Result (row44, H100, one pass, us): no gain where it counts -- down t128k8 6.49 -> 6.45, O 5.70 -> 5.70, linear
 #   key 4.23 -> 4.22; gate/up's best falls (t128k8 6.17 -> 9.74: 320 CTAs no longer resident at two an SM; t128k6 6.38);
@@ -85,10 +86,9 @@ fi
 #   copy of a CTA in flight at once.  Expect down / O -0.5..-1 us; gate/up at 8 splits unchanged (2 steps: 3 stages
 #   already); gate/up at 3 / 4 splits (120 / 160 CTAs, 5-6 / 4 steps) may then beat 8.  st3 = the old depth.
 if [ "$STEP" = deep ]; then
-  E="-DKBIT_GEMM_SUM_ALL=1 -DKBIT_GEMM_HALF=1 -DKBIT_GEMM_PROBE_DEFCB=1 -DKBIT_GEMM_EARLY=1 -DKBIT_GEMM_PF=1"
   SHAPES=gateup,down,Q,O,KV,lin_key,lin_value KS=4 MS=8 \
     GAB_PLANS="t128k8st3:tile_n=128,ks=8,st=3;t128k8:tile_n=128,ks=8;t128k3:tile_n=128,ks=3;t128k4:tile_n=128,ks=4;t128k6:tile_n=128,ks=6;c128k8:tile_n=128,ks=8,cl=1;c128k4:tile_n=128,ks=4,cl=1" \
-    GAB_VARIANTS="pf1:$E" gemm_ab_log deep44 400
+    GAB_VARIANTS="pf1:$PF1" gemm_ab_log deep44 400
 fi
 # Result (deep44, H100, one pass, us): deeper is slower -- down t128k8 3 -> 6 stages 6.57 -> 7.04, O 5.90 -> 6.10, gate/up
 #   at 3 / 4 splits (7 / 5 stages) 7.59 / 7.09 against 6.15 at 8; every copy in flight at once delays step 0 (the decode
@@ -98,9 +98,8 @@ fi
 # STEP=probe: where gate/up's and down's remaining time is, on top of pf1 at t128k8: nofix (partials stored, no count /
 #   sum / C: the fixup's share), nocomp (no dequantize / MMA), both; and t128k8 at 2 stages.
 if [ "$STEP" = probe ]; then
-  E="-DKBIT_GEMM_SUM_ALL=1 -DKBIT_GEMM_HALF=1 -DKBIT_GEMM_PROBE_DEFCB=1 -DKBIT_GEMM_EARLY=1 -DKBIT_GEMM_PF=1"
   SHAPES=gateup,down KS=4 MS=8 GAB_PLANS="t128k8:tile_n=128,ks=8;t128k8st2:tile_n=128,ks=8,st=2" \
-    GAB_VARIANTS="pf1:$E;nofix:$E -DKBIT_GEMM_PROBE_NOFIX=1;nocomp:$E -DKBIT_GEMM_PROBE_NOCOMP=1;none:$E -DKBIT_GEMM_PROBE_NOFIX=1 -DKBIT_GEMM_PROBE_NOCOMP=1" \
+    GAB_VARIANTS="pf1:$PF1;nofix:$PF1 -DKBIT_GEMM_PROBE_NOFIX=1;nocomp:$PF1 -DKBIT_GEMM_PROBE_NOCOMP=1;none:$PF1 -DKBIT_GEMM_PROBE_NOFIX=1 -DKBIT_GEMM_PROBE_NOCOMP=1" \
     gemm_ab_log probe44 400
 fi
 # Result (probe44, H100, one pass; deep_stages was still on: down t128k8 ran 6 stages), us: gate/up pf1 6.07, nofix

@@ -12,12 +12,15 @@ RUN=45
 #   its own pieces; the same adds in the same order (bit-identical).
 # Expect: the workspace cells faster by about a round trip per slot beyond the first pair: gate/up M = 128 -0.3..-1 us,
 #   the grouped wgmma at 32 / 64 tokens -0.3..-1 us; cluster cells (down / O at M = 128, Q) unchanged; no cell slower.
-hook_wg_tests() {  # LOG OPTS: the wgmma and grouped-wgmma GPU tests built with KBIT_WGMMA_OPTS=OPTS
+wg_tests() {  # NAME OPTS T_DENSE [T_GROUPED]: the wgmma GPU tests (and with T_GROUPED the grouped-wgmma ones) built with
+  # KBIT_WGMMA_OPTS=OPTS into $W/gpu_tests_NAME.log (NAMEg.log)
   (export KBIT_WGMMA_OPTS=$2
-   gpu_tests "$W/gpu_tests_$1.log" ${T_WG:-150} tests/test_wgmma_gpu.py
+   gpu_tests "$W/gpu_tests_$1.log" "$3" tests/test_wgmma_gpu.py
    grep -E "^E  |FAILED" "$W/gpu_tests_$1.log" | head -10
-   gpu_tests "$W/gpu_tests_$1g.log" 150 tests/test_grouped_gpu.py -k "wgmma or split or cluster"
-   grep -E "^E  |FAILED" "$W/gpu_tests_$1g.log" | head -10)
+   if [ -n "${4:-}" ]; then
+     gpu_tests "$W/gpu_tests_$1g.log" "$4" tests/test_grouped_gpu.py -k "wgmma or split or cluster"
+     grep -E "^E  |FAILED" "$W/gpu_tests_$1g.log" | head -10
+   fi)
 }
 wg_plans() {  # the dense wgmma plans (split count, cluster) at M = $1 on the five shapes
   python3 - "$1" <<'EOF'
@@ -37,7 +40,7 @@ moe_wg_arm() {  # TAG OPTS: bench.py's g-WGMMA column (k = 4, 8 / 10 experts, 16
 }
 if [ "$STEP" = smem ]; then
   H="-DKBIT_FIXUP_SMEM=1"
-  hook_wg_tests smem45 "$H"
+  wg_tests smem45 "$H" 150 150
   wg_plans 64,128,256 > "$W/wg_plans45.log" 2>&1; cat "$W/wg_plans45.log"
   MS=64,128,256 ab_passes smem "$H"
 fi
@@ -48,9 +51,7 @@ fi
 #   wgmma GPU tests with the hook: 29 passed; the dense ones were cut by the 150 s timeout after 30 passed (the hook's
 #   first NVRTC build on a bare machine), rerun in STEP=smemoe.
 if [ "$STEP" = smemoe ]; then
-  (export KBIT_WGMMA_OPTS=-DKBIT_FIXUP_SMEM=1
-   gpu_tests "$W/gpu_tests_smem45b.log" 300 tests/test_wgmma_gpu.py
-   grep -E "^E  |FAILED" "$W/gpu_tests_smem45b.log" | head -10)
+  wg_tests smem45b -DKBIT_FIXUP_SMEM=1 300
   for pass in 1 2; do
     moe_wg_arm "smem45moe-base-$pass" ""
     moe_wg_arm "smem45moe-smem-$pass" "-DKBIT_FIXUP_SMEM=1"
@@ -74,16 +75,14 @@ fi
 #   43.12 us (down 10.57 -> 10.10, O 9.59 -> 9.12), M = 16 39.37 / 39.43 -> 40.37 / 40.45 (gate/up, down, Q, O +0.2..+0.3);
 #   grouped gate/up fused at 16 tokens 10.23 / 10.10 -> 10.49 / 10.45 (8 experts), 32 tokens and down within noise.
 #   Default now NV >= 4 (KBIT_FIXUP_SMEM_MIN_NV=4).
-# STEP=spread: the dense wgmma kernel's workspace sum at TOK >= 128 spread over the tile's CTAs (hook -DKBIT_WG_SPREAD=1,
+# STEP=spread (its hook is in profiling/patches/session38-wg-spread.patch now): the dense wgmma kernel's workspace sum at TOK >= 128 spread over the tile's CTAs (hook -DKBIT_WG_SPREAD=1,
 #   kbit_common.cuh splitk_spread: a counter a split-K chunk, each CTA stores and arrives chunk by chunk from its own,
 #   rotating, and sums / writes only the chunks it was last on).  The H100 trace of gate/up M = 128 (3 workspace splits):
 #   the others' partial store 2.5 us, the last CTA's store + sum 3.7, then its C store 1.2.  Expect: where the CTAs
 #   finish together, each sums a third: gate/up M = 128 -0.8..-1.5 us; M = 256 down / O (4 workspace splits) alike;
 #   cluster cells unchanged.  Registers 138 -> 167 (TOK = 128), 161 -> 216 (192), no spills (NVRTC 12.9).
 if [ "$STEP" = spread ]; then
-  (export KBIT_WGMMA_OPTS=-DKBIT_WG_SPREAD=1
-   gpu_tests "$W/gpu_tests_spread45.log" 300 tests/test_wgmma_gpu.py
-   grep -E "^E  |FAILED" "$W/gpu_tests_spread45.log" | head -10)
+  wg_tests spread45 -DKBIT_WG_SPREAD=1 300
   MS=128,256 ab_passes spread "-DKBIT_WG_SPREAD=1"
 fi
 # Result (spread, ran on an H200: the machine came back as one; two alternations): correct (36 wgmma GPU tests passed
@@ -95,10 +94,7 @@ fi
 #   tests, then the dense M = 32 / 64 WGMMA column against -DKBIT_FIXUP_SMEM=0 (two alternations).  Expect: as the H100
 #   (M = 32 down / O -0.4..-0.5 us, M = 64 down -0.4), nothing slower.
 if [ "$STEP" = h200 ]; then
-  gpu_tests "$W/gpu_tests_h200_45.log" 240 tests/test_wgmma_gpu.py
-  grep -E "^E  |FAILED" "$W/gpu_tests_h200_45.log" | head -10
-  gpu_tests "$W/gpu_tests_h200_45g.log" 120 tests/test_grouped_gpu.py -k "wgmma or split or cluster"
-  grep -E "^E  |FAILED" "$W/gpu_tests_h200_45g.log" | head -10
+  wg_tests h200_45 "" 240 120
   MS=32,64 ab_passes smemdef "" "-DKBIT_FIXUP_SMEM=0"
 fi
 # Result (h200, H200, git 7222328): wgmma GPU tests 36 passed, grouped-wgmma 29 passed (the default build: the staged
