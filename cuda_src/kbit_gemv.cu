@@ -134,6 +134,22 @@ struct LateBind {
     __device__ bool operator()(BindOut& o) const { return f(o); }
 };
 
+// The weight word offsets of gemv_block's ring (woff): 32-bit in the dense kernel (KEEP), where the signed 64-bit
+// form took ~20 SASS a ring slot (address; the absmax index a signed division by k: ~10 more at k = 3 / 5) and ~11
+// registers.  H200, 2026-11-28 (profiling/run46.sh ab3, with gemv.resident_cap_smem): M = 1 TOTAL k = 3 / 5 -7 % / -6 %,
+// k = 2 / 4 -0.3 % / -1 %.  The grouped kernels keep 64-bit (their 96-register slices form spills with 32).
+// Experiment hooks: -DKBIT_GEMV_OFF32=0 / -DKBIT_GROUPED_OFF32=1.
+#ifndef KBIT_GEMV_OFF32
+#define KBIT_GEMV_OFF32 1
+#endif
+#ifndef KBIT_GROUPED_OFF32
+#define KBIT_GROUPED_OFF32 0
+#endif
+template <bool OFF32> struct WordOff { typedef long T; };
+template <> struct WordOff<true> { typedef u32 T; };
+__device__ __forceinline__ void woff_opaque(u32& w) { asm volatile("" : "+r"(w)); }
+__device__ __forceinline__ void woff_opaque(long& w) { asm volatile("" : "+l"(w)); }
+
 // One block computes 16-column groups grp0, grp0 + grp_stride, ... < ngroups of
 // C[M, N] (row stride N) = A[M, K] * W^T, or (SLICES: kbit_gemv, kbit_gemv_grouped_sl)
 // blockDim.y groups side by side: slice y = threadIdx.y computes group blockIdx.x *
@@ -195,14 +211,18 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
     const int S = warp < KS ? (KS - warp + W - 1) / W : 0;
     // In both layouts a block's absmax index is its word offset / K, so only the word
-    // offsets are kept (registers are at the cap).
-    const long wstep = TILED ? (SK / 64L) * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K) : (SK / 32L) * W * K;
+    // offsets are kept (registers are at the cap).  32-bit (woff_t): a step's address is then one
+    // IMAD.WIDE.U32 and its absmax index an unsigned shift or multiply-high, where the signed 64-bit
+    // forms took ~20 SASS a slot (the launchers refuse weights of 2^32 words or more).
+    typedef typename WordOff<KEEP ? KBIT_GEMV_OFF32 : KBIT_GROUPED_OFF32>::T woff_t;
+    const woff_t wstep = TILED ? (woff_t)(SK / 64) * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K)
+                               : (woff_t)(SK / 32) * W * K;
     // the lane's column and quantization block for ring slot c at its warp's local step j
     auto col_of = [&](int grp, int c) { return C8 ? grp * 8 + g : grp * 16 + g + 8 * c; };
     auto kblock_of = [&](int j, int c) { return C8 ? 8 * (warp + j * W) + 4 * c + t : 4 * (warp + j * W) + t; };
 
     // Per column (c = 0: n0+g, c = 1: n0+g+8): word offset of local step 0.
-    long woff[2];
+    woff_t woff[2];
     bool col_ok[2];
     u32 wr[D][2][K];
     u32 sc[D][2];  // absmax, raw (scale_from_raw at use)
@@ -210,7 +230,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             if (col_ok[c] && kblock_of(sl, c) < KB) {
-                const long w = woff[c] + sl * wstep;
+                const woff_t w = woff[c] + (woff_t)sl * wstep;
                 load_planes<K>(wr[j][c], packed + w);
                 sc[j][c] = load_scale_raw(absmax, w / K);
             } else {
@@ -222,9 +242,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     };
     // ring slot c of group grp: whether its column is loaded (tiled buffers are padded to 128
     // columns; a slice past the last group loads nothing) and the word offset of its local step 0
-    auto slot_start = [&](int grp, int c, long& w0) {
+    auto slot_start = [&](int grp, int c, woff_t& w0) {
         const int n = col_of(grp, c), kb = kblock_of(0, c);
-        w0 = TILED ? tiled_word_offset<K>(n, kb, n_tiles) : ((long)n * KB + kb) * K;
+        w0 = (woff_t)(TILED ? tiled_word_offset<K>(n, kb, n_tiles) : ((long)n * KB + kb) * K);
         return (!SLICES || grp < ngroups) && (TILED || n < N);
     };
     auto start_group = [&](int grp) {
@@ -244,7 +264,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     auto prefetch_group = [&](int grp) {
 #pragma unroll
         for (int c = 0; c < 2; c++) {
-            long w0;
+            woff_t w0;
             if (!slot_start(grp, c, w0)) continue;
 #pragma unroll
             for (int j = 0; j < D; j++)
@@ -289,7 +309,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #pragma unroll
         for (int c = 0; c < 2; c++) {
             col_ok[c] = slot_start(MULTI ? grp : (int)blockIdx.x * ny + ty, c, woff[c]);
-            asm volatile("" : "+l"(woff[c]));
+            woff_opaque(woff[c]);
         }
     }
     if (safe_pf) {  // safe PDL: the first weights only prefetched into L2, then the wait

@@ -320,6 +320,34 @@ def _smem_limit(device_id: int) -> int:
 
 
 _LAUNCH: dict = {}
+# The dense GEMV's blocks an SM capped at the even share (resident_cap_smem); KBITCUPY_GEMV_RESIDENT_CAP=0 (an A/B
+# hook) launches them with the plan's shared memory only.
+RESIDENT_CAP = os.environ.get("KBITCUPY_GEMV_RESIDENT_CAP", "1") != "0"
+
+
+def resident_cap_smem(smem: int, blocks: int, per_sm: int, info: dict) -> int:
+    """The dynamic shared memory that lets at most ceil(blocks / SMs) of a one-wave grid's blocks share an SM, given
+    per_sm, the blocks an SM holds at smem (CUDA occupancy).
+
+    The block scheduler places a programmatic dependent's blocks wherever the previous grid has left room, so where
+    registers and shared memory let more blocks share an SM than an even spread needs (256 blocks of 8 warps at <= 80
+    registers: three an SM), some SMs ran three blocks and the grid took their time: H200, 2026-11-28 (run46.sh ab2),
+    Q k = 4 M = 1 3.54 us at 82 registers (two an SM) against 4.21 at 76, O 3.54 / 4.33, Q k = 2 2.97 / 3.38; with the
+    cap (ab3) 3.5 / 3.5 / 3.0 at the fewer registers.  The padding (unused) makes the blocks an SM's shared memory
+    holds the even share.  info: gemm.device_info."""
+    cap = -(-blocks // info["sms"])
+    if cap < 2 or per_sm <= cap:  # (at most one block an SM spreads by itself; padded, KV / linear key were slower)
+        return smem
+    padded = (info["smem_sm"] // (cap + 1) - info["smem_reserved"]) // 16 * 16 + 16
+    return padded if padded <= info["smem_block"] else smem
+
+
+def occupancy(fn, threads: int, smem: int) -> int:
+    """Blocks of fn an SM holds at once (CUDA occupancy: registers, shared memory, threads); 0 where smem is more
+    than fn's max_dynamic_shared_size_bytes allows."""
+    from cupy.cuda import driver
+
+    return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, smem))
 
 
 def safe_prefetch_steps(N: int, K: int, M: int, depth: int) -> int:
@@ -344,6 +372,9 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=0, cbd=False):
     built once.  pdl: _pdl.dense_arg (in safe mode refined by safe_prefetch_steps); cbd: the
     instantiation with the default codebook compiled in.  plan_override may also hold pf
     (safe_prefetch_steps' choice: 1 or the ring depth)."""
+    if qw.packed.size >= 2 ** 32:  # (kbit_gemv's woff_t)
+        raise ValueError(f"gemv: qw holds {qw.packed.size} packed words, beyond the kernel's 32-bit word offsets "
+                         "(2^32)")
     ov = dict(plan_override or ())
     pf = ov.pop("pf", None)
     p = plan(N, K, M, qw.k, **{"pdl": pdl == 1, "tiled": qw.layout == "tiled", **ov})
@@ -353,6 +384,12 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=0, cbd=False):
                          "use kbitcupy.matmul (it dispatches to the GEMM)")
     fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late, gpb > 1,
                         cbd, c8) + (("ts",) if ty > 1 else ()))
+    if RESIDENT_CAP:
+        from .gemm import device_info
+
+        if fn.max_dynamic_shared_size_bytes < smem:  # (the occupancy of more than the attribute allows is 0)
+            fn.max_dynamic_shared_size_bytes = smem
+        smem = resident_cap_smem(smem, grid * ty, occupancy(fn, warps * 32 * gpb, smem), device_info(dev))
     if fn.max_dynamic_shared_size_bytes < smem:
         fn.max_dynamic_shared_size_bytes = smem
     pf = safe_prefetch_steps(N, K, M, depth) if pf is None else int(pf)
@@ -510,10 +547,7 @@ def _sm_count(device_id: int) -> int:
 
 def resident_blocks(fn, threads: int, smem: int, device_id: int) -> int:
     """Blocks of fn the whole GPU runs at once (registers, shared memory, threads)."""
-    from cupy.cuda import driver
-
-    per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, smem)
-    return max(1, int(per_sm)) * _sm_count(device_id)
+    return max(1, occupancy(fn, threads, smem)) * _sm_count(device_id)
 
 
 def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=None, kernel=None,

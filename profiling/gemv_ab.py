@@ -129,6 +129,7 @@ def main():
             ov = dict(ov or ())
             pf = ov.pop("pf", None)  # the safe-mode prefetch depth: the launch's pdl argument, not the plan
             cl = int(ov.pop("cluster", 1))  # launched in thread block clusters of cl CTAs (probes)
+            cap = int(ov.pop("cap", 0))  # +cap=1: shared memory padded as the package's (G.resident_cap_smem)
             pl = G.plan(N, K, M, k, **ov)
             ts = pl[9] > 1  # the token split: grid.y CTAs a group (the kernel's TS)
             grid, block, smem = ((pl[3], pl[9]) if ts else (pl[3],)), (pl[0] * 32, pl[7]), pl[2]
@@ -148,7 +149,13 @@ def main():
             if key not in _VMOD:
                 _VMOD[key] = cp.RawModule(code=vcode, options=_options(vopts), name_expressions=[expr]).get_function(expr)
             vf = _VMOD[key]
-            vf.max_dynamic_shared_size_bytes = smem
+            if cap:
+                from kbitcupy.gemm import device_info
+
+                vf.max_dynamic_shared_size_bytes = smem  # (else the occupancy of smem > 48 KB is 0)
+                smem = G.resident_cap_smem(smem, grid[0] * (grid[1] if ts else 1),
+                                           G.occupancy(vf, block[0] * block[1], smem), device_info(0))
+            vf.max_dynamic_shared_size_bytes = smem  # (_pdl_launch launches with this attribute's bytes)
             # the current source's arguments, as kbitcupy.gemv passes them
             # (and launched as it does: a programmatic dependent where KBITCUPY_PDL=1)
             pov = None if pf is None else (("pf", pf),)

@@ -77,6 +77,26 @@ def test_safe_prefetch_steps():
             assert G.safe_prefetch_steps(*DENSE[s], M, d) in (1, d)
 
 
+# H100 / H200 limits (kbitcupy.gemm.device_info)
+_HOPPER = dict(sms=132, smem_sm=233472, smem_block=232448, smem_reserved=1024)
+
+
+@pytest.mark.parametrize("blocks,per_sm", [(256, 3), (256, 5), (320, 4), (400, 8), (640, 6)])
+def test_resident_cap_pads_to_the_even_share(blocks, per_sm):
+    cap = -(-blocks // 132)
+    smem = G.resident_cap_smem(4096, blocks, per_sm, _HOPPER)
+    assert smem > 4096 and smem % 16 == 0 and smem <= _HOPPER["smem_block"]
+    # the SM's shared memory now holds exactly the even share of blocks
+    assert _HOPPER["smem_sm"] // (smem + _HOPPER["smem_reserved"]) == cap
+
+
+@pytest.mark.parametrize("blocks,per_sm,smem", [(256, 2, 4096), (128, 4, 4096), (64, 3, 40000), (640, 5, 39040),
+                                                (2000, 4, 4096)])
+def test_resident_cap_leaves_even_or_multiwave_grids(blocks, per_sm, smem):
+    # already at most the even share, one block an SM, or several waves: unchanged
+    assert G.resident_cap_smem(smem, blocks, per_sm, _HOPPER) == smem
+
+
 def test_k5_wide_shapes_put_an_sms_share_of_groups_in_one_block():
     # k = 5: gate/up's 320 groups as 107 blocks of 3 x 4 warps, Q's 256 as 128 blocks of 2 x 8
     # (one pair table per SM), at one token tile; k = 4 and the narrow shapes one group per block

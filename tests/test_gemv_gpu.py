@@ -366,3 +366,29 @@ def test_bad_inputs(rng):
         kb.matmul(A, q, out=cp.zeros((1, 512), cp.float32))
     with pytest.raises(ValueError, match="contiguous"):
         kb.matmul(cp.zeros((2048, 2), cp.float16).T, q)
+
+
+@pytest.mark.parametrize("M", [1, 4, 8])
+def test_resident_cap_even_share(M, rng):
+    # Q's 256 blocks of 8 warps: at most ceil(256 / SMs) = 2 share an SM (gemv.resident_cap_smem), also when the
+    # kernel's shared memory attribute is still below the plan's (first use at M > 4: the occupancy query then read 0)
+    import cupy as cp
+    from kbitcupy import gemv as G
+    from kbitcupy.gemm import device_info
+
+    q, Wd = _weight(cp, DENSE["Q"], 4, "tiled", rng)
+    A = cp.asarray(rng.standard_normal((M, q.shape[1]), dtype=np.float32)).astype(np.float16)
+    out = cp.full((M, q.shape[0]), np.nan, dtype=np.float16)
+    fn = G.launch_args(A, q, out)[0]
+    fn.max_dynamic_shared_size_bytes = 0
+    G._LAUNCH.clear()
+    fn, grid, block, smem, _ = G.launch_args(A, q, out)
+    blocks, threads = int(np.prod(grid)), block[0] * block[1]
+    sms = device_info(0)["sms"]
+    assert fn.max_dynamic_shared_size_bytes >= smem
+    cap = -(-blocks // sms)
+    if cap >= 2:  # (GPUs with 256 SMs or more: one block an SM, no cap)
+        assert 0 < G.occupancy(fn, threads, smem) <= cap
+    gemv(A, q, out)
+    ref = A.astype(cp.float64) @ Wd.T
+    assert _rel_err(out, ref) < TOL["float16"]
