@@ -99,3 +99,10 @@ fi
 #   vs 15.06 / 17.97 / 22.96; k = 3 17.46 / 18.80 / 22.12 vs 18.56 / 20.21 / 23.55; k = 5 22.81 / 24.41 / 27.62 vs 24.51 /
 #   25.72 / 28.65; no cell more than 1.4 % slower.  M = 1 table (`final63-m1`): k = 2 / 3 / 4 / 5 3.16x / 2.69x / 2.68x /
 #   2.09x fp16 (was 3.14x / 2.56x / 2.68x / 1.96x).
+# Step close (H100): the dense (M = 16..128) and MoE (1..64 tokens) closing tables on this tree (run45's prepared step:
+#   the thirty-eighth session's staged split-K sum had not been through them).
+if [ "$STEP" = close ]; then
+  dense_closing close46 170
+  moe_closing close46-moe 230
+  finish_run run46
+fi
