@@ -106,3 +106,11 @@ if [ "$STEP" = close ]; then
   moe_closing close46-moe 230
   finish_run run46
 fi
+# Step san (the first device time after the close step could not start: the machine was being given back): memcheck of
+#   the dense GEMV with the 32-bit offsets (sanitize_c8.py: N % 8 != 0, K % 256 != 0, every block shape, the default
+#   plans; sanitize_fsw.py: the two-tile / token-split kernels).
+if [ "$STEP" = san ]; then
+  sanitize memcheck "$W/memcheck_c8_46.log" 200 profiling/sanitize_c8.py
+  sanitize memcheck "$W/memcheck_fsw_46.log" 150 profiling/sanitize_fsw.py
+  finish_run run46
+fi
