@@ -110,6 +110,10 @@ if [ "$STEP" = closed ]; then  # the dense half alone (what the session's device
   dense_closing close46 170
   finish_run run46
 fi
+if [ "$STEP" = closem ]; then  # the MoE half alone
+  moe_closing close46-moe 230
+  finish_run run46
+fi
 # Step san (the first device time after the close step could not start: the machine was being given back): memcheck of
 #   the dense GEMV with the 32-bit offsets (sanitize_c8.py: N % 8 != 0, K % 256 != 0, every block shape, the default
 #   plans; sanitize_fsw.py: the two-tile / token-split kernels).
