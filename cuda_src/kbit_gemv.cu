@@ -211,9 +211,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
     const int S = warp < KS ? (KS - warp + W - 1) / W : 0;
     // In both layouts a block's absmax index is its word offset / K, so only the word
-    // offsets are kept (registers are at the cap).  32-bit (woff_t): a step's address is then one
-    // IMAD.WIDE.U32 and its absmax index an unsigned shift or multiply-high, where the signed 64-bit
-    // forms took ~20 SASS a slot (the launchers refuse weights of 2^32 words or more).
+    // offsets are kept; 32-bit in the dense kernel (WordOff, above; gemv refuses weights of 2^32 words).
     typedef typename WordOff<KEEP ? KBIT_GEMV_OFF32 : KBIT_GROUPED_OFF32>::T woff_t;
     const woff_t wstep = TILED ? (woff_t)(SK / 64) * W * n_tiles * (KBIT_TILE_N * KBIT_KB_PER_TILE * K)
                                : (woff_t)(SK / 32) * W * K;
