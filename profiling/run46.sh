@@ -124,3 +124,13 @@ if [ "$STEP" = san ]; then
 fi
 # Result (san, H100): memcheck sanitize_c8.py 120 checks, sanitize_fsw.py 200 checks, 0 errors each
 #   (`memcheck_{c8,fsw}_46.log`).
+# Step plans (H200, with what device time was left): the GEMV's M = 1 k = 4 plans re-checked on the H200 (they were
+#   last swept on the H100): warps a group 2 / 8 / 16 and the depth-3 ring against the plan.  Expect: if the steps'
+#   latency is what is left (section 2 of NOTES' thirty-ninth session), more steps a warp (fewer warps) or a deeper
+#   ring moves gate/up / Q.
+if [ "$STEP" = plans ]; then
+  AB_NOBASE=1 KS=4 MS=1 SHAPES=gateup,down,Q,O AB_PLANS="w2:warps=2;w8:warps=8;w16:warps=16;d3:depth=3" CUT=200 \
+    timeout 200 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_ab46p.log" 2>&1
+  grep -vE "^\s*$" "$W/gemv_ab46p.log" | cut -c1-200 | tail -12
+  finish_run run46
+fi
