@@ -134,3 +134,6 @@ if [ "$STEP" = plans ]; then
   grep -vE "^\s*$" "$W/gemv_ab46p.log" | cut -c1-200 | tail -12
   finish_run run46
 fi
+# Result (plans, H200, `gemv_ab46p.log`, one pass): the plans stand -- gate/up 4.28 us (w8 4.57, w2 6.78, w16 7.72, d3
+#   4.35), down 4.19 (w16 4.15, d3 4.20, w8 4.86), Q 3.45 (w8 = the plan), O 3.60 (w16 = the plan, d3 3.62).  Neither
+#   more steps a warp nor the deeper ring moves the H200's M = 1.
