@@ -492,15 +492,18 @@ __device__ __forceinline__ u32 probe_smid() {
     return s;
 }
 
-// 16 bytes of shared memory at shared-window address a (splitk_fixup's staged slots)
-__device__ __forceinline__ float4 ld_shared_f4(u32 a) {
-    float4 v;
-    asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(a)
-                 : "memory");
-    return v;
-}
+// 16 bytes of shared memory at shared-window address a: ld_shared_f4 this CTA's (splitk_fixup's staged slots),
+// ld_cluster_f4 (sm_90, below) a cluster peer's at a cluster_map address.
+#define KBIT_LD_F4(NAME, SPACE)                                                     \
+    __device__ __forceinline__ float4 NAME(u32 a) {                                 \
+        float4 v;                                                                   \
+        asm volatile("ld." SPACE ".v4.f32 {%0,%1,%2,%3}, [%4];\n"                   \
+                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)                   \
+                     : "r"(a)                                                       \
+                     : "memory");                                                   \
+        return v;                                                                   \
+    }
+KBIT_LD_F4(ld_shared_f4, "shared")
 
 // ---------------------------------------------------------------- thread block clusters (sm_90)
 // The split-K sums over DSMEM (kbit_wgmma's and kbit_gemm's cluster fixups).  Only sm_90 code calls them.
@@ -519,14 +522,8 @@ __device__ __forceinline__ u32 cluster_map(u32 saddr, int rank) {
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(saddr), "r"(rank));
     return r;
 }
-__device__ __forceinline__ float4 ld_cluster_f4(u32 a) {
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(a)
-                 : "memory");
-    return v;
-}
+KBIT_LD_F4(ld_cluster_f4, "shared::cluster")
+#undef KBIT_LD_F4
 
 // ---------------------------------------------------------------- split-K fixup
 // For the fused GEMMs (kbit_wgmma; kbit_gemm.cu's gemm_epilogue keeps its own copy in a

@@ -342,6 +342,21 @@ def resident_cap_smem(smem: int, blocks: int, per_sm: int, info: dict) -> int:
     return padded if padded <= info["smem_block"] else smem
 
 
+def capped_smem(fn, smem: int, blocks: int, threads: int, dev: int) -> int:
+    """The dynamic shared memory to launch `blocks` blocks of fn with: smem, padded by resident_cap_smem where
+    RESIDENT_CAP; fn's max_dynamic_shared_size_bytes raised to it (first to smem: the occupancy query of more than
+    the attribute allows reads 0)."""
+    if fn.max_dynamic_shared_size_bytes < smem:
+        fn.max_dynamic_shared_size_bytes = smem
+    if RESIDENT_CAP:
+        from .gemm import device_info
+
+        smem = resident_cap_smem(smem, blocks, occupancy(fn, threads, smem), device_info(dev))
+        if fn.max_dynamic_shared_size_bytes < smem:
+            fn.max_dynamic_shared_size_bytes = smem
+    return smem
+
+
 def occupancy(fn, threads: int, smem: int) -> int:
     """Blocks of fn an SM holds at once (CUDA occupancy: registers, shared memory, threads); 0 where smem is more
     than fn's max_dynamic_shared_size_bytes allows."""
@@ -384,14 +399,7 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=0, cbd=False):
                          "use kbitcupy.matmul (it dispatches to the GEMM)")
     fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late, gpb > 1,
                         cbd, c8) + (("ts",) if ty > 1 else ()))
-    if RESIDENT_CAP:
-        from .gemm import device_info
-
-        if fn.max_dynamic_shared_size_bytes < smem:  # (the occupancy of more than the attribute allows is 0)
-            fn.max_dynamic_shared_size_bytes = smem
-        smem = resident_cap_smem(smem, grid * ty, occupancy(fn, warps * 32 * gpb, smem), device_info(dev))
-    if fn.max_dynamic_shared_size_bytes < smem:
-        fn.max_dynamic_shared_size_bytes = smem
+    smem = capped_smem(fn, smem, grid * ty, warps * 32 * gpb, dev)
     pf = safe_prefetch_steps(N, K, M, depth) if pf is None else int(pf)
     if pdl == _pdl.PDL_SAFE and pf == 1 and depth > 1:
         pdl = _pdl.PDL_SAFE_PF1

@@ -150,11 +150,7 @@ def main():
                 _VMOD[key] = cp.RawModule(code=vcode, options=_options(vopts), name_expressions=[expr]).get_function(expr)
             vf = _VMOD[key]
             if cap:
-                from kbitcupy.gemm import device_info
-
-                vf.max_dynamic_shared_size_bytes = smem  # (else the occupancy of smem > 48 KB is 0)
-                smem = G.resident_cap_smem(smem, grid[0] * (grid[1] if ts else 1),
-                                           G.occupancy(vf, block[0] * block[1], smem), device_info(0))
+                smem = G.capped_smem(vf, smem, grid[0] * (grid[1] if ts else 1), block[0] * block[1], 0)
             vf.max_dynamic_shared_size_bytes = smem  # (_pdl_launch launches with this attribute's bytes)
             # the current source's arguments, as kbitcupy.gemv passes them
             # (and launched as it does: a programmatic dependent where KBITCUPY_PDL=1)
