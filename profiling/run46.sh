@@ -137,3 +137,6 @@ fi
 # Result (plans, H200, `gemv_ab46p.log`, one pass): the plans stand -- gate/up 4.28 us (w8 4.57, w2 6.78, w16 7.72, d3
 #   4.35), down 4.19 (w16 4.15, d3 4.20, w8 4.86), Q 3.45 (w8 = the plan), O 3.60 (w16 = the plan, d3 3.62).  Neither
 #   more steps a warp nor the deeper ring moves the H200's M = 1.
+# Review (428802b: one KBIT_LD_F4 body for the two 16-byte shared loads, gemv.capped_smem shared by the launcher and
+#   gemv_ab; NVRTC cubins of all 165 groups byte-identical): H100, test_gemv_gpu.py -k "resident_cap or (dense_shapes
+#   and tiled) or graph_capture or plans_agree": 36 passed (`gpu_tests_review46.log`).
