@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Fortieth session (2026-11-28).  From the repo root:  OUT=/tmp/out STEP=cap bash profiling/run47.sh
+. profiling/run_env.sh
+start_run cap
+RUN=47
+# env_arm TAG ENV COLUMNS MS LABEL: bench.py (k = 4, the five dense shapes, M = MS, the given columns) with the
+# environment assignments ENV, tagged TAG; prints LABEL, then each M's shape times on one line.
+env_arm() {
+  env $2 timeout 150 python3 profiling/bench.py --out "$W" --M "$4" --k 4 --columns "$3" \
+    --shapes gateup,down,Q,O,KV --reps 15 --tag "$1" > "$W/bench_$1.log" 2>&1
+  echo "$5"; grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| [2-5] " "$W/bench_$1.log" | cut -d'|' -f2-5 | tr -d ' ' | \
+    awk '/###/{printf "\n%s ", $0; next} {printf "%s ", $0} END{print ""}'
+}
+# STEP=cap: do the M = 16..64 kernels' programmatic dependents pair up on the SMs the previous grid left empty (the
+#   decode GEMV's finding of the thirty-ninth session)?  The dense wgmma grids are at most one CTA an SM (gate/up M =
+#   32: 40 strips x 3 splits = 120 CTAs on 132 SMs) at an occupancy of two; the streaming GEMV is 132 CTAs.  Arm cap:
+#   KBIT_WG_CAP=1 and KBIT_STREAM_CAP=1 launch them with one CTA's worth of an SM's shared memory (no pairing, but
+#   also no overlap with the previous grid's CTAs in this same-kernel chain).  Then the decode GEMV's whole ring
+#   requested before the prologue (KBIT_EXPERIMENT_RING_EARLY) on the H200 (measured on the H100 only, 3 % slower).
+# Expect: if pairing costs, the cap arm faster on the 120-CTA wgmma shapes (gate/up) by more than the lost prologue
+#   overlap (~0.3-0.5 us); the stream GEMV (132 CTAs) about equal or slower.  RING_EARLY: within +-1 %.
+if [ "$STEP" = cap ]; then
+  for pass in 1 2; do
+    env_arm cap47-base-$pass "KBIT_WG_CAP=0" WGMMA,STREAM 16,32,64 "## base pass $pass"
+    env_arm cap47-cap-$pass "KBIT_WG_CAP=1 KBIT_STREAM_CAP=1" WGMMA,STREAM 16,32,64 "## cap pass $pass"
+  done
+  AB_NOBASE=1 KS=4,2 MS=1 AB_VARIANTS="early:-DKBIT_EXPERIMENT_RING_EARLY" CUT=200 gemv_ab_twice early47 200
+  finish_run run47
+fi
+# Result (cap, H200, two passes each; `nvidia-h200_2026-11-28_{cap47-*,bench_cap47-*,gemv_early47_*}`):
+#   - WGMMA TOTAL (gate/up, down, Q, O, KV) base / cap: M = 16 39.55 / 39.55 -> 38.93 / 38.94 us (-1.6 %: gate/up 9.00
+#     -> 8.80, Q 7.78 -> 7.59, down 9.13 -> 9.02, O 8.25 -> 8.14), M = 32 43.78 / 43.80 -> 43.81 / 43.85 (equal),
+#     M = 64 48.03 / 48.02 -> 48.11 / 48.12 (equal).  STREAM TOTAL within 0.05 us at every M.  So the CTAs pairing up
+#     is not what holds M = 32 / 64 (where these kernels serve); at M = 16 the WGMMA column is not dispatched on the
+#     H200 (the GEMV / streaming GEMV are faster there).  Not kept: profiling/patches/session40-wg-stream-cap.patch.
+#   - RING_EARLY (M = 1): k = 4 TOTAL 17.14 / 17.26 -> 20.21 / 20.36 us (+18 %: Q, O, linear value +1.1 us each),
+#     k = 2 14.94 / 15.06 -> 16.35 / 16.50.  Requesting step 1 before the prologue is much slower on the H200 too.
+# STEP=close: the H200 closing tables on this tree (dense k = 4 M = 16..128, MoE 1..64 tokens per expert), last run on
+#   the H200 on the tree of 2026-11-27 (final47, dclose43h-moe).  Expect: as final47 / dclose43h-moe (the kernels of
+#   M >= 16 and MoE changed since only by the thirty-eighth session's staged sum: M = 64 -1..-2 %).
+if [ "$STEP" = close ]; then
+  dense_closing close47h 200
+  moe_closing close47h-moe 200
+  finish_run run47
+fi
