@@ -43,3 +43,33 @@ if [ "$STEP" = close ]; then
   moe_closing close47h-moe 200
   finish_run run47
 fi
+# Result (close, H200, `nvidia-h200_2026-11-28_close47h{,-moe}.{md,json}`): dense k = 4 TOTAL M = 16 / 32 / 64 / 128
+#   25.41 / 43.11 / 48.05 / 58.81 us = 1.62x / 0.96x / 0.87x / 0.78x fp16 (final47: 1.19x at M = 16 before the
+#   thirty-sixth session's staged A, 0.97x / 0.86x / 0.76x).  MoE default launch 1 / 4 tokens down 1.52x / 1.51x (8
+#   experts), gate/up fused 1.71x / 1.67x; as moe_forward 1 / 4 tokens 1.70x / 1.66x (8), 1.74x / 1.74x (10); 16
+#   tokens moe_dn 0.96x (8 experts), 1.00x (10); 32 / 64 tokens TOTAL 0.92x / 0.84x (8), 0.94x / 0.84x (10).
+# moe_arm TAG OPTS MS LABEL: bench.py's MoE Grouped column (k = 4, 8 / 10 experts, MS tokens an expert) built with
+# KBIT_WGMMA_OPTS=OPTS, tagged TAG; prints LABEL and the moe_gu_fused / moe_dn / TOTAL rows.
+moe_arm() {
+  KBIT_WGMMA_OPTS="$2" timeout 150 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M "$3" --experts 8,10 \
+    --columns Grouped,Grouped:stable --reps 15 --tag "$1" > "$W/bench_$1.log" 2>&1
+  echo "$4"; grep -E "^### MoE|^\| (moe_gu_fused|moe_dn|TOTAL) " "$W/bench_$1.log" | cut -d'|' -f2-7 | tr -d ' ' | \
+    awk '/###/{printf "\n%s ", $0; next} {printf "%s ", $0} END{print ""}'
+}
+# STEP=tab: the grouped wgmma's default launch (pdl 1: ids may come from the previous grid, so it waits at entry)
+#   building the default codebook's tables (k >= 4: 64 KB pair table + scale table) before that wait, as its stable
+#   mode and the grouped GEMV's mode 1 do (hook -DKBIT_WG_WAIT_TABLES_EARLY=1).  Measured 0.3-1.9 % slower on the
+#   H100 on 2026-11-26 (before TMA, row256 tables, the staged sum); the H200's default-vs-stable gap at 32 / 64 tokens
+#   is ~1 us (moe_dn 8 experts 7.52 / 8.25 vs 6.57 / 7.16 in close47h-moe).  Expect: the Grouped column at 16..64
+#   tokens (where the grouped wgmma serves) 0.2-0.8 us faster a projection; Grouped:stable unchanged; the grouped
+#   wgmma GPU tests pass with the hook.
+if [ "$STEP" = tab ]; then
+  (export KBIT_WGMMA_OPTS=-DKBIT_WG_WAIT_TABLES_EARLY=1
+   gpu_tests "$W/gpu_tests_tab47.log" 200 tests/test_grouped_gpu.py -k "wgmma or split or cluster"
+   grep -E "^E  |FAILED" "$W/gpu_tests_tab47.log" | head -10)
+  for pass in 1 2; do
+    moe_arm tab47-base-$pass "" 16,32,64 "## base pass $pass"
+    moe_arm tab47-tab-$pass "-DKBIT_WG_WAIT_TABLES_EARLY=1" 16,32,64 "## tab pass $pass"
+  done
+  finish_run run47
+fi
