@@ -835,9 +835,6 @@ __global__ void __launch_bounds__(256, KBIT_WG_MINB)
 #ifndef KBIT_WG_SAFE_TABLES_MIN_K
 #define KBIT_WG_SAFE_TABLES_MIN_K 4
 #endif
-#ifndef KBIT_WG_WAIT_TABLES_EARLY
-#define KBIT_WG_WAIT_TABLES_EARLY 0
-#endif
 // LC: the pair table's copies (log2, -1: PairLut's default).  k = 5 at 8 copies (32 KB, more bank
 // conflicts) fits two CTAs per SM at TOK = 64, where its 16 copies fit one (kbitcupy.wgmma.grouped_plan
 // picks; H100 2026-11-26, profiling/run28.sh k5copies).
@@ -868,14 +865,7 @@ __global__ void __launch_bounds__(256, 1)
     // 16 / 32 / 64 tokens 18.73 / 20.30 / 24.59 -> 17.35 / 18.83 / 22.90 us (tables after the wait).
     const bool safe_early = pdl == KBIT_GROUPED_SAFE_EARLY;
     const bool early_ids = pdl == 2 || safe_early;  // the ids read before the wait
-    bool tables_built = false;
     if (pdl == 1) {
-#if KBIT_WG_WAIT_TABLES_EARLY  // experiment hook: the default codebook's tables before the wait-first mode's wait
-        if (CBD && K >= KBIT_WG_SAFE_TABLES_MIN_K) {
-            kbit_wgmma_detail::wgmma_default_tables<K, T, LC>();
-            tables_built = true;
-        }
-#endif
         griddep_wait_release();
     }
     const int n_tiles = (N + KBIT_TILE_N - 1) / KBIT_TILE_N;
@@ -911,6 +901,7 @@ __global__ void __launch_bounds__(256, 1)
     T* Ce = C + (long)r0 * N;
     const u32* pe = packed + (long)e * wpe;
     const u8* ae = absmax + (long)e * ape;
+    bool tables_built = false;
     if (safe_early) {
         // the K tiles wgmma_cta's prologue requests first (stages - 2 of this split's), or fewer
         // (KBIT_WG_SAFE_PF_TILES), as 128-byte L2 lines: 8k of weights and 2 of absmax per tile

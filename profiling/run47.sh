@@ -73,3 +73,16 @@ if [ "$STEP" = tab ]; then
   done
   finish_run run47
 fi
+# Result (tab, H200, two alternations, `nvidia-h200_2026-11-28_{tab47-*,bench_tab47-*,gpu_tests_tab47}`): correct (29
+#   grouped wgmma / split / cluster GPU tests passed with the hook).  Grouped (default launch) moe_dn 32 tokens 7.48 /
+#   7.53 -> 7.37 / 7.42 us (8 experts), 9.42 / 9.44 -> 9.18 / 9.21 (10); 64 tokens 8.18 / 8.23 -> 8.02 / 8.05, 10.39 /
+#   10.42 -> 10.23 / 10.27; gate/up fused and 16 tokens equal (+-0.06).  But Grouped:stable (what moe_forward runs for
+#   down) got slower where it never takes the new branch: moe_dn 16 tokens 6.50 / 6.54 -> 6.74 / 6.78, 32 tokens 6.56 /
+#   6.60 -> 6.65 / 6.70 (the kernel's code moved).  -0.1..-0.25 us on the default down at 32 / 64 tokens moves no
+#   target (0.84x -> 0.86x at 64); not kept (profiling/patches/session40-wg-grouped-tables-early.patch).
+# STEP=suite: the whole GPU test suite on the final tree (its kernels byte-identical to 20e3732's).
+if [ "$STEP" = suite ]; then
+  gpu_tests "$W/gpu_tests_suite47.log" 590
+  grep -E "^E  |FAILED" "$W/gpu_tests_suite47.log" | head -10
+  finish_run run47
+fi
