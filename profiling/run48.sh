@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Forty-first session (2026-11-28).  From the repo root:  OUT=/tmp/out STEP=sweep bash profiling/run48.sh
+. profiling/run_env.sh
+start_run sweep
+# STEP=sweep: the dense wgmma plan's split-K rule (wgmma.dense_splits: TILE_US / WS_SPLIT_US) and token tile were
+#   fitted on the H100 (run25.sh ksweep, 2026-11-26) and never swept on the H200, where issue 4's M = 32 is 0.96x
+#   (close47h: 43.11 vs fp16 41.59 us; gate/up 9.68 vs 8.13, Q 8.51 vs 7.18 lose).  gemm_probe's wgmma at its plan,
+#   at ks = 1..8 (each also with the workspace sum, /ws) and TOK = 16 / 32 / 64, M = 32, k = 4, seven shapes.
+# Expect: the plan's pick within ~3 % of the fastest split count in most cells (as on the H100); if some cell's best
+#   is 5 % or more under the plan, a rule change there is worth a bench A/B (gate/up / Q at M = 32 would need ~-0.75 us
+#   each for the TOTAL to reach 1.0x, which a split count alone is unlikely to give).
+if [ "$STEP" = sweep ]; then
+  GEMM=0 DQ=0 WG=1 WGNOCL=1 WGSPLITS=1,2,3,4,5,6,8 WGTOKS=16,32,64 KS=4 MS=${MS:-32} \
+    SHAPES_=${SHAPES_:-gateup,Q,down,O,KV,lin_key,lin_value} timeout 320 python3 profiling/gemm_probe.py \
+    > "$W/ksweep48.log" 2>&1
+  tail -3 "$W/ksweep48.log"
+  python3 - "$W/ksweep48.log" <<'PY'
+import re, sys
+for line in open(sys.argv[1]):
+    m = re.match(r"(\S+)\s+k=(\d) M=\s*(\d+) (.*)", line)
+    if not m:
+        continue
+    cells = dict(re.findall(r"(wg[^=\s]*)=\s*([\d.]+)!?", m.group(4)))
+    base = float(cells.pop("wg"))
+    best = min(cells.items(), key=lambda kv: float(kv[1]))
+    print(f"{m.group(1):9} M={m.group(3):3} plan {base:6.2f}  best {best[0]:14} {float(best[1]):6.2f}  "
+          f"({(float(best[1]) / base - 1) * 100:+.1f} %)")
+PY
+  # The grouped kernels at 16 tokens an expert on the H200, where issue 5's "never slower than fp16 at <= 16" fails
+  # (close47h-moe: moe_dn 8 experts 0.96x, moe_gu 10 experts 9.41 vs fp16 7.98 us, its stable launch 8.21): the
+  # grouped GEMV (new), the mma kernel, and the wgmma kernel at its plan, at ks = 1..6, TOK = 16, the workspace sum,
+  # and ids_stable.  Expect: some split / kernel within the default launch near fp16 on moe_gu 10 x 16 (the grouped
+  # split rule was fitted on the H100, run25.sh ksweep_moe).
+  MOE_MMA=1 MOE_WG="d:;ks1:+ks=1;ks2:+ks=2;ks3:+ks=3;ks4:+ks=4;ks6:+ks=6;t16:+tok=16;cl0:+cluster=0;st:+stable=1" \
+    KS=4 MS=12,16 ES=8,10 SHAPES=moe_gu,moe_gu_fused,moe_dn timeout 230 python3 profiling/moe_ab.py --out "$W" \
+    > "$W/moe_sweep48.log" 2>&1
+  grep -vE "^\s*$" "$W/moe_sweep48.log" | tail -20
+  finish_run run48
+fi
