@@ -461,6 +461,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         if (!early_lut) build_block_lut<K, T, SLICES, QUAD>(lut, cb_s, nthr, tid);
         if (pdl) {  // A may come from the previous grid: wait for it only now
             griddep_wait();
+#ifdef KBIT_TRACE
+            if (threadIdx.x == 0 && ty == 0) KTR(48, probe_gtime());
+#endif
             stage_A();
         }
         cp_async_wait<0>();

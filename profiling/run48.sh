@@ -37,3 +37,24 @@ PY
   grep -vE "^\s*$" "$W/moe_sweep48.log" | tail -20
   finish_run run48
 fi
+# Result (sweep, H200, `nvidia-h200_2026-11-28_{ksweep48,moe_sweep48}.log`): the H100-fitted rules hold on the H200.
+#   Dense wgmma M = 32, plan vs the best of ks = 1..8 x {cluster, workspace} x TOK 16 / 32 / 64: gate/up 9.90 vs 9.62
+#   (ks 5, -2.8 %), O 9.65 vs 9.28 (ks 6, -3.8 %; O is the streaming GEMV's, 9.40), Q -0.8 %, down / KV / lin_key /
+#   lin_value the plan is the best.  No split count moves the TOTAL by more than ~0.3 us (1.0x needs -1.5 us).
+#   Grouped, 12 / 16 tokens: the wgmma plan's split count is the fastest at every cell (ks 1..6 slower); the default
+#   launch of every kernel loses to fp16 bmm on moe_gu 10 experts (16 tokens: GEMV 9.12, wgmma 9.35, mma 12.53 vs
+#   fp16 8.03 us; 12 tokens GEMV 8.28 vs 7.99) and moe_dn 8 experts 16 tokens (GEMV 6.80 vs 6.57); the ids_stable
+#   launch is 0.25-1.15 us faster (moe_gu 10 x 16: 8.20), still 2 % over fp16 there.  The gap is the wait-first
+#   order (ids after the wait, then the weights from DRAM), not the plan.
+# STEP=chain: two consecutive launches of the dense decode GEMV inside the graph of back-to-back launches
+#   (profiling/chain_trace.py: two trace builds alternating, so one replay leaves launch n-2 and n-1), k = 4 M = 1,
+#   gate/up, down, Q, in the safe (default), full-PDL and plain launch.  Why: the H200's M = 1 is ~0.9 us over the SOL
+#   read a shape and neither full PDL nor the early ring moved it (thirty-ninth / fortieth sessions).
+# Expect: in the safe launch the gap from launch n-2's last exit to launch n-1's waits passing ~0.5-1 us, and the
+#   post-wait path (A staged ~0.6 us, weights, compute, exit) the rest; full PDL the same post-wait path minus the
+#   weights' DRAM latency.  Which of them holds the launch decides what is worth trying next.
+if [ "$STEP" = chain ]; then
+  SHAPES=gateup,down,Q KS=4 timeout 400 python3 profiling/chain_trace.py > "$W/chain48.log" 2>&1
+  cat "$W/chain48.log" | head -120
+  finish_run run48
+fi
