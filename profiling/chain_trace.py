@@ -10,7 +10,8 @@ landed (4 + 4 w).  Prints per mode (safe = the default, full = set_pdl(True), pl
 the replay's us a launch, and for launch n-1 (ns, over blocks) entry / wait passed / prologue / first
 weights / exit from launch n-2's last block exit -- so the gap between one grid's end and the next
 grid's wait passing, and the post-wait path, side by side.
-usage (GPU machine): SHAPES=gateup,down KS=4 python3 profiling/chain_trace.py
+usage (GPU machine): SHAPES=gateup,down KS=4 MODES=safe,full,plain VARIANTS="early:-DFLAG;..." \
+    python3 profiling/chain_trace.py       (VARIANTS: the safe launch of trace builds with extra options)
 """
 import os
 import sys
@@ -31,14 +32,15 @@ from kbitcupy._compile import _options, read_source  # noqa: E402
 STRIDE = 64  # KBIT_TRACE_STRIDE
 
 
-def trace_fns(fn, expr, warps, smem):
+def trace_fns(fn, expr, warps, smem, extra=()):
     """Two separately loaded -DKBIT_TRACE builds of instantiation expr (its launch bounds at the kernel's
     blocks per SM, as gemv_trace.py: the trace build's extra registers must not cost occupancy)."""
     per_warp = -(-fn.num_regs * 32 // 256) * 256
     minb = max(1, min(65536 // (per_warp * warps), (228 * 1024) // (smem + 1024), 32))
-    opts = _options(tuple(G.GEMV.options) + ("-DKBIT_TRACE", f"-DKBIT_GEMV_BOUNDS={warps * 32},{minb}"))
     out = []
-    for _ in range(2):
+    for copy in range(2):  # (a distinct option per copy: CuPy shares one module between equal builds)
+        opts = _options(tuple(G.GEMV.options) + ("-DKBIT_TRACE", f"-DKBIT_GEMV_BOUNDS={warps * 32},{minb}",
+                                                 f"-DKBIT_TRACE_COPY={copy}") + tuple(extra))
         mod = cp.RawModule(code=read_source("kbit_gemv.cu"), options=opts, name_expressions=[expr])
         out.append((mod.get_function(expr), cp.ndarray((4096 * STRIDE,), cp.uint64, mod.get_global("kbit_trace"))))
     return out
@@ -61,13 +63,16 @@ def main():
             cps = [cps[i % len(cps)] for i in range(R)]
             A = rand_f16(rng, (1, K))
             out = cp.empty((1, N), cp.float16)
-            for mode in os.environ.get("MODES", "safe,full,plain").split(","):
+            variants = [v.split(":", 1) for v in os.environ.get("VARIANTS", "").split(";") if v]
+            runs = [(m, m, ()) for m in os.environ.get("MODES", "safe,full,plain").split(",") if m]
+            runs += [(f"safe+{n}", "safe", tuple(o.split())) for n, o in variants]
+            for label, mode, extra in runs:
                 old = kb.set_pdl({"safe": "safe", "full": True, "plain": False}[mode])
                 try:
                     G._LAUNCH.clear()
                     fn, grid, block, smem, args = G.launch_args(A, q, out)
                     expr = next(nm for (_, nm), f in G.GEMV._fns.items() if f is fn)
-                    (fx, tx), (fy, ty) = trace_fns(fn, expr, block[0] * block[1] // 32, smem)
+                    (fx, tx), (fy, ty) = trace_fns(fn, expr, block[0] * block[1] // 32, smem, extra)
                     for f in (fx, fy):
                         f.max_dynamic_shared_size_bytes = max(smem, fn.max_dynamic_shared_size_bytes)
                     pdl = args[-1]
@@ -110,7 +115,7 @@ def main():
                 landed = Y[:, [4 + 4 * w for w in range(8)]]
                 first = at(np.where(landed > 0, landed, np.iinfo(np.int64).max).min(axis=1))
                 waited = Y[:, 48] > 0
-                print(f"\n## {name} k={k} M=1 {mode}: {np.median(ts):.2f} us a launch (replays "
+                print(f"\n## {name} k={k} M=1 {label}: {np.median(ts):.2f} us a launch (replays "
                       f"{' '.join(f'{x:.2f}' for x in ts)}); grid {grid[0]} x {block[0] // 32} warps, "
                       f"{len(Y)} blocks traced, {int(waited.sum())} waited; launch n-2: exits "
                       f"{X[:, 45].max() - X[:, 0].min()} ns after its first entry")
@@ -122,6 +127,11 @@ def main():
                 print(f"{'prologue done (A staged, table)':38} {pct(at(Y[:, 3]) - ref)}")
                 print(f"{'first step-0 weights landed':38} {pct(first - ref)}")
                 print(f"{'exit':38} {pct(Y[:, 45] - ref)}")
+                w0 = np.median(Y[waited, 48]) if waited.any() else np.median(g0)
+                print(f"summary: replay {np.median(ts):.2f} us a launch; launch n-1 last exit - launch n-2 last exit "
+                      f"{(Y[:, 45].max() - ref) / 1e3:.2f} us = gap (n-2 last exit -> n-1 median wait passed / entry) "
+                      f"{(w0 - ref) / 1e3:.2f} + first weights {(np.median(first) - w0) / 1e3:.2f} + to the median exit "
+                      f"{(np.median(Y[:, 45]) - np.median(first)) / 1e3:.2f} + exit tail {(Y[:, 45].max() - np.median(Y[:, 45])) / 1e3:.2f}")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ fi
 #   post-wait path (A staged ~0.6 us, weights, compute, exit) the rest; full PDL the same post-wait path minus the
 #   weights' DRAM latency.  Which of them holds the launch decides what is worth trying next.
 if [ "$STEP" = chain ]; then
-  SHAPES=gateup,down,Q KS=4 timeout 400 python3 profiling/chain_trace.py > "$W/chain48.log" 2>&1
-  cat "$W/chain48.log" | head -120
+  SHAPES=gateup,down,Q KS=4 MODES=${MODES:-safe,full,plain} VARIANTS="${VARIANTS:-}" timeout 400 \
+    python3 profiling/chain_trace.py > "$W/chain48${TAG:-}.log" 2>&1
+  grep -E "^## |^summary" "$W/chain48${TAG:-}.log"
   finish_run run48
 fi
