@@ -127,6 +127,16 @@ def main():
                 print(f"{'prologue done (A staged, table)':38} {pct(at(Y[:, 3]) - ref)}")
                 print(f"{'first step-0 weights landed':38} {pct(first - ref)}")
                 print(f"{'exit':38} {pct(Y[:, 45] - ref)}")
+                # inside the block (clock64): each warp's steps, its loop's end, the block's exit
+                nw = min(8, block[0] // 32)
+                warp_at = lambda i: np.concatenate([at(Y[:, i + 4 * w]) - ref for w in range(nw)])  # noqa: E731
+                for sl in range(2):
+                    if (Y[:, 4 + 2 * sl] > 0).any():
+                        print(f"{f'step {sl} weights landed (warps)':38} {pct(warp_at(4 + 2 * sl))}")
+                        print(f"{f'step {sl} computed (warps)':38} {pct(warp_at(5 + 2 * sl))}")
+                print(f"{'warp loop done (warps)':38} "
+                      f"{pct(np.concatenate([at(Y[:, 36 + w]) - ref for w in range(nw)]))}")
+                print(f"{'block exit (clock)':38} {pct(at(Y[:, 44]) - ref)}")
                 w0 = np.median(Y[waited, 48]) if waited.any() else np.median(g0)
                 print(f"summary: replay {np.median(ts):.2f} us a launch; launch n-1 last exit - launch n-2 last exit "
                       f"{(Y[:, 45].max() - ref) / 1e3:.2f} us = gap (n-2 last exit -> n-1 median wait passed / entry) "
