@@ -624,6 +624,10 @@ __global__ void __launch_bounds__(KBIT_GEMV_BOUNDS)
         C += (long)r0 * N;
         M = min(M - r0, R);
     }
+#ifdef KBIT_EXP_A_COPIES  // diagnostic (profiling/chain_trace.py A_COPIES): block b reads copy b % n of A (the caller
+    // passes n identical copies of [M, K]); whether the blocks' reads of one A are an L2 hot spot after the wait
+    A += (long)(blockIdx.x % KBIT_EXP_A_COPIES) * M * Kdim;
+#endif
     // KBIT_PDL_SAFE(_PF1): wait before any load, the first D (one) ring steps prefetched into L2 before it
     gemv_block<K, T, ABS, TILED, D, MT, false, DUAL, LATE, 0, SLICES, CBD, C8, NoBind, true, gemv_quad<K, MT>(), TS>(A, packed, absmax, codebook, C, M, N,
                                         Kdim, tensor_scale, blockIdx.x, gridDim.x, C8 ? (N + 7) / 8 : (N + 15) / 16, pdl == 1,

@@ -11,7 +11,8 @@ the replay's us a launch, and for launch n-1 (ns, over blocks) entry / wait pass
 weights / exit from launch n-2's last block exit -- so the gap between one grid's end and the next
 grid's wait passing, and the post-wait path, side by side.
 usage (GPU machine): SHAPES=gateup,down KS=4 MODES=safe,full,plain VARIANTS="early:-DFLAG;..." \
-    python3 profiling/chain_trace.py       (VARIANTS: the safe launch of trace builds with extra options)
+    python3 profiling/chain_trace.py       (VARIANTS: the safe launch of trace builds with extra options;
+    -DKBIT_EXP_A_COPIES=n there: the launches pass n identical copies of A, block b reading copy b % n)
 """
 import os
 import sys
@@ -77,9 +78,12 @@ def main():
                         f.max_dynamic_shared_size_bytes = max(smem, fn.max_dynamic_shared_size_bytes)
                     pdl = args[-1]
 
+                    ncp = next((int(o.split("=")[1]) for o in extra if o.startswith("-DKBIT_EXP_A_COPIES=")), 0)
+                    A_in = cp.tile(A, (ncp, 1)) if ncp else A  # (the diagnostic's identical copies of A)
+
                     def launch(i):
                         _, _, _, _, a = G.launch_args(A, cps[i], out)
-                        _pdl.launch(fx if i % 2 == 0 else fy, grid, block, a, smem, pdl=pdl)
+                        _pdl.launch(fx if i % 2 == 0 else fy, grid, block, (A_in,) + a[1:], smem, pdl=pdl)
 
                     s = cp.cuda.Stream(non_blocking=True)
                     with s:
