@@ -59,3 +59,15 @@ if [ "$STEP" = chain ]; then
   grep -E "^## |^summary" "$W/chain48${TAG:-}.log"
   finish_run run48
 fi
+# STEP=late: the chain trace (chain48c, gate/up k = 4 safe) has step 1's weights landing ~0.9 us after step 0's (LATE: step
+#   1 requested once step 0 landed) and each step's compute 0.4-0.6 us on the path.  The plan's late / safe-prefetch
+#   choices were measured on the H100 (c8ab22, pf23h); on the H200 only pf23 (all steps prefetched: slower).  gemv_ab
+#   with plan overrides late = 0 (step 1 requested with step 0), pf = 2 (both steps L2-prefetched before the wait) and
+#   both, k = 4 / 2, M = 1, two passes.
+# Expect: late = 0 faster on gate/up / Q (one step 1 round trip less on the path) unless step 0 then lands later by as
+#   much; pf = 2 alone slower (pf23).
+if [ "$STEP" = late ]; then
+  AB_NOBASE=1 KS=4,2 MS=1 SHAPES=gateup,down,Q,O AB_PLANS="late0:late=0;pf2:pf=2;both:late=0,pf=2" CUT=230 \
+    gemv_ab_twice late48 200
+  finish_run run48
+fi
