@@ -59,6 +59,19 @@ if [ "$STEP" = chain ]; then
   grep -E "^## |^summary" "$W/chain48${TAG:-}.log"
   finish_run run48
 fi
+# Result (chain, H200, `nvidia-h200_2026-11-28_chain48{a,b,c,d}.log`; the trace builds run ~18 % slower than the kernel,
+#   gate/up 5.0 vs 4.24 us; clock64 intervals read at the nominal 1.98 GHz, ~14 % short of the globaltimer's, so the
+#   SM ran at ~1.74 GHz; globaltimer medians step by 256 ns).  Gate/up k = 4, safe launch, ns from launch n-2's last
+#   block exit (p50): waits pass 512 (the grid-completion -> dependent release latency, min 448-480 in every shape and
+#   mode), prologue done (A staged) 1313, step 0 landed 1526, step 0 computed 2100, step 1 landed 2411 (requested at
+#   step 0's landing: one more round trip), step 1 computed 2793, warp loop done 2938, block exit 3372 (clock) / 3968
+#   (globaltimer; max 4608: the next launch's waits pass ~0.5 us after that).  Full PDL: A staged ~0.3 us after the
+#   wait instead of ~0.8-1.1 and step 0 landed 1176, but the launch only 3 % shorter (4.86 vs 5.01: the compute bursts,
+#   step 1's round trip and the reduction stay).  Down and Q alike (Q: waits 704, step 0 1280, exit 3296).  The ring
+#   before the prologue (safe+early, chain48b): gate/up 5.03 -> 5.25, down 4.59 -> 5.17, Q 3.77 -> 4.34 us (step 0
+#   lands later).  Plain launch: 6.37 / 5.51 / 4.70 us (a ~1 us gap instead of 0.5).
+#   A read by every block as an L2 hot spot after the wait (chain48d, -DKBIT_EXP_A_COPIES=16 / 128: block b reads copy
+#   b % n): gate/up 5.04 -> 5.02 / 5.03, down 4.53 -> 4.64 / 4.64, Q 3.78 -> 3.82 / 3.82 -- not a hot spot.
 # STEP=late: the chain trace (chain48c, gate/up k = 4 safe) has step 1's weights landing ~0.9 us after step 0's (LATE: step
 #   1 requested once step 0 landed) and each step's compute 0.4-0.6 us on the path.  The plan's late / safe-prefetch
 #   choices were measured on the H100 (c8ab22, pf23h); on the H200 only pf23 (all steps prefetched: slower).  gemv_ab
@@ -69,5 +82,24 @@ fi
 if [ "$STEP" = late ]; then
   AB_NOBASE=1 KS=4,2 MS=1 SHAPES=gateup,down,Q,O AB_PLANS="late0:late=0;pf2:pf=2;both:late=0,pf=2" CUT=230 \
     gemv_ab_twice late48 200
+  finish_run run48
+fi
+# Result (late, H200, two passes, `nvidia-h200_2026-11-28_gemv_late48_{1,2}.log`): k = 4 M = 1 TOTAL (gate/up, down, Q,
+#   O) 15.37 / 15.34 (plan) -> late = 0 16.63 / 16.62 (+8 %), pf = 2 15.64 / 15.67 (+2 %), both 16.25 / 16.26; k = 2 13.21
+#   / 13.24 -> 14.27 / 14.28, 13.26 / 13.26, 13.91 / 13.92.  Every shape slower with step 1 requested early (gate/up
+#   4.27 -> 4.41, down 4.12 -> 4.49, Q 3.46 -> 3.82): requesting it with step 0 delays step 0 more than it saves.  The
+#   plan stands.
+# STEP=nocomp: is the compute on the M = 1 path?  The chain trace shows each step's compute 0.4-0.6 us after its
+#   weights land, but the thirty-ninth session's -30 instructions a step moved k = 4 by only 0.5-1 %.  gemv_ab with the
+#   kernel's no-compute hook (-DKBIT_EXPERIMENT_NO_COMPUTE: the loads kept alive, no lookups / MMA; results wrong) and
+#   the chain trace of it, k = 4 / 2, M = 1.
+# Expect: if the compute bursts are on the path, gate/up / down 0.5-1 us faster without them; if ~0.1-0.2, the path
+#   is the memory chain and fewer instructions a weight cannot move M = 1 on the H200.
+if [ "$STEP" = nocomp ]; then
+  AB_NOBASE=1 KS=4,2 MS=1 SHAPES=gateup,down,Q,O AB_VARIANTS="nocomp:-DKBIT_EXPERIMENT_NO_COMPUTE" CUT=200 \
+    gemv_ab_twice nocomp48 200
+  SHAPES=gateup,down KS=4 MODES=safe VARIANTS="nocomp:-DKBIT_EXPERIMENT_NO_COMPUTE" timeout 200 \
+    python3 profiling/chain_trace.py > "$W/chain48e.log" 2>&1
+  grep -E "^## |^summary|^step|^block exit|^prologue" "$W/chain48e.log"
   finish_run run48
 fi
