@@ -103,3 +103,21 @@ if [ "$STEP" = nocomp ]; then
   grep -E "^## |^summary|^step|^block exit|^prologue" "$W/chain48e.log"
   finish_run run48
 fi
+# Result (nocomp, H200, two passes, `nvidia-h200_2026-11-28_{gemv_nocomp48_{1,2},chain48e}.log`): without the lookups /
+#   MMA the kernel runs at the SOL read: k = 4 gate/up 4.28 -> 2.99 us (SOL 2.98), down 4.12 -> 3.49, Q 3.45 -> 2.86,
+#   O 3.54 -> 2.93; TOTAL (4 shapes) 15.4 -> 12.3 (-20 %), k = 2 13.24 -> 10.15.  The compute is on the path: the
+#   chain trace's step computes (0.4-0.6 us each) are bursts of every warp of an SM at once (5 blocks x 4 warps x ~190
+#   instructions a step: ~1 us of issue an SM a launch at ~1.74 GHz), and step 1's compute plus the reduction come
+#   after the last data.  So instructions a step do pay on the H200 (the thirty-ninth session's split keys, -30 a
+#   step, measured only 0.5-1 % there for k = 4: to be re-read).
+# STEP=sa: the block scales applied after the MMAs (-DKBIT_GEMV_SCALE_AFTER, kbit_pairlut.cuh block_pair_mma_sa): the
+#   pair levels into the MMA unscaled, two zero-based fp32 chains a call, then 8 FFMA by the rows' scales where the
+#   scaled lookups took 32 HMUL2.  SASS (nvcc 13, gate/up k = 4 C8): a step 187 -> 157 instructions (-16 %);
+#   registers +8 (gate/up k = 4 80 -> 88, still 5 blocks an SM), no spills.  Why now: nocomp48 put the compute on
+#   the M = 1 path (gate/up k = 4 4.28 -> 2.99 us without it = the SOL read).
+# Expect: k = 4 M = 1 gate/up / down -0.1..-0.2 us, TOTAL -2..-4 %; M = 4 alike or less; errors equal or smaller.
+if [ "$STEP" = sa ]; then
+  AB_NOBASE=1 KS=${KS:-4,2,3,5} MS=${MS:-1,4} SHAPES=gateup,down,Q,O,KV AB_VARIANTS="sa:-DKBIT_GEMV_SCALE_AFTER" \
+    CUT=200 gemv_ab_twice sa48 280
+  finish_run run48
+fi
