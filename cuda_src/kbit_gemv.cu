@@ -531,12 +531,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                             for (int r = 0; r < 4; r++) a[mt][r] = row_ok ? ap[r] : make_uint4(0u, 0u, 0u, 0u);
                         }
                     }
-#ifndef KBIT_GEMV_SCALE_AFTER
                     const u32 sA = scale_pair<T>(scale_from_raw<ABS>(sc[j][0]));
                     const u32 sB = scale_pair<T>(scale_from_raw<ABS>(sc[j][1]));
-#else
-                    const float fsA = scale_from_raw<ABS>(sc[j][0]), fsB = scale_from_raw<ABS>(sc[j][1]);
-#endif
                     u32 wA[K], wB[K];
 #pragma unroll
                     for (int b = 0; b < K; b++) { wA[b] = wr[j][0][b]; wB[b] = wr[j][1][b]; }
@@ -547,9 +543,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #ifndef KBIT_EXPERIMENT_RING_EARLY
                     if (LATE && !MULTI && sl == 0) fill_ring();  // once step 0 has landed
 #endif
-#if defined(KBIT_GEMV_SCALE_AFTER) && !defined(KBIT_EXPERIMENT_NO_COMPUTE)
-                    block_pair_mma_sa<K, T, MT, LutLayout<K, QUAD>::QUAD>(acc, acc2, wA, fsA, wB, fsB, a, lut_lane);
-#elif !defined(KBIT_EXPERIMENT_NO_COMPUTE)
+#ifndef KBIT_EXPERIMENT_NO_COMPUTE
                     block_pair_mma<K, T, MT, LutLayout<K, QUAD>::QUAD>(acc, acc2, wA, sA, wB, sB, a, lut_lane);
 #else  // keep the loads alive
                     acc[0][0] += __uint_as_float((wA[0] ^ wB[K - 1] ^ sA ^ sB ^ a[0][0].x) & 0x3fffffu);

@@ -239,54 +239,6 @@ __device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc
         }
     }
 }
-// The same with the block scales applied after the MMAs (experiment hook KBIT_GEMV_SCALE_AFTER, kbit_gemv.cu): the
-// levels go into the MMA unscaled, rounds 0-1 and 2-3 into two fp32 chains that start from zero, and each chain is
-// added to acc0 / acc1 times the rows' scales (fsA: columns g, fsB: g + 8) -- 8 FFMA a token tile where the scaled
-// lookups took 32 HMUL2, and no fp16 rounding of level x scale.
-template <int K, typename T, int MT, bool QUAD = false>
-__device__ __forceinline__ void block_pair_mma_sa(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K],
-                                                  float fsA, const u32 (&wB)[K], float fsB, const uint4 (&a)[MT][4],
-                                                  u32 lut_lane) {
-    u32 kA[4], kB[4], fA[4], fB[4];
-    block_mma_keys<K, QUAD>(wA, kA, fA);
-    block_mma_keys<K, QUAD>(wB, kB, fB);
-    float c0[MT][4], c1[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) c0[mt][i] = c1[mt][i] = 0.0f;
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        u32 va[4], vb[4];
-        if constexpr (QUAD) {
-            quad_chunk_levels(va, kA, r, lut_lane);
-            quad_chunk_levels(vb, kB, r, lut_lane);
-        } else {
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                va[q] = lut_lookup<K>(lut_lane, kA[q], fA[q], r);
-                vb[q] = lut_lookup<K>(lut_lane, kB[q], fB[q], r);
-            }
-        }
-        float (&c)[MT][4] = r < 2 ? c0 : c1;
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            mma_16816(c[mt], va[0], vb[0], va[1], vb[1], a[mt][r].x, a[mt][r].y, T());
-            mma_16816(c[mt], va[2], vb[2], va[3], vb[3], a[mt][r].z, a[mt][r].w, T());
-        }
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {  // acc[mt]: columns g (0, 1) and g + 8 (2, 3)
-        acc0[mt][0] = fmaf(fsA, c0[mt][0], acc0[mt][0]);
-        acc0[mt][1] = fmaf(fsA, c0[mt][1], acc0[mt][1]);
-        acc0[mt][2] = fmaf(fsB, c0[mt][2], acc0[mt][2]);
-        acc0[mt][3] = fmaf(fsB, c0[mt][3], acc0[mt][3]);
-        acc1[mt][0] = fmaf(fsA, c1[mt][0], acc1[mt][0]);
-        acc1[mt][1] = fmaf(fsA, c1[mt][1], acc1[mt][1]);
-        acc1[mt][2] = fmaf(fsB, c1[mt][2], acc1[mt][2]);
-        acc1[mt][3] = fmaf(fsB, c1[mt][3], acc1[mt][3]);
-    }
-}
 // The A fragments already in registers: a[mt][r].
 template <int K, typename T, int MT, bool QUAD = false>
 __device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc1)[MT][4], const u32 (&wA)[K], u32 sA,

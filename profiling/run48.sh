@@ -121,3 +121,10 @@ if [ "$STEP" = sa ]; then
     CUT=200 gemv_ab_twice sa48 280
   finish_run run48
 fi
+# Result (sa, H200, `nvidia-h200_2026-11-28_gemv_sa48_{1,2}.log`): WRONG results (relative error 2e-01 in every cell),
+#   so no timing of it means anything (the variant also ran without the blocks-an-SM cap).  Why it cannot work: a
+#   lane owns a whole quantization block (its K plane words, 32 weights), and an m16n8k16's k16 slice of one row takes
+#   its elements from the 4 lanes t of that row's lane group -- 4 different blocks with 4 scales.  The scale is not
+#   constant along the MMA's K, so it cannot leave the MMA; a layout with one block a row across the 4 lanes would need
+#   every lane to read all k plane words of the block (4x the loads, or shuffles).  Reverted
+#   (profiling/patches/session41-gemv-scale-after.patch).
