@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Forty-second session (2026-11-28).  From the repo root:  OUT=/tmp/out STEP=aca bash profiling/run49.sh
+. profiling/run_env.sh
+start_run aca
+# STEP=aca: the chain trace (chain48c, gate/up k = 4 M = 1, safe launch) has A staged ~0.8 us after the wait and the
+#   L2-prefetched step-0 weights landing ~1 us after it, while the SM-side bytes right after the wait are A's as much
+#   as the weights': five 4-warp blocks an SM each copy the same 4 KB of A through L2 (cp.async.cg), 2.6 MB over the
+#   GPU for 5.2 MB of weights.  Two hooks in kbit_gemv.cu:
+#   ca  (-DKBIT_GEMV_A_CA=1): A's copies through L1 (cp.async.ca), so an SM's blocks read A from L2 about once;
+#   af1 (-DKBIT_EXP_A_FIRST=1): A's copies requested before the first weights after the wait (the dense safe launch);
+#   af2 (=2): the same and the whole ring with them (the late fill dropped; gate/up then takes 114 registers: four
+#        blocks an SM, a confound there).
+# Expect: ca -0.05..-0.2 us on gate/up (five blocks an SM share A), less on the two-block shapes; af1 small either way;
+#   af2 slower (late0 / ring-early of the forty-first / fortieth sessions) unless A behind step 1 was their cost.
+if [ "$STEP" = aca ]; then
+  AB_NOBASE=1 KS=4,2 MS=1 SHAPES=gateup,down,Q,O AB_VARIANTS="ca:-DKBIT_GEMV_A_CA=1;af1:-DKBIT_EXP_A_FIRST=1;af2:-DKBIT_EXP_A_FIRST=2" \
+    CUT=230 gemv_ab_twice aca49 260
+  finish_run run49
+fi
