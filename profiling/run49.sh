@@ -17,3 +17,16 @@ if [ "$STEP" = aca ]; then
     CUT=230 gemv_ab_twice aca49 260
   finish_run run49
 fi
+# Result (aca, H200, `nvidia-h200_2026-11-28_gemv_aca49_{1,2}.log`): confounded -- gemv_ab's variant columns launch
+#   without the package's blocks-an-SM cap unless given +cap=1, so Q / O k = 4 and gate/up k = 2 ran 15-22 % slower in
+#   every variant (the thirty-ninth session's uncapped mode).  Where the cap does not bind: ca gate/up k = 4 4.26 ->
+#   4.22 us (-1 %), down 4.10 -> 4.13, k = 2 down / O equal; af1 gate/up k = 4 +0.5 %, down +2 %; af2 slower everywhere
+#   (down k = 4 4.10 -> 4.65; gate/up 6.57 at 114 registers): dead.
+# STEP=aca2: ca and af1 again with the cap (+cap=1), plus the current source through the same variant path (v0) as
+#   the control, k = 4 / 2, M = 1 and 4 (M = 4: four A rows, 16 KB a block at K = 2048, so more for ca to save).
+# Expect: v0 = new within 1 %; ca -1 % on gate/up k = 4, 0..-2 % on the others, more at M = 4; af1 +-1 %.
+if [ "$STEP" = aca2 ]; then
+  AB_NOBASE=1 KS=4,2 MS=1,4 SHAPES=gateup,down,Q,O,KV \
+    AB_VARIANTS="v0:+cap=1;ca:-DKBIT_GEMV_A_CA=1 +cap=1;af1:-DKBIT_EXP_A_FIRST=1 +cap=1" CUT=230 gemv_ab_twice aca49b 280
+  finish_run run49
+fi
