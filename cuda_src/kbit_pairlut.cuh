@@ -88,9 +88,14 @@ __device__ __forceinline__ void load_planes(u32 (&w)[K], const u32* p) {
 // Byte r of a key word -> its table entry for this lane (PRMT + LEA + LDS).
 // lut_lane = shared-window address of the table + 4 * (lane % COPIES).  An explicit
 // ld.shared keeps the address one LEA (a generic pointer costs two extra adds).
+// Diagnostic hooks (off; wrong results, timing only): KBIT_EXP_NO_LUT returns the key itself (no address, no LDS),
+// KBIT_EXP_NO_SCALE leaves out the block scale's HMUL2 -- which part of a GEMV step's compute holds it.
 template <int K>
 __device__ __forceinline__ u32 lut_lookup(u32 lut_lane, u32 keys, u32 f, int r) {
     const u32 key = pair_key<K>(keys, f, r);
+#ifdef KBIT_EXP_NO_LUT
+    return key;
+#endif
     u32 v;
     asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(lut_lane + (key << (PairLut<K>::LOG2_COPIES + 2))));
     return v;
@@ -124,8 +129,13 @@ __device__ __forceinline__ void chunk_pairs(u32 (&va)[4], u32 (&vb)[4], const u3
                                             const u32 (&kB)[4], const u32 (&fB)[4], u32 sB, int r, u32 lut_lane) {
 #pragma unroll
     for (int q = 0; q < 4; q++) {
+#ifndef KBIT_EXP_NO_SCALE
         va[q] = hmul2_u32(lut_lookup<K>(lut_lane, kA[q], fA[q], r), sA, T());
         vb[q] = hmul2_u32(lut_lookup<K>(lut_lane, kB[q], fB[q], r), sB, T());
+#else
+        va[q] = lut_lookup<K>(lut_lane, kA[q], fA[q], r) ^ (sA & 1u);
+        vb[q] = lut_lookup<K>(lut_lane, kB[q], fB[q], r) ^ (sB & 1u);
+#endif
     }
 }
 
@@ -197,6 +207,11 @@ __device__ __forceinline__ void block_mma_keys(const u32 (&w)[K], u32 (&keys)[4]
 // Chunk r of one block from the quad table, unscaled: v[q] = the levels of elements (8r + 2q, 8r + 2q + 1)
 // (keys: block_mma_keys' quad-key words; lut_lane: the table + LutLayout's lane_offset).
 __device__ __forceinline__ void quad_chunk_levels(u32 (&v)[4], const u32 (&keys)[4], int r, u32 lut_lane) {
+#ifdef KBIT_EXP_NO_LUT
+    v[0] = __byte_perm(keys[0], 0u, 0x4440u + r); v[1] = v[0] >> 1;
+    v[2] = __byte_perm(keys[1], 0u, 0x4440u + r); v[3] = v[2] >> 1;
+    return;
+#endif
     const uint2 x = lds_u64(lut_lane + (__byte_perm(keys[0], 0u, 0x4440u + r) << (QuadLut::LOG2_COPIES + 3)));
     const uint2 y = lds_u64(lut_lane + (__byte_perm(keys[1], 0u, 0x4440u + r) << (QuadLut::LOG2_COPIES + 3)));
     v[0] = x.x; v[1] = x.y; v[2] = y.x; v[3] = y.y;
@@ -225,7 +240,11 @@ __device__ __forceinline__ void block_pair_mma(float (&acc0)[MT][4], float (&acc
             quad_chunk_levels(va, kA, r, lut_lane);
             quad_chunk_levels(vb, kB, r, lut_lane);
 #pragma unroll
+#ifndef KBIT_EXP_NO_SCALE
             for (int q = 0; q < 4; q++) { va[q] = hmul2_u32(va[q], sA, T()); vb[q] = hmul2_u32(vb[q], sB, T()); }
+#else
+            va[0] ^= sA & 1u; vb[0] ^= sB & 1u;
+#endif
         } else {
             chunk_pairs<K, T>(va, vb, kA, fA, sA, kB, fB, sB, r, lut_lane);
         }

@@ -30,3 +30,20 @@ if [ "$STEP" = aca2 ]; then
     AB_VARIANTS="v0:+cap=1;ca:-DKBIT_GEMV_A_CA=1 +cap=1;af1:-DKBIT_EXP_A_FIRST=1 +cap=1" CUT=230 gemv_ab_twice aca49b 280
   finish_run run49
 fi
+# Result (aca2, H200, two passes, `nvidia-h200_2026-11-28_gemv_aca49b_{1,2}.log`): v0 = new (the control).  ca neutral to
+#   slower: k = 4 M = 1 TOTAL 17.20 / 17.23 -> 17.22 / 17.24 (gate/up 4.28 -> 4.23, the rest +0.3..+1 %), M = 4 +0.4 %,
+#   k = 2 M = 4 +0.8 %; af1 slower everywhere (k = 4 M = 1 +2.9 %, KV +7 %).  A's bytes after the wait (L2 -> SM) are not
+#   what holds the launch, and neither is its order against the weights.  Both hooks stay off.
+# STEP=parts: which part of the step's compute is on the path (nocomp48: all of it, -20 %): diagnostic builds, results
+#   wrong -- nolut (-DKBIT_EXP_NO_LUT: the pair key instead of the table's pair; no address IMAD, no LDS: 32 + 32 a step
+#   at k = 4 C8), noscale (-DKBIT_EXP_NO_SCALE: no HMUL2, 32 a step), both.  The step is ~190 issued instructions with
+#   ~36 shared-memory wavefronts a warp: an SM's burst (20 warps) is ~935 issue cycles a scheduler and ~720 wavefront
+#   cycles, so both are near the 0.5-0.6 us the chain trace shows a step.
+# Expect: if issue-bound, noscale (-17 % of the step's instructions) and nolut (-34 %) move M = 1 in proportion (a
+#   fifth of the nocomp gain and a third); if the shared-memory wavefronts bound it, noscale ~0 and nolut most of it.
+if [ "$STEP" = parts ]; then
+  AB_NOBASE=1 KS=4,2 MS=1 SHAPES=gateup,down,Q,O,KV \
+    AB_VARIANTS="nolut:-DKBIT_EXP_NO_LUT +cap=1;noscale:-DKBIT_EXP_NO_SCALE +cap=1;both:-DKBIT_EXP_NO_LUT -DKBIT_EXP_NO_SCALE +cap=1" \
+    CUT=230 gemv_ab_twice parts49 200
+  finish_run run49
+fi
