@@ -47,3 +47,23 @@ if [ "$STEP" = parts ]; then
     CUT=230 gemv_ab_twice parts49 200
   finish_run run49
 fi
+# Result (parts, H200, two passes, `nvidia-h200_2026-11-28_gemv_parts49_{1,2}.log`; results wrong by design): k = 4 M = 1
+#   TOTAL (5 shapes) 17.25 / 17.26 -> nolut 16.13 / 16.14 (-6.5 %; gate/up 4.28 -> 3.95, down -6 %, Q / O -6.5 %), noscale
+#   17.54 / 17.56 (+1.7 %: 32 fewer instructions a step and slower), both 16.82 / 16.86 (-2.4 %); k = 2 15.03 -> 14.38 /
+#   15.07 / 14.26.  So the issued instructions are not what holds the step (noscale), the table lookups' address +
+#   LDS are worth at most ~6.5 % (short of the 2.5x target's -5 % only if every lookup went), and the removals
+#   interact with ptxas's schedule by +-4 % (both < nolut).  The rest of nocomp48's -20 % is the key build, the A
+#   fragments and the MMA chain (latency a warp, not throughput an SM).
+# STEP=moeplan: issue 5's H200 "never slower than fp16 at <= 16 tokens" fails on moe_dn 8 experts x 16 tokens (close47h-moe
+#   0.96x default, 1.00x stable; moe_sweep48 GEMV 6.80 vs bmm 6.57).  At 9..16 tokens the grouped GEMV's plan is the
+#   per-block group loop (tiles = 2: no slices), per_block from the resident-blocks rule, 4 warps (K = 512: 4 steps),
+#   fitted on the H100.  Plan overrides of the grouped GEMV at 12 / 16 tokens, moe_dn and moe_gu_fused, 8 / 10 experts:
+#   per_block 1..4, warps 2, slices (gpb 2 x 4 warps, 4 x 4, 2 x 2), and the stable launch for reference.
+# Expect: the plan within ~3 % of the best; a slices form may win at 8 experts (128 groups a slot, one table per block).
+if [ "$STEP" = moeplan ]; then
+  MOE_MMA=0 KS=4 MS=12,16 ES=8,10 SHAPES=moe_dn,moe_gu_fused \
+    MOE_VARIANTS="pb1:+per_block=1;pb2:+per_block=2;pb3:+per_block=3;pb4:+per_block=4;w2:+warps=2;g2:+gpb=2 +warps=4;g4:+gpb=4 +warps=4;g2w2:+gpb=2 +warps=2;st:+stable=1" \
+    timeout 400 python3 profiling/moe_ab.py --out "$W" > "$W/moe_plan49.log" 2>&1
+  grep -vE "^\s*$" "$W/moe_plan49.log" | tail -14
+  finish_run run49
+fi
