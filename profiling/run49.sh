@@ -67,3 +67,26 @@ if [ "$STEP" = moeplan ]; then
   grep -vE "^\s*$" "$W/moe_plan49.log" | tail -14
   finish_run run49
 fi
+# Result (moeplan, H200, `nvidia-h200_2026-11-28_moe_plan49.log`, every column checked): the slices form wins big where
+#   its grid fits one wave, and loses where it does not.  8 experts: moe_dn g2w2 (2 groups x 2 warps, 512 blocks of 4
+#   warps, four an SM) 12 / 16 tokens 6.34 / 6.77 -> 5.39 / 5.69 us (fp16 bmm 6.55 / 6.57: 1.15x), faster than even the
+#   stable launch (5.79 / 6.14); moe_gu_fused g4 (4 x 4 warps, 128 blocks, one an SM) 8.97 / 9.66 -> 7.40 / 7.62 (bmm
+#   10.73 / 10.57), g2 7.79 / 8.05.  10 experts (grids past one wave in every form tried): the plan is the best
+#   default launch (moe_dn 8.13 / 8.58, gate/up fused 11.78 / 12.84); per_block and warps 2 no better.
+# STEP=moeplan2: the one-wave slices forms at two token tiles, more of them and at 4 / 8 / 10 / 16 experts, to fit a
+#   rule (among the forms whose grid fits one wave: which): moe_dn g2w2 g4w2 g8w2 g4w1 g5w1 g10w1 g16w1 g4w4, gate/up
+#   fused g2w4 g4w4 g5w3 g4w2 g8w2 g2w8.
+# Expect: at 8 experts g2w2 / g4 again; at 10 experts g5w3 (gate/up fused, 130 blocks) and g10w1 / g5w1 (down) near
+#   or under the plan; at 4 experts the 4-warp groups; at 16 experts nothing fits one wave.
+if [ "$STEP" = moeplan2 ]; then
+  MOE_MMA=0 MOE_GEMV=1 KS=4 MS=12,16 ES=4,8,10,16 SHAPES=moe_dn \
+    MOE_VARIANTS="g2w2:+gpb=2 +warps=2;g4w2:+gpb=4 +warps=2;g8w2:+gpb=8 +warps=2;g4w1:+gpb=4 +warps=1;g5w1:+gpb=5 +warps=1;g10w1:+gpb=10 +warps=1;g16w1:+gpb=16 +warps=1;g4w4:+gpb=4 +warps=4" \
+    timeout 280 python3 profiling/moe_ab.py --out "$W" > "$W/moe_plan49b_dn.log" 2>&1
+  grep -vE "^\s*$" "$W/moe_plan49b_dn.log" | tail -13
+  mv "$W/moe_ab.json" "$W/moe_ab_dn.json"
+  MOE_MMA=0 MOE_GEMV=1 KS=4 MS=12,16 ES=4,8,10,16 SHAPES=moe_gu_fused \
+    MOE_VARIANTS="g2w4:+gpb=2 +warps=4;g4w4:+gpb=4 +warps=4;g5w3:+gpb=5 +warps=3;g4w2:+gpb=4 +warps=2;g8w2:+gpb=8 +warps=2;g2w8:+gpb=2 +warps=8" \
+    timeout 280 python3 profiling/moe_ab.py --out "$W" > "$W/moe_plan49b_gu.log" 2>&1
+  grep -vE "^\s*$" "$W/moe_plan49b_gu.log" | tail -13
+  finish_run run49
+fi
