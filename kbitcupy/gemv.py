@@ -467,6 +467,23 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
     tiles = 1 if max_tokens <= 8 else 2
     # A rows staged per pass: the kernel computes a slot's rows in passes of at most max_tokens
     rows = min(8 * tiles, max(1, max_tokens))
+    if gpb is None and per_block is None and warps is None and tiles == 2 and k <= 4:
+        # Two token tiles (9..16 tokens an expert; the slices kernel is instantiated there for k <= 4): as at one
+        # tile below, an SM's share of all slots' groups side by side in one block over one pair table and one
+        # staged A, where that grid is one wave (the share, else one group more a block), with at least two K
+        # steps a warp.  H200, 2026-11-28 (forty-second session, run49.sh moeplan / moeplan2, k = 4, 12 / 16 tokens,
+        # default launch, against the group loop below): moe_dn 4 / 8 / 10 / 16 experts 4.58 / 6.79 / 8.59 / 10.72 ->
+        # 3.87 / 5.47 / 6.37 / 7.76 us at 16 tokens, gate/up fused 6.12 / 9.70 / 12.86 / 16.35 -> 5.47 / 7.61 /
+        # 8.98 / 11.93 (fp16 bmm: down 4.69 / 6.52 / 7.96 / 10.40, gate/up 7.06 / 10.54 / 12.77 / 18.50); the best
+        # measured form in every cell but moe_dn 8 experts (8 x 2 warps 5.47 us, 4 x 2 5.41).
+        share = -(-groups * max(1, n_slots) // sms)
+        if 2 <= share <= 16:
+            for g_ in (share, share + 1):
+                w_ = max(1, min(ks // 2, _SL_WARPS.get(g_, 1)))
+                if (g_ <= 16 and _slices_one_wave(n_slots, -(-groups // g_), g_, w_, sms)
+                        and smem_bytes(k, rows, ks, w_ * g_, tiles, itemsize) <= 227 * 1024):
+                    gpb, warps = g_, w_
+                    break
     if gpb is None and per_block is None and warps is None and tiles == 1:
         # An SM's share of all slots' groups in one block over one pair table, as the dense k = 5
         # GEMV (H200, 2026-11-25, k = 4, 1..8 tokens: moe_gu_fused 8 / 10 experts 8.76 -> 7.95 /

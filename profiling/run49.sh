@@ -90,3 +90,26 @@ if [ "$STEP" = moeplan2 ]; then
   grep -vE "^\s*$" "$W/moe_plan49b_gu.log" | tail -13
   finish_run run49
 fi
+# Result (moeplan2, H200, `nvidia-h200_2026-11-28_moe_plan49b_{dn,gu}.log`, every column checked): the best form at each
+#   expert count is an SM's share of the groups in one block, one block an SM (as the one-tile plan's share rule):
+#   moe_dn 16 tokens 4 / 8 / 10 / 16 experts: g4w2 3.87 (plan 4.58), g4w2 5.41 / g8w2 5.47 (6.79), g10w1 6.37 (8.59),
+#   g16w1 7.76 (10.72); gate/up fused g2w8 5.47 (6.12), g4w4 7.61 (9.70), g5w3 8.98 (12.86), g8w2 11.93 (16.35).  The
+#   forms with more blocks an SM, or fewer SMs, slower.  Rule (kbitcupy.gemv.grouped_plan, tiles = 2, k <= 4): gpb = the
+#   share (or one more where the share's grid overflows one wave), warps = the one-tile table capped at ks / 2 (two
+#   K steps a warp at least: moe_dn 4 experts g4w2 3.87 vs g4w4 4.20).
+# STEP=moeval: the rule ("new") against the group loop (old: +gpb=0), the stable launch, the grouped mma and wgmma kernels
+#   (default and stable), k = 4, 9 / 12 / 16 tokens, 2..32 experts; k = 2 / 3 at 16 tokens; then the grouped GEMV GPU
+#   tests (the 9..16-token plans now slices).
+# Expect: new <= old everywhere the rule fires (2 <= share <= 16), = old elsewhere; new under mma / wgmma up to 16
+#   experts (down) and ~32 (gate/up fused), which is where choose_impl should take the GEMV.
+if [ "$STEP" = moeval ]; then
+  MOE_MMA=1 MOE_WG="wg:;wgst:+stable=1" KS=4 MS=9,12,16 ES=2,4,6,8,9,10,12,16,20,32 SHAPES=moe_dn,moe_gu_fused \
+    MOE_VARIANTS="old:+gpb=0;st:+stable=1" timeout 300 python3 profiling/moe_ab.py --out "$W" > "$W/moe_val49_k4.log" 2>&1
+  grep -E "^(moe|TOTAL)" "$W/moe_val49_k4.log" | tail -64
+  mv "$W/moe_ab.json" "$W/moe_ab_k4.json"
+  MOE_MMA=1 MOE_WG="wg:" KS=2,3 MS=16 ES=4,8,10,16 SHAPES=moe_dn,moe_gu_fused MOE_VARIANTS="old:+gpb=0" \
+    timeout 150 python3 profiling/moe_ab.py --out "$W" > "$W/moe_val49_k23.log" 2>&1
+  grep -E "^(moe|TOTAL)" "$W/moe_val49_k23.log" | tail -20
+  gpu_tests "$W/gpu_tests_moeval.log" 120 tests/test_grouped_gpu.py -k "gemv or real_moe or tokens_per_expert or moe_forward"
+  finish_run run49
+fi

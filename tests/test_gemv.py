@@ -184,7 +184,20 @@ def test_grouped_plan_an_sms_share_side_by_side():
                 slw = G.grouped_kernel_key(4, "float16", 0, False, (warps, gx, smem, tiles, gpb), E)[0] == "grouped_slw"
                 assert gx * E <= max(1, (20 if slw else 16) // (gpb * warps)) * 132  # kernel: 20 warps an SM)
             assert warps * gpb <= 16
-    assert G.grouped_plan(1024, 2048, 4, 8, 12)[4] == 0    # two token tiles: the loop
+    # two token tiles (9..16 tokens, k <= 4): the share side by side where its grid is one wave (one group more a
+    # block where the share's overflows), at least two K steps a warp; else (k = 5, a share of 1 or over 16) the loop
+    for (N, K), E, want in (((1024, 2048), 4, (2, 8)), ((1024, 2048), 8, (4, 4)), ((1024, 2048), 10, (5, 3)),
+                            ((1024, 2048), 16, (8, 2)), ((2048, 512), 4, (4, 2)), ((2048, 512), 8, (8, 2)),
+                            ((2048, 512), 9, (10, 1)), ((2048, 512), 10, (10, 1)), ((2048, 512), 16, (16, 1))):
+        for M in (9, 12, 16):
+            warps, gx, smem, tiles, gpb = G.grouped_plan(N, K, 4, E, M)
+            assert (gpb, warps, tiles) == want + (2,) and gx == -(-(N // 16) // gpb) and gx * E <= 132
+            assert smem == G.smem_bytes(4, M, -(-K // 128), warps * gpb, 2)
+            assert G.grouped_kernel_key(4, "float16", 0, False, (warps, gx, smem, tiles, gpb), E)[0] == "grouped_sl"
+    assert G.grouped_plan(1024, 2048, 5, 8, 12)[4] == 0     # k = 5: no two-tile slices kernel
+    assert G.grouped_plan(2048, 512, 4, 1, 16)[4] == 0      # a share of one group an SM
+    assert G.grouped_plan(2048, 512, 4, 20, 16)[4] == 0     # a share over 16
+    assert G.grouped_plan(1024, 2048, 4, 8, 12, gpb=0)[4] == 0  # override: the loop
     assert G.grouped_plan(1024, 2048, 4, 8, 1, sms=264)[4] == 2  # a share per SM of the device
     assert G.grouped_plan(1024, 2048, 4, 6, 1, sms=96)[4] == 2  # share 4: two blocks per SM
     assert G.grouped_plan(1024, 2048, 4, 8, 8)[4] == 4 and G.grouped_plan(2048, 512, 4, 8, 8)[4] == 4  # 8 tokens
@@ -201,7 +214,7 @@ def test_grouped_kernel_choice():
 @pytest.mark.parametrize("seed", range(4))
 def test_grouped_plan_invariants(seed):
     """Any slots / groups / tokens: the block fits the kernels' 512 threads, the blocks of a slot
-    cover its groups, and the slices plan only at one token tile."""
+    cover its groups, and at two token tiles the slices plan only in one wave, at k <= 4, within the shared memory."""
     rng = np.random.default_rng(seed)
     for _ in range(300):
         N = int(rng.integers(1, 4096))
@@ -211,7 +224,9 @@ def test_grouped_plan_invariants(seed):
         groups = -(-N // 16)
         assert 1 <= warps and warps * max(gpb, 1) <= 16 and tiles == (1 if mt <= 8 else 2)
         assert gx * max(gpb, 1) >= groups if gpb else 1 <= -(-groups // gx) <= 4
-        assert gpb == 0 or tiles == 1
+        if gpb and tiles == 2:
+            assert slots * gx <= 132 * max(1, 16 // (gpb * warps)) and 2 * warps <= max(2, -(-K // 128))
+            assert smem <= 227 * 1024 and G.grouped_plan(N, K, 5, slots, mt)[4] == 0
         # A staged for at most max_tokens rows a pass
         assert smem == G.smem_bytes(4, min(8 * tiles, mt), -(-K // 128), warps * max(gpb, 1), tiles)
 
