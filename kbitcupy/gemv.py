@@ -475,12 +475,13 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
         # default launch, against the group loop below): moe_dn 4 / 8 / 10 / 16 experts 4.58 / 6.79 / 8.59 / 10.72 ->
         # 3.87 / 5.47 / 6.37 / 7.76 us at 16 tokens, gate/up fused 6.12 / 9.70 / 12.86 / 16.35 -> 5.47 / 7.61 /
         # 8.98 / 11.93 (fp16 bmm: down 4.69 / 6.52 / 7.96 / 10.40, gate/up 7.06 / 10.54 / 12.77 / 18.50); the best
-        # measured form in every cell but moe_dn 8 experts (8 x 2 warps 5.47 us, 4 x 2 5.41).
+        # measured form in every cell but moe_dn 8 experts (8 x 2 warps 5.47 us, 4 x 2 5.41).  At least 8 warps a block:
+        # moe_dn 2 experts (2 x 2 warps) 3.28 -> 3.36 us, the one cell slower than the loop (run49.sh moeval).
         share = -(-groups * max(1, n_slots) // sms)
         if 2 <= share <= 16:
             for g_ in (share, share + 1):
                 w_ = max(1, min(ks // 2, _SL_WARPS.get(g_, 1)))
-                if (g_ <= 16 and _slices_one_wave(n_slots, -(-groups // g_), g_, w_, sms)
+                if (g_ <= 16 and g_ * w_ >= 8 and _slices_one_wave(n_slots, -(-groups // g_), g_, w_, sms)
                         and smem_bytes(k, rows, ks, w_ * g_, tiles, itemsize) <= 227 * 1024):
                     gpb, warps = g_, w_
                     break

@@ -26,7 +26,7 @@ import numpy as np
 from . import _pdl
 from . import reference as R
 from . import wgmma as WG
-from .gemv import GROUPED_MAX_TOKENS, grouped_gemv, lut_bytes
+from .gemv import GROUPED_MAX_TOKENS, _sm_count, grouped_gemv, grouped_plan, lut_bytes
 from ._arrays import ACT_DTYPES, check_same_device, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
@@ -684,10 +684,19 @@ def choose_impl(A, bank, max_tokens: int, pdl_stable: bool = False, n_slots: int
     GEMV, since it stages A row by row at two token tiles (H200, 2026-11-27, moe-sweep43h, k = 2 / 4, default
     launch): 8 experts at 9 / 12 / 16 tokens and 10 at 9 / 12 it is the fastest kernel or within 1 % on every MoE
     shape (16 tokens, 8 experts, k = 4: gate/up fused 9.69 vs wgmma 10.41 us, down 6.81 vs mma 7.11 / wgmma 6.94);
-    at 10 x 16 the wgmma / mma kernels stay 1-7 % faster.  Not measured with pdl_stable (the old rule there)."""
+    at 10 x 16 the wgmma / mma kernels stay 1-7 % faster.  Not measured with pdl_stable (the old rule there).
+    And wherever the grouped GEMV's plan at 9..16 tokens is the slices form (an SM's share of the groups in one
+    block, one wave: gemv.grouped_plan), with stable ids too: H200, 2026-11-28 (forty-second session, run49.sh
+    moeval, k = 2..4, 2..32 experts, 9 / 12 / 16 tokens): in every such cell the fastest kernel, e.g. 16 tokens k = 4
+    down 10 / 16 experts 6.37 / 7.75 us (mma 7.99 / 11.44, wgmma 8.93 / 9.03; stable 6.37 / 7.75 against wgmma's
+    7.65 / 8.55), gate/up fused 10 / 32 experts 8.92 / 20.44 (wgmma 12.29 / 25.36)."""
     if max_tokens <= GEMV_MAX_TOKENS:
         return "gemv"
     wg = wgmma_ok(A, bank)
+    if (wg and max_tokens <= GROUPED_MAX_TOKENS and n_slots > 0
+            and grouped_plan(*bank.shape, bank.k, n_slots, max_tokens,
+                             sms=_sm_count(A.device.id) if A is not None else 132)[4] > 0):
+        return "gemv"
     if wg and not pdl_stable and max_tokens <= GROUPED_MAX_TOKENS and 0 < n_slots * max_tokens <= GEMV_TWO_TILE_ROWS:
         return "gemv"
     if use_grouped_gemv(max_tokens, bank.K) and not wg:

@@ -250,19 +250,25 @@ def test_choose_impl(monkeypatch):
         assert [G.choose_impl(None, Bank(512, 5), m) for m in (8, 9, 16, 17)] == ["gemv", wg, wg, wg]
         assert G.choose_impl(None, Bank(512, 2), 16) == "mma"
         # many experts (the wgmma grid several waves): wgmma for down at 9..16 where it exists
-        assert G.choose_impl(None, Bank(512, 2), 16, n_slots=10) == "mma"
+        assert G.choose_impl(None, Bank(512, 2), 16, n_slots=10) == ("gemv" if sm90 else "mma")  # the GEMV's slices
+        assert G.choose_impl(None, Bank(512, 2), 16, n_slots=20) == "mma"  # (a share of 20 groups an SM: no slices)
         assert G.choose_impl(None, Bank(512, 2), 12, n_slots=128) == wg
         assert G.choose_impl(None, Bank(512, 4), 16, n_slots=33) == wg  # 33 x 16 strips = 528 tiles
         assert G.choose_impl(None, Bank(512, 4), 16, n_slots=32) == "mma"
         assert G.choose_impl(None, Bank(512, 4), 8, n_slots=512) == "gemv"
-        # few experts at 9..16 tokens (slots x tokens <= GEMV_TWO_TILE_ROWS): the grouped GEMV where wgmma exists
+        # few experts at 9..16 tokens (slots x tokens <= GEMV_TWO_TILE_ROWS), and wherever the GEMV's plan there is
+        # the slices form (2..16 groups an SM in one wave; stable ids too): the grouped GEMV where wgmma exists
         few = "gemv" if sm90 else None
         for K in (512, 2048):
             assert G.choose_impl(None, Bank(K), 16, n_slots=8) == (few or G.choose_impl(None, Bank(K), 16))
             assert G.choose_impl(None, Bank(K), 12, n_slots=10) == (few or G.choose_impl(None, Bank(K), 12))
-            assert G.choose_impl(None, Bank(K), 16, n_slots=10) == G.choose_impl(None, Bank(K), 16)  # 160 rows
+            assert G.choose_impl(None, Bank(K), 16, n_slots=10) == (few or G.choose_impl(None, Bank(K), 16))
+            assert G.choose_impl(None, Bank(K), 16, n_slots=16) == (few or G.choose_impl(None, Bank(K), 16))
             assert G.choose_impl(None, Bank(K), 16, n_slots=8, pdl_stable=True) == \
-                G.choose_impl(None, Bank(K), 16, pdl_stable=True)  # not measured with stable ids: the old rule
+                (few or G.choose_impl(None, Bank(K), 16, pdl_stable=True))
+        assert G.choose_impl(None, Bank(2048), 16, n_slots=32) == ("gemv" if sm90 else G.choose_impl(None, Bank(2048), 16))
+        assert G.choose_impl(None, Bank(512), 16, n_slots=32) == "mma"  # down, 32 experts: no slices
+        assert G.choose_impl(None, Bank(512, 5), 16, n_slots=10) == wg  # k = 5: no two-tile slices kernel
         assert G.choose_impl(None, Bank(512), 17, n_slots=4) == wg
 
 
