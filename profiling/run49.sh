@@ -113,3 +113,22 @@ if [ "$STEP" = moeval ]; then
   gpu_tests "$W/gpu_tests_moeval.log" 120 tests/test_grouped_gpu.py -k "gemv or real_moe or tokens_per_expert or moe_forward"
   finish_run run49
 fi
+# Result (moeval, H200, `nvidia-h200_2026-11-28_moe_val49_{k4,k23}.log`, every column checked; 48 grouped GPU tests passed
+#   with the rule): wherever the rule fires the grouped GEMV is the fastest kernel, default and stable launch.  k = 4,
+#   16 tokens, down + gate/up fused TOTAL: 8 experts 16.34 (loop) -> 13.03 us (wgmma 17.23, mma 21.97, fp16 bmm 17.30),
+#   10: 21.27 -> 15.29 (fp16 20.85), 16: 26.85 -> 19.58 (wgmma 24.22, fp16 29.67), 32 (gate/up only) 31.72 -> 20.44; k = 2
+#   / 3 alike (16 tokens 10 experts 19.07 / 20.73 -> 14.37 / 16.33).  One cell slower: moe_dn 2 experts (2 x 2 warps)
+#   3.28 -> 3.36, so the rule now wants 8 warps a block.  Down at 20 / 32 experts (no slices): mma / wgmma stay
+#   faster than the loop, as choose_impl has them.  choose_impl now takes the GEMV wherever its plan is the slices
+#   form at 9..16 tokens (stable ids too).
+# STEP=close: the benchmark's MoE table on this tree (1..64 tokens, 8 / 10 experts, k = 4; the 12-token column added),
+#   then memcheck over sanitize_slices.py (now with the two-tile slices kernel: 60 slots x 13 groups, a slot's last
+#   block partial, K % 64 == 32, empty slots, a second pass).
+# Expect: 12 / 16 tokens TOTAL ~1.3x fp16 (was 1.03-1.04x), moe_dn 8 x 16 over 1.0x; 1..8 and 32..64 unchanged.
+if [ "$STEP" = close ]; then
+  timeout 200 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,8,12,16,32,64 --experts 8,10 \
+      --columns Grouped,Grouped:stable,Grouped+PDL --reps 15 --tag close49h-moe > "$W/bench_moe.log" 2>&1
+  grep -E "TOTAL|^### " "$W/bench_moe.log" | head -40
+  sanitize memcheck "$W/memcheck_slices49.log" 240 profiling/sanitize_slices.py
+  finish_run run49
+fi

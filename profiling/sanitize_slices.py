@@ -1,4 +1,5 @@
-"""The decode GEMV with several column groups per block (plan gpb > 1, k = 5), for
+"""The decode GEMV with several column groups per block (plan gpb > 1, k = 5; the grouped kernel's at one and two token
+tiles), for
 compute-sanitizer (memcheck / racecheck): last blocks the groups do not fill, flat N % 16 != 0,
 K tails, the default plans of gate/up and Q.  Exits non-zero if a result is wrong."""
 import os
@@ -62,5 +63,26 @@ for kq in (2, 4):
     print(f"grouped several waves k={kq}: rel err {err:.2e}")
     if not err < 3e-3:
         bad.append(("grouped waves", kq))
+# two token tiles (9..16 tokens) in the slices kernel (kbit_gemv_grouped_sl, MT = 2): the default plan (60 slots x 13
+# groups: 7 groups x 2 warps a block, a slot's second block 6 groups; K % 64 == 32), empty slots, a slot over max_tokens
+# (a second pass), and an override
+from kbitcupy.gemv import grouped_plan  # noqa: E402
+
+for kq in (2, 3, 4):
+    assert grouped_plan(200, 608, kq, 60, 16)[4] == 7, grouped_plan(200, 608, kq, 60, 16)
+    bank = quantize_experts(rng.standard_normal((5, 200, 608)).astype(np.float32) * 0.05, kq).cuda()
+    counts = rng.integers(0, 17, size=60)
+    counts[3], counts[5] = 0, 20
+    ids, offs = rng.integers(0, 5, size=60).astype(np.int32), np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    A = rng.standard_normal((offs[-1], 608)).astype(np.float16)
+    ref = reference_grouped_matmul(A, bank, ids, offs)
+    for ov in (None, (("gpb", 4), ("warps", 2))):
+        out = cp.full((offs[-1], 200), np.nan, dtype=cp.float16)
+        grouped_gemv(cp.asarray(A), bank, cp.asarray(ids), cp.asarray(offs), out, 16, _err_buffer(), plan_override=ov)
+        err = float(np.abs(out.get().astype(np.float64) - ref).max() / np.abs(ref).max())
+        n += 1
+        print(f"grouped two-tile slices k={kq} plan={ov}: rel err {err:.2e}")
+        if not err < 3e-3:
+            bad.append(("grouped two tiles", kq, ov))
 print(f"{n} checks; BAD: {bad}" if bad else f"{n} checks, all good")
 sys.exit(1 if bad else 0)

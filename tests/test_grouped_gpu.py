@@ -215,6 +215,30 @@ def test_real_moe_shapes_k4(rng, shape, dtype, counts):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,slots", [((2048, 512), 10), ((1024, 2048), 8), ((1024, 2048), 20)])
+def test_grouped_gemv_two_tile_slices(rng, k, dtype, shape, slots):
+    """9..16 tokens an expert where the grouped GEMV's plan is the slices form (an SM's share of all slots' groups side
+    by side in one block, one wave; gemv.grouped_plan) and grouped_matmul runs it (choose_impl): down-like with 10
+    slots (10 groups x 1 warp a block), gate/up-like with 8 (4 x 4) and 20 (11 x 1: a slot's last block 9 groups);
+    uneven counts of 9..16 with an empty slot, fresh random inputs, against the reference."""
+    from kbitcupy.gemv import grouped_plan
+    from kbitcupy.grouped import choose_impl
+    N, K = shape
+    bank = _bank(rng, 24, N, K, k, on_gpu_quant=True)
+    counts = rng.integers(9, 17, size=slots)
+    counts[1] = 0
+    ids = rng.permutation(24)[:slots].astype(np.int32)
+    offs = _offsets(counts)
+    A = rng.standard_normal((offs[-1], K)).astype(dtype)
+    assert grouped_plan(N, K, k, slots, 16, sms=_cp().cuda.Device().attributes["MultiProcessorCount"])[4] > 0
+    assert choose_impl(_dev(A), bank, 16, False, slots) == "gemv"
+    out = _run(A, bank, ids, offs, 16, dtype)
+    _check(out, A, bank, ids, offs, dtype)
+
+
+@pytest.mark.gpu
 def test_matches_kernel_emulation(rng):
     # near bit-level agreement with the NumPy model of the kernel (same B rounding)
     from test_grouped import emulate_grouped
