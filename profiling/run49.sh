@@ -143,3 +143,16 @@ if [ "$STEP" = tests ]; then
   grep -E "^E  |FAILED" "$W/gpu_tests_grouped49.log" | head
   finish_run run49
 fi
+# Result (tests, H200, `nvidia-h200_2026-11-28_gpu_tests_grouped49.log`): tests/test_grouped_gpu.py + test_layers_gpu.py 183
+#   passed (the new two-tile slices test: k = 2..4, fp16 / bf16, three shapes).  NVRTC cubins of all 165 groups
+#   byte-identical to 7e1f65b (the change is the plan and the dispatch, Python only).
+# STEP=prefill: the grouped GEMV's slices plan past 16 tokens (passes of 16 rows: the second pass re-stages A and re-reads
+#   the weights, from L2) against the wgmma kernel choose_impl runs there, default and stable, 24 / 32 / 64 tokens.
+# Expect: 24 tokens close; 32 ~1.6x the 16-token time (moe_dn 10 experts ~10 us vs wgmma 9.38): slower; if it wins
+#   anywhere, choose_impl could take it there.
+if [ "$STEP" = prefill ]; then
+  MOE_MMA=0 MOE_WG="wg:;wgst:+stable=1" KS=4 MS=24,32,64 ES=8,10 SHAPES=moe_dn,moe_gu_fused MOE_VARIANTS="st:+stable=1" \
+    timeout 200 python3 profiling/moe_ab.py --out "$W" > "$W/moe_prefill49.log" 2>&1
+  grep -E "^(moe|TOTAL)" "$W/moe_prefill49.log" | tail -20
+  finish_run run49
+fi
