@@ -156,3 +156,8 @@ if [ "$STEP" = prefill ]; then
   grep -E "^(moe|TOTAL)" "$W/moe_prefill49.log" | tail -20
   finish_run run49
 fi
+# Result (prefill, H200, `nvidia-h200_2026-11-28_moe_prefill49.log`, every column checked): the slices GEMV in passes of 16
+#   rows is far slower past 16 tokens (TOTAL 8 experts 24 / 32 / 64 tokens 23.03 / 24.18 / 46.32 us against wgmma's
+#   19.06 / 19.25 / 21.76; the second pass costs more than the first, e.g. moe_dn 8 experts 16 -> 24 tokens 5.47 ->
+#   9.42): choose_impl keeps the wgmma kernel from 17 tokens on.  Prefill's gap to fp16 stays the wgmma kernel's
+#   (default 0.84-0.94x at 32 / 64 tokens; its stable launch 17.13-23.39 against fp16 17.50-21.96).
