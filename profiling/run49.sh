@@ -161,3 +161,8 @@ fi
 #   19.06 / 19.25 / 21.76; the second pass costs more than the first, e.g. moe_dn 8 experts 16 -> 24 tokens 5.47 ->
 #   9.42): choose_impl keeps the wgmma kernel from 17 tokens on.  Prefill's gap to fp16 stays the wgmma kernel's
 #   (default 0.84-0.94x at 32 / 64 tokens; its stable launch 17.13-23.39 against fp16 17.50-21.96).
+# STEP=san2: sanitize_slices.py after its grouped checks went through one helper (review): memcheck again.
+if [ "$STEP" = san2 ]; then
+  sanitize memcheck "$W/memcheck_slices49b.log" 240 profiling/sanitize_slices.py
+  finish_run run49
+fi

@@ -31,58 +31,45 @@ for (N, K), layout, ov in cases:
         print(f"gemv slices N={N} K={K} {layout} M={M} plan={ov}: rel err {err:.2e}")
         if not err < 2e-3:
             bad.append((N, K, layout, M, ov))
-# the grouped GEMV's slices kernel (kbit_gemv_grouped_sl): uneven groups, empty slots, a slot over max_tokens
-from kbitcupy.gemv import grouped_gemv  # noqa: E402
+# the grouped GEMV's slices kernel (kbit_gemv_grouped_sl)
+from kbitcupy.gemv import grouped_gemv, grouped_plan  # noqa: E402
 from kbitcupy.grouped import _err_buffer, quantize_experts, reference_grouped_matmul  # noqa: E402
 
-bank = quantize_experts(rng.standard_normal((5, 200, 608)).astype(np.float32) * 0.05, 4).cuda()
-counts = [3, 0, 11, 2]
-ids, offs = np.array([4, 1, 0, 4], np.int32), np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-A = rng.standard_normal((offs[-1], 608)).astype(np.float16)
-ref = reference_grouped_matmul(A, bank, ids, offs)
-for ov in ((("gpb", 3), ("warps", 4)), (("gpb", 16), ("warps", 1)), None):
-    out = cp.full((offs[-1], 200), np.nan, dtype=cp.float16)
-    grouped_gemv(cp.asarray(A), bank, cp.asarray(ids), cp.asarray(offs), out, 8, _err_buffer(), plan_override=ov)
-    err = float(np.abs(out.get().astype(np.float64) - ref).max() / np.abs(ref).max())
-    n += 1
-    print(f"grouped slices plan={ov}: rel err {err:.2e}")
-    if not err < 3e-3:
-        bad.append(("grouped", ov))
-# several waves of 4-warp slice blocks (300 slots x 13 groups): the 96-register kernel (grouped_slw), k = 2 / 4
-for kq in (2, 4):
-    bank = quantize_experts(rng.standard_normal((5, 200, 608)).astype(np.float32) * 0.05, kq).cuda()
-    counts = rng.integers(0, 4, size=300)
-    counts[7] = 11  # over max_tokens: a second pass
-    ids, offs = rng.integers(0, 5, size=300).astype(np.int32), np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    A = rng.standard_normal((offs[-1], 608)).astype(np.float16)
-    ref = reference_grouped_matmul(A, bank, ids, offs)
-    out = cp.full((offs[-1], 200), np.nan, dtype=cp.float16)
-    grouped_gemv(cp.asarray(A), bank, cp.asarray(ids), cp.asarray(offs), out, 8, _err_buffer())
-    err = float(np.abs(out.get().astype(np.float64) - ref).max() / np.abs(ref).max())
-    n += 1
-    print(f"grouped several waves k={kq}: rel err {err:.2e}")
-    if not err < 3e-3:
-        bad.append(("grouped waves", kq))
-# two token tiles (9..16 tokens) in the slices kernel (kbit_gemv_grouped_sl, MT = 2): the default plan (60 slots x 13
-# groups: 7 groups x 2 warps a block, a slot's second block 6 groups; K % 64 == 32), empty slots, a slot over max_tokens
-# (a second pass), and an override
-from kbitcupy.gemv import grouped_plan  # noqa: E402
 
-for kq in (2, 3, 4):
-    assert grouped_plan(200, 608, kq, 60, 16)[4] == 7, grouped_plan(200, 608, kq, 60, 16)
+def check_grouped(kq, counts, ids, max_tokens, plans, label):
+    """A bank of 5 experts 200 x 608 (K % 64 == 32) at k = kq, rows per slot `counts`: the grouped GEMV under each
+    plan override in plans (None: the default plan) against the reference."""
+    global n
     bank = quantize_experts(rng.standard_normal((5, 200, 608)).astype(np.float32) * 0.05, kq).cuda()
-    counts = rng.integers(0, 17, size=60)
-    counts[3], counts[5] = 0, 20
-    ids, offs = rng.integers(0, 5, size=60).astype(np.int32), np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    offs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     A = rng.standard_normal((offs[-1], 608)).astype(np.float16)
     ref = reference_grouped_matmul(A, bank, ids, offs)
-    for ov in (None, (("gpb", 4), ("warps", 2))):
+    for ov in plans:
         out = cp.full((offs[-1], 200), np.nan, dtype=cp.float16)
-        grouped_gemv(cp.asarray(A), bank, cp.asarray(ids), cp.asarray(offs), out, 16, _err_buffer(), plan_override=ov)
+        grouped_gemv(cp.asarray(A), bank, cp.asarray(ids), cp.asarray(offs), out, max_tokens, _err_buffer(),
+                     plan_override=ov)
         err = float(np.abs(out.get().astype(np.float64) - ref).max() / np.abs(ref).max())
         n += 1
-        print(f"grouped two-tile slices k={kq} plan={ov}: rel err {err:.2e}")
+        print(f"grouped {label} k={kq} plan={ov}: rel err {err:.2e}")
         if not err < 3e-3:
-            bad.append(("grouped two tiles", kq, ov))
+            bad.append((label, kq, ov))
+
+
+# uneven groups, empty slots, a slot over max_tokens
+check_grouped(4, [3, 0, 11, 2], np.array([4, 1, 0, 4], np.int32), 8,
+              ((("gpb", 3), ("warps", 4)), (("gpb", 16), ("warps", 1)), None), "slices")
+# several waves of 4-warp slice blocks (300 slots x 13 groups): the 96-register kernel (grouped_slw), k = 2 / 4
+for kq in (2, 4):
+    counts = rng.integers(0, 4, size=300)
+    counts[7] = 11  # over max_tokens: a second pass
+    check_grouped(kq, counts, rng.integers(0, 5, size=300).astype(np.int32), 8, (None,), "several waves")
+# two token tiles (9..16 tokens) in the slices kernel (MT = 2): the default plan (60 slots x 13 groups: 7 groups x 2 warps
+# a block, a slot's second block 6 groups), empty slots, a slot over max_tokens (a second pass), and an override
+for kq in (2, 3, 4):
+    assert grouped_plan(200, 608, kq, 60, 16)[4] == 7, grouped_plan(200, 608, kq, 60, 16)
+    counts = rng.integers(0, 17, size=60)
+    counts[3], counts[5] = 0, 20
+    check_grouped(kq, counts, rng.integers(0, 5, size=60).astype(np.int32), 16, (None, (("gpb", 4), ("warps", 2))),
+                  "two-tile slices")
 print(f"{n} checks; BAD: {bad}" if bad else f"{n} checks, all good")
 sys.exit(1 if bad else 0)
