@@ -129,7 +129,9 @@ def main():
             ov = dict(ov or ())
             pf = ov.pop("pf", None)  # the safe-mode prefetch depth: the launch's pdl argument, not the plan
             cl = int(ov.pop("cluster", 1))  # launched in thread block clusters of cl CTAs (probes)
-            cap = int(ov.pop("cap", 0))  # +cap=1: shared memory padded as the package's (G.resident_cap_smem)
+            # shared memory padded as the package's launch pads it (G.resident_cap_smem); +cap=0: not.  (Before the
+            # forty-second session the default was off, which ran some shapes' variants 15-22 % slower: run49.sh aca.)
+            cap = int(ov.pop("cap", 1))
             pl = G.plan(N, K, M, k, **ov)
             ts = pl[9] > 1  # the token split: grid.y CTAs a group (the kernel's TS)
             grid, block, smem = ((pl[3], pl[9]) if ts else (pl[3],)), (pl[0] * 32, pl[7]), pl[2]

@@ -50,7 +50,7 @@ if [ "$STEP" = ab3 ]; then
   gpu_tests "$W/gpu_tests_gemv46c.log" 300 tests/test_gemv_gpu.py
   grep -E "^E  |FAILED" "$W/gpu_tests_gemv46c.log" | head -10
   OLD="-DKBIT_GEMV_OFF32=0 -DKBIT_GEMV_ZFILL=1"
-  AB_NOBASE=1 KS=2,3,4,5 MS=1,4 AB_VARIANTS="old:$OLD;oldcap:$OLD +cap=1;nocap:-DKBIT_NOOP=1;zf1:-DKBIT_GEMV_ZFILL=1 +cap=1" \
+  AB_NOBASE=1 KS=2,3,4,5 MS=1,4 AB_VARIANTS="old:$OLD +cap=0;oldcap:$OLD +cap=1;nocap:-DKBIT_NOOP=1 +cap=0;zf1:-DKBIT_GEMV_ZFILL=1 +cap=1" \
     CUT=260 gemv_ab_twice ab46c 300
   finish_run run46
 fi
@@ -75,7 +75,7 @@ fi
 #   (the other cells within -3..+1 %): the slow mode back at M = 8 although the cap pads them to two blocks an SM.
 # Step m8 (H200): Q / linear value k = 4 at M = 1, 5, 8: old, old + cap, the tree without the cap (nocap), the tree.
 if [ "$STEP" = m8 ]; then
-  AB_NOBASE=1 KS=4 MS=1,5,8 SHAPES=Q,lin_value,O AB_VARIANTS="old:-DKBIT_GEMV_OFF32=0;oldcap:-DKBIT_GEMV_OFF32=0 +cap=1;nocap:-DKBIT_NOOP=1;cap:-DKBIT_NOOP=2 +cap=1" \
+  AB_NOBASE=1 KS=4 MS=1,5,8 SHAPES=Q,lin_value,O AB_VARIANTS="old:-DKBIT_GEMV_OFF32=0 +cap=0;oldcap:-DKBIT_GEMV_OFF32=0 +cap=1;nocap:-DKBIT_NOOP=1 +cap=0;cap:-DKBIT_NOOP=2 +cap=1" \
     CUT=230 gemv_ab_twice ab46e 120
   finish_run run46
 fi
