@@ -167,3 +167,10 @@ if [ "$STEP" = san2 ]; then
   finish_run run49
 fi
 # Result (san2, H200, `nvidia-h200_2026-11-28_memcheck_slices49b.log`): 21 checks, 0 errors.
+# STEP=t2: the new moe_forward test at 10 tokens per expert (the fused gather / SwiGLU grouped GEMV in the two-tile slices
+#   form, bit-identical to the unfused path) and the two-tile slices test again.
+if [ "$STEP" = t2 ]; then
+  gpu_tests "$W/gpu_tests_t2_49.log" 200 tests/test_grouped_gpu.py -k "two_tile_slices"
+  grep -E "^E  |FAILED" "$W/gpu_tests_t2_49.log" | head -20
+  finish_run run49
+fi
