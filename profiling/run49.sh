@@ -174,3 +174,4 @@ if [ "$STEP" = t2 ]; then
   grep -E "^E  |FAILED" "$W/gpu_tests_t2_49.log" | head -20
   finish_run run49
 fi
+# Result (t2, H200, `nvidia-h200_2026-11-28_gpu_tests_t2_49.log`): 20 passed (18 two-tile slices + 2 moe_forward).
