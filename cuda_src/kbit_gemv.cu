@@ -173,30 +173,6 @@ __device__ __forceinline__ void woff_opaque(long& w) { asm volatile("" : "+l"(w)
 // its 640 half-width ones 5 and 4.
 // Bind: NoBind, or LateBind (above): M is then the rows the shared memory is laid out for and the
 // operands are the arguments plus bind's offsets.  KEEP (the dense kbit_gemv): see addr_ready.
-// Experiment hook KBIT_GEMV_A_CA (off): A's 16-byte copies through L1 (cp.async.ca) instead of L2 only (.cg), so the
-// blocks of one SM that stage the same A rows (gate/up k = 4 at M = 1: five) read them from L2 once.
-#ifndef KBIT_GEMV_A_CA
-#define KBIT_GEMV_A_CA 0
-#endif
-__device__ __forceinline__ void a_copy16(void* smem, const void* gmem) {
-#if KBIT_GEMV_A_CA
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"((u32)__cvta_generic_to_shared(smem)), "l"(gmem));
-#else
-    cp_async16(smem, gmem);
-#endif
-}
-__device__ __forceinline__ void a_copy16_zfill(u32 s, const void* gmem, bool valid) {
-#if KBIT_GEMV_A_CA
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
-#else
-    cp_async16_zfill(s, gmem, valid);
-#endif
-}
-// Experiment hook KBIT_EXP_A_FIRST (off; the dense kernel's safe launch): A's copies requested before the first
-// weights after the wait (1), and with them the whole ring (2: the late fill dropped).
-#ifndef KBIT_EXP_A_FIRST
-#define KBIT_EXP_A_FIRST 0
-#endif
 template <int K, typename T, typename ABS, bool TILED, int D, int MT, bool MULTI, bool DUAL, bool LATE, int AMODE = 0,
           bool SLICES = false, bool CBD = false, bool C8 = false, class Bind = NoBind, bool KEEP = false, bool QUAD = false,
           bool TSR = false>
@@ -356,18 +332,12 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         tensor_scale = b.ts;
         if (AMODE == 1) a_rows += b.roff;
     }
-    constexpr bool a_first = KBIT_EXP_A_FIRST && KEEP && !MULTI;
-#if KBIT_EXP_A_FIRST
-    if (!a_first || pdl)
-#endif
-    {
-        if (addr_ready) {
+    if (addr_ready) {
 #pragma unroll
-            for (int j = 0; j < D; j++)
-                if (j < S && (MULTI || j == 0)) load_step(j, j);
-        } else {
-            start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
-        }
+        for (int j = 0; j < D; j++)
+            if (j < S && (MULTI || j == 0)) load_step(j, j);
+    } else {
+        start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
     }
 // Experiment hook: the whole ring requested before the prologue.  H100, 2026-11-25 (after the
 // absmax fix): k = 4 M = 1 TOTAL 3 % slower, k = 2 / 5 equal, with PDL 1 % faster (run14.sh ring).
@@ -391,11 +361,11 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         const int kk = q * 8;
         uint4* dst = reinterpret_cast<uint4*>(a_s + (long)m * KP + a_swizzle<K, MT>(q, m) * 8);
         if constexpr (AMODE == 0) {
-            if (kk < Kdim) a_copy16(dst, A + (long)m * Kdim + kk);
+            if (kk < Kdim) cp_async16(dst, A + (long)m * Kdim + kk);
             else *dst = make_uint4(0u, 0u, 0u, 0u);
         } else if constexpr (AMODE == 1) {
             const int row = ld_after_wait(a_rows + m);
-            if (kk < Kdim && row >= 0 && row < a_nrows) a_copy16(dst, A + (long)row * Kdim + kk);
+            if (kk < Kdim && row >= 0 && row < a_nrows) cp_async16(dst, A + (long)row * Kdim + kk);
             else *dst = make_uint4(0u, 0u, 0u, 0u);
         } else {
             if (kk < Kdim) {
@@ -443,12 +413,12 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
                 const long ds = kv ? (long)P * Kdim : 0L;
                 for (int m = m0; m < M; m += P) {
                     if constexpr (AMODE == 0) {
-                        a_copy16_zfill(a_base + off, src, kv);
+                        cp_async16_zfill(a_base + off, src, kv);
                         src += ds;
                     } else {
                         const int row = ld_after_wait(a_rows + m);
                         const bool v = kv && row >= 0 && row < a_nrows;
-                        a_copy16_zfill(a_base + off, v ? A + (long)row * Kdim + q * 8 : A, v);
+                        cp_async16_zfill(a_base + off, v ? A + (long)row * Kdim + q * 8 : A, v);
                     }
                     off = (off + 2u * (u32)(P * KP)) ^ flip;
                 }
@@ -479,16 +449,6 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     // Otherwise A is requested first, so it lands while the table is built (pdl's
     // order costs ~6 % without the overlap; H200, 2026-11-22, profiling/pdl_ab.py).
     if (!pdl) stage_A();
-#if KBIT_EXP_A_FIRST
-    if (a_first && !pdl) {
-        if (addr_ready) {
-            load_step(0, 0);
-        } else {
-            start_group((int)blockIdx.x * ny + ty);
-        }
-        if (KBIT_EXP_A_FIRST == 2) fill_ring();
-    }
-#endif
     // Codebook to shared memory, then the pair table; A lands meanwhile.
     {
         if (!early_lut) {
@@ -581,7 +541,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #endif
                     if (sl + D < S) load_step(j, sl + D);
 #ifndef KBIT_EXPERIMENT_RING_EARLY
-                    if (LATE && !MULTI && sl == 0 && !(KBIT_EXP_A_FIRST == 2 && a_first && !pdl)) fill_ring();  // once step 0 has landed
+                    if (LATE && !MULTI && sl == 0) fill_ring();  // once step 0 has landed
 #endif
 #ifndef KBIT_EXPERIMENT_NO_COMPUTE
                     block_pair_mma<K, T, MT, LutLayout<K, QUAD>::QUAD>(acc, acc2, wA, sA, wB, sB, a, lut_lane);

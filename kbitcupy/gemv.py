@@ -467,6 +467,7 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
     tiles = 1 if max_tokens <= 8 else 2
     # A rows staged per pass: the kernel computes a slot's rows in passes of at most max_tokens
     rows = min(8 * tiles, max(1, max_tokens))
+    share = -(-groups * max(1, n_slots) // sms)  # an SM's share of all slots' groups (the slices plans below)
     if gpb is None and per_block is None and warps is None and tiles == 2 and k <= 4:
         # Two token tiles (9..16 tokens an expert; the slices kernel is instantiated there for k <= 4): as at one
         # tile below, an SM's share of all slots' groups side by side in one block over one pair table and one
@@ -477,7 +478,6 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
         # 8.98 / 11.93 (fp16 bmm: down 4.69 / 6.52 / 7.96 / 10.40, gate/up 7.06 / 10.54 / 12.77 / 18.50); the best
         # measured form in every cell but moe_dn 8 experts (8 x 2 warps 5.47 us, 4 x 2 5.41).  At least 8 warps a block:
         # moe_dn 2 experts (2 x 2 warps) 3.28 -> 3.36 us, the one cell slower than the loop (run49.sh moeval).
-        share = -(-groups * max(1, n_slots) // sms)
         if 2 <= share <= 16:
             for g_ in (share, share + 1):
                 w_ = max(1, min(ks // 2, _SL_WARPS.get(g_, 1)))
@@ -493,7 +493,6 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
         # slices in a 512-thread block): 16 x 1 warp, or 8 x 2 where K has 8 or more steps, and
         # several waves (moe_sl10d.sh, 1 token: down 32 / 74 experts 17.28 -> 14.05 / 37.16 ->
         # 32.63 us, gate/up fused 74 experts 62.74 -> 57.67).
-        share = -(-groups * max(1, n_slots) // sms)
         if 2 <= share <= 16:
             gpb = share
             warps = min(ks, _SL_WARPS.get(share, 1))
@@ -552,6 +551,13 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
         per_block = next((p for p in (1, 2, 3) if max(1, n_slots) * -(-groups // p) <= resident), 4)
     gx = -(-groups // per_block)
     return warps, gx, smem_bytes(k, rows, ks, warps, tiles, itemsize), tiles, 0
+
+
+@functools.lru_cache(maxsize=256)
+def grouped_is_slices(N: int, K: int, k: int, n_slots: int, max_tokens: int, sms: int) -> bool:
+    """Whether grouped_plan's default plan is a slices form (gpb > 0); cached, since grouped.choose_impl asks it on
+    every call (the plan itself is ~5 us of Python)."""
+    return grouped_plan(N, K, k, n_slots, max_tokens, sms=sms)[4] > 0
 
 
 def grouped_kernel_key(k: int, tname: str, amode: int, cbd: bool, plan_, n_slots: int, sms: int = 132):

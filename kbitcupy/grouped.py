@@ -26,7 +26,7 @@ import numpy as np
 from . import _pdl
 from . import reference as R
 from . import wgmma as WG
-from .gemv import GROUPED_MAX_TOKENS, _sm_count, grouped_gemv, grouped_plan, lut_bytes
+from .gemv import GROUPED_MAX_TOKENS, _sm_count, grouped_gemv, grouped_is_slices, lut_bytes
 from ._arrays import ACT_DTYPES, check_same_device, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
@@ -694,8 +694,8 @@ def choose_impl(A, bank, max_tokens: int, pdl_stable: bool = False, n_slots: int
         return "gemv"
     wg = wgmma_ok(A, bank)
     if (wg and max_tokens <= GROUPED_MAX_TOKENS and n_slots > 0
-            and grouped_plan(*bank.shape, bank.k, n_slots, max_tokens,
-                             sms=_sm_count(A.device.id) if A is not None else 132)[4] > 0):
+            and grouped_is_slices(*bank.shape, bank.k, n_slots, max_tokens,
+                                  _sm_count(A.device.id) if A is not None else 132)):
         return "gemv"
     if wg and not pdl_stable and max_tokens <= GROUPED_MAX_TOKENS and 0 < n_slots * max_tokens <= GEMV_TWO_TILE_ROWS:
         return "gemv"

@@ -33,7 +33,8 @@ fi
 # Result (aca2, H200, two passes, `nvidia-h200_2026-11-28_gemv_aca49b_{1,2}.log`): v0 = new (the control).  ca neutral to
 #   slower: k = 4 M = 1 TOTAL 17.20 / 17.23 -> 17.22 / 17.24 (gate/up 4.28 -> 4.23, the rest +0.3..+1 %), M = 4 +0.4 %,
 #   k = 2 M = 4 +0.8 %; af1 slower everywhere (k = 4 M = 1 +2.9 %, KV +7 %).  A's bytes after the wait (L2 -> SM) are not
-#   what holds the launch, and neither is its order against the weights.  Both hooks stay off.
+#   what holds the launch, and neither is its order against the weights.  Both hooks removed from the source in
+#   review (profiling/patches/session42-gemv-a-ca-first.patch re-applies them).
 # STEP=parts: which part of the step's compute is on the path (nocomp48: all of it, -20 %): diagnostic builds, results
 #   wrong -- nolut (-DKBIT_EXP_NO_LUT: the pair key instead of the table's pair; no address IMAD, no LDS: 32 + 32 a step
 #   at k = 4 C8), noscale (-DKBIT_EXP_NO_SCALE: no HMUL2, 32 a step), both.  The step is ~190 issued instructions with
