@@ -176,3 +176,9 @@ if [ "$STEP" = t2 ]; then
   finish_run run49
 fi
 # Result (t2, H200, `nvidia-h200_2026-11-28_gpu_tests_t2_49.log`): 20 passed (18 two-tile slices + 2 moe_forward).
+# STEP=t3: the same after the review commit (choose_impl's slices query cached; the A hooks out of the source).
+if [ "$STEP" = t3 ]; then
+  gpu_tests "$W/gpu_tests_t3_49.log" 200 tests/test_grouped_gpu.py -k "two_tile_slices or real_moe"
+  grep -E "^E  |FAILED" "$W/gpu_tests_t3_49.log" | head -20
+  finish_run run49
+fi
