@@ -182,3 +182,4 @@ if [ "$STEP" = t3 ]; then
   grep -E "^E  |FAILED" "$W/gpu_tests_t3_49.log" | head -20
   finish_run run49
 fi
+# Result (t3, H200, `nvidia-h200_2026-11-28_gpu_tests_t3_49.log`): 32 passed.
