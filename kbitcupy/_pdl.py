@@ -294,12 +294,16 @@ def _packed_params(args):
 GROUPED_OFF, GROUPED_WAIT, GROUPED_EARLY, GROUPED_SAFE_EARLY = 0, 1, 2, 3
 
 
-def grouped_mode(device_id: int, ids_stable: bool, safe_early: bool = False) -> int:
+def grouped_mode(device_id: int, ids_stable: bool, safe_early: bool = False, chained: bool = False) -> int:
     """The pdl argument of a grouped kernel launched now on this device.  Safe mode:
     GROUPED_WAIT, or GROUPED_SAFE_EARLY where the ids are stable and the kernel
-    (safe_early: the grouped GEMV, the grouped wgmma) implements it."""
-    if active(device_id):
-        return GROUPED_EARLY if ids_stable else GROUPED_WAIT
+    (safe_early: the grouped GEMV, the grouped wgmma) implements it.  chained (the caller
+    knows the kernel right before is one of this package's, which writes none of this
+    call's weights, ids or offsets and lets its dependents launch only after its own wait:
+    kbitcupy.grouped.grouped_matmul's chained): GROUPED_EARLY in safe mode too, as with full
+    PDL -- no kernel before that one can still be running when this one starts."""
+    if active(device_id) or (chained and safe_active(device_id)):
+        return GROUPED_EARLY if (ids_stable or chained) else GROUPED_WAIT
     if safe_active(device_id):
         return GROUPED_SAFE_EARLY if ids_stable and safe_early else GROUPED_WAIT
     return GROUPED_OFF

@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -208,10 +208,13 @@ MOE_PDL_FORCED = ("g-MMA+PDL", "g-WGMMA+PDL")
 DENSE_PDL_FORCED = ("GEMV+PDL", "GEMM+PDL", "WGMMA+PDL", "STREAM+PDL")
 # the dispatched calls launched plainly (set_pdl(False)), opt-in: every other column runs in the
 # default mode, which on Hopper is PDL's safe mode (every kernel waits before touching memory)
-# and the grouped call told its ids are stable (ids_stable=True: as moe_forward's down, and its gate/up
-# above GEMV_MAX_TOKENS tokens per expert), opt-in too
-PLAIN_COLUMNS = ("matmul:plain", "Grouped:plain", "Grouped:stable")
+# and the grouped call told its ids are stable (ids_stable=True: as moe_forward's down at decode sizes) or that
+# the kernel right before is this package's (chained=True), opt-in too
+PLAIN_COLUMNS = ("matmul:plain", "Grouped:plain", "Grouped:stable", "Grouped:chained")
 STABLE_COLUMN = PLAIN_COLUMNS[2]
+# grouped_matmul(chained=True), opt-in: the kernel right before is this package's (here the same call on the
+# previous experts), as moe_forward's calls above the decode sizes (after the gather / silu_mul kernels)
+CHAINED_COLUMN = PLAIN_COLUMNS[3]
 NOT_IN_BEST = {PDL_COLUMN, MOE_PDL_COLUMN, *MOE_PDL_FORCED, *DENSE_PDL_FORCED, *PLAIN_COLUMNS}
 
 
@@ -690,8 +693,8 @@ def format_moe_tables(moe: dict) -> str:
                              fmt_us(t["best_us"]), fmt_x(t["vs_cublas"]), fmt_pct(t["pct_sol"])]
                             + ([fmt_x(t.get("vs_cublas_pdl"))] if pdl else []))
         fw = [t for t in moe.get("totals") or [] if t["M"] == M and t.get("forward_us")]
-        note = "".join(f"\n- TOTAL as moe_forward launches them (moe_gu_fused {_forward_gate_up_column(M)} + moe_dn "
-                       f"{STABLE_COLUMN}), "
+        note = "".join(f"\n- TOTAL as moe_forward launches them (moe_gu_fused {_fw_cols(t, M)[0]} + moe_dn "
+                       f"{_fw_cols(t, M)[1]}), "
                        f"E = {t['experts']}, k = {t['k']}: {fmt_us(t['forward_us'])} us, "
                        f"{fmt_x(t.get('vs_cublas_forward'))} {dt}" for t in fw)
         parts.append(f"### MoE, M = {M} token{'s' if M != 1 else ''} per expert\n\n" + md_table(header, rows)
@@ -772,9 +775,10 @@ def _moe_section(moe: dict) -> List[str]:
         f"(PDL) = best {dt} / Grouped+PDL; g-MMA+PDL / g-WGMMA+PDL = those kernels forced, with PDL (not in Best); "
         "Grouped:plain (when named) = Grouped launched without PDL (set_pdl(False), not in Best); Grouped:stable "
         "(when named) = Grouped with ids_stable=True in the default mode (the ids read and the first weights "
-        "L2-prefetched before the PDL wait, as moe_forward's down, and its gate/up above "
-        f"{GEMV_MAX_TOKENS} tokens per expert, where a gather kernel runs between the routing and gate/up; not in "
-        "Best); every other "
+        "L2-prefetched before the PDL wait, as moe_forward's down at decode sizes; not in Best); "
+        "Grouped:chained (when named) = Grouped with chained=True in the default mode (the kernel right before "
+        "is this package's -- here the same call on the previous experts -- so the wgmma kernel requests its "
+        "weights before the wait, as moe_forward's gate/up and down above the decode sizes; not in Best); every other "
         "column runs in the default mode (on Hopper PDL's safe mode: a programmatic dependent that waits for the "
         "previous grid before touching memory).",
         f"- {dt} loop = E torch.mm on the views W[e] of the fp16 bank (same rotation), one cuBLAS call per "
@@ -806,7 +810,7 @@ def _layer_section(layer: dict) -> List[str]:
         "buffers: gather_rows, grouped_matmul gate/up, silu_mul, grouped_matmul down, moe_combine; where "
         "moe_forward runs the grouped GEMV (decode sizes) the gather and silu_mul are fused into it, as in "
         "moe_forward (grouped_gemv_fused). kbit steps+PDL = the same with the kernels launched as programmatic "
-        "dependents (kbitcupy.set_pdl; ids_stable as in moe_forward). moe_route = the routing alone.",
+        "dependents (kbitcupy.set_pdl; ids_stable / chained as in moe_forward). moe_route = the routing alone.",
         f"- {dt} loop = torch with the routing given (sorted on the host when the graph is built, not timed): "
         "index_select of the rows, one torch.mm per active expert for gate/up on the view W_gu[e] (no copy, no "
         "weight gather) into slices of one buffer, SiLU(gate) * up over all rows, one torch.mm per active "
@@ -1118,11 +1122,11 @@ class MoeColumn:
     applies: Callable[[Shape, int], bool] = lambda s, M: True
 
 
-def _grouped_launch(c: MoeCtx, impl=None, ids_stable=False):
+def _grouped_launch(c: MoeCtx, impl=None, ids_stable=False, chained=False):
     from .grouped import grouped_matmul
 
     return grouped_matmul(c.A, c.bank, c.ids, c.offsets, c.M, out=c.out, method="kernel", impl=impl,
-                          ids_stable=ids_stable)
+                          ids_stable=ids_stable, chained=chained)
 
 
 def _grouped_pdl_launch(impl=None):
@@ -1150,6 +1154,7 @@ MOE_COLUMNS: List[MoeColumn] = [
     MoeColumn(MOE_PDL_COLUMN, _grouped_pdl_launch()),
     MoeColumn(PLAIN_COLUMNS[1], _with_pdl(lambda c: _grouped_launch(c), False)),
     MoeColumn(PLAIN_COLUMNS[2], lambda c: _grouped_launch(c, ids_stable=True)),
+    MoeColumn(CHAINED_COLUMN, lambda c: _grouped_launch(c, chained=True)),
     MoeColumn(MOE_PDL_FORCED[0], _grouped_pdl_launch("mma"), lambda s, M: M >= 8),
     MoeColumn(MOE_PDL_FORCED[1], _grouped_pdl_launch("wgmma"), lambda s, M: M >= 8 and _sm90()),
 ]
@@ -1351,11 +1356,18 @@ def finish_moe_cell(cell: dict, kbit_names: Sequence[str]) -> dict:
     return finish_cell(cell, kbit_names)
 
 
-def _forward_gate_up_column(M: int) -> str:
-    """The column moe_forward's gate/up launch is timed by: Grouped:stable above GEMV_MAX_TOKENS tokens per
-    expert (a gather kernel runs between the routing and gate/up there), Grouped at decode sizes (the
-    grouped GEMV with the gather fused in runs right after the routing)."""
-    return STABLE_COLUMN if M > GEMV_MAX_TOKENS else "Grouped"
+def _fw_cols(t: dict, M: int) -> Tuple[str, str]:
+    """A TOTAL's forward columns (results before the forty-third session: gate/up Grouped:stable above
+    GEMV_MAX_TOKENS, else Grouped; down Grouped:stable)."""
+    return tuple(t.get("forward_columns") or (STABLE_COLUMN if M > GEMV_MAX_TOKENS else "Grouped", STABLE_COLUMN))
+
+
+def _forward_columns(decode: bool) -> Tuple[str, str]:
+    """The columns moe_forward's gate/up and down launches are timed by: at decode sizes (its fused grouped GEMV
+    path: the gather in gate/up, right after the routing; SwiGLU in down) Grouped and Grouped:stable, above them
+    (gather -> gate/up -> silu_mul -> down, each grouped call right after one of this package's kernels)
+    Grouped:chained for both."""
+    return ("Grouped", STABLE_COLUMN) if decode else (CHAINED_COLUMN, CHAINED_COLUMN)
 
 
 def compute_moe_totals(cells: Sequence[dict], total_shapes: Sequence[str], Ms, Es, ks, kbit_names) -> List[dict]:
@@ -1380,14 +1392,33 @@ def compute_moe_totals(cells: Sequence[dict], total_shapes: Sequence[str], Ms, E
                          sol_us=sol, fp16=fp, columns=cols, vs_cublas=(cub / best) if cub and best else None,
                          pct_sol=(100.0 * sol / best) if sol and best else None,
                          vs_cublas_pdl=(cub / pdl_us) if cub and pdl_us else None)
-                # as moe_forward launches them: down with ids_stable, gate/up as _forward_gate_up_column says
-                gu = _forward_gate_up_column(M)
-                fw = _tsum([(c["columns"].get(STABLE_COLUMN if c["shape"] == "moe_dn" else gu) or {}).get("us")
-                            for c in rows]) if "moe_dn" in total_shapes and STABLE_COLUMN in kbit_names else None
+                # as moe_forward launches them (_forward_columns; its path as the cells' forward_decode says)
+                decode = all(M <= GEMV_MAX_TOKENS if c.get("forward_decode") is None else c["forward_decode"]
+                             for c in rows)
+                gu, dn = _forward_columns(decode)
+                fw = _tsum([(c["columns"].get(dn if c["shape"] == "moe_dn" else gu) or {}).get("us")
+                            for c in rows]) if "moe_dn" in total_shapes and {gu, dn} <= set(kbit_names) else None
                 if fw:
-                    t.update(forward_us=fw, vs_cublas_forward=(cub / fw) if cub else None)
+                    t.update(forward_us=fw, vs_cublas_forward=(cub / fw) if cub else None, forward_columns=[gu, dn])
                 out.append(t)
     return out
+
+
+def _forward_decode(sname: str, bank, M: int, E: int) -> bool:
+    """Whether moe_forward's fused decode path (kbitcupy.moe._gemv_runs) takes this shape's matmul at M tokens
+    for E experts: grouped.choose_impl picks the grouped GEMV (down asked as moe_forward asks it); None without a
+    device."""
+    import cupy as cp
+
+    from . import _pdl
+    from .grouped import choose_impl
+
+    try:
+        dev = cp.cuda.Device().id
+        probe = cp.empty((1, bank.shape[1]), cp.float16)  # (choose_impl reads only its device)
+        return choose_impl(probe, bank, M, sname == "moe_dn" and _pdl.active(dev), E) == "gemv"
+    except Exception:  # noqa: BLE001 - no device (tests' fakes): compute_moe_totals' fallback
+        return None
 
 
 def run_moe(shape_names: Sequence[str], Ms: Sequence[int], Es: Sequence[int], ks: Sequence[int],
@@ -1444,7 +1475,7 @@ def run_moe(shape_names: Sequence[str], Ms: Sequence[int], Es: Sequence[int], ks
             for E in Es:
                 for M in Ms:
                     cell = dict(shape=sname, K=K, N=N, experts=E, k=k, M=M, weight_bytes=E * per, columns={},
-                                fp16=fp16[E][M])
+                                fp16=fp16[E][M], forward_decode=_forward_decode(sname, bank, M, E))
                     try:
                         cell["columns"] = time_moe_cell(cols, replace(shape, experts=E), E, M, bank, dtype, l2, reps)
                     except Exception as ex:  # noqa: BLE001
@@ -1551,7 +1582,7 @@ def _fp16_layer_step(x, Wgu, Wdn, plan, bufs, I: int, T: int, topk: int):
 def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, I: int, pdl: bool = False):
     """kbitcupy layer step, routing given (moe_route run at setup): the steps of moe_forward
     with preallocated outputs (gather, grouped gate/up, SiLU*up, grouped down, combine).
-    pdl: the grouped matmuls launched as programmatic dependents, ids_stable as moe_forward."""
+    pdl: the grouped matmuls launched as programmatic dependents, ids_stable / chained as moe_forward."""
     from ._pdl import pdl as pdl_ctx
     from .grouped import grouped_gemv_fused, grouped_matmul
     from .moe import _gemv_runs, gather_rows, moe_combine, plan_tokens, silu_mul
@@ -1567,10 +1598,10 @@ def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, I: int, pdl: bool = False):
             moe_combine(y, rt, w, out=o)
             return
         gather_rows(x, rt, out=A)
-        grouped_matmul(A, bgu, rt.expert_ids, rt.offsets, plan_tokens(rt), out=h, method="kernel", ids_stable=True)
+        grouped_matmul(A, bgu, rt.expert_ids, rt.offsets, plan_tokens(rt), out=h, method="kernel", chained=True)
         silu_mul(h[:, :I], h[:, I:], out=act)
         grouped_matmul(act, bdn, rt.expert_ids, rt.offsets, plan_tokens(rt), out=y, method="kernel",
-                       ids_stable=True)
+                       chained=True)
         moe_combine(y, rt, w, out=o)
 
 

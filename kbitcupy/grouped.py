@@ -509,7 +509,7 @@ def _check_max_tokens(max_tokens):
 # ----------------------------------------------------------------------------- public API
 def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_tokens: int, out=None, *,
                    check: bool = False, method: str = "auto", impl=None, plan_override=None,
-                   ids_stable: bool = False):
+                   ids_stable: bool = False, chained: bool = False):
     """C_sorted[offsets[s]:offsets[s+1]] = A_sorted[offsets[s]:offsets[s+1]] @ W_{expert_ids[s]}^T.
 
     A_sorted: [rows, K] float16/bfloat16 (tokens sorted by expert slot); CuPy, CUDA torch
@@ -543,6 +543,15 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
       only prefetch their first weights into L2 before waiting (a hint: safe whatever the
       previous kernel wrote to the weights; the wgmma kernel at k >= 4 also builds the
       default codebook's tables there, shared memory only).
+    chained: promises more than ids_stable (and implies it): the kernel launched right before
+      this call on its stream is one of this package's (a grouped or helper kernel of
+      moe_forward's sequence), which writes none of this call's weights, expert_ids or
+      offsets.  Such a kernel lets its dependents launch only after its own PDL wait, so no
+      kernel before it can still be running when this one starts: in the default safe mode the
+      wgmma kernel then requests its weights and builds its tables before its wait, as with
+      full PDL.  moe_forward passes it above the decode sizes (gate/up after the row gather,
+      down after silu_mul).  The grouped GEMV keeps its safe early mode (the full PDL order
+      was slower there: H200, 2026-11-28, close49h-moe), the mma.sync kernel waits at entry.
     """
     if not isinstance(bank, KbitExpertBank):
         raise TypeError(f"bank must be a KbitExpertBank, got {type(bank).__name__}")
@@ -618,7 +627,7 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
                 if impl == "wgmma" and not wg:
                     raise ValueError("impl='wgmma' needs a compute capability 9.0 GPU (H100/H200) and a "
                                      "16-byte aligned bank")
-                _launch(A_, bank, ids, offs, out_, max_tokens, plan_override, impl, ids_stable)
+                _launch(A_, bank, ids, offs, out_, max_tokens, plan_override, impl, ids_stable or chained, chained)
                 if check:
                     flags = read_errors(reset=True)
                     if flags & (ERR_EXPERT_ID | ERR_OFFSETS):
@@ -707,7 +716,7 @@ def choose_impl(A, bank, max_tokens: int, pdl_stable: bool = False, n_slots: int
     return "wgmma" if wg else "mma"
 
 
-def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, ids_stable=False):
+def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, ids_stable=False, chained=False):
     """The grouped kernel on validated CuPy arrays (no allocation after the first call
     per device, no sync).  impl: None (choose_impl) or one of IMPLS; plan_override
     (kbit_grouped plan keywords) implies 'mma'."""
@@ -722,7 +731,8 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, 
         # table per block for several column groups)
         return grouped_gemv(A, bank, ids, offs, out, max_tokens, _err_buffer(), ids_stable=ids_stable)
     if impl == "wgmma":
-        return WG.grouped_wgmma(A, bank, ids, offs, out, max_tokens, _err_buffer(), ids_stable=ids_stable)
+        return WG.grouped_wgmma(A, bank, ids, offs, out, max_tokens, _err_buffer(), ids_stable=ids_stable,
+                                chained=chained)
     E = bank.num_experts
     n_slots = int(ids.size)
     key = (N, K, bank.k, n_slots, max_tokens, tuple(sorted(plan_override.items())) if plan_override else None)

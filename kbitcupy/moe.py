@@ -440,9 +440,10 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
             h = grouped_gemv_fused(x_, gate_banks[0], ids, offs, P, mt, a_rows=routing.sorted_token)
             y = grouped_gemv_fused(h, bank_down, ids, offs, P, mt, a_silu=True, ids_stable=True)
             return from_backend(moe_combine(y, routing, w_), kd)
-        # ids_stable: the routing is written before the gather / silu_mul kernels that run
-        # right before each grouped call (with PDL on, their weights load before the wait)
-        gm = dict(method=method, check=check, ids_stable=True)
+        # chained (implies ids_stable): the kernel right before each grouped call is this package's
+        # gather / silu_mul / previous grouped call, which writes none of its weights or ids: the
+        # wgmma kernel requests its weights before its PDL wait, in safe mode too
+        gm = dict(method=method, check=check, chained=True)
         A = gather_rows(x_, routing)
         P = int(A.shape[0])
 

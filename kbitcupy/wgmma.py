@@ -593,12 +593,12 @@ def _vec8(out) -> int:
 
 
 def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, tok=None, stages=None,
-                  ids_stable: bool = False, cluster=None, spread=None, fewer_copies=None):
+                  ids_stable: bool = False, cluster=None, spread=None, fewer_copies=None, chained: bool = False):
     """C_sorted = per-slot A_sorted @ W_e^T (kbitcupy.grouped contract) with the grouped
     wgmma kernel, one launch.  Validated CuPy arrays (grouped.grouped_matmul checks them);
     err: the grouped kernels' int32 error flag.  No allocation after the first call of a
-    shape on a stream (the split-K workspace is gemm's), no sync: capturable.  ids_stable:
-    see kbitcupy.grouped.grouped_matmul (PDL only); fewer_copies: grouped_plan's (k = 5)."""
+    shape on a stream (the split-K workspace is gemm's), no sync: capturable.  ids_stable
+    and chained: see kbitcupy.grouped.grouped_matmul (PDL only); fewer_copies: grouped_plan's (k = 5)."""
     N, K = bank.shape
     dev = A.device.id
     if not supported(dev):
@@ -616,7 +616,7 @@ def grouped_wgmma(A, bank, ids, offs, out, max_tokens: int, err, k_splits=None, 
     # the safe early mode for grids of one wave: with several, every later CTA would prefetch what it
     # loads at once anyway (H100, 2026-11-26, layer26: moe_forward with 505-512 experts at 256 / 1024
     # tokens 2-4 % slower with it)
-    pdl = _pdl.grouped_mode(dev, ids_stable, safe_early=SAFE_EARLY and p.one_wave)
+    pdl = _pdl.grouped_mode(dev, ids_stable, safe_early=SAFE_EARLY and p.one_wave, chained=chained)
     # the tensor map of A first (the kernel's __grid_constant__ parameter; _pdl.launch: cuLaunchKernelEx)
     args = (tensor_map(A, p.tok), A, bank.packed, bank.absmax, bank.codebook, bank.tensor_scale, ids, offs, out, ws,
             cnt, np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(A.shape[0]),

@@ -570,28 +570,40 @@ def test_format_moe_tables_and_totals():
 
 
 def test_moe_totals_as_moe_forward():
-    """With the opt-in Grouped:stable column, the TOTAL as moe_forward launches them: gate/up
-    (fused) from Grouped, down from Grouped:stable (its ids are never written right before)."""
-    names = ["Grouped", B.STABLE_COLUMN]
+    """With the opt-in Grouped:stable / Grouped:chained columns, the TOTAL as moe_forward launches them: at
+    decode sizes (the cells' forward_decode) gate/up (fused) from Grouped, down from Grouped:stable (its ids
+    are never written right before); above them both from Grouped:chained (each grouped call right after one
+    of the package's kernels); no forward line where the run lacks the columns it needs."""
+    names = ["Grouped", B.STABLE_COLUMN, B.CHAINED_COLUMN]
     cells = []
-    for s, g, st in (("moe_gu_fused", 7.0, 6.0), ("moe_dn", 5.0, 4.0)):
+    for s, g, st, ch in (("moe_gu_fused", 7.0, 6.0, 5.5), ("moe_dn", 5.0, 4.0, 3.0)):
         cell = dict(shape=s, K=1, N=1, experts=8, k=4, M=1, weight_bytes=1, fp16={"bmm": {"us": 11.0}},
-                    sol={"us": 2.0}, columns={"Grouped": {"us": g}, B.STABLE_COLUMN: {"us": st}})
+                    sol={"us": 2.0}, forward_decode=True,
+                    columns={"Grouped": {"us": g}, B.STABLE_COLUMN: {"us": st}, B.CHAINED_COLUMN: {"us": ch}})
         cells.append(B.finish_moe_cell(cell, names))
-    assert B.STABLE_COLUMN in B.NOT_IN_BEST and all(c["best_us"] != 6.0 and c["best_us"] != 4.0 for c in cells)
+    assert {B.STABLE_COLUMN, B.CHAINED_COLUMN} <= B.NOT_IN_BEST
+    assert all(c["best_us"] in (7.0, 5.0) for c in cells)
     (t,) = B.compute_moe_totals(cells, list(B.MOE_TOTAL_SHAPES), [1], [8], [4], names)
     assert t["best_us"] == pytest.approx(12.0) and t["forward_us"] == pytest.approx(11.0)
     assert t["vs_cublas_forward"] == pytest.approx(2.0)
     meta = dict(M=[1], experts=[8], k=[4], shapes=list(B.MOE_TOTAL_SHAPES), columns=names, dtype="fp16")
     md = B.format_moe_tables(dict(meta=meta, cells=cells, totals=[t]))
     assert "as moe_forward launches them" in md and "E = 8, k = 4: 11.00 us, 2.00x fp16" in md
-    # above GEMV_MAX_TOKENS tokens per expert gate/up runs after the gather kernel: stable too
+    assert f"moe_gu_fused Grouped + moe_dn {B.STABLE_COLUMN})" in md
+    # above the decode sizes (the gather and silu_mul kernels in between): both chained
     M = B.GEMV_MAX_TOKENS + 1
-    cells = [B.finish_moe_cell(dict(c, M=M), names) for c in cells]
+    cells = [B.finish_moe_cell(dict(c, M=M, forward_decode=False), names) for c in cells]
     (t,) = B.compute_moe_totals(cells, list(B.MOE_TOTAL_SHAPES), [M], [8], [4], names)
-    assert t["forward_us"] == pytest.approx(10.0) and t["vs_cublas_forward"] == pytest.approx(2.2)
+    assert t["forward_us"] == pytest.approx(8.5) and t["vs_cublas_forward"] == pytest.approx(22.0 / 8.5)
     md = B.format_moe_tables(dict(meta=dict(meta, M=[M]), cells=cells, totals=[t]))
-    assert f"moe_gu_fused {B.STABLE_COLUMN} + moe_dn" in md and "10.00 us, 2.20x fp16" in md
+    assert f"moe_gu_fused {B.CHAINED_COLUMN} + moe_dn {B.CHAINED_COLUMN}" in md and "8.50 us, 2.59x fp16" in md
+    # a run without the chained column: no forward line there
+    (t,) = B.compute_moe_totals(cells, list(B.MOE_TOTAL_SHAPES), [M], [8], [4], names[:2])
+    assert "forward_us" not in t
+    # results written before forward_columns existed still format
+    old = dict(t, forward_us=10.0, vs_cublas_forward=2.2)
+    md = B.format_moe_tables(dict(meta=dict(meta, M=[M], columns=names[:2]), cells=cells, totals=[old]))
+    assert f"moe_gu_fused {B.STABLE_COLUMN} + moe_dn {B.STABLE_COLUMN}" in md
 
 
 def fake_layer(eager=False):

@@ -41,6 +41,10 @@ def test_safe_mode(monkeypatch):
         assert P.grouped_mode(0, True, safe_early=True) == P.GROUPED_SAFE_EARLY
         assert P.grouped_mode(0, False, safe_early=True) == P.GROUPED_WAIT
         assert P.grouped_mode(1, True, safe_early=True) == P.GROUPED_OFF
+        # chained (the kernel right before is the package's own): the full PDL order in safe mode too
+        assert P.grouped_mode(0, False, chained=True) == P.GROUPED_EARLY
+        assert P.grouped_mode(0, True, safe_early=True, chained=True) == P.GROUPED_EARLY
+        assert P.grouped_mode(1, True, safe_early=True, chained=True) == P.GROUPED_OFF
         assert kb.set_pdl(True) == "safe"  # the previous setting
         assert P.enabled() and not P.safe_active(0) and P.dense_arg(0) == 1
         assert P.grouped_mode(0, True) == P.GROUPED_EARLY and P.grouped_mode(0, False) == P.GROUPED_WAIT
@@ -50,6 +54,7 @@ def test_safe_mode(monkeypatch):
         assert P.dense_arg(0) == 1  # restored: full
         kb.set_pdl(False)
         assert P.dense_arg(0) == 0 and P.grouped_mode(0, True) == P.GROUPED_OFF
+        assert P.grouped_mode(0, True, chained=True) == P.GROUPED_OFF
         with pytest.raises(ValueError, match="safe"):
             kb.set_pdl("fast")
     finally:

@@ -629,6 +629,8 @@ def test_pdl_moe_forward(rng):
         ref = _bits(moe_forward(x, bgu, bd, ids, w, max_tokens=mt))
         with kb.pdl():
             np.testing.assert_array_equal(_bits(moe_forward(x, bgu, bd, ids, w, max_tokens=mt)), ref)
+        with kb.pdl("safe"):  # the default mode; above the decode sizes its grouped calls are chained
+            np.testing.assert_array_equal(_bits(moe_forward(x, bgu, bd, ids, w, max_tokens=mt)), ref)
         if T > 16:
             exp = moe_forward_reference(x.get(), bgu, bd, ids.get(), w.get(), round=True).astype(np.float64)
             for mode in (False, "safe", True):
@@ -669,5 +671,69 @@ def test_pdl_grouped_ids_stable(rng, impl, ntok):
         _err_buffer().fill(0)
         grouped_matmul(A, bank, bad, routes[1][1], ntok, out=outs[1], method="kernel", impl=impl, ids_stable=True)
         assert read_errors(reset=True) & ERR_EXPERT_ID
+    finally:
+        kb.set_pdl(old)
+
+
+@pytest.mark.parametrize("impl,ntok,k,dt", [("wgmma", 16, 4, "float16"), ("wgmma", 40, 2, "bfloat16"),
+                                            ("wgmma", 64, 5, "float16"), ("wgmma", 130, 4, "bfloat16"),
+                                            ("gemv", 4, 4, "float16"), ("mma", 12, 3, "float16")])
+def test_safe_pdl_grouped_chained(rng, impl, ntok, k, dt):
+    """chained=True in the default safe mode (moe_forward above the decode sizes): the wgmma kernel requests its
+    weights before its wait, behind a grouped call of this package that writes its A right before.  Per routing
+    (ids written by kernels before the first call) h = A W1^T, then y = h W2^T chained; 8 routings back to back
+    without a sync, eager and graph-replayed, bit-exact against PDL off (the GEMV and mma kernels ignore the
+    flag); 130 tokens run three wgmma token tiles; slots with no tokens."""
+    cp = _sm90()[0] if impl == "wgmma" else _cp_hopper()
+    from kbitcupy.grouped import grouped_matmul, quantize_experts
+
+    E, S, H, I = 24, 6, 1024, 512
+    bank1 = quantize_experts(cp.asarray(rng.standard_normal((E, I, H), dtype=np.float32) * 0.05), k)
+    bank2 = quantize_experts(cp.asarray(rng.standard_normal((E, H, I), dtype=np.float32) * 0.05), k)
+    A = cp.asarray(rng.standard_normal((S * ntok, H), dtype=np.float32)).astype(dt)
+    routes = []
+    for _ in range(8):
+        counts = rng.integers(0, ntok + 1, size=S)
+        counts[rng.integers(S)] = ntok
+        routes.append((cp.asarray(rng.permutation(E)[:S].astype(np.int32)),
+                       cp.asarray(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))))
+    ids_d, offs_d = cp.zeros(S, cp.int32), cp.zeros(S + 1, cp.int32)
+    hs = [cp.empty((S * ntok, I), A.dtype) for _ in routes]
+    ys = [cp.empty((S * ntok, H), A.dtype) for _ in routes]
+
+    def run_all():
+        for (i, o), h, y in zip(routes, hs, ys):
+            cp.add(i, 0, out=ids_d)  # the routing written by kernels right before the first call
+            cp.add(o, 0, out=offs_d)
+            grouped_matmul(A, bank1, ids_d, offs_d, ntok, out=h, method="kernel", impl=impl)
+            grouped_matmul(h, bank2, ids_d, offs_d, ntok, out=y, method="kernel", impl=impl, chained=True)
+
+    def poison():
+        for a in hs + ys:
+            a.fill(np.nan)
+
+    poison()
+    run_all()
+    ref = [_bits(y) for y in ys]
+    assert all(np.any(r) for r in ref)
+    old = kb.set_pdl("safe")
+    try:
+        for _ in range(2):
+            poison()
+            run_all()
+            for y, r in zip(ys, ref):
+                np.testing.assert_array_equal(_bits(y), r)
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            run_all()
+            s.synchronize()
+            s.begin_capture()
+            run_all()
+            g = s.end_capture()
+            poison()
+            g.launch(s)
+            s.synchronize()
+        for y, r in zip(ys, ref):
+            np.testing.assert_array_equal(_bits(y), r)
     finally:
         kb.set_pdl(old)
