@@ -4,8 +4,8 @@ contiguous bmm and the speed-of-light read, with the benchmark's cold-L2 expert 
 
 Env: MOE_VARIANTS="name:-DFLAG=1 +per_block=2 +warps=4 src=FILE;..." (a column "new" = current
 plan and source unless MOE_GEMV=0, and "mma" = the grouped MMA kernel unless MOE_MMA=0),
-MOE_WG="name:+tok=32 +ks_div=2 +ks=3 +stages=4 +cluster=0;..." grouped wgmma kernel columns (plan
-overrides; ks_div divides the default split-K count, ks sets it, cluster=0 sums through the workspace), KS (default 4), MS (tokens per expert, default 1,4,8,16),
+MOE_WG="name:+tok=32 +ks_div=2 +ks=3 +stages=4 +cluster=0 +chained=1;..." grouped wgmma kernel columns (plan
+overrides, launch mode; ks_div divides the default split-K count, ks sets it, cluster=0 sums through the workspace), KS (default 4), MS (tokens per expert, default 1,4,8,16),
 ES (active experts, default 8,10), SHAPES (moe_gu_fused,moe_dn), MOE_MMA_PLANS="name:cg=8 warps=8;..." grouped
 mma.sync kernel columns (kbit_grouped plan overrides).
 usage (GPU machine): python3 profiling/moe_ab.py [--out DIR]
@@ -58,8 +58,8 @@ def wg_column(name, toks):
     """The grouped wgmma kernel with plan overrides +tok=, +ks_div=, +ks= (split count), +oldks=1 (the split count
     of default_splits, before grouped_splits), +stages=,
     +cluster=0/1 (split-K sum through the workspace / over a thread block cluster), +spread=1 (one CTA
-    per SM's shared memory at launch), +stable=1 (the launch's ids_stable), +lc=0/1 (k = 5: the default /
-    fewer pair-table copies, grouped_plan's fewer_copies)."""
+    per SM's shared memory at launch), +stable=1 (the launch's ids_stable), +chained=1 (its chained: the full PDL
+    order in safe mode), +lc=0/1 (k = 5: the default / fewer pair-table copies, grouped_plan's fewer_copies)."""
     from kbitcupy import wgmma as WG
 
     ov = {t[1:].split("=")[0]: int(t.split("=")[1]) for t in toks if t.startswith("+")}
@@ -82,7 +82,7 @@ def wg_column(name, toks):
             p = WG.grouped_plan(*c.bank.shape, c.bank.k, tname, c.A.device.id, int(c.ids.size), c.M, tok=kw["tok"])
             kw["k_splits"] = max(1, p.k_splits // ov["ks_div"])
         return WG.grouped_wgmma(c.A, c.bank, c.ids, c.offsets, c.out, c.M, _err_buffer(),
-                                ids_stable=bool(ov.get("stable", 0)), **kw)
+                                ids_stable=bool(ov.get("stable", 0)), chained=bool(ov.get("chained", 0)), **kw)
     return B.MoeColumn(name, launch)
 
 

@@ -26,3 +26,28 @@ if [ "$STEP" = chain ]; then
   for v in new old; do echo "== layer $v"; grep -E "^\| [0-9]+ \| 4 " "$W/layer50_$v.log"; done
   finish_run run50
 fi
+# Result (chain, H200, git 4420331, `nvidia-h200_2026-11-28_chain50-moe.md`, `..._layer50-{new,old}.md`): 7 GPU tests passed
+#   (the new chained test: wgmma 16 / 40 / 64 / 130 tokens, GEMV, mma; moe_forward bit-exact in safe mode).
+#   Grouped:chained = Grouped+PDL to 0.01 us, as expected.  As moe_forward launches them, k = 4 TOTAL (gate/up fused +
+#   down): 32 tokens 17.27 -> 16.02 us (8 experts, 1.09x fp16), 20.55 -> 19.73 (10, 1.08x); 64 tokens 19.85 -> 18.10
+#   (1.02x), 23.48 -> 22.59 (10 experts: 0.96x, still short); 16 tokens unchanged (the decode path).  Layer step T = 2048
+#   (all 512 experts, ~40 tokens each: several-wave grids, where the early order helps only the first wave): kbit steps
+#   872.6 vs 873.8 us (equal), T = 1 equal.
+# STEP=wg64: what holds 10 experts x 64 tokens (down 8.48 vs bmm 8.10 us; gate/up fused 14.12 vs 13.68) while 8 experts
+#   pass: down's 10 x 16 column strips (160 CTAs at TOK 64) overflow the 132 SMs where 8 experts' 128 fit.  The plans,
+#   then the grouped wgmma in the chained mode over token tiles and split counts.
+# Expect: a split count or token tile that spreads 10 experts' down evenly (e.g. 2 splits, 320 CTAs at two an SM) within
+#   a few % of the plan, or the plan stays best (the moe_sweep48 finding at 12 / 16 tokens).
+if [ "$STEP" = wg64 ]; then
+  python3 - <<'PY' 2>&1 | tee "$W/plans_wg64.log"
+from kbitcupy import wgmma as WG
+for E in (8, 10):
+    for M in (32, 64):
+        for s, (N, K) in (("gu_fused", (1024, 2048)), ("dn", (2048, 512))):
+            print(E, M, s, WG.grouped_plan(N, K, 4, "float16", 0, E, M, cbd=True))
+PY
+  MS=32,64 ES=8,10 KS=4 MOE_GEMV=0 MOE_MMA=0 CUT=230 \
+    MOE_WG="plan:+chained=1;t32:+tok=32 +chained=1;t128:+tok=128 +chained=1;ks1:+ks=1 +chained=1;ks2:+ks=2 +chained=1;ks3:+ks=3 +chained=1;ks4:+ks=4 +chained=1;cl0:+cluster=0 +chained=1" \
+    moe_ab_twice wg64 200
+  finish_run run50
+fi
