@@ -51,3 +51,24 @@ PY
     moe_ab_twice wg64 200
   finish_run run50
 fi
+# Result (wg64, H200, two passes, `nvidia-h200_2026-11-28_moe_wg64_{1,2}.log`, plans in `..._plans_wg64.log`): the plan is
+#   the fastest form or within noise in every cell (10 x 64 TOTAL plan 22.43 / 22.47 us, cluster=0 22.42 / 22.43; every
+#   other token tile / split count 22-80 % slower; down 10 x 64 8.40 vs fp16 bmm 8.09).  What holds 10 experts x 64
+#   tokens is the K-tile rate of the plan's own form, not its shape.
+# STEP=pf: moe_forward's decode pair (gate/up with the gather fused, then down with SwiGLU fused) runs down's 4-5 MB of
+#   weights from DRAM after gate/up's grid completes.  New: the gate/up blocks L2-prefetch the down bank's weights of
+#   their slots' experts (a share of each expert's lines a block; gemv.MOE_NEXT_PF / KBITCUPY_MOE_PF: 1 = right after the
+#   ids are read, 2 = after the block's last pass; moe_forward passes prefetch=bank_down).  Prefetches are hints:
+#   results bit-identical.  The kernel's parameters changed for every grouped GEMV instantiation (ptxas: 1-8 registers
+#   fewer, no spills), so the per-projection table is re-measured against the tree before this session (ab_prev/tree).
+# Expect: pair (moe_pair.py) mode 2 -0.5..-1.2 us at 1..4 tokens (down reads L2, ~1 us of DRAM latency and 4 MB of its
+#   stream off the path), mode 1 less or slower (the prefetches ahead of gate/up's own first loads); bit-exact; the
+#   per-projection rows (mode 0 by default) within +-2 % of the old tree.
+if [ "$STEP" = pf ]; then
+  gpu_tests "$W/gpu_tests_pf50.log" 400 tests/test_grouped_gpu.py tests/test_pdl_gpu.py -k "next_prefetch or two_tile or moe_forward"
+  grep -E "^E  |FAILED" "$W/gpu_tests_pf50.log" | head
+  sanitize memcheck "$W/memcheck_slices50.log" 200 profiling/sanitize_slices.py
+  MS=1,4,8,16 ES=8,10 MODES=0,1,2 timeout 240 python3 profiling/moe_pair.py --out "$W" 2>&1 | tee "$W/moe_pair50.log" | grep -v "^ "
+  AB_TIMEOUT=150 ab_trees moeab50 "" --shapes moe --k 4 --moe-M 1,4,16 --experts 8,10 --columns Grouped,Grouped:stable --reps 15
+  finish_run run50
+fi
