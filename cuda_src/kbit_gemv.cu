@@ -696,7 +696,9 @@ __device__ __forceinline__ long grouped_a_off(int c0, int Kdim) {
 // moe_forward's decode gate/up (kbitcupy.grouped.grouped_gemv_fused's prefetch): the next matmul's weights of the slot's
 // expert -- the down bank's packed words and absmax of expert e, pf_wpe words and pf_ape bytes apart -- requested into
 // L2, a share of the expert's lines a block (block x of the slot's gridDim.x), so the down kernel right after reads them
-// from L2.  Prefetches are hints (prefetch_l2): safe whatever wrote those weights.
+// from L2.  Prefetches are hints (prefetch_l2): safe whatever wrote those weights.  Only the row-gather instantiations
+// (AMODE 1: moe_forward's gate/up) look at it: the others' code stays as it was (a runtime test of the mode in every
+// grouped kernel had moved ptxas's schedule: down +3..8 %, H200 run50.sh pf).
 struct NextPf {
     const u32* packed;
     const u8* absmax;
@@ -748,7 +750,7 @@ __device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const
             if (threadIdx.x == 0 && threadIdx.y == 0) KTR(48, probe_gtime());
 #endif
             if (!grouped_slot(expert_ids, offsets, slot, E, rows, max_tokens, err, rep, false, e, r0, r1)) return false;
-            if (pf.mode == 1 && r1 > r0) prefetch_next_expert<SL>(pf, e);
+            if (AMODE == 1 && pf.mode == 1 && r1 > r0) prefetch_next_expert<SL>(pf, e);
             c0 = r0;
         }
         ok = c0 < r1;  // (a slot with no rows: nothing; it has waited)
@@ -771,7 +773,7 @@ __device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const
         if (!ok) return;
         c0 += chunk;
         if (c0 >= r1) {  // (block-uniform)
-            if (pf.mode == 2) prefetch_next_expert<SL>(pf, e);
+            if (AMODE == 1 && pf.mode == 2) prefetch_next_expert<SL>(pf, e);
             return;
         }
         __syncthreads();
@@ -828,7 +830,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // A block with no rows still waits: were every block to exit unwaited, the next grid (which
     // reads weights before its wait with pdl 1 / 2) could start while the one before us runs.
     if (early_ids && r1 == r0) griddep_wait();
-    if (pf.mode == 1 && r1 > r0) prefetch_next_expert<SL>(pf, e);
+    if (AMODE == 1 && pf.mode == 1 && r1 > r0) prefetch_next_expert<SL>(pf, e);
     const bool safe_early = pdl == KBIT_GROUPED_SAFE_EARLY;
     // AMODE 1 (the row gather fused in): sorted row r is A's row a_rows[r]; AMODE 2: A's rows
     // are [gate | up] (2 Kdim) and the kernel multiplies silu(gate) * up (kbitcupy/moe.py)
@@ -845,7 +847,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
             safe_early && c0 == r0, lut_ready, safe_early ? tscale + e : nullptr, KBIT_GROUPED_PF_STEPS);
         __syncthreads();
     }
-    if (pf.mode == 2 && r1 > r0) prefetch_next_expert<SL>(pf, e);
+    if (AMODE == 1 && pf.mode == 2 && r1 > r0) prefetch_next_expert<SL>(pf, e);
 }
 
 #define KBIT_GROUPED_ARGS                                                                                           \

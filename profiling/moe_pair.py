@@ -15,6 +15,7 @@ import cupy as cp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from kbitcupy import bench as B  # noqa: E402
+from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy.grouped import grouped_gemv_fused  # noqa: E402
 from kbitcupy.moe import _gemv_runs  # noqa: E402
 
@@ -53,7 +54,8 @@ def main():
                 ids = [cp.asarray(np.asarray(B.moe_launch_experts(r, E, NB), np.int32)) for r in range(n)]
 
                 def pair(i, mode, gu=bgu, dn=bdn):
-                    grouped_gemv_fused(x, gu, i, offs, P, M, a_rows=rows, out=h, prefetch=dn, prefetch_mode=mode)
+                    G.MOE_NEXT_PF = mode  # (read when the launch's arguments are built)
+                    grouped_gemv_fused(x, gu, i, offs, P, M, a_rows=rows, out=h, prefetch=dn)
                     grouped_gemv_fused(h, dn, i, offs, P, M, a_silu=True, out=y, ids_stable=True)
 
                 cell = dict(k=k, E=E, M=M, launches=n, us={})

@@ -72,3 +72,27 @@ if [ "$STEP" = pf ]; then
   AB_TIMEOUT=150 ab_trees moeab50 "" --shapes moe --k 4 --moe-M 1,4,16 --experts 8,10 --columns Grouped,Grouped:stable --reps 15
   finish_run run50
 fi
+# Result (pf, H200, git 7979b3a): 41 GPU tests passed (prefetch modes bit-identical, moe_forward, two-tile), memcheck over
+#   sanitize_slices.py 0 errors (25 checks).  moe_pair.py failed (it passed a keyword grouped_gemv_fused does not take).
+#   The per-projection table against the old tree (`moeab50-{new,old}`): new slower -- down 1 token 4.27 -> 4.40 us,
+#   stable 3.88 -> 4.05, 16 tokens stable 5.34 -> 5.76; TOTAL as moe_forward 1 token 10.16 -> 10.45 (+3 %).  The mode's
+#   runtime test sat in every grouped GEMV instantiation and moved ptxas's schedule (registers 122 -> 117 ...).  Fixed:
+#   only the row-gather instantiations (AMODE 1, moe_forward's gate/up) look at the prefetch; the others' SASS is now
+#   identical to the old tree's but for label and helper names (nvcc 13 SASS of sl / slw / group-loop at AMODE 0 / 2).
+# STEP=pf2: the same checks on the fixed source, the pair (moe_pair.py, modes 0 / 1 / 2 alternated twice), and the layer
+#   step T = 1 / 2 / 8 of this tree at KBITCUPY_MOE_PF = 0 / 1 / 2 against the old tree.
+# Expect: pair mode 2 -0.5..-1.2 us at 1..4 tokens; layer T = 1 (10 experts x 1 token) the same gain; PF = 0 equal to old.
+if [ "$STEP" = pf2 ]; then
+  gpu_tests "$W/gpu_tests_pf50b.log" 300 tests/test_grouped_gpu.py -k "next_prefetch or two_tile"
+  grep -E "^E  |FAILED" "$W/gpu_tests_pf50b.log" | head
+  sanitize memcheck "$W/memcheck_slices50b.log" 200 profiling/sanitize_slices.py
+  MS=1,4,8,16 ES=8,10 MODES=0,1,2 timeout 240 python3 profiling/moe_pair.py --out "$W" 2>&1 | tee "$W/moe_pair50.log" | grep -v "^ "
+  for pf in 0 1 2; do
+    KBITCUPY_MOE_PF=$pf WARM="" AB_TIMEOUT=120 tree_bench "$(pwd)" "pf$pf" "$W" layer50b --shapes none --moe-layer --k 4 \
+      --layer-T 1,2,8 --reps 15
+    echo "== pf$pf"; grep -E "^\| [0-9]+ \| 4 " "$W/layer50b_pf$pf.log"
+  done
+  WARM="" AB_TIMEOUT=120 tree_bench "$(pwd)/ab_prev/tree" old "$W" layer50b --shapes none --moe-layer --k 4 --layer-T 1,2,8 --reps 15
+  echo "== old"; grep -E "^\| [0-9]+ \| 4 " "$W/layer50b_old.log"
+  finish_run run50
+fi
