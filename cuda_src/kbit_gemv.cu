@@ -693,27 +693,6 @@ template <int AMODE>
 __device__ __forceinline__ long grouped_a_off(int c0, int Kdim) {
     return AMODE == 1 ? 0L : (long)c0 * (AMODE == 2 ? 2 * Kdim : Kdim);
 }
-// moe_forward's decode gate/up (kbitcupy.grouped.grouped_gemv_fused's prefetch): the next matmul's weights of the slot's
-// expert -- the down bank's packed words and absmax of expert e, pf_wpe words and pf_ape bytes apart -- requested into
-// L2, a share of the expert's lines a block (block x of the slot's gridDim.x), so the down kernel right after reads them
-// from L2.  Prefetches are hints (prefetch_l2): safe whatever wrote those weights.  Only the row-gather instantiations
-// (AMODE 1: moe_forward's gate/up) look at it: the others' code stays as it was (a runtime test of the mode in every
-// grouped kernel had moved ptxas's schedule: down +3..8 %, H200 run50.sh pf).
-struct NextPf {
-    const u32* packed;
-    const u8* absmax;
-    long long wpe, ape;
-    int mode;  // 0: none, 1: right after the slot's ids are read, 2: after the block's last pass
-};
-template <bool SL>
-__device__ __forceinline__ void prefetch_next_expert(const NextPf& pf, int e) {
-    const char* w = reinterpret_cast<const char*>(pf.packed + e * pf.wpe);
-    const char* a = reinterpret_cast<const char*>(pf.absmax + e * pf.ape);
-    const long wl = (pf.wpe * 4 + 127) >> 7, total = wl + ((pf.ape + 127) >> 7);  // 128-byte lines
-    const long per = (total + gridDim.x - 1) / gridDim.x, l1 = min(total, (long)(blockIdx.x + 1) * per);
-    for (long l = (long)blockIdx.x * per + block_tid<SL>(); l < l1; l += block_threads<SL>())
-        prefetch_l2(l < wl ? w + (l << 7) : a + ((l - wl) << 7));
-}
 // The grouped kernels' default-codebook pair table before their wait (CBD: no global load), then a barrier: its
 // level scratch is where A is staged later.
 template <int K, typename T, bool SL, bool Q>
@@ -736,8 +715,7 @@ __device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const
                                                   const float* __restrict__ tscale, const int* __restrict__ expert_ids,
                                                   const int* __restrict__ offsets, T* __restrict__ C, int N, int Kdim,
                                                   int E, int rows, long long wpe, long long ape, int max_tokens,
-                                                  int* __restrict__ err, const int* __restrict__ a_rows, int a_nrows,
-                                                  const NextPf& pf) {
+                                                  int* __restrict__ err, const int* __restrict__ a_rows, int a_nrows) {
     const int slot = blockIdx.y, chunk = grouped_chunk<MT>(max_tokens);  // rows per pass
     const bool rep = grouped_reporter<SL>();
     int e = 0, r0 = 0, r1 = 0, c0 = 0;
@@ -750,7 +728,6 @@ __device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const
             if (threadIdx.x == 0 && threadIdx.y == 0) KTR(48, probe_gtime());
 #endif
             if (!grouped_slot(expert_ids, offsets, slot, E, rows, max_tokens, err, rep, false, e, r0, r1)) return false;
-            if (AMODE == 1 && pf.mode == 1 && r1 > r0) prefetch_next_expert<SL>(pf, e);
             c0 = r0;
         }
         ok = c0 < r1;  // (a slot with no rows: nothing; it has waited)
@@ -772,10 +749,7 @@ __device__ __forceinline__ void grouped_gemv_late(const T* __restrict__ A, const
             AMODE == 1 ? a_rows : nullptr, a_nrows, false, CBD, nullptr, 1, LateBind<decltype(bind)>{bind});
         if (!ok) return;
         c0 += chunk;
-        if (c0 >= r1) {  // (block-uniform)
-            if (AMODE == 1 && pf.mode == 2) prefetch_next_expert<SL>(pf, e);
-            return;
-        }
+        if (c0 >= r1) return;  // (block-uniform)
         __syncthreads();
     }
 }
@@ -788,7 +762,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
                                                   const int* __restrict__ offsets, T* __restrict__ C, int N, int Kdim,
                                                   int E, int rows, long long wpe, long long ape, int max_tokens,
                                                   int* __restrict__ err, int pdl, const int* __restrict__ a_rows,
-                                                  int a_nrows, const NextPf& pf) {
+                                                  int a_nrows) {
     // pdl (launched as a programmatic dependent): 1 = ids and offsets may come from the
     // previous grid (device routing), so wait for it before anything (only the launch
     // overlaps); 2 = the caller guarantees they do not (kbitcupy.grouped ids_stable): the
@@ -810,7 +784,7 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     if constexpr (LB) {  // the wait-first launch's instantiation: only that (one inline of gemv_block)
         if (CBD) grouped_early_lut<K, T, SL, Q>();
         grouped_gemv_late<K, T, MT, AMODE, SL, CBD, Q>(A, packed, absmax, codebook, tscale, expert_ids, offsets, C, N, Kdim,
-                                                    E, rows, wpe, ape, max_tokens, err, a_rows, a_nrows, pf);
+                                                    E, rows, wpe, ape, max_tokens, err, a_rows, a_nrows);
         return;
     }
 #ifdef KBIT_GROUPED_SAFE_EARLY_WAITFIRST  // experiment hook (run35.sh swf): the safe early mode waiting at entry
@@ -830,7 +804,6 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     // A block with no rows still waits: were every block to exit unwaited, the next grid (which
     // reads weights before its wait with pdl 1 / 2) could start while the one before us runs.
     if (early_ids && r1 == r0) griddep_wait();
-    if (AMODE == 1 && pf.mode == 1 && r1 > r0) prefetch_next_expert<SL>(pf, e);
     const bool safe_early = pdl == KBIT_GROUPED_SAFE_EARLY;
     // AMODE 1 (the row gather fused in): sorted row r is A's row a_rows[r]; AMODE 2: A's rows
     // are [gate | up] (2 Kdim) and the kernel multiplies silu(gate) * up (kbitcupy/moe.py)
@@ -847,17 +820,15 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
             safe_early && c0 == r0, lut_ready, safe_early ? tscale + e : nullptr, KBIT_GROUPED_PF_STEPS);
         __syncthreads();
     }
-    if (AMODE == 1 && pf.mode == 2 && r1 > r0) prefetch_next_expert<SL>(pf, e);
 }
 
 #define KBIT_GROUPED_ARGS                                                                                           \
     const T *__restrict__ A, const u32 *__restrict__ packed, const u8 *__restrict__ absmax,                         \
         const float *__restrict__ codebook, const float *__restrict__ tscale, const int *__restrict__ expert_ids,  \
         const int *__restrict__ offsets, T *__restrict__ C, int N, int Kdim, int E, int rows, long long wpe,       \
-        long long ape, int max_tokens, int *__restrict__ err, int pdl, const int *__restrict__ a_rows, int a_nrows, \
-        const u32 *__restrict__ pf_packed, const u8 *__restrict__ pf_absmax, long long pf_wpe, long long pf_ape, int pf_mode
+        long long ape, int max_tokens, int *__restrict__ err, int pdl, const int *__restrict__ a_rows, int a_nrows
 #define KBIT_GROUPED_PASS A, packed, absmax, codebook, tscale, expert_ids, offsets, C, N, Kdim, E, rows, wpe, ape, \
-                          max_tokens, err, pdl, a_rows, a_nrows, NextPf{pf_packed, pf_absmax, pf_wpe, pf_ape, pf_mode}
+                          max_tokens, err, pdl, a_rows, a_nrows
 // CBD: the default codebook compiled in (as kbit_gemv's; the bank's default_codebook).  LB: the instantiation
 // for the wait-first launch (grouped_gemv_late whatever pdl says: it waits first, which is correct in every
 // mode; the host runs it for pdl 1 only).

@@ -582,26 +582,15 @@ def resident_blocks(fn, threads: int, smem: int, device_id: int) -> int:
     return max(1, occupancy(fn, threads, smem)) * _sm_count(device_id)
 
 
-# moe_forward's decode gate/up prefetching the down bank's weights of its experts into L2 (grouped_gemv's prefetch;
-# cuda_src/kbit_gemv.cu NextPf): 0 off, 1 right after a block reads its slot's ids, 2 after its last pass.
-# KBITCUPY_MOE_PF overrides (an A/B hook, read at import).
-MOE_NEXT_PF = int(os.environ.get("KBITCUPY_MOE_PF", "0"))
-
-
-_NO_PF = (np.uint64(0), np.uint64(0), np.int64(0), np.int64(0), np.int32(0))
-
-
 def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=None, kernel=None,
-                 ids_stable: bool = False, a_rows=None, a_silu: bool = False, prefetch=None, prefetch_mode=None):
+                 ids_stable: bool = False, a_rows=None, a_silu: bool = False):
     """C_sorted = per-slot A_sorted @ W_e^T with the GEMV machinery (tokens per expert <=
     16 planned; more are computed in chunks and flag err bit 4).  Validated CuPy arrays;
     no allocation, no sync.  plan_override: grouped_plan keywords (tuple of pairs);
     kernel: f(key) -> RawKernel replacing GEMV.function (profiling/moe_ab.py).  ids_stable:
     see kbitcupy.grouped.grouped_matmul (PDL only).  Fused MoE steps (kbitcupy.moe):
     a_rows (int32 [out rows]): sorted row r is A[a_rows[r]] (the row gather); a_silu: A is
-    [rows, 2K] = [gate | up] and the rows multiplied are silu(gate) * up.  prefetch: the bank of the matmul that
-    follows on the same slots (moe_forward's down after gate/up): each block L2-prefetches a share of its slot's
-    expert there (hints only), at prefetch_mode (None: MOE_NEXT_PF; 0 none)."""
+    [rows, 2K] = [gate | up] and the rows multiplied are silu(gate) * up."""
     N, K = bank.shape
     n_slots = int(ids.size)
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
@@ -640,9 +629,6 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
     tail = (np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(rows),
             np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert), np.int32(max_tokens), err,
             np.int32(pdl), np.uint64(0) if a_rows is None else a_rows, np.int32(A.shape[0]))
-    pf_mode = (MOE_NEXT_PF if prefetch_mode is None else int(prefetch_mode)) if prefetch is not None else 0
-    tail += ((prefetch.packed, prefetch.absmax, np.int64(prefetch.words_per_expert), np.int64(prefetch.absmax_per_expert),
-              np.int32(pf_mode)) if pf_mode else _NO_PF)
     for s0 in range(0, n_slots, 65535):  # grid.y limit
         ns = min(65535, n_slots - s0)
         # (a CuPy slice costs microseconds of host time: only where the grid needs it)

@@ -762,15 +762,14 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, 
 
 
 def grouped_gemv_fused(A, bank, ids, offs, rows: int, max_tokens: int, *, a_rows=None, a_silu: bool = False,
-                       out=None, ids_stable: bool = False, prefetch=None):
+                       out=None, ids_stable: bool = False):
     """The grouped GEMV with a MoE step fused into its A staging (kbitcupy.moe.moe_forward):
     a_rows (device int32 [rows]): output row r multiplies A[a_rows[r]] (the row gather; A
     is the unsorted [T, K] input, a row index outside [0, T) reads as zeros); a_silu: A is
     [rows, 2K] = [gate | up] and the row multiplied is silu(gate) * up, rounded to A's
     dtype once (as silu_mul).  Device ids / offsets as for grouped_matmul (guarded on the
-    device); PDL and ids_stable as for grouped_matmul.  prefetch: the bank of the matmul that follows on the
-    same slots (moe_forward: down after gate/up), whose experts' weights the kernel L2-prefetches
-    (gemv.grouped_gemv).  Returns out (a new [rows, N] array if None); no sync."""
+    device); PDL and ids_stable as for grouped_matmul.  Returns out (a new [rows, N] array if
+    None); no sync."""
     import cupy as cp
 
     N, K = bank.shape
@@ -784,11 +783,9 @@ def grouped_gemv_fused(A, bank, ids, offs, rows: int, max_tokens: int, *, a_rows
         out = cp.empty((rows, N), dtype=A.dtype)
     elif out.shape != (rows, N) or out.dtype != A.dtype or not out.flags.c_contiguous:
         raise ValueError(f"out must be a contiguous [{rows}, {N}] array of A's dtype")
-    if prefetch is not None and (not isinstance(prefetch, KbitExpertBank) or prefetch.num_experts < bank.num_experts):
-        raise ValueError("prefetch must be a KbitExpertBank with at least as many experts as bank (the same ids index it)")
     if rows and ids.size:
         grouped_gemv(A, bank, ids, offs, out, max_tokens, _err_buffer(), ids_stable=ids_stable, a_rows=a_rows,
-                     a_silu=a_silu, prefetch=prefetch)
+                     a_silu=a_silu)
     return out
 
 

@@ -437,7 +437,7 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
             # before its PDL wait (ids_stable=False); down follows gate/up, which does not
             # write them.
             ids, offs, P = routing.expert_ids, routing.offsets, int(routing.sorted_token.size)
-            h = grouped_gemv_fused(x_, gate_banks[0], ids, offs, P, mt, a_rows=routing.sorted_token, prefetch=bank_down)
+            h = grouped_gemv_fused(x_, gate_banks[0], ids, offs, P, mt, a_rows=routing.sorted_token)
             y = grouped_gemv_fused(h, bank_down, ids, offs, P, mt, a_silu=True, ids_stable=True)
             return from_backend(moe_combine(y, routing, w_), kd)
         # chained (implies ids_stable): the kernel right before each grouped call is this package's

@@ -1,10 +1,18 @@
-"""moe_forward's decode pair timed as it runs: the grouped GEMV gate/up (row gather fused in, right after the routing)
-then the grouped GEMV down (SwiGLU fused in, ids_stable) on the same slots, E experts x M tokens each, k = 4, one
-graph of back-to-back pairs over the cold-L2 expert rotation of profiling/bench.py's MoE table.  Columns: the gate/up
-kernel's prefetch of the down weights (kbitcupy.gemv.MOE_NEXT_PF modes 0 / 1 / 2), alternated twice in one process.
-Env: MS (default 1,4,8,16), ES (8,10), MODES (0,1,2), KS (4), REPS (15).
-usage (GPU machine): python3 profiling/moe_pair.py [--out DIR]"""
+"""moe_forward's expert MLP timed as it runs, against the same in fp16: E active experts x M tokens each (k = 4), the
+bench's cold-L2 expert rotation (profiling/bench.py MoE table), one CUDA graph of back-to-back steps.
+
+- kbit: moe_forward's kernels for the given routing, without the routing and the weighted combine.  At decode sizes
+  (kbitcupy.moe._gemv_runs) two launches: the grouped GEMV gate/up with the row gather fused in, right after the
+  routing (waits first), then down with SwiGLU fused in (ids_stable).  Above them four: gather_rows, grouped_matmul
+  gate/up (chained), silu_mul, grouped_matmul down (chained).
+- fp16: torch.bmm gate/up on the contiguous slice of the fp16 bank (no gather: the best case), silu(gate) * up, bmm
+  down (4 kernels).
+The bench's "TOTAL as moe_forward launches them" line sums per-projection columns each timed in a graph of its own
+launches; this times the pair as one chain (the gate/up -> down and down -> next gate/up transitions, the gather).
+Env: MS (default 1,4,8,16,32,64), ES (8,10), REPS (15).
+usage (GPU machine): python3 profiling/moe_pair.py [--out DIR] [--tag TAG]"""
 import argparse
+import datetime
 import functools
 import json
 import os
@@ -15,69 +23,110 @@ import cupy as cp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from kbitcupy import bench as B  # noqa: E402
-from kbitcupy import gemv as G  # noqa: E402
-from kbitcupy.grouped import grouped_gemv_fused  # noqa: E402
-from kbitcupy.moe import _gemv_runs  # noqa: E402
+from kbitcupy.grouped import grouped_gemv_fused, grouped_matmul  # noqa: E402
+from kbitcupy.moe import MoeRouting, _gemv_runs, gather_rows, silu_mul  # noqa: E402
+from kbitcupy.quantize import dequantize  # noqa: E402
+
+
+def kbit_step(x, bgu, bdn, rt, bufs, I, decode):
+    """moe_forward's matmul steps for routing rt (kernels as moe_forward launches them)."""
+    A, h, act, y = bufs
+    ids, offs, mt = rt.expert_ids, rt.offsets, rt.max_tokens
+    if decode:
+        P = int(rt.sorted_token.size)
+        grouped_gemv_fused(x, bgu, ids, offs, P, mt, a_rows=rt.sorted_token, out=h)
+        grouped_gemv_fused(h, bdn, ids, offs, P, mt, a_silu=True, out=y, ids_stable=True)
+        return y
+    gather_rows(x, rt, out=A)
+    grouped_matmul(A, bgu, ids, offs, mt, out=h, method="kernel", chained=True)
+    silu_mul(h[:, :I], h[:, I:], out=act)
+    grouped_matmul(act, bdn, ids, offs, mt, out=y, method="kernel", chained=True)
+    return y
+
+
+def fp16_step(torch, F, A, Wgu, Wdn, s, E, I, h, y):
+    torch.bmm(A, Wgu[s:s + E].transpose(1, 2), out=h)
+    a = F.silu(h[:, :, :I]) * h[:, :, I:]
+    torch.bmm(a, Wdn[s:s + E].transpose(1, 2), out=y)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--tag", default="moe-pair")
     args = ap.parse_args()
+    import torch
+    import torch.nn.functional as F
+
     env = lambda n, d: [int(v) for v in os.environ.get(n, d).split(",")]  # noqa: E731
-    Ms, Es, modes, ks = env("MS", "1,4,8,16"), env("ES", "8,10"), env("MODES", "0,1,2"), env("KS", "4")
-    reps = int(os.environ.get("REPS", "15"))
+    Ms, Es = env("MS", "1,4,8,16,32,64"), env("ES", "8,10")
+    reps, k = int(os.environ.get("REPS", "15")), 4
     H, I, NB = B.MOE_HIDDEN, B.MOE_INTER, B.MOE_BANK
-    dev = cp.cuda.runtime.getDeviceProperties(0)
-    l2 = dev["l2CacheSize"]
-    res = []
-    for k in ks:
-        W = B.make_fp16_bank(NB, 2 * I, H, 1)
-        bgu = B.make_kbit_bank(W, k)
-        del W
-        W = B.make_fp16_bank(NB, H, I, 2)
-        bdn = B.make_kbit_bank(W, k)
-        del W
-        B._free_pool()
-        per = B.kbit_expert_bytes(2 * I, H, k) + B.kbit_expert_bytes(H, I, k)
-        for E in Es:
-            for M in Ms:
-                P = E * M
-                x = B._rand((P, H), "fp16")
-                rows = cp.arange(P, dtype=cp.int32)
-                offs = cp.arange(0, (E + 1) * M, M, dtype=cp.int32)
-                h, y = B._empty((P, 2 * I), "fp16"), B._empty((P, H), "fp16")
-                if not _gemv_runs(x, bgu, bdn, M, E):
-                    print(f"k={k} E={E} M={M}: not moe_forward's decode path, skipped", file=sys.stderr)
-                    continue
-                n = B.moe_launches(E * per, l2)
-                ids = [cp.asarray(np.asarray(B.moe_launch_experts(r, E, NB), np.int32)) for r in range(n)]
-
-                def pair(i, mode, gu=bgu, dn=bdn):
-                    G.MOE_NEXT_PF = mode  # (read when the launch's arguments are built)
-                    grouped_gemv_fused(x, gu, i, offs, P, M, a_rows=rows, out=h, prefetch=dn)
-                    grouped_gemv_fused(h, dn, i, offs, P, M, a_silu=True, out=y, ids_stable=True)
-
-                cell = dict(k=k, E=E, M=M, launches=n, us={})
-                ref = None
-                for rnd in range(2):
-                    for mode in modes:
-                        us = B.summarize(B.time_graph_cupy([functools.partial(pair, i, mode) for i in ids], reps))["us"]
-                        cell["us"].setdefault(str(mode), []).append(round(us, 3))
-                        pair(ids[0], mode)
-                        got = y.get()
-                        if ref is None:
-                            ref = got
-                        cell.setdefault("bit_exact", True)
-                        cell["bit_exact"] &= bool(np.array_equal(got.view(np.uint16), ref.view(np.uint16)))
-                res.append(cell)
-                print(f"k={k} E={E:>2} M={M:>2}: " + "  ".join(f"pf{m} {' / '.join(f'{u:.2f}' for u in cell['us'][str(m)])}"
-                                                          for m in modes) + f"  bit-exact {cell['bit_exact']}", flush=True)
-        del bgu, bdn
-        B._free_pool()
+    name, l2, sms = B._device_info()
+    Wgu = B.make_fp16_bank(NB, 2 * I, H, 1)
+    Wdn = B.make_fp16_bank(NB, H, I, 2)
+    bgu, bdn = B.make_kbit_bank(Wgu, k), B.make_kbit_bank(Wdn, k)
+    Tgu, Tdn = torch.from_dlpack(Wgu), torch.from_dlpack(Wdn)  # zero-copy views of the same fp16 banks
+    per_k = B.kbit_expert_bytes(2 * I, H, k) + B.kbit_expert_bytes(H, I, k)
+    per_16 = 2 * (2 * I * H + H * I)
+    cells = []
+    for E in Es:
+        for M in Ms:
+            P = E * M
+            x = B._rand((P, H), "fp16")
+            ar = cp.arange(P, dtype=cp.int32)
+            offs = cp.arange(0, (E + 1) * M, M, dtype=cp.int32)
+            decode = bool(_gemv_runs(x, bgu, bdn, M, E))
+            bufs = (B._empty((P, H), "fp16"), B._empty((P, 2 * I), "fp16"), B._empty((P, I), "fp16"),
+                    B._empty((P, H), "fp16"))
+            n = B.moe_launches(E * per_k, l2)
+            rts = [MoeRouting(ar, ar, cp.asarray(np.asarray(B.moe_launch_experts(r, E, NB), np.int32)), offs, P, 1, NB, M)
+                   for r in range(n)]
+            us = B.summarize(B.time_graph_cupy([functools.partial(kbit_step, x, bgu, bdn, rt, bufs, I, decode)
+                                                for rt in rts], reps))["us"]
+            # check launch 0 against the fp16 path on the dequantized experts (float32 oracle)
+            y = kbit_step(x, bgu, bdn, rts[0], bufs, I, decode).astype(cp.float32)
+            xs = x.astype(cp.float32).reshape(E, M, H)
+            e0 = B.moe_launch_experts(0, E, NB)
+            ref = []
+            for i, e in enumerate(e0):
+                g = xs[i] @ dequantize(bgu.expert(e), np.float32).T
+                a = (g[:, :I] / (1 + cp.exp(-g[:, :I]))) * g[:, I:]
+                ref.append(a @ dequantize(bdn.expert(e), np.float32).T)
+            ref = cp.concatenate(ref)
+            err = float(cp.abs(y - ref).max() / cp.abs(ref).max())
+            n16 = B.moe_launches(E * per_16, l2)
+            At = torch.from_dlpack(x).reshape(E, M, H)
+            h16 = torch.empty((E, M, 2 * I), device=At.device, dtype=At.dtype)
+            y16 = torch.empty((E, M, H), device=At.device, dtype=At.dtype)
+            us16 = B.summarize(B.time_graph_torch([functools.partial(fp16_step, torch, F, At, Tgu, Tdn,
+                                                                     B.moe_bmm_start(r, E, NB), E, I, h16, y16)
+                                                   for r in range(n16)], reps))["us"]
+            cell = dict(E=E, M=M, path="decode (2 kernels)" if decode else "gather / silu_mul (4 kernels)",
+                        kbit_us=round(us, 3), fp16_us=round(us16, 3), vs_fp16=round(us16 / us, 3), max_rel_err=err,
+                        check_ok=err < 2e-2, launches=n, launches_fp16=n16)
+            cells.append(cell)
+            print(f"E={E:>2} M={M:>2} {cell['path']:>30}: kbit {us:7.2f} us  fp16 {us16:7.2f} us  "
+                  f"{us16 / us:5.2f}x  err {err:.1e}", flush=True)
+            del x, bufs, rts, At, h16, y16
+    rev = B._git_describe()
+    head = [f"# moe_forward's expert MLP as it runs (gate/up, SwiGLU, down), k = 4: {name}, "
+            f"{datetime.date.today().isoformat()}", "",
+            f"- Command: `MS={','.join(map(str, Ms))} ES={','.join(map(str, Es))} python profiling/moe_pair.py "
+            f"--tag {args.tag}`", f"- git: {rev}", f"- launch: {B._versions()['launch']}",
+            "- " + __doc__.split("\n\n")[0].replace("\n", " "), "- " + __doc__.split("\n\n")[1].split("Env:")[0]
+            .replace("\n", " ").strip(), ""]
+    rows = [[str(c["E"]), str(c["M"]), c["path"], B.fmt_us(c["kbit_us"]), B.fmt_us(c["fp16_us"]),
+             B.fmt_x(c["vs_fp16"]), f"{c['max_rel_err']:.1e}" + ("" if c["check_ok"] else " !")] for c in cells]
+    md = "\n".join(head) + B.md_table(["E", "M", "kbit path", "kbit (us)", "fp16 bmm (us)", "vs fp16", "max rel err"],
+                                      rows) + "\n"
+    print(md)
     if args.out:
-        with open(os.path.join(args.out, "moe_pair.json"), "w") as fh:
-            json.dump(dict(device=dev["name"].decode(), cells=res), fh, indent=1)
+        base = os.path.join(args.out, f"{B.slug(name)}_{datetime.date.today().isoformat()}_{args.tag}")
+        with open(base + ".md", "w") as fh:
+            fh.write(md)
+        with open(base + ".json", "w") as fh:
+            json.dump(dict(device=name, git=rev, cells=cells), fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -71,27 +71,5 @@ for kq in (2, 3, 4):
     counts[3], counts[5] = 0, 20
     check_grouped(kq, counts, rng.integers(0, 5, size=60).astype(np.int32), 16, (None, (("gpb", 4), ("warps", 2))),
                   "two-tile slices")
-# moe_forward's decode gate/up L2-prefetching the down bank's experts (gemv.MOE_NEXT_PF 1 / 2): the routed experts
-# include the bank's last (its lines end the allocations); results against the reference
-import kbitcupy.gemv as G  # noqa: E402
-from kbitcupy.moe import moe_forward, moe_forward_reference  # noqa: E402
-
-Eb, H_, I_ = 6, 512, 256
-bgu = quantize_experts(cp.asarray(rng.standard_normal((Eb, 2 * I_, H_), dtype=np.float32) * 0.05), 4)
-bdn = quantize_experts(cp.asarray(rng.standard_normal((Eb, H_, I_), dtype=np.float32) * 0.05), 4)
-for mode in (1, 2):
-    G.MOE_NEXT_PF = mode
-    for T in (1, 3):
-        ids_h = np.array([[Eb - 1, (t + 1) % (Eb - 1)] for t in range(T)], np.int32)
-        x = cp.asarray(rng.standard_normal((T, H_), dtype=np.float32)).astype(cp.float16)
-        w = cp.asarray(rng.random((T, 2)).astype(np.float32))
-        got = moe_forward(x, bgu, bdn, cp.asarray(ids_h), w).get().astype(np.float64)
-        ref = moe_forward_reference(x.get(), bgu, bdn, ids_h, w.get(), round=True)
-        err = float(np.abs(got - ref).max() / np.abs(ref).max())
-        n += 1
-        print(f"moe_forward next-expert prefetch mode {mode} T={T}: rel err {err:.2e}")
-        if not err < 1e-2:
-            bad.append(("moe pf", mode, T))
-G.MOE_NEXT_PF = 0
 print(f"{n} checks; BAD: {bad}" if bad else f"{n} checks, all good")
 sys.exit(1 if bad else 0)

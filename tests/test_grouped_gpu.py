@@ -1116,38 +1116,3 @@ def test_new_output_rows_no_slot_covers_are_zero(rng, device_index):
             ref = reference_grouped_matmul(A, bank, np.asarray(ids), np.asarray(offs))
             err = np.abs(got[lo:hi] - ref[lo:hi]).max() / np.abs(ref[lo:hi]).max()
             assert err < TOL[np.dtype(np.float16)], (ids, offs, err)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("k,T,dtype", [(4, 1, np.float16), (2, 4, bfloat16), (5, 8, np.float16), (3, 40, bfloat16)])
-def test_moe_forward_next_prefetch(rng, monkeypatch, k, T, dtype):
-    """moe_forward's decode gate/up L2-prefetching the down bank's weights of its experts (gemv.MOE_NEXT_PF modes 1 /
-    2, after the ids / after the last pass): hints only, so bit-identical to no prefetch (mode 0), called twice, and
-    at the reference; T = 40 (10 tokens an expert) runs the two-tile slices form, the last expert
-    of the bank among those routed (its lines end the allocation).  A prefetch bank with fewer experts is refused."""
-    import kbitcupy.gemv as G
-    from kbitcupy.grouped import grouped_gemv_fused
-
-    cp = _cp()
-    E, H, I, topk = 16, 1024, 512, 4
-    bgu = quantize_experts((rng.standard_normal((E, 2 * I, H)) * 0.05).astype(np.float32), k).cuda()
-    bd = quantize_experts((rng.standard_normal((E, H, I)) * 0.05).astype(np.float32), k).cuda()
-    ids_h = np.array([rng.permutation(E)[:topk] for _ in range(T)], np.int32)
-    ids_h[0, 0] = E - 1 if E - 1 not in ids_h[0] else ids_h[0, 0]
-    x = _dev(rng.standard_normal((T, H)).astype(dtype))
-    ids, w = cp.asarray(ids_h), cp.asarray(rng.random((T, topk)).astype(np.float32))
-    outs = {}
-    for mode in (0, 1, 2):
-        monkeypatch.setattr(G, "MOE_NEXT_PF", mode)
-        outs[mode] = _host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16)
-        np.testing.assert_array_equal(_host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16), outs[mode])
-    np.testing.assert_array_equal(outs[1], outs[0])
-    np.testing.assert_array_equal(outs[2], outs[0])
-    ref = moe_forward_reference(_host(x), bgu, bd, ids_h, _host(w), round=True)
-    got = outs[0].view(dtype).astype(np.float64)
-    assert np.all(np.isfinite(got)) and np.abs(got - ref).max() < 2 * TOL[np.dtype(dtype)] * np.abs(ref).max()
-    small = quantize_experts((rng.standard_normal((E - 1, H, I)) * 0.05).astype(np.float32), k).cuda()
-    offs = cp.asarray(np.arange(0, 5, dtype=np.int32))
-    with pytest.raises(ValueError, match="prefetch"):
-        grouped_gemv_fused(x, bgu, cp.arange(4, dtype=cp.int32), offs, 4, 1, a_rows=cp.arange(4, dtype=cp.int32),
-                           prefetch=small)
