@@ -96,3 +96,29 @@ if [ "$STEP" = pf2 ]; then
   echo "== old"; grep -E "^\| [0-9]+ \| 4 " "$W/layer50b_old.log"
   finish_run run50
 fi
+# Result (pf2, H200, git f516c10, `nvidia-h200_2026-11-28_moe_pair50.log`, `..._layer50b-{pf0,pf1,pf2,old}.md`): 24 GPU
+#   tests passed, memcheck 0 errors (25 checks).  The prefetch is slower everywhere, bit-exact: the decode pair (gate/up +
+#   down, 8 experts 1 token) pf0 10.96 / 10.97 us, pf1 11.86, pf2 11.09; 10 experts 13.13 -> 14.27 / 13.30; 16 tokens
+#   +1..+6 %.  Layer step T = 1 / 2 / 8: pf0 17.59 / 29.40 / 75.18 us (old tree 17.46 / 29.20 / 74.70), pf1 19.05 / 31.78
+#   / 80.00, pf2 18.54 / 31.40 / 79.43.  So down's time after gate/up is not its weights' DRAM latency (the decode GEMV's
+#   finding again: its compute bursts), and the extra 4-5 MB of prefetch only loads gate/up.  Reverted
+#   (profiling/patches/session43-moe-next-prefetch.patch).  Seen on the way: the measured pair (10.96 us, 8 x 1) is
+#   0.8 us above the bench's "as moe_forward launches them" sum of per-projection columns (10.16): the gather in gate/up
+#   and the gate/up <-> down transitions are not in those columns.  moe_pair.py now times moe_forward's expert MLP as one
+#   chain against fp16 bmm + SwiGLU + bmm.
+# STEP=close: closing checks and tables on this tree -- the PDL / grouped / layers GPU tests, the MoE table (k = 4, 1..64
+#   tokens, 8 / 10 experts; Grouped, Grouped:stable, Grouped:chained), the measured moe_forward chain (moe_pair.py).
+# Expect: tests pass; MoE rows as chain50 / close49h-moe (kernels byte-identical to 7e1f65b but the chained mode); the
+#   measured chain about 0.8 us over the column sums at decode sizes and equal to them above.
+if [ "$STEP" = close ]; then
+  gpu_tests "$W/gpu_tests_close50.log" 420 tests/test_pdl_gpu.py tests/test_grouped_gpu.py tests/test_layers_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_close50.log" | head
+  finish_run run50
+fi
+if [ "$STEP" = close2 ]; then
+  timeout 200 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,4,8,16,32,64 --experts 8,10 \
+    --columns Grouped,Grouped:stable,Grouped:chained --reps 15 --tag close50h-moe > "$W/bench_close50h-moe.log" 2>&1
+  grep -E "^### M|^\| TOTAL|as moe_forward" "$W/bench_close50h-moe.log"
+  timeout 200 python3 profiling/moe_pair.py --out "$W" --tag moe-pair50h 2>&1 | tee "$W/moe_pair50h.log" | grep -E "^E="
+  finish_run run50
+fi
