@@ -9,7 +9,7 @@ bench's cold-L2 expert rotation (profiling/bench.py MoE table), one CUDA graph o
   down (4 kernels).
 The bench's "TOTAL as moe_forward launches them" line sums per-projection columns each timed in a graph of its own
 launches; this times the pair as one chain (the gate/up -> down and down -> next gate/up transitions, the gather).
-Env: MS (default 1,4,8,16,32,64), ES (8,10), REPS (15).
+Env: MS (default 1,4,8,16,32,64), ES (8,10), REPS (15), PATHS (A/B paths of kbit_step: split, gu, dn; none).
 usage (GPU machine): python3 profiling/moe_pair.py [--out DIR] [--tag TAG]"""
 import argparse
 import datetime
@@ -28,19 +28,25 @@ from kbitcupy.moe import MoeRouting, _gemv_runs, gather_rows, silu_mul  # noqa: 
 from kbitcupy.quantize import dequantize  # noqa: E402
 
 
-def kbit_step(x, bgu, bdn, rt, bufs, I, decode):
-    """moe_forward's matmul steps for routing rt (kernels as moe_forward launches them)."""
+def kbit_step(x, bgu, bdn, rt, bufs, I, decode, path="auto"):
+    """moe_forward's matmul steps for routing rt (kernels as moe_forward launches them; path "auto").  Other paths
+    (A/Bs): "split" the four-kernel path at any size, "gu" the gather fused into gate/up only (silu_mul kernel, then
+    down), "dn" SwiGLU fused into down only (gather kernel first)."""
     A, h, act, y = bufs
     ids, offs, mt = rt.expert_ids, rt.offsets, rt.max_tokens
-    if decode:
-        P = int(rt.sorted_token.size)
+    P = int(rt.sorted_token.size)
+    fuse_gu = (decode and path == "auto") or path == "gu"
+    fuse_dn = (decode and path == "auto") or path == "dn"
+    if fuse_gu:
         grouped_gemv_fused(x, bgu, ids, offs, P, mt, a_rows=rt.sorted_token, out=h)
+    else:
+        gather_rows(x, rt, out=A)
+        grouped_matmul(A, bgu, ids, offs, mt, out=h, method="kernel", chained=True)
+    if fuse_dn:
         grouped_gemv_fused(h, bdn, ids, offs, P, mt, a_silu=True, out=y, ids_stable=True)
-        return y
-    gather_rows(x, rt, out=A)
-    grouped_matmul(A, bgu, ids, offs, mt, out=h, method="kernel", chained=True)
-    silu_mul(h[:, :I], h[:, I:], out=act)
-    grouped_matmul(act, bdn, ids, offs, mt, out=y, method="kernel", chained=True)
+    else:
+        silu_mul(h[:, :I], h[:, I:], out=act)
+        grouped_matmul(act, bdn, ids, offs, mt, out=y, method="kernel", chained=True)
     return y
 
 
@@ -48,6 +54,9 @@ def fp16_step(torch, F, A, Wgu, Wdn, s, E, I, h, y):
     torch.bmm(A, Wgu[s:s + E].transpose(1, 2), out=h)
     a = F.silu(h[:, :, :I]) * h[:, :, I:]
     torch.bmm(a, Wdn[s:s + E].transpose(1, 2), out=y)
+
+
+PATHS = []
 
 
 def main():
@@ -60,6 +69,8 @@ def main():
 
     env = lambda n, d: [int(v) for v in os.environ.get(n, d).split(",")]  # noqa: E731
     Ms, Es = env("MS", "1,4,8,16,32,64"), env("ES", "8,10")
+    global PATHS
+    PATHS = [p for p in os.environ.get("PATHS", "").split(",") if p]
     reps, k = int(os.environ.get("REPS", "15")), 4
     H, I, NB = B.MOE_HIDDEN, B.MOE_INTER, B.MOE_BANK
     name, l2, sms = B._device_info()
@@ -84,6 +95,13 @@ def main():
                    for r in range(n)]
             us = B.summarize(B.time_graph_cupy([functools.partial(kbit_step, x, bgu, bdn, rt, bufs, I, decode)
                                                 for rt in rts], reps))["us"]
+            alt = {}
+            for pa in PATHS:  # the A/B paths (env PATHS), each checked bit for bit against the default's launch 0
+                alt[pa] = round(B.summarize(B.time_graph_cupy([functools.partial(
+                    kbit_step, x, bgu, bdn, rt, bufs, I, decode, pa) for rt in rts], reps))["us"], 3)
+                y0 = kbit_step(x, bgu, bdn, rts[0], bufs, I, decode).copy()
+                alt[pa + "_bit_exact"] = bool(cp.array_equal(kbit_step(x, bgu, bdn, rts[0], bufs, I, decode, pa)
+                                                            .view(cp.uint16), y0.view(cp.uint16)))
             # check launch 0 against the fp16 path on the dequantized experts (float32 oracle)
             y = kbit_step(x, bgu, bdn, rts[0], bufs, I, decode).astype(cp.float32)
             xs = x.astype(cp.float32).reshape(E, M, H)
@@ -104,10 +122,11 @@ def main():
                                                    for r in range(n16)], reps))["us"]
             cell = dict(E=E, M=M, path="decode (2 kernels)" if decode else "gather / silu_mul (4 kernels)",
                         kbit_us=round(us, 3), fp16_us=round(us16, 3), vs_fp16=round(us16 / us, 3), max_rel_err=err,
-                        check_ok=err < 2e-2, launches=n, launches_fp16=n16)
+                        check_ok=err < 2e-2, launches=n, launches_fp16=n16, paths=alt)
             cells.append(cell)
+            ab = "".join(f"  {pa} {alt[pa]:.2f} ({'=' if alt[pa + '_bit_exact'] else '!='})" for pa in PATHS)
             print(f"E={E:>2} M={M:>2} {cell['path']:>30}: kbit {us:7.2f} us  fp16 {us16:7.2f} us  "
-                  f"{us16 / us:5.2f}x  err {err:.1e}", flush=True)
+                  f"{us16 / us:5.2f}x  err {err:.1e}{ab}", flush=True)
             del x, bufs, rts, At, h16, y16
     rev = B._git_describe()
     head = [f"# moe_forward's expert MLP as it runs (gate/up, SwiGLU, down), k = 4: {name}, "

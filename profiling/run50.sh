@@ -122,3 +122,20 @@ if [ "$STEP" = close2 ]; then
   timeout 200 python3 profiling/moe_pair.py --out "$W" --tag moe-pair50h 2>&1 | tee "$W/moe_pair50h.log" | grep -E "^E="
   finish_run run50
 fi
+# Result (close2, H200, `nvidia-h200_2026-11-28_close50h-moe.md`, `..._moe-pair50h.md`): MoE rows as chain50 (as
+#   moe_forward launches them, column sums: 1 token 10.21 / 11.88 us 1.69x / 1.68x, 32 tokens 1.10x / 1.07x, 64 tokens
+#   1.00x / 0.96x).  The measured chain against fp16 bmm + SwiGLU + bmm: 1 token 10.92 / 13.03 us 2.09x / 1.95x, 4 tokens
+#   2.03x / 1.96x, 8 1.82x / 1.78x, 16 1.60x / 1.42x, 32 1.05x / 1.07x, 64 0.86x / 0.96x.  The chain is over the column
+#   sums by 0.7-1.2 us at 1..8 tokens, 2.3 / 3.7 us at 16, 7.8 / 6.3 at 32 and 11.8 / 8.3 at 64 (the gather and silu_mul
+#   kernels of the four-kernel path; the fused AMODE 1 / 2 kernels at two token tiles).
+# STEP=paths: which of moe_forward's fusions pay at 8..32 tokens: the default path against the four-kernel one (split)
+#   and each fusion alone (gu: the gather in gate/up, then silu_mul and down; dn: the gather kernel, gate/up, SwiGLU in
+#   down).
+# Expect: at 8 tokens the fused path fastest (the per-projection kernels are the one-tile GEMV either way); at 16 the
+#   two-tile fused kernels (AMODE 1 / 2, A staged without the row-by-row copy) may lose to split's AMODE 0 kernels by
+#   ~1-2 us each, then a partial fusion wins; at 32 (wgmma for split) the split path fastest.
+if [ "$STEP" = paths ]; then
+  MS=8,12,16,32 ES=8,10 PATHS=split,gu,dn timeout 300 python3 profiling/moe_pair.py --out "$W" --tag moe-paths50 2>&1 \
+    | tee "$W/moe_paths50.log" | grep -E "^E="
+  finish_run run50
+fi
