@@ -139,3 +139,15 @@ if [ "$STEP" = paths ]; then
     | tee "$W/moe_paths50.log" | grep -E "^E="
   finish_run run50
 fi
+# Result (paths, H200, `nvidia-h200_2026-11-28_moe-paths50.md` / `..._moe_paths50.log`): every path bit-identical to the
+#   default at 8..16 tokens.  8 tokens: the fused path within 0.1 us of "gu" (gather fused only), split / dn 1-1.6 us
+#   slower.  12 / 16 tokens: 10 experts "gu" 17.07 / 17.78 us against the fused 17.58 / 19.07 (SwiGLU fused into down at two
+#   token tiles costs: every block of a slot computes the slot's 16 rows' silu again); 8 experts "gu" +0.19 / +0.10 us.
+#   32 tokens: the four-kernel default = split, partial GEMV fusions 2-6 us slower (the GEMV in passes).
+# STEP=paths2: the same at 9 / 12 / 16 tokens over 4..32 experts (gu against the fused path), to fix the rule.
+# Expect: "gu" faster from 10 experts on at 12 / 16 tokens, within +-1 % at 8 experts.
+if [ "$STEP" = paths2 ]; then
+  MS=9,12,16 ES=4,8,10,16,32 PATHS=gu timeout 300 python3 profiling/moe_pair.py --out "$W" --tag moe-paths50b 2>&1 \
+    | tee "$W/moe_paths50b.log" | grep -E "^E="
+  finish_run run50
+fi
