@@ -1362,12 +1362,11 @@ def _fw_cols(t: dict, M: int) -> Tuple[str, str]:
     return tuple(t.get("forward_columns") or (STABLE_COLUMN if M > GEMV_MAX_TOKENS else "Grouped", STABLE_COLUMN))
 
 
-def _forward_columns(decode: bool) -> Tuple[str, str]:
-    """The columns moe_forward's gate/up and down launches are timed by: at decode sizes (its fused grouped GEMV
-    path: the gather in gate/up, right after the routing; SwiGLU in down) Grouped and Grouped:stable, above them
-    (gather -> gate/up -> silu_mul -> down, each grouped call right after one of this package's kernels)
-    Grouped:chained for both."""
-    return ("Grouped", STABLE_COLUMN) if decode else (CHAINED_COLUMN, CHAINED_COLUMN)
+def _forward_columns(fuse_gather: bool, fuse_swiglu: bool) -> Tuple[str, str]:
+    """The columns moe_forward's gate/up and down launches are timed by: gate/up Grouped where the row gather is fused
+    into it (right after the routing: it waits first), else Grouped:chained (right after the gather kernel); down
+    Grouped:stable where SwiGLU is fused into it (right after gate/up), else Grouped:chained (after silu_mul)."""
+    return ("Grouped" if fuse_gather else CHAINED_COLUMN), (STABLE_COLUMN if fuse_swiglu else CHAINED_COLUMN)
 
 
 def compute_moe_totals(cells: Sequence[dict], total_shapes: Sequence[str], Ms, Es, ks, kbit_names) -> List[dict]:
@@ -1393,9 +1392,9 @@ def compute_moe_totals(cells: Sequence[dict], total_shapes: Sequence[str], Ms, E
                          pct_sol=(100.0 * sol / best) if sol and best else None,
                          vs_cublas_pdl=(cub / pdl_us) if cub and pdl_us else None)
                 # as moe_forward launches them (_forward_columns; its path as the cells' forward_decode says)
-                decode = all(M <= GEMV_MAX_TOKENS if c.get("forward_decode") is None else c["forward_decode"]
-                             for c in rows)
-                gu, dn = _forward_columns(decode)
+                fused = {c["shape"]: M <= GEMV_MAX_TOKENS if c.get("forward_decode") is None else c["forward_decode"]
+                         for c in rows}
+                gu, dn = _forward_columns(fused.get("moe_gu_fused", False), fused.get("moe_dn", False))
                 fw = _tsum([(c["columns"].get(dn if c["shape"] == "moe_dn" else gu) or {}).get("us")
                             for c in rows]) if "moe_dn" in total_shapes and {gu, dn} <= set(kbit_names) else None
                 if fw:
@@ -1405,18 +1404,15 @@ def compute_moe_totals(cells: Sequence[dict], total_shapes: Sequence[str], Ms, E
 
 
 def _forward_decode(sname: str, bank, M: int, E: int) -> bool:
-    """Whether moe_forward's fused decode path (kbitcupy.moe._gemv_runs) takes this shape's matmul at M tokens
-    for E experts: grouped.choose_impl picks the grouped GEMV (down asked as moe_forward asks it); None without a
-    device."""
+    """Whether moe_forward fuses its decode step into this shape's matmul at M tokens for E experts (the row gather
+    into gate/up, SwiGLU into down: kbitcupy.moe._fuse_gather / _fuse_swiglu); None without a device."""
     import cupy as cp
 
-    from . import _pdl
-    from .grouped import choose_impl
+    from .moe import _fuse_gather, _fuse_swiglu
 
     try:
-        dev = cp.cuda.Device().id
-        probe = cp.empty((1, bank.shape[1]), cp.float16)  # (choose_impl reads only its device)
-        return choose_impl(probe, bank, M, sname == "moe_dn" and _pdl.active(dev), E) == "gemv"
+        probe = cp.empty((1, bank.shape[1]), cp.float16)  # (read for its device and alignment only)
+        return (_fuse_swiglu if sname == "moe_dn" else _fuse_gather)(probe, bank, M, E)
     except Exception:  # noqa: BLE001 - no device (tests' fakes): compute_moe_totals' fallback
         return None
 
@@ -1584,24 +1580,11 @@ def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, I: int, pdl: bool = False):
     with preallocated outputs (gather, grouped gate/up, SiLU*up, grouped down, combine).
     pdl: the grouped matmuls launched as programmatic dependents, ids_stable / chained as moe_forward."""
     from ._pdl import pdl as pdl_ctx
-    from .grouped import grouped_gemv_fused, grouped_matmul
-    from .moe import _gemv_runs, gather_rows, moe_combine, plan_tokens, silu_mul
+    from .moe import expert_mlp, moe_combine, plan_tokens
 
     A, h, act, y, o = bufs
     with pdl_ctx(pdl):
-        mt = plan_tokens(rt)
-        if _gemv_runs(x, bgu, bdn, mt, int(rt.expert_ids.size)):  # moe_forward's decode path: gather, SwiGLU fused
-            P = int(rt.sorted_token.size)
-            # the flags moe_forward uses (its routing runs right before gate/up)
-            grouped_gemv_fused(x, bgu, rt.expert_ids, rt.offsets, P, mt, a_rows=rt.sorted_token, out=h)
-            grouped_gemv_fused(h, bdn, rt.expert_ids, rt.offsets, P, mt, a_silu=True, out=y, ids_stable=True)
-            moe_combine(y, rt, w, out=o)
-            return
-        gather_rows(x, rt, out=A)
-        grouped_matmul(A, bgu, rt.expert_ids, rt.offsets, plan_tokens(rt), out=h, method="kernel", chained=True)
-        silu_mul(h[:, :I], h[:, I:], out=act)
-        grouped_matmul(act, bdn, rt.expert_ids, rt.offsets, plan_tokens(rt), out=y, method="kernel",
-                       chained=True)
+        expert_mlp(x, bgu, bdn, rt, plan_tokens(rt), bufs=dict(A=A, h=h, act=act, y=y))  # moe_forward's steps
         moe_combine(y, rt, w, out=o)
 
 

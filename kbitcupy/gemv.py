@@ -560,6 +560,14 @@ def grouped_is_slices(N: int, K: int, k: int, n_slots: int, max_tokens: int, sms
     return grouped_plan(N, K, k, n_slots, max_tokens, sms=sms)[4] > 0
 
 
+@functools.lru_cache(maxsize=256)
+def grouped_swiglu_per_thread(N: int, K: int, k: int, n_slots: int, max_tokens: int, sms: int) -> float:
+    """SwiGLU evaluations a thread of the grouped GEMV makes while staging one pass of A with SwiGLU fused in
+    (AMODE 2: every block of a slot computes the pass's rows x K again): rows x K / threads of the default plan."""
+    warps, _, _, tiles, gpb = grouped_plan(N, K, k, n_slots, max_tokens, sms=sms)
+    return min(8 * tiles, max(1, max_tokens)) * K / (32 * warps * max(gpb, 1))
+
+
 def grouped_kernel_key(k: int, tname: str, amode: int, cbd: bool, plan_, n_slots: int, sms: int = 132):
     """The GEMV family key of the grouped kernel for a grouped_plan result: the slices kernel (gpb),
     at 96 registers (grouped_slw) for several waves of 4-warp blocks at k in SLW_KS (five blocks

@@ -25,6 +25,7 @@ import numpy as np
 
 from . import _pdl
 from ._arrays import ACT_DTYPES, cpu_result, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
+from .gemv import _sm_count, grouped_swiglu_per_thread
 from .grouped import (ERR_EXPERT_ID, GROUPED, KbitExpertBank, _err_buffer, choose_impl, dequantize_experts,
                       grouped_gemv_fused, grouped_matmul)
 
@@ -294,12 +295,64 @@ def _device_routing(routing) -> bool:
                for a in (routing.sorted_token, routing.expert_ids, routing.offsets))
 
 
-def _gemv_runs(x_, bank_gu, bank_dn, mt: int, n_slots: int = 0) -> bool:
-    """Whether grouped_matmul would run the grouped GEMV for both MoE matmuls (the kernel
-    with the gather and SwiGLU fused in: gate/up without, down with ids_stable) and x is
-    16-byte aligned for its copies.  n_slots: the routing's slots (0: unknown, choose_impl's rule without it)."""
-    return (x_.data.ptr % 16 == 0 and choose_impl(x_, bank_gu, mt, False, n_slots) == "gemv"
-            and choose_impl(x_, bank_dn, mt, _pdl.active(x_.device.id), n_slots) == "gemv")
+# SwiGLU fused into down's A staging while a thread makes at most this many SwiGLU evaluations a pass (the plan's
+# rows x K / threads: gemv.grouped_swiglu_per_thread); above it the silu_mul kernel once, then down unfused.  H200,
+# 2026-11-28 (forty-third session, run50.sh paths / paths2, moe_forward's gate/up + down chain, k = 4): two token tiles,
+# 4 experts (18 / 24 / 32 a thread at 9 / 12 / 16 tokens) 12.31 / 12.66 / 14.02 -> 11.37 / 11.08 / 11.83 us unfused,
+# 10 experts (14.4 / 19.2 / 25.6) 16.58 / 17.63 / 19.08 -> 16.96 / 17.34 / 18.06 (fused only at 9 faster), 8 and 16
+# experts (<= 16 a thread) 0.2-0.6 us faster fused; one token tile (<= 12.8) within 0.1 us either way.
+SWIGLU_FUSE_MAX_PER_THREAD = 16
+
+
+def _fuse_gather(x_, bank_gu, mt: int, n_slots: int = 0) -> bool:
+    """Whether moe_forward fuses the row gather into gate/up: grouped.choose_impl picks the grouped GEMV for it and x
+    is 16-byte aligned for its copies.  n_slots: the routing's slots (0: unknown, choose_impl's rule without it).
+    H200, 2026-11-28 (run50.sh paths2): also where down takes another kernel -- 32 experts at 9..16 tokens 2.6-2.8 us
+    faster than the gather kernel (41.94 -> 39.34 us at 9 tokens)."""
+    return x_.data.ptr % 16 == 0 and choose_impl(x_, bank_gu, mt, False, n_slots) == "gemv"
+
+
+def _fuse_swiglu(x_, bank_dn, mt: int, n_slots: int = 0) -> bool:
+    """Whether moe_forward fuses SwiGLU into down: the grouped GEMV runs down and a thread makes at most
+    SWIGLU_FUSE_MAX_PER_THREAD SwiGLU evaluations a pass."""
+    return (choose_impl(x_, bank_dn, mt, _pdl.active(x_.device.id), n_slots) == "gemv"
+            and grouped_swiglu_per_thread(*bank_dn.shape, bank_dn.k, max(1, n_slots), mt,
+                                          _sm_count(x_.device.id)) <= SWIGLU_FUSE_MAX_PER_THREAD)
+
+
+def _decode_fusions(x_, bank_gu, bank_dn, mt: int, n_slots: int = 0) -> tuple:
+    """(gather, swiglu): the fusions moe_forward's expert MLP makes (_fuse_gather, _fuse_swiglu)."""
+    return _fuse_gather(x_, bank_gu, mt, n_slots), _fuse_swiglu(x_, bank_dn, mt, n_slots)
+
+
+def expert_mlp(x_, bank_gu, bank_dn, routing: MoeRouting, mt: int, *, fuse: bool = True, method: str = "kernel",
+               check: bool = False, bufs=None, new=None, fusions=None):
+    """moe_forward's expert MLP on the routing's sorted rows, one fused gate/up bank: gate/up -> SwiGLU -> down,
+    returning down's [P, H] output (before the weighted combine).  With fuse (device routing, the kernel path) the
+    decode sizes fuse the row gather into gate/up and / or SwiGLU into down (_decode_fusions; fusions=(gather, swiglu)
+    overrides it, profiling/moe_pair.py).  With the gather fused no kernel runs between the routing and gate/up, so
+    gate/up waits before reading the ids (ids_stable=False); down follows gate/up, which does not write them.  The
+    other grouped calls are chained (implies ids_stable): the kernel right before each is this package's gather /
+    silu_mul / gate/up, which writes none of its weights or ids, so the wgmma kernel requests its weights before its
+    PDL wait, in safe mode too.  bufs: {"A": [P, H], "h": [P, 2I], "act": [P, I], "y": [P, H]} preallocated outputs,
+    or new(columns) -> a new [P, columns] output (None: the calls' own)."""
+    H, I = bank_dn.shape[0], bank_dn.shape[1]
+    ids, offs, P = routing.expert_ids, routing.offsets, int(routing.sorted_token.size)
+
+    def out(name, cols):
+        return bufs.get(name) if bufs is not None else new(cols) if new is not None else None
+
+    fg, fs = (fusions if fusions is not None else _decode_fusions(x_, bank_gu, bank_dn, mt, int(ids.size))) if fuse \
+        else (False, False)
+    gm = dict(method=method, check=check, chained=True)
+    if fg:
+        h = grouped_gemv_fused(x_, bank_gu, ids, offs, P, mt, a_rows=routing.sorted_token, out=out("h", 2 * I))
+    else:
+        h = grouped_matmul(gather_rows(x_, routing, out=out("A", H)), bank_gu, ids, offs, mt, out=out("h", 2 * I), **gm)
+    if fs:
+        return grouped_gemv_fused(h, bank_dn, ids, offs, P, mt, a_silu=True, out=out("y", H), ids_stable=True)
+    return grouped_matmul(silu_mul(h[:, :I], h[:, I:], out=out("act", I)), bank_dn, ids, offs, mt, out=out("y", H),
+                          **gm)
 
 
 def _launch_helper(fn, work: int, args):
@@ -430,22 +483,11 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
         raise ValueError("x is on the CPU but the routing / topk_weights are on the GPU")
     with stream_ctx(x):
         fuse = on_gpu and not check and method in ("auto", "kernel") and _device_routing(routing)
-        if len(gate_banks) == 1 and fuse and _gemv_runs(x_, gate_banks[0], bank_down, mt, int(routing.expert_ids.size)):
-            # decode sizes: the grouped GEMV gathers the rows itself and applies SwiGLU
-            # while staging down's input: gather and silu_mul kernels fall away.  No kernel
-            # runs between the routing and gate/up now, so gate/up must not read the ids
-            # before its PDL wait (ids_stable=False); down follows gate/up, which does not
-            # write them.
-            ids, offs, P = routing.expert_ids, routing.offsets, int(routing.sorted_token.size)
-            h = grouped_gemv_fused(x_, gate_banks[0], ids, offs, P, mt, a_rows=routing.sorted_token)
-            y = grouped_gemv_fused(h, bank_down, ids, offs, P, mt, a_silu=True, ids_stable=True)
-            return from_backend(moe_combine(y, routing, w_), kd)
         # chained (implies ids_stable): the kernel right before each grouped call is this package's
         # gather / silu_mul / previous grouped call, which writes none of its weights or ids: the
         # wgmma kernel requests its weights before its PDL wait, in safe mode too
         gm = dict(method=method, check=check, chained=True)
-        A = gather_rows(x_, routing)
-        P = int(A.shape[0])
+        ids, offs, P = routing.expert_ids, routing.offsets, int(routing.sorted_token.size)
 
         if on_gpu:
             import cupy as cp
@@ -453,15 +495,14 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
         def new(n):  # the routing's slots cover every sorted row: no zero fill (grouped_matmul's new out)
             return cp.empty((P, n), dtype=x_.dtype) if on_gpu else None
 
-        ids, offs = routing.expert_ids, routing.offsets
         if len(gate_banks) == 1:
-            h = grouped_matmul(A, gate_banks[0], ids, offs, mt, out=new(2 * I), **gm)
-            act = silu_mul(h[:, :I], h[:, I:])
+            y = expert_mlp(x_, gate_banks[0], bank_down, routing, mt, fuse=fuse, method=method, check=check,
+                           new=new if on_gpu else None)
         else:
+            A = gather_rows(x_, routing)
             hg = grouped_matmul(A, gate_banks[0], ids, offs, mt, out=new(I), **gm)
             hu = grouped_matmul(A, gate_banks[1], ids, offs, mt, out=new(I), **gm)
-            act = silu_mul(hg, hu)
-        y = grouped_matmul(act, bank_down, ids, offs, mt, out=new(H), **gm)
+            y = grouped_matmul(silu_mul(hg, hu), bank_down, ids, offs, mt, out=new(H), **gm)
         o = moe_combine(y, routing, w_)
     return from_backend(o, kd)
 

@@ -1,15 +1,15 @@
 """moe_forward's expert MLP timed as it runs, against the same in fp16: E active experts x M tokens each (k = 4), the
 bench's cold-L2 expert rotation (profiling/bench.py MoE table), one CUDA graph of back-to-back steps.
 
-- kbit: moe_forward's kernels for the given routing, without the routing and the weighted combine.  At decode sizes
-  (kbitcupy.moe._gemv_runs) two launches: the grouped GEMV gate/up with the row gather fused in, right after the
-  routing (waits first), then down with SwiGLU fused in (ids_stable).  Above them four: gather_rows, grouped_matmul
-  gate/up (chained), silu_mul, grouped_matmul down (chained).
+- kbit: moe_forward's expert MLP for the given routing (kbitcupy.moe.expert_mlp), without the routing and the
+  weighted combine: at decode sizes the grouped GEMV gate/up with the row gather fused in (right after the routing: it
+  waits first) and / or the grouped GEMV down with SwiGLU fused in (moe._decode_fusions), else the gather_rows /
+  silu_mul kernels around grouped_matmul calls (chained).
 - fp16: torch.bmm gate/up on the contiguous slice of the fp16 bank (no gather: the best case), silu(gate) * up, bmm
   down (4 kernels).
 The bench's "TOTAL as moe_forward launches them" line sums per-projection columns each timed in a graph of its own
 launches; this times the pair as one chain (the gate/up -> down and down -> next gate/up transitions, the gather).
-Env: MS (default 1,4,8,16,32,64), ES (8,10), REPS (15), PATHS (A/B paths of kbit_step: split, gu, dn; none).
+Env: MS (default 1,4,8,16,32,64), ES (8,10), REPS (15), PATHS (A/B paths of kbit_step: both, split, gu, dn; none).
 usage (GPU machine): python3 profiling/moe_pair.py [--out DIR] [--tag TAG]"""
 import argparse
 import datetime
@@ -23,31 +23,19 @@ import cupy as cp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from kbitcupy import bench as B  # noqa: E402
-from kbitcupy.grouped import grouped_gemv_fused, grouped_matmul  # noqa: E402
-from kbitcupy.moe import MoeRouting, _gemv_runs, gather_rows, silu_mul  # noqa: E402
+from kbitcupy.moe import MoeRouting, _decode_fusions, expert_mlp  # noqa: E402
 from kbitcupy.quantize import dequantize  # noqa: E402
 
 
-def kbit_step(x, bgu, bdn, rt, bufs, I, decode, path="auto"):
-    """moe_forward's matmul steps for routing rt (kernels as moe_forward launches them; path "auto").  Other paths
-    (A/Bs): "split" the four-kernel path at any size, "gu" the gather fused into gate/up only (silu_mul kernel, then
-    down), "dn" SwiGLU fused into down only (gather kernel first)."""
+FUSIONS = {"auto": None, "both": (True, True), "split": (False, False), "gu": (True, False), "dn": (False, True)}
+
+
+def kbit_step(x, bgu, bdn, rt, bufs, path="auto"):
+    """moe_forward's expert MLP for routing rt (kbitcupy.moe.expert_mlp: path "auto" its own fusions; the A/B paths
+    force them: "both" the row gather into gate/up and SwiGLU into down, "split" neither (gather and silu_mul
+    kernels), "gu" the gather only, "dn" SwiGLU only)."""
     A, h, act, y = bufs
-    ids, offs, mt = rt.expert_ids, rt.offsets, rt.max_tokens
-    P = int(rt.sorted_token.size)
-    fuse_gu = (decode and path == "auto") or path == "gu"
-    fuse_dn = (decode and path == "auto") or path == "dn"
-    if fuse_gu:
-        grouped_gemv_fused(x, bgu, ids, offs, P, mt, a_rows=rt.sorted_token, out=h)
-    else:
-        gather_rows(x, rt, out=A)
-        grouped_matmul(A, bgu, ids, offs, mt, out=h, method="kernel", chained=True)
-    if fuse_dn:
-        grouped_gemv_fused(h, bdn, ids, offs, P, mt, a_silu=True, out=y, ids_stable=True)
-    else:
-        silu_mul(h[:, :I], h[:, I:], out=act)
-        grouped_matmul(act, bdn, ids, offs, mt, out=y, method="kernel", chained=True)
-    return y
+    return expert_mlp(x, bgu, bdn, rt, rt.max_tokens, bufs=dict(A=A, h=h, act=act, y=y), fusions=FUSIONS[path])
 
 
 def fp16_step(torch, F, A, Wgu, Wdn, s, E, I, h, y):
@@ -87,23 +75,23 @@ def main():
             x = B._rand((P, H), "fp16")
             ar = cp.arange(P, dtype=cp.int32)
             offs = cp.arange(0, (E + 1) * M, M, dtype=cp.int32)
-            decode = bool(_gemv_runs(x, bgu, bdn, M, E))
+            fus = _decode_fusions(x, bgu, bdn, M, E)
             bufs = (B._empty((P, H), "fp16"), B._empty((P, 2 * I), "fp16"), B._empty((P, I), "fp16"),
                     B._empty((P, H), "fp16"))
             n = B.moe_launches(E * per_k, l2)
             rts = [MoeRouting(ar, ar, cp.asarray(np.asarray(B.moe_launch_experts(r, E, NB), np.int32)), offs, P, 1, NB, M)
                    for r in range(n)]
-            us = B.summarize(B.time_graph_cupy([functools.partial(kbit_step, x, bgu, bdn, rt, bufs, I, decode)
+            us = B.summarize(B.time_graph_cupy([functools.partial(kbit_step, x, bgu, bdn, rt, bufs)
                                                 for rt in rts], reps))["us"]
             alt = {}
             for pa in PATHS:  # the A/B paths (env PATHS), each checked bit for bit against the default's launch 0
                 alt[pa] = round(B.summarize(B.time_graph_cupy([functools.partial(
-                    kbit_step, x, bgu, bdn, rt, bufs, I, decode, pa) for rt in rts], reps))["us"], 3)
-                y0 = kbit_step(x, bgu, bdn, rts[0], bufs, I, decode).copy()
-                alt[pa + "_bit_exact"] = bool(cp.array_equal(kbit_step(x, bgu, bdn, rts[0], bufs, I, decode, pa)
+                    kbit_step, x, bgu, bdn, rt, bufs, pa) for rt in rts], reps))["us"], 3)
+                y0 = kbit_step(x, bgu, bdn, rts[0], bufs).copy()
+                alt[pa + "_bit_exact"] = bool(cp.array_equal(kbit_step(x, bgu, bdn, rts[0], bufs, pa)
                                                             .view(cp.uint16), y0.view(cp.uint16)))
             # check launch 0 against the fp16 path on the dequantized experts (float32 oracle)
-            y = kbit_step(x, bgu, bdn, rts[0], bufs, I, decode).astype(cp.float32)
+            y = kbit_step(x, bgu, bdn, rts[0], bufs).astype(cp.float32)
             xs = x.astype(cp.float32).reshape(E, M, H)
             e0 = B.moe_launch_experts(0, E, NB)
             ref = []
@@ -120,7 +108,9 @@ def main():
             us16 = B.summarize(B.time_graph_torch([functools.partial(fp16_step, torch, F, At, Tgu, Tdn,
                                                                      B.moe_bmm_start(r, E, NB), E, I, h16, y16)
                                                    for r in range(n16)], reps))["us"]
-            cell = dict(E=E, M=M, path="decode (2 kernels)" if decode else "gather / silu_mul (4 kernels)",
+            path = {(True, True): "gather + SwiGLU fused", (True, False): "gather fused, silu_mul",
+                    (False, True): "gather kernel, SwiGLU fused", (False, False): "gather, silu_mul kernels"}[fus]
+            cell = dict(E=E, M=M, path=path,
                         kbit_us=round(us, 3), fp16_us=round(us16, 3), vs_fp16=round(us16 / us, 3), max_rel_err=err,
                         check_ok=err < 2e-2, launches=n, launches_fp16=n16, paths=alt)
             cells.append(cell)

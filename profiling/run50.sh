@@ -151,3 +151,29 @@ if [ "$STEP" = paths2 ]; then
     | tee "$W/moe_paths50b.log" | grep -E "^E="
   finish_run run50
 fi
+# Result (paths2, H200, `..._moe-paths50b.md`, `..._moe_paths50b.log`; "gu" = the gather fused only, against the fused
+#   path; all bit-identical): 4 experts 9 / 12 / 16 tokens 12.31 / 12.66 / 14.02 -> 11.37 / 11.08 / 11.83 us; 8 experts
+#   +0.24 / +0.31 / +0.23; 10 experts +0.38 / -0.29 / -1.02; 16 experts +0.55 / +0.56 / +0.59; 32 experts (the four-kernel
+#   default there: down is not the GEMV) 41.94 / 42.68 / 43.48 -> 39.34 / 39.77 / 40.69.  What orders them: the SwiGLU
+#   evaluations a thread makes while staging down's A (every block of a slot computes the pass's rows x K again):
+#   rows x K / threads = 18 / 24 / 32 at 4 experts, 14.4 / 19.2 / 25.6 at 10, <= 16 at 8 and 16.
+#   New (kbitcupy.moe): expert_mlp (moe_forward's gate/up -> SwiGLU -> down, also used by the bench's layer step and
+#   moe_pair.py) fuses the row gather into gate/up wherever gate/up runs the grouped GEMV (_fuse_gather) and SwiGLU into
+#   down where down runs it with at most 16 evaluations a thread (_fuse_swiglu, gemv.grouped_swiglu_per_thread).
+# STEP=close3: GPU tests of moe_forward / the grouped kernels / PDL; moe_pair.py on this tree (the rule) against both
+#   fusions forced (PATHS=both, the old rule at decode sizes) at 1..64 tokens, 4..16 experts; the layer step T = 1 / 8 / 32.
+# Expect: tests pass; the new default = min(both, gu) within noise at 9..16 tokens (4 / 10 experts faster as in paths2,
+#   8 / 16 unchanged); 32 experts at 9..16 -2.6 us; the rest unchanged.
+if [ "$STEP" = close3 ]; then
+  gpu_tests "$W/gpu_tests_close50.log" 400 tests/test_grouped_gpu.py tests/test_pdl_gpu.py tests/test_layers_gpu.py \
+    -k "moe or chained or fused or layer"
+  grep -E "^E  |FAILED" "$W/gpu_tests_close50.log" | head
+  MS=1,4,8,9,12,16,32,64 ES=8,10 PATHS=both timeout 240 python3 profiling/moe_pair.py --out "$W" --tag moe-pair50h2 2>&1 \
+    | tee "$W/moe_pair50h2.log" | grep -E "^E="
+  MS=9,12,16 ES=4,16,32 PATHS=both timeout 200 python3 profiling/moe_pair.py --out "$W" --tag moe-pair50h3 2>&1 \
+    | tee "$W/moe_pair50h3.log" | grep -E "^E="
+  timeout 150 python3 profiling/bench.py --out "$W" --shapes none --moe-layer --k 4 --layer-T 1,8,32 --reps 15 \
+    --tag layer50h > "$W/bench_layer50h.log" 2>&1
+  grep -E "^\| [0-9]+ \| 4 " "$W/bench_layer50h.log"
+  finish_run run50
+fi

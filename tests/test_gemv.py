@@ -279,3 +279,18 @@ def test_quad_table_rule():
     p = G.grouped_plan(1024, 2048, 2, 8, 1)
     assert G.grouped_kernel_key(2, "float16", 0, False, p, 8)[0] == "grouped_sl"
     assert p[2] >= G.table_bytes(2, 1) + 2048 * 2
+
+
+def test_grouped_swiglu_per_thread():
+    """SwiGLU evaluations a thread makes per pass with SwiGLU fused into down's staging (moe_forward's fusion rule,
+    kbitcupy.moe.SWIGLU_FUSE_MAX_PER_THREAD): rows x K / the plan's threads -- the cells run50.sh paths2 measured."""
+    from kbitcupy.gemv import grouped_swiglu_per_thread as per_thread
+    from kbitcupy.moe import SWIGLU_FUSE_MAX_PER_THREAD as bound
+
+    cells = {(4, 9): 18.0, (4, 16): 32.0, (8, 16): 16.0, (10, 9): 14.4, (10, 12): 19.2, (10, 16): 25.6, (16, 16): 16.0,
+             (10, 1): 1.6, (8, 8): 16.0}
+    for (E, M), want in cells.items():
+        assert per_thread(2048, 512, 4, E, M, 132) == pytest.approx(want), (E, M)
+    # measured faster unfused: 4 experts at 9..16 tokens, 10 at 12 / 16; fused: 8 / 16 experts, 10 at 9
+    assert [per_thread(2048, 512, 4, E, M, 132) <= bound for E, M in ((4, 9), (10, 12), (10, 16), (8, 16), (16, 16),
+                                                                      (10, 9))] == [False] * 3 + [True] * 3

@@ -716,11 +716,11 @@ def test_moe_forward_fused_gemv_matches_unfused(rng, monkeypatch, dtype, T, topk
     x = _dev(rng.standard_normal((T, H)).astype(dtype))
     ids = cp.asarray(np.array([rng.choice(E, topk, replace=False) for _ in range(T)], np.int32))
     w = cp.asarray(rng.random((T, topk)).astype(np.float32))
-    assert MOE._gemv_runs(x, bgu, bd, MOE.plan_tokens(moe_route(ids, E)))
+    assert MOE._decode_fusions(x, bgu, bd, MOE.plan_tokens(moe_route(ids, E))) == (True, True)
     fused = _host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16)
-    monkeypatch.setattr(MOE, "_gemv_runs", lambda *a: False)
-    plain = _host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16)
-    np.testing.assert_array_equal(fused, plain)
+    for fus in ((False, False), (True, False), (False, True)):  # every other combination of the two fusions
+        monkeypatch.setattr(MOE, "_decode_fusions", lambda *a, f=fus: f)
+        np.testing.assert_array_equal(_host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16), fused, err_msg=str(fus))
 
 
 @pytest.mark.gpu
@@ -743,15 +743,42 @@ def test_moe_forward_two_tile_slices(rng, monkeypatch, dtype):
     ids, w = cp.asarray(ids_h), cp.asarray(rng.random((T, 4)).astype(np.float32))
     mt = MOE.plan_tokens(moe_route(ids, E))
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    assert mt == 16 and MOE._gemv_runs(x, bgu, bd, mt, E)
+    # 16 groups x 1 warp a block for down: 16 x 512 / 512 = 16 SwiGLU evaluations a thread, at the fusion bound
+    assert mt == 16 and MOE._decode_fusions(x, bgu, bd, mt, E) == (True, True)
     assert grouped_plan(2 * I, H, 4, E, mt, sms=sms)[4] > 0 and grouped_plan(H, I, 4, E, mt, sms=sms)[4] > 0
     fused = _host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16)
     ref = moe_forward_reference(_host(x), bgu, bd, ids_h, _host(w), round=True)
     o = fused.view(dtype).astype(np.float64)
     assert np.all(np.isfinite(o)) and np.abs(o - ref).max() < 2 * TOL[np.dtype(dtype)] * np.abs(ref).max()
-    monkeypatch.setattr(MOE, "_gemv_runs", lambda *a: False)
+    monkeypatch.setattr(MOE, "_decode_fusions", lambda *a: (False, False))
     plain = _host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16)
     np.testing.assert_array_equal(fused, plain)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_moe_forward_gather_fused_only(rng, monkeypatch, dtype):
+    """4 experts x 16 tokens (every token routed to all 4): down's plan would make 64 SwiGLU evaluations a thread, so
+    moe_forward fuses only the row gather (gate/up) and runs silu_mul, then down unfused: bit-identical to the other
+    fusion combinations, and at the reference."""
+    import kbitcupy.moe as MOE
+
+    cp = _cp()
+    E, H, I, T = 4, 1024, 512, 16
+    bgu = quantize_experts((rng.standard_normal((E, 2 * I, H)) * 0.05).astype(np.float32), 4).cuda()
+    bd = quantize_experts((rng.standard_normal((E, H, I)) * 0.05).astype(np.float32), 4).cuda()
+    ids_h = np.array([rng.permutation(E) for _ in range(T)], np.int32)
+    x = _dev(rng.standard_normal((T, H)).astype(dtype))
+    ids, w = cp.asarray(ids_h), cp.asarray(rng.random((T, E)).astype(np.float32))
+    mt = MOE.plan_tokens(moe_route(ids, E))
+    assert mt == 16 and MOE._decode_fusions(x, bgu, bd, mt, E) == (True, False)
+    out = _host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16)
+    ref = moe_forward_reference(_host(x), bgu, bd, ids_h, _host(w), round=True)
+    o = out.view(dtype).astype(np.float64)
+    assert np.all(np.isfinite(o)) and np.abs(o - ref).max() < 2 * TOL[np.dtype(dtype)] * np.abs(ref).max()
+    for fus in ((True, True), (False, False), (False, True)):
+        monkeypatch.setattr(MOE, "_decode_fusions", lambda *a, f=fus: f)
+        np.testing.assert_array_equal(_host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16), out, err_msg=str(fus))
 
 
 @pytest.mark.gpu
