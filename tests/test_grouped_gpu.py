@@ -716,7 +716,8 @@ def test_moe_forward_fused_gemv_matches_unfused(rng, monkeypatch, dtype, T, topk
     x = _dev(rng.standard_normal((T, H)).astype(dtype))
     ids = cp.asarray(np.array([rng.choice(E, topk, replace=False) for _ in range(T)], np.int32))
     w = cp.asarray(rng.random((T, topk)).astype(np.float32))
-    assert MOE._decode_fusions(x, bgu, bd, MOE.plan_tokens(moe_route(ids, E))) == (True, True)
+    rt = moe_route(ids, E)
+    assert MOE._decode_fusions(x, bgu, bd, MOE.plan_tokens(rt), int(rt.expert_ids.size)) == (True, True)
     fused = _host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16)
     for fus in ((False, False), (True, False), (False, True)):  # every other combination of the two fusions
         monkeypatch.setattr(MOE, "_decode_fusions", lambda *a, f=fus: f)
