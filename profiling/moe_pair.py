@@ -123,11 +123,13 @@ def main():
             f"{datetime.date.today().isoformat()}", "",
             f"- Command: `MS={','.join(map(str, Ms))} ES={','.join(map(str, Es))} python profiling/moe_pair.py "
             f"--tag {args.tag}`", f"- git: {rev}", f"- launch: {B._versions()['launch']}",
-            "- " + __doc__.split("\n\n")[0].replace("\n", " "), "- " + __doc__.split("\n\n")[1].split("Env:")[0]
-            .replace("\n", " ").strip(), ""]
+            "- " + " ".join(__doc__.split("\n\n")[0].split()),
+            *(" ".join(("- " + b if not b.startswith("- ") else b).split())
+              for b in __doc__.split("\n\n")[1].split("Env:")[0].replace("\n- ", "\n\n- ").split("\n\n") if b.strip()),
+            ""]
     rows = [[str(c["E"]), str(c["M"]), c["path"], B.fmt_us(c["kbit_us"]), B.fmt_us(c["fp16_us"]),
              B.fmt_x(c["vs_fp16"]), f"{c['max_rel_err']:.1e}" + ("" if c["check_ok"] else " !")] for c in cells]
-    md = "\n".join(head) + B.md_table(["E", "M", "kbit path", "kbit (us)", "fp16 bmm (us)", "vs fp16", "max rel err"],
+    md = "\n".join(head) + "\n" + B.md_table(["E", "M", "kbit path", "kbit (us)", "fp16 bmm (us)", "vs fp16", "max rel err"],
                                       rows) + "\n"
     print(md)
     if args.out:
