@@ -193,3 +193,5 @@ if [ "$STEP" = close4 ]; then
   grep -E "^E  |FAILED|Error" "$W/gpu_tests_close50b.log" | head -20
   finish_run run50
 fi
+# Result (close4): not run -- the session's device time was spent (too little left to start a machine).  The next
+#   session's first call.
