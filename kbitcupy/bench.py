@@ -1575,7 +1575,7 @@ def _fp16_layer_step(x, Wgu, Wdn, plan, bufs, I: int, T: int, topk: int):
     o.copy_((y.index_select(0, pos).view(T, topk, -1).float() * w[:, :, None]).sum(1))
 
 
-def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, I: int, pdl: bool = False):
+def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, pdl: bool = False):
     """kbitcupy layer step, routing given (moe_route run at setup): the steps of moe_forward
     with preallocated outputs (gather, grouped gate/up, SiLU*up, grouped down, combine).
     pdl: the grouped matmuls launched as programmatic dependents, ids_stable / chained as moe_forward."""
@@ -1584,7 +1584,8 @@ def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, I: int, pdl: bool = False):
 
     A, h, act, y, o = bufs
     with pdl_ctx(pdl):
-        expert_mlp(x, bgu, bdn, rt, plan_tokens(rt), bufs=dict(A=A, h=h, act=act, y=y))  # moe_forward's steps
+        outs = dict(A=A, h=h, act=act, y=y)
+        expert_mlp(x, bgu, bdn, rt, plan_tokens(rt), alloc=lambda name, n: outs[name])  # moe_forward's steps
         moe_combine(y, rt, w, out=o)
 
 
@@ -1743,7 +1744,7 @@ def layer_kbit(bgu, bdn, st: dict, I: int, dtype: str, reps: int, state: dict) -
     # the steps, then the same with the kernels as programmatic dependents (kbitcupy.set_pdl)
     for name, pdl in (("steps", False), ("steps_pdl", True)):
         try:
-            fns = [functools.partial(_kbit_layer_step, x, bgu, bdn, routes[r % R], ws[r % R], bufs, I, pdl)
+            fns = [functools.partial(_kbit_layer_step, x, bgu, bdn, routes[r % R], ws[r % R], bufs, pdl)
                    for r in range(n)]
             e = time_graph_or_eager(fns, reps, skip_graph=state.get("steps_eager"), **info)
             if e["method"] == "eager" and not pdl:

@@ -453,6 +453,12 @@ _GLAUNCH: dict = {}
 _SL_WARPS = {2: 8, 3: 4, 4: 4, 5: 3, 6: 2, 7: 2, 8: 2}
 
 
+def grouped_pass_rows(max_tokens: int) -> int:
+    """A rows the grouped GEMV stages per pass: a slot's rows are computed in passes of at most max_tokens, at most
+    16 (two token tiles; the kernel's grouped_chunk)."""
+    return min(8 if max_tokens <= 8 else 16, max(1, max_tokens))
+
+
 def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize: int = 2, warps: int | None = None,
                  per_block: int | None = None, resident: int = 2 * 132, gpb: int | None = None, sms: int = 132):
     """(warps, blocks per slot, smem, token tiles, gpb) for kbit_gemv_grouped: each block loops
@@ -465,8 +471,7 @@ def grouped_plan(N: int, K: int, k: int, n_slots: int, max_tokens: int, itemsize
     groups = -(-N // 16)
     ks = -(-K // 128)
     tiles = 1 if max_tokens <= 8 else 2
-    # A rows staged per pass: the kernel computes a slot's rows in passes of at most max_tokens
-    rows = min(8 * tiles, max(1, max_tokens))
+    rows = grouped_pass_rows(max_tokens)
     share = -(-groups * max(1, n_slots) // sms)  # an SM's share of all slots' groups (the slices plans below)
     if gpb is None and per_block is None and warps is None and tiles == 2 and k <= 4:
         # Two token tiles (9..16 tokens an expert; the slices kernel is instantiated there for k <= 4): as at one
@@ -564,8 +569,8 @@ def grouped_is_slices(N: int, K: int, k: int, n_slots: int, max_tokens: int, sms
 def grouped_swiglu_per_thread(N: int, K: int, k: int, n_slots: int, max_tokens: int, sms: int) -> float:
     """SwiGLU evaluations a thread of the grouped GEMV makes while staging one pass of A with SwiGLU fused in
     (AMODE 2: every block of a slot computes the pass's rows x K again): rows x K / threads of the default plan."""
-    warps, _, _, tiles, gpb = grouped_plan(N, K, k, n_slots, max_tokens, sms=sms)
-    return min(8 * tiles, max(1, max_tokens)) * K / (32 * warps * max(gpb, 1))
+    warps, _, _, _, gpb = grouped_plan(N, K, k, n_slots, max_tokens, sms=sms)
+    return grouped_pass_rows(max_tokens) * K / (32 * warps * max(gpb, 1))
 
 
 def grouped_kernel_key(k: int, tname: str, amode: int, cbd: bool, plan_, n_slots: int, sms: int = 132):

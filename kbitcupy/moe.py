@@ -325,25 +325,24 @@ def _decode_fusions(x_, bank_gu, bank_dn, mt: int, n_slots: int = 0) -> tuple:
     return _fuse_gather(x_, bank_gu, mt, n_slots), _fuse_swiglu(x_, bank_dn, mt, n_slots)
 
 
-def expert_mlp(x_, bank_gu, bank_dn, routing: MoeRouting, mt: int, *, fuse: bool = True, method: str = "kernel",
-               check: bool = False, bufs=None, new=None, fusions=None):
+def expert_mlp(x_, bank_gu, bank_dn, routing: MoeRouting, mt: int, *, method: str = "kernel", check: bool = False,
+               alloc=None, fusions=None):
     """moe_forward's expert MLP on the routing's sorted rows, one fused gate/up bank: gate/up -> SwiGLU -> down,
-    returning down's [P, H] output (before the weighted combine).  With fuse (device routing, the kernel path) the
-    decode sizes fuse the row gather into gate/up and / or SwiGLU into down (_decode_fusions; fusions=(gather, swiglu)
-    overrides it, profiling/moe_pair.py).  With the gather fused no kernel runs between the routing and gate/up, so
+    returning down's [P, H] output (before the weighted combine).  The decode sizes fuse the row gather into gate/up
+    and / or SwiGLU into down (_decode_fusions; fusions=(gather, swiglu) overrides it: moe_forward passes (False,
+    False) off the device-routing kernel path, profiling/moe_pair.py its A/B paths).  With the gather fused no kernel runs between the routing and gate/up, so
     gate/up waits before reading the ids (ids_stable=False); down follows gate/up, which does not write them.  The
     other grouped calls are chained (implies ids_stable): the kernel right before each is this package's gather /
     silu_mul / gate/up, which writes none of its weights or ids, so the wgmma kernel requests its weights before its
-    PDL wait, in safe mode too.  bufs: {"A": [P, H], "h": [P, 2I], "act": [P, I], "y": [P, H]} preallocated outputs,
-    or new(columns) -> a new [P, columns] output (None: the calls' own)."""
+    PDL wait, in safe mode too.  alloc(name, columns): the output of step name ("A" the gathered rows, "h" gate/up,
+    "act" SwiGLU, "y" down), a [P, columns] array or None (the call's own); None: every call's own."""
     H, I = bank_dn.shape[0], bank_dn.shape[1]
     ids, offs, P = routing.expert_ids, routing.offsets, int(routing.sorted_token.size)
 
     def out(name, cols):
-        return bufs.get(name) if bufs is not None else new(cols) if new is not None else None
+        return alloc(name, cols) if alloc is not None else None
 
-    fg, fs = (fusions if fusions is not None else _decode_fusions(x_, bank_gu, bank_dn, mt, int(ids.size))) if fuse \
-        else (False, False)
+    fg, fs = fusions if fusions is not None else _decode_fusions(x_, bank_gu, bank_dn, mt, int(ids.size))
     gm = dict(method=method, check=check, chained=True)
     if fg:
         h = grouped_gemv_fused(x_, bank_gu, ids, offs, P, mt, a_rows=routing.sorted_token, out=out("h", 2 * I))
@@ -483,10 +482,6 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
         raise ValueError("x is on the CPU but the routing / topk_weights are on the GPU")
     with stream_ctx(x):
         fuse = on_gpu and not check and method in ("auto", "kernel") and _device_routing(routing)
-        # chained (implies ids_stable): the kernel right before each grouped call is this package's
-        # gather / silu_mul / previous grouped call, which writes none of its weights or ids: the
-        # wgmma kernel requests its weights before its PDL wait, in safe mode too
-        gm = dict(method=method, check=check, chained=True)
         ids, offs, P = routing.expert_ids, routing.offsets, int(routing.sorted_token.size)
 
         if on_gpu:
@@ -496,9 +491,10 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
             return cp.empty((P, n), dtype=x_.dtype) if on_gpu else None
 
         if len(gate_banks) == 1:
-            y = expert_mlp(x_, gate_banks[0], bank_down, routing, mt, fuse=fuse, method=method, check=check,
-                           new=new if on_gpu else None)
+            y = expert_mlp(x_, gate_banks[0], bank_down, routing, mt, method=method, check=check,
+                           alloc=lambda name, n: new(n), fusions=None if fuse else (False, False))
         else:
+            gm = dict(method=method, check=check, chained=True)  # (expert_mlp's chained)
             A = gather_rows(x_, routing)
             hg = grouped_matmul(A, gate_banks[0], ids, offs, mt, out=new(I), **gm)
             hu = grouped_matmul(A, gate_banks[1], ids, offs, mt, out=new(I), **gm)

@@ -34,8 +34,8 @@ def kbit_step(x, bgu, bdn, rt, bufs, path="auto"):
     """moe_forward's expert MLP for routing rt (kbitcupy.moe.expert_mlp: path "auto" its own fusions; the A/B paths
     force them: "both" the row gather into gate/up and SwiGLU into down, "split" neither (gather and silu_mul
     kernels), "gu" the gather only, "dn" SwiGLU only)."""
-    A, h, act, y = bufs
-    return expert_mlp(x, bgu, bdn, rt, rt.max_tokens, bufs=dict(A=A, h=h, act=act, y=y), fusions=FUSIONS[path])
+    outs = dict(zip(("A", "h", "act", "y"), bufs))
+    return expert_mlp(x, bgu, bdn, rt, rt.max_tokens, alloc=lambda name, n: outs[name], fusions=FUSIONS[path])
 
 
 def fp16_step(torch, F, A, Wgu, Wdn, s, E, I, h, y):
