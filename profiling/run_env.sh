@@ -81,13 +81,13 @@ finish_run() {
   tar -czf "$OUT/$1_$STEP.tgz" -C "$W" . && rm -rf "$W"
 }
 # tree_bench DIR NAME DEST TAG [bench.py args]: profiling/bench.py of the package tree DIR (its own import path and
-# kernel cache, warmed for the families in $WARM; timeout $AB_TIMEOUT) into tables tagged TAG-NAME and the log
+# kernel cache, warmed for the families in $WARM (none: not warmed, compiled as used); timeout $AB_TIMEOUT) into tables tagged TAG-NAME and the log
 # DEST/TAG_NAME.log.  Same-run A/Bs of whole trees (tree_ab.sh, the run scripts' tree steps).
 tree_bench() {
   local d=$1 n=$2 dest=$3 tag=$4
   shift 4
   (cd "$d" && export PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kbit_cache_$n
-   python3 profiling/warm_cache.py ${WARM:-} 2>&1 | tail -1
+   [ "${WARM:-}" = none ] || python3 profiling/warm_cache.py ${WARM:-} 2>&1 | tail -1
    timeout "${AB_TIMEOUT:-200}" python3 profiling/bench.py "$@" --out "$dest" --tag "$tag-$n" > "$dest/${tag}_$n.log" 2>&1)
 }
 # dense_closing TAG TIMEOUT: the dense closing table (k = 4, M = 16..128; STREAM, WGMMA, dq+cuBLAS, matmul,

@@ -785,6 +785,123 @@ def test_moe_forward_gather_fused_only(rng, monkeypatch, dtype):
     assert np.abs(both - ref).max() < 2 * TOL[np.dtype(dtype)] * np.abs(ref).max()
 
 
+def _counters_zero(cp):
+    """The current stream's arrival counters (the split-K ones the fused combine shares) are all zero."""
+    from kbitcupy.gemm import _WS
+
+    cur = _WS.get((cp.cuda.Device().id, cp.cuda.get_current_stream().ptr))
+    return cur is None or int(cp.count_nonzero(cur[1])) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_grouped_gemv_combine_forms(rng, k):
+    """The weighted combine fused into the SwiGLU down GEMV (AMODE 3) in every block form (the group loop, slices of 3
+    and 16 groups), N not a multiple of 16, a slot over max_tokens (passes), empty slots, PDL off / safe / full with
+    and without stable ids: c_out bit-identical to moe_combine after the same GEMV, every element written, the
+    GEMV's own output unchanged, the stream's counters zero after every launch."""
+    import kbitcupy as kb
+    from kbitcupy.grouped import grouped_gemv_fused
+
+    cp = _cp()
+    E, N, K, T, topk = 8, 200, 256, 7, 3
+    bank = _bank(rng, E, N, K, k)
+    ids_h = np.array([[0, 3, 5], [3, 1, 0], [3, 6, 2], [3, 0, 7], [5, 3, 1], [6, 0, 3], [2, 4, 3]], np.int32)
+    rt = moe_route(cp.asarray(ids_h), E)  # expert 3: 7 rows (over max_tokens 4: two passes); 8 slots, all used
+    P = T * topk
+    w = cp.asarray(rng.random((T, topk)).astype(np.float32))
+    plans = [(("gpb", 0), ("warps", 4)), (("gpb", 3), ("warps", 2)), (("gpb", 16), ("warps", 1))]
+    old = kb.set_pdl(False)
+    try:
+        for dtype in DTYPES:
+            h = _dev(rng.standard_normal((P, 2 * K)).astype(dtype))
+            for mode in (False, "safe", True):
+                kb.set_pdl(mode)
+                for ov in plans:
+                    for stable in (False, True):
+                        y0 = _nan((P, N), dtype)
+                        grouped_gemv_fused(h, bank, rt.expert_ids, rt.offsets, P, 4, a_silu=True, out=y0,
+                                           ids_stable=stable)
+                        want = _host(moe_combine(y0, rt, w)).view(np.uint16)
+                        y, o = _nan((P, N), dtype), _nan((T, N), dtype)
+                        grouped_gemv_fused(h, bank, rt.expert_ids, rt.offsets, P, 4, a_silu=True, out=y,
+                                           ids_stable=stable, combine=(rt.pos, w, o))
+                        msg = f"{dtype} {mode} {ov} {stable}"
+                        np.testing.assert_array_equal(_host(o).view(np.uint16), want, err_msg=msg)
+                        np.testing.assert_array_equal(_host(y).view(np.uint16), _host(y0).view(np.uint16), err_msg=msg)
+                        assert _counters_zero(cp), msg
+    finally:
+        kb.set_pdl(old)
+    assert read_errors(reset=True) == ERR_MAX_TOKENS
+    h = _dev(rng.standard_normal((P, 2 * K)).astype(np.float16))
+    for bad, msg in ((dict(combine=(rt.pos, w.astype(cp.float16), _nan((T, N), np.float16))), "float32"),
+                     (dict(combine=(rt.pos, w, _nan((T + 1, N), np.float16))), "out must be"),
+                     (dict(combine=(rt.pos[:-1], w, _nan((T, N), np.float16))), "pos must be")):
+        with pytest.raises(ValueError, match=msg):
+            grouped_gemv_fused(h, bank, rt.expert_ids, rt.offsets, P, 4, a_silu=True, **bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_moe_combine_fused_qwen_shapes(rng, monkeypatch, dtype, k):
+    """Qwen3-Coder-Next's expert shapes (hidden 2048, expert intermediate 512), top-10 of 128 experts, decode batches of
+    1 / 2 / 4 tokens: the expert MLP with the combine fused into down (expert_mlp, moe_forward) bit-identical to the
+    combine kernel after it, every output element written (poisoned first), at the reference (1 token); a CUDA graph
+    of moe_forward replays the same bits; float16 weights take the combine kernel."""
+    import kbitcupy.moe as MOE
+    from kbitcupy.bench import layer_reference
+    from kbitcupy.gemv import grouped_kernel_key, grouped_plan
+    from kbitcupy.quantize import dequantize
+
+    cp = _cp()
+    E, H, I, topk = 128, 2048, 512, 10
+    crs = cp.random.RandomState(int(rng.integers(2**31)))  # fresh weights, drawn on the GPU
+    bgu = quantize_experts(crs.standard_normal((E, 2 * I, H), dtype=cp.float32) * 0.02, k)
+    bd = quantize_experts(crs.standard_normal((E, H, I), dtype=cp.float32) * 0.02, k)
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    kinds = set()
+    for T in (1, 2, 4):
+        ids_h = np.array([rng.choice(E, topk, replace=False) for _ in range(T)], np.int32)
+        x = _dev(rng.standard_normal((T, H)).astype(dtype))
+        ids, w = cp.asarray(ids_h), cp.asarray(rng.random((T, topk)).astype(np.float32))
+        rt = moe_route(ids, E)
+        mt, S = MOE.plan_tokens(rt), int(rt.expert_ids.size)
+        assert MOE._decode_fusions(x, bgu, bd, mt, S) == (True, True) and MOE._fuse_combine(x, rt, w, H)
+        kinds.add(grouped_kernel_key(k, "float16", 3, False, grouped_plan(H, I, k, S, mt, sms=sms), S, sms)[0])
+        o = _nan((T, H), dtype)
+        assert MOE.expert_mlp(x, bgu, bd, rt, mt, weights=w, combine_out=o) is o
+        got = _host(o).view(np.uint16)
+        assert np.all(np.isfinite(got.view(dtype).astype(np.float32)))
+        np.testing.assert_array_equal(_host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16), got)
+        if T == 1:  # float32 oracle, expert by expert from the dequantized experts (intermediates not rounded)
+            ref = layer_reference(_dev(_host(x).astype(np.float32)), ids_h, _host(w),
+                                  lambda e: dequantize(bgu.expert(e), np.float32),
+                                  lambda e: dequantize(bd.expert(e), np.float32), I).get()
+            err = np.abs(got.view(dtype).astype(np.float64) - ref).max()
+            assert err < 2 * TOL[np.dtype(dtype)] * np.abs(ref).max()
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            moe_forward(x, bgu, bd, ids, w)  # warm: plans, the stream's counters
+            s.begin_capture()
+            og = moe_forward(x, bgu, bd, ids, w)
+            g = s.end_capture()
+            og.view(cp.uint16).fill(0x7E00)
+            g.launch(stream=s)
+            s.synchronize()
+            np.testing.assert_array_equal(_host(og).view(np.uint16), got)
+            assert _counters_zero(cp)
+        assert _counters_zero(cp)
+        monkeypatch.setattr(MOE, "FUSE_COMBINE", False)
+        np.testing.assert_array_equal(_host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16), got)
+        monkeypatch.setattr(MOE, "FUSE_COMBINE", True)
+        assert not MOE._fuse_combine(x, rt, w.astype(cp.float16), H)
+        w16 = w.astype(cp.float16)
+        want16 = _host(moe_combine(MOE.expert_mlp(x, bgu, bd, rt, mt), rt, w16)).view(np.uint16)
+        np.testing.assert_array_equal(_host(moe_forward(x, bgu, bd, ids, w16)).view(np.uint16), want16)
+    assert kinds <= {"grouped_sl", "grouped_slw"} and kinds, kinds
+
+
 @pytest.mark.gpu
 def test_grouped_gemv_fused_row_gather_and_swiglu(rng):
     """grouped_gemv_fused directly: rows gathered by index (an index outside A reads as

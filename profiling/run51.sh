@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Forty-fourth session (2026-11-29).  From the repo root:  OUT=/tmp/out STEP=comb bash profiling/run51.sh
+# (carry .git_rev and ab_prev/: ab_prev/tree = 6117fa0's kbitcupy / cuda_src / profiling, the tree before this session)
+. profiling/run_env.sh
+start_run comb
+# STEP=comb: the MoE layer step's weighted combine fused into down's grouped GEMV where SwiGLU is (AMODE 3: the last
+#   CTA of each column range sums the topk rows, moe_combine_sum; float32 weights).  The T = 1 layer step was 15.5-15.7
+#   us of steps in the default launch against 10.9 us for moe_pair.py's gate/up -> down chain alone (close2): the
+#   combine kernel and its two grid boundaries ~4.6 us.  Plus: the plan for T = 8 (74 slots planned for 8 rows, mean 1.1:
+#   down's SwiGLU not fused there, 32 evaluations a thread) at KBIT_MOE_PLAN_TOKENS = 2 / 4.
+# Expect: tests pass (the fused combine bit-identical to the kernel); layer step kbit steps T = 1 15.5 -> ~13 us
+#   (one boundary and the combine's own ~1 us of L2 round trips gone, the tail's ~1 us added), T = 2 / 4 alike;
+#   T = 8 unchanged by default (no fusion there); planned for 2 / 4 rows: smaller smem, SwiGLU + combine fused,
+#   maybe -5..-10 %, or slower where an expert's third row costs a second pass.
+if [ "$STEP" = comb ]; then
+  gpu_tests "$W/gpu_tests_comb51.log" 300 tests/test_grouped_gpu.py \
+    -k "combine or fused_gemv_matches or two_tile or gather_fused_only or moe_forward_gpu or graph_capture"
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_comb51.log" | head -20
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m pytest -q -m gpu tests/test_grouped_gpu.py \
+    -k "combine_forms and 4" > "$W/memcheck_comb51.log" 2>&1
+  echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY|passed|failed' "$W/memcheck_comb51.log" | tr '\n' ' ')"
+  WARM=none AB_TIMEOUT=200 ab_trees layer51 none --shapes none --moe-layer --k 4 --layer-T 1,2,4,8 --reps 15
+  for v in new old; do echo "== layer $v"; grep -E "^\| [0-9]+ \| 4 " "$W/layer51_$v.log"; done
+  for pt in 2 4; do
+    KBIT_MOE_PLAN_TOKENS=$pt timeout 120 python3 profiling/bench.py --out "$W" --shapes none --moe-layer --k 4 \
+      --layer-T 8 --reps 15 --tag layer51-pt$pt > "$W/bench_layer51_pt$pt.log" 2>&1
+    echo "== planned for $pt"; grep -E "^\| [0-9]+ \| 4 " "$W/bench_layer51_pt$pt.log"
+  done
+  finish_run run51
+fi
