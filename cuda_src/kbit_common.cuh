@@ -361,45 +361,6 @@ __device__ __forceinline__ uint4 ld_after_wait_v4(const void* p) {
                  : "memory");
     return v;
 }
-
-// The MoE weighted combine of one output element: sum_j weights[tok, j] * Cs[pos[tok, j], h] in fp32, j in order
-// (pos = the expert-sorted row of pair (tok, j)).  The choices go in batches of KBIT_COMBINE_BATCH: their pos / weight
-// loads, then their rows' loads, each batch in flight together, then the sum in j order (one choice at a time was
-// two dependent L2 round trips per choice: ~20 in a row per thread at topk = 10).  One definition for the combine
-// kernel and the grouped GEMV's fused combine (AMODE 3), so both give the same bits.  FUSED: the rows were written
-// by other CTAs of the running grid (read through L2: ld.global.cg) and pos / weights by earlier grids (coherent
-// loads that stay after the caller's wait: ld_after_wait's reason).
-#define KBIT_COMBINE_BATCH 8
-template <typename T> __device__ __forceinline__ T ld_cg(const T* p) { return __ldcg(p); }
-template <typename T, typename WT, bool FUSED>
-__device__ __forceinline__ float moe_combine_sum(const T* Cs, const int* pos, const WT* weights, long tok, int topk,
-                                                 int H, int h) {
-    float s = 0.0f;
-    for (int j0 = 0; j0 < topk; j0 += KBIT_COMBINE_BATCH) {
-        const long p0 = tok * topk + j0;
-        const int nb = min(KBIT_COMBINE_BATCH, topk - j0);
-        int pr[KBIT_COMBINE_BATCH];
-        float wv[KBIT_COMBINE_BATCH], cv[KBIT_COMBINE_BATCH];
-#pragma unroll
-        for (int u = 0; u < KBIT_COMBINE_BATCH; u++)
-            if (u < nb) {
-                if constexpr (FUSED) {
-                    pr[u] = ld_after_wait(pos + p0 + u);
-                    wv[u] = ld_after_wait(weights + p0 + u);
-                } else {
-                    pr[u] = pos[p0 + u];
-                    wv[u] = KbitType<WT>::to_float(weights[p0 + u]);
-                }
-            }
-#pragma unroll
-        for (int u = 0; u < KBIT_COMBINE_BATCH; u++)
-            if (u < nb) cv[u] = KbitType<T>::to_float(FUSED ? ld_cg(Cs + (long)pr[u] * H + h) : Cs[(long)pr[u] * H + h]);
-#pragma unroll
-        for (int u = 0; u < KBIT_COMBINE_BATCH; u++)
-            if (u < nb) s += wv[u] * cv[u];
-    }
-    return s;
-}
 // L2 prefetch of the line holding p.  PTX prefetches are hints with no effect on the memory
 // model: a later load returns what it would have returned without one.  So a safe-PDL kernel
 // may prefetch its weights before griddepcontrol.wait: if the previous grid writes them, the

@@ -826,48 +826,15 @@ __device__ __forceinline__ void grouped_gemv_body(const T* __restrict__ A, const
     const T *__restrict__ A, const u32 *__restrict__ packed, const u8 *__restrict__ absmax,                         \
         const float *__restrict__ codebook, const float *__restrict__ tscale, const int *__restrict__ expert_ids,  \
         const int *__restrict__ offsets, T *__restrict__ C, int N, int Kdim, int E, int rows, long long wpe,       \
-        long long ape, int max_tokens, int *__restrict__ err, int pdl, const int *__restrict__ a_rows, int a_nrows, \
-        const int *c_pos, const float *c_w, T *c_out, int *c_cnt, int c_ntok, int c_topk
+        long long ape, int max_tokens, int *__restrict__ err, int pdl, const int *__restrict__ a_rows, int a_nrows
 #define KBIT_GROUPED_PASS A, packed, absmax, codebook, tscale, expert_ids, offsets, C, N, Kdim, E, rows, wpe, ape, \
                           max_tokens, err, pdl, a_rows, a_nrows
-// AMODE 3 (kbitcupy.moe: the decode step's down projection): AMODE 2 (SwiGLU fused into the A staging), and the
-// MoE weighted combine fused in after it: out[t] = sum_j w[t, j] C[pos[t, j]] (moe_combine_sum), by the last CTA of
-// each column range (blockIdx.x) to finish -- the grid's gridDim.y slots all wrote their rows of those columns by
-// then.  Every CTA (empty or bad slots too) arrives on the range's counter (c_cnt[blockIdx.x], acquire-release, the
-// split-K fixup's pattern); the last resets it to 0, so the stream's counters are zero again after every launch.
-// Deterministic (j order, not arrival order) and the same bits as the combine kernel.  Replaces that kernel: one
-// grid boundary less per MoE layer step.
-__host__ __device__ constexpr int grouped_amode(int amode) { return amode == 3 ? 2 : amode; }
-template <typename T, bool SL>
-__device__ __forceinline__ void grouped_combine_tail(const T* C, int N, const int* c_pos, const float* c_w, T* c_out,
-                                                     int* c_cnt, int ntok, int topk) {
-    extern __shared__ __align__(16) unsigned char smem_c[];
-    int* last = reinterpret_cast<int*>(smem_c);  // (the block's shared memory is free by now)
-    const unsigned nthr = block_threads<SL>(), tid = block_tid<SL>();
-    griddep_wait();  // pos / weights / out: earlier grids' (a CTA that left an empty or bad slot early has not waited)
-    __syncthreads();  // every thread's C stores (and shared memory use) before thread 0's release
-    if (tid == 0) *last = atomic_add_acq_rel(c_cnt + blockIdx.x, 1) == (int)gridDim.y - 1;
-    __syncthreads();
-    if (!*last) return;
-    if (tid == 0) c_cnt[blockIdx.x] = 0;
-    // the CTA's column groups of 16: blockIdx.x + i gridDim.x (the group loop), or blockDim.y side by side (SL)
-    const int ng = (N + 15) >> 4;
-    const int g0 = SL ? (int)(blockIdx.x * blockDim.y) : (int)blockIdx.x, gs = SL ? 1 : (int)gridDim.x;
-    const int gn = SL ? min((int)blockDim.y, ng - g0) : (ng - g0 + gs - 1) / gs;
-    const int cols = 16 * max(gn, 0);
-    for (int i = tid; i < ntok * cols; i += nthr) {
-        const int t = i / cols, c = i - t * cols, n = (g0 + (c >> 4) * gs) * 16 + (c & 15);
-        if (n < N) c_out[(long)t * N + n] = KbitType<T>::from_float(moe_combine_sum<T, float, true>(C, c_pos, c_w, t, topk, N, n));
-    }
-}
-#define KBIT_COMBINE_PASS c_pos, c_w, c_out, c_cnt, c_ntok, c_topk
 // CBD: the default codebook compiled in (as kbit_gemv's; the bank's default_codebook).  LB: the instantiation
 // for the wait-first launch (grouped_gemv_late whatever pdl says: it waits first, which is correct in every
 // mode; the host runs it for pdl 1 only).
 template <int K, typename T, int MT, int AMODE, bool CBD = false, bool LB = false>
 __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS) kbit_gemv_grouped(KBIT_GROUPED_ARGS) {
-    grouped_gemv_body<K, T, MT, grouped_amode(AMODE), false, CBD, LB, gemv_quad<K, MT>()>(KBIT_GROUPED_PASS);
-    if constexpr (AMODE == 3) grouped_combine_tail<T, false>(C, N, KBIT_COMBINE_PASS);
+    grouped_gemv_body<K, T, MT, AMODE, false, CBD, LB, gemv_quad<K, MT>()>(KBIT_GROUPED_PASS);
 }
 // The slices form (grouped_plan's gpb).  At most 128 registers, so its 16-warp blocks launch
 // (uncapped it would take more).  KBIT_GROUPED_SL_MAXNREG=80 (an experiment: three 256-thread
@@ -886,9 +853,7 @@ __global__ void __launch_bounds__(KBIT_GROUPED_BOUNDS) kbit_gemv_grouped(KBIT_GR
 #define KBIT_GROUPED_SLICES_KERNEL(NAME, MAXNREG, QUAD_OK)                                        \
     template <int K, typename T, int MT, int AMODE, bool CBD = false, bool LB = false>                 \
     __global__ void __maxnreg__(MAXNREG) NAME(KBIT_GROUPED_ARGS) {                                \
-        grouped_gemv_body<K, T, MT, grouped_amode(AMODE), true, CBD, LB, QUAD_OK && gemv_quad<K, MT>()>(      \
-            KBIT_GROUPED_PASS);                                                                       \
-        if constexpr (AMODE == 3) grouped_combine_tail<T, true>(C, N, KBIT_COMBINE_PASS);            \
+        grouped_gemv_body<K, T, MT, AMODE, true, CBD, LB, QUAD_OK && gemv_quad<K, MT>()>(KBIT_GROUPED_PASS); \
     }
 KBIT_GROUPED_SLICES_KERNEL(kbit_gemv_grouped_sl, KBIT_GROUPED_SL_MAXNREG, true)
 KBIT_GROUPED_SLICES_KERNEL(kbit_gemv_grouped_slw, KBIT_GROUPED_SLW_MAXNREG, false)

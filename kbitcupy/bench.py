@@ -808,8 +808,8 @@ def _layer_section(layer: dict) -> List[str]:
         "with device routing (moe_route: argsort, cumsum, scatter) and CuPy-pool allocations. kbit steps = "
         "the same steps with the routing precomputed (moe_route at setup, not timed) into preallocated "
         "buffers: gather_rows, grouped_matmul gate/up, silu_mul, grouped_matmul down, moe_combine; where "
-        "moe_forward runs the grouped GEMV (decode sizes) the gather and silu_mul are fused into it, and the "
-        "combine into down (float32 weights), as in moe_forward (grouped_gemv_fused). kbit steps+PDL = the same with the kernels launched as programmatic "
+        "moe_forward runs the grouped GEMV (decode sizes) the gather and silu_mul are fused into it, as in "
+        "moe_forward (grouped_gemv_fused). kbit steps+PDL = the same with the kernels launched as programmatic "
         "dependents (kbitcupy.set_pdl; ids_stable / chained as in moe_forward). moe_route = the routing alone.",
         f"- {dt} loop = torch with the routing given (sorted on the host when the graph is built, not timed): "
         "index_select of the rows, one torch.mm per active expert for gate/up on the view W_gu[e] (no copy, no "
@@ -1580,13 +1580,13 @@ def _kbit_layer_step(x, bgu, bdn, rt, w, bufs, pdl: bool = False):
     with preallocated outputs (gather, grouped gate/up, SiLU*up, grouped down, combine).
     pdl: the grouped matmuls launched as programmatic dependents, ids_stable / chained as moe_forward."""
     from ._pdl import pdl as pdl_ctx
-    from .moe import expert_mlp, plan_tokens
+    from .moe import expert_mlp, moe_combine, plan_tokens
 
     A, h, act, y, o = bufs
     with pdl_ctx(pdl):
         outs = dict(A=A, h=h, act=act, y=y)
-        # moe_forward's steps (the combine fused into down where moe_forward fuses it)
-        expert_mlp(x, bgu, bdn, rt, plan_tokens(rt), alloc=lambda name, n: outs[name], weights=w, combine_out=o)
+        expert_mlp(x, bgu, bdn, rt, plan_tokens(rt), alloc=lambda name, n: outs[name])  # moe_forward's steps
+        moe_combine(y, rt, w, out=o)
 
 
 def layer_reference(x32, ids: np.ndarray, wts: np.ndarray, Wgu_of, Wdn_of, I: int):

@@ -314,13 +314,6 @@ def _workspace(dev_id: int, stream, floats: int, counters: int):
     return cur
 
 
-def workspace_ready(dev_id: int, stream, floats: int, counters: int) -> bool:
-    """Whether _workspace serves these sizes on this stream without failing: it has them, or the stream
-    is not capturing (it may allocate)."""
-    cur = _WS.get((dev_id, stream.ptr))
-    return (cur is not None and cur[0].size >= floats and cur[1].size >= counters) or not stream.is_capturing()
-
-
 def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tile_n=None, stream=None, cluster=None):
     """Size the current (or given) stream's workspace for this call, and compile/load its
     kernel, so that a later capture of the same call allocates nothing."""

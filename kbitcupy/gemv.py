@@ -105,13 +105,12 @@ def _instances():
                 for cbd in ((False, True) if k in GROUPED_CBD_KS else (False,)):
                     tail = ", true>" if cbd else ">"
                     inst[("grouped", k, t, mt, cbd)] = f"kbit_gemv_grouped<{k}, {CTYPE[t]}, {mt}, 0{tail}"
-                    # the MoE steps fused into the A staging (1: row gather, 2: SwiGLU; 3: SwiGLU and the weighted
-                    # combine after it), kbitcupy.moe
-                    for am in (1, 2, 3):
+                    # the MoE steps fused into the A staging (1: row gather, 2: SwiGLU), kbitcupy.moe
+                    for am in (1, 2):
                         inst[("grouped_fused", k, t, mt, am, cbd)] = (
                             f"kbit_gemv_grouped<{k}, {CTYPE[t]}, {mt}, {am}{tail}")
                     # slices (grouped_plan's gpb): column groups side by side instead of the group loop
-                    for am in (0, 1, 2, 3):
+                    for am in (0, 1, 2):
                         inst[("grouped_sl", k, t, mt, am, cbd)] = f"kbit_gemv_grouped_sl<{k}, {CTYPE[t]}, {mt}, {am}{tail}"
                         # 96 registers: the several-wave plans' 4-warp blocks (grouped_gemv; one token tile)
                         if k in SLW_KS and mt == 1:
@@ -596,28 +595,19 @@ def resident_blocks(fn, threads: int, smem: int, device_id: int) -> int:
     return max(1, occupancy(fn, threads, smem)) * _sm_count(device_id)
 
 
-# the grouped kernels' combine arguments (c_pos, c_w, c_out, c_cnt, c_ntok, c_topk) where AMODE != 3: unread
-_NO_COMBINE = (np.uint64(0),) * 4 + (np.int32(0),) * 2
-
-
 def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=None, kernel=None,
-                 ids_stable: bool = False, a_rows=None, a_silu: bool = False, combine=None):
+                 ids_stable: bool = False, a_rows=None, a_silu: bool = False):
     """C_sorted = per-slot A_sorted @ W_e^T with the GEMV machinery (tokens per expert <=
     16 planned; more are computed in chunks and flag err bit 4).  Validated CuPy arrays;
     no allocation, no sync.  plan_override: grouped_plan keywords (tuple of pairs);
     kernel: f(key) -> RawKernel replacing GEMV.function (profiling/moe_ab.py).  ids_stable:
     see kbitcupy.grouped.grouped_matmul (PDL only).  Fused MoE steps (kbitcupy.moe):
     a_rows (int32 [out rows]): sorted row r is A[a_rows[r]] (the row gather); a_silu: A is
-    [rows, 2K] = [gate | up] and the rows multiplied are silu(gate) * up; with it combine = (pos, weights, c_out):
-    the MoE weighted combine fused in after it (the kernel's AMODE 3), c_out[t] = sum_j weights[t, j] out[pos[t topk
-    + j]] for weights float32 [T, topk] (kbitcupy.moe.moe_combine), the arrival counters the stream's split-K
-    ones (kbitcupy.gemm._workspace: zero after every launch).  One launch (n_slots <= 65535)."""
+    [rows, 2K] = [gate | up] and the rows multiplied are silu(gate) * up."""
     N, K = bank.shape
     n_slots = int(ids.size)
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
-    amode = 1 if a_rows is not None else (3 if combine is not None else 2) if a_silu else 0
-    if combine is not None and (not a_silu or n_slots > 65535):
-        raise ValueError("combine: only with a_silu and at most 65535 slots")
+    amode = 1 if a_rows is not None else 2 if a_silu else 0
     cbd = bank.default_codebook and bank.k in GROUPED_CBD_KS
     # max_tokens as grouped_plan sees it (<= 4: two blocks per SM; <= 8: one token tile): a key of
     # only "> 8" let a 1-token call's plan serve later 8-token calls (twentieth session)
@@ -652,16 +642,6 @@ def grouped_gemv(A, bank, ids, offs, out, max_tokens: int, err, plan_override=No
     tail = (np.int32(N), np.int32(K), np.int32(bank.num_experts), np.int32(rows),
             np.int64(bank.words_per_expert), np.int64(bank.absmax_per_expert), np.int32(max_tokens), err,
             np.int32(pdl), np.uint64(0) if a_rows is None else a_rows, np.int32(A.shape[0]))
-    if combine is None:
-        tail += _NO_COMBINE
-    else:
-        import cupy as cp
-
-        from .gemm import _workspace  # (gemm imports this module)
-
-        pos, w, c_out = combine
-        _, cnt = _workspace(key[0], cp.cuda.get_current_stream(), 0, gx)
-        tail += (pos, w, c_out, cnt, np.int32(w.shape[0]), np.int32(w.shape[1]))
     for s0 in range(0, n_slots, 65535):  # grid.y limit
         ns = min(65535, n_slots - s0)
         # (a CuPy slice costs microseconds of host time: only where the grid needs it)

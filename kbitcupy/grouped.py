@@ -762,16 +762,14 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, 
 
 
 def grouped_gemv_fused(A, bank, ids, offs, rows: int, max_tokens: int, *, a_rows=None, a_silu: bool = False,
-                       out=None, ids_stable: bool = False, combine=None):
+                       out=None, ids_stable: bool = False):
     """The grouped GEMV with a MoE step fused into its A staging (kbitcupy.moe.moe_forward):
     a_rows (device int32 [rows]): output row r multiplies A[a_rows[r]] (the row gather; A
     is the unsorted [T, K] input, a row index outside [0, T) reads as zeros); a_silu: A is
     [rows, 2K] = [gate | up] and the row multiplied is silu(gate) * up, rounded to A's
     dtype once (as silu_mul).  Device ids / offsets as for grouped_matmul (guarded on the
-    device); PDL and ids_stable as for grouped_matmul.  combine = (pos, weights, c_out), with
-    a_silu only: the MoE weighted combine fused in after down (kbitcupy.moe.moe_combine's
-    result into c_out [T, N]; pos int32 [rows], weights contiguous float32 [T, topk], T topk =
-    rows).  Returns out (a new [rows, N] array if None); no sync."""
+    device); PDL and ids_stable as for grouped_matmul.  Returns out (a new [rows, N] array if
+    None); no sync."""
     import cupy as cp
 
     N, K = bank.shape
@@ -785,19 +783,9 @@ def grouped_gemv_fused(A, bank, ids, offs, rows: int, max_tokens: int, *, a_rows
         out = cp.empty((rows, N), dtype=A.dtype)
     elif out.shape != (rows, N) or out.dtype != A.dtype or not out.flags.c_contiguous:
         raise ValueError(f"out must be a contiguous [{rows}, {N}] array of A's dtype")
-    if combine is not None:
-        pos, w, c_out = combine
-        if not a_silu:
-            raise ValueError("combine needs a_silu (the fused down projection)")
-        if w.dtype != np.float32 or w.ndim != 2 or not w.flags.c_contiguous or w.shape[0] * w.shape[1] != rows:
-            raise ValueError(f"combine: weights must be contiguous float32 [T, topk] with T * topk = {rows}")
-        if pos.dtype != np.int32 or pos.shape != (rows,):
-            raise ValueError(f"combine: pos must be int32 [{rows}]")
-        if c_out.shape != (w.shape[0], N) or c_out.dtype != A.dtype or not c_out.flags.c_contiguous:
-            raise ValueError(f"combine: out must be a contiguous [{w.shape[0]}, {N}] array of A's dtype")
     if rows and ids.size:
         grouped_gemv(A, bank, ids, offs, out, max_tokens, _err_buffer(), ids_stable=ids_stable, a_rows=a_rows,
-                     a_silu=a_silu, combine=combine)
+                     a_silu=a_silu)
     return out
 
 

@@ -320,31 +320,13 @@ def _fuse_swiglu(x_, bank_dn, mt: int, n_slots: int = 0) -> bool:
                                           _sm_count(x_.device.id)) <= SWIGLU_FUSE_MAX_PER_THREAD)
 
 
-# The weighted combine fused into down's grouped GEMV where SwiGLU is (its AMODE 3; False: the combine kernel after it,
-# an A/B switch read at call time).
-FUSE_COMBINE = True
-
-
-def _fuse_combine(x_, routing: MoeRouting, w_, H: int) -> bool:
-    """Whether down's grouped GEMV (SwiGLU fused in) also does the weighted combine: float32 weights, one launch's
-    slots, and the stream's arrival counters there or allocatable (not mid-capture)."""
-    import cupy as cp
-
-    from .gemm import workspace_ready
-
-    return (FUSE_COMBINE and kind(w_) == "cupy" and w_.dtype == np.float32 and w_.flags.c_contiguous
-            and tuple(w_.shape) == (routing.num_tokens, routing.topk)
-            and kind(routing.pos) == "cupy" and routing.pos.dtype == np.int32 and routing.expert_ids.size <= 65535
-            and workspace_ready(x_.device.id, cp.cuda.get_current_stream(), 0, -(-H // 16)))
-
-
 def _decode_fusions(x_, bank_gu, bank_dn, mt: int, n_slots: int = 0) -> tuple:
     """(gather, swiglu): the fusions moe_forward's expert MLP makes (_fuse_gather, _fuse_swiglu)."""
     return _fuse_gather(x_, bank_gu, mt, n_slots), _fuse_swiglu(x_, bank_dn, mt, n_slots)
 
 
 def expert_mlp(x_, bank_gu, bank_dn, routing: MoeRouting, mt: int, *, method: str = "kernel", check: bool = False,
-               alloc=None, fusions=None, weights=None, combine_out=None):
+               alloc=None, fusions=None):
     """moe_forward's expert MLP on the routing's sorted rows, one fused gate/up bank: gate/up -> SwiGLU -> down,
     returning down's [P, H] output (before the weighted combine).  The decode sizes fuse the row gather into gate/up
     and / or SwiGLU into down (_decode_fusions; fusions=(gather, swiglu) overrides it: moe_forward passes (False,
@@ -353,9 +335,7 @@ def expert_mlp(x_, bank_gu, bank_dn, routing: MoeRouting, mt: int, *, method: st
     other grouped calls are chained (implies ids_stable): the kernel right before each is this package's gather /
     silu_mul / gate/up, which writes none of its weights or ids, so the wgmma kernel requests its weights before its
     PDL wait, in safe mode too.  alloc(name, columns): the output of step name ("A" the gathered rows, "h" gate/up,
-    "act" SwiGLU, "y" down), a [P, columns] array or None (the call's own); None: every call's own.  weights (device
-    [T, topk]) given: returns the weighted combine of down's output (moe_combine) into combine_out ([T, H] or None: a
-    new array), fused into down where SwiGLU is and _fuse_combine allows (one grid boundary less)."""
+    "act" SwiGLU, "y" down), a [P, columns] array or None (the call's own); None: every call's own."""
     H, I = bank_dn.shape[0], bank_dn.shape[1]
     ids, offs, P = routing.expert_ids, routing.offsets, int(routing.sorted_token.size)
 
@@ -368,19 +348,10 @@ def expert_mlp(x_, bank_gu, bank_dn, routing: MoeRouting, mt: int, *, method: st
         h = grouped_gemv_fused(x_, bank_gu, ids, offs, P, mt, a_rows=routing.sorted_token, out=out("h", 2 * I))
     else:
         h = grouped_matmul(gather_rows(x_, routing, out=out("A", H)), bank_gu, ids, offs, mt, out=out("h", 2 * I), **gm)
-    if fs and weights is not None and _fuse_combine(x_, routing, weights, H):
-        import cupy as cp
-
-        co = combine_out if combine_out is not None else cp.empty((routing.num_tokens, H), dtype=x_.dtype)
-        grouped_gemv_fused(h, bank_dn, ids, offs, P, mt, a_silu=True, out=out("y", H), ids_stable=True,
-                           combine=(routing.pos, weights, co))
-        return co
     if fs:
-        y = grouped_gemv_fused(h, bank_dn, ids, offs, P, mt, a_silu=True, out=out("y", H), ids_stable=True)
-    else:
-        y = grouped_matmul(silu_mul(h[:, :I], h[:, I:], out=out("act", I)), bank_dn, ids, offs, mt, out=out("y", H),
-                           **gm)
-    return y if weights is None else moe_combine(y, routing, weights, out=combine_out)
+        return grouped_gemv_fused(h, bank_dn, ids, offs, P, mt, a_silu=True, out=out("y", H), ids_stable=True)
+    return grouped_matmul(silu_mul(h[:, :I], h[:, I:], out=out("act", I)), bank_dn, ids, offs, mt, out=out("y", H),
+                          **gm)
 
 
 def _launch_helper(fn, work: int, args):
@@ -505,8 +476,6 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
     else:
         mt = routing.max_tokens
     w_, _ = to_backend(topk_weights, "topk_weights")
-    if tuple(w_.shape) != (T, routing.topk):
-        raise ValueError(f"topk_weights must have shape {(T, routing.topk)}, got {tuple(w_.shape)}")
     if on_gpu:
         routing, w_ = _routing_to_gpu(routing, w_, topk_weights)
     elif kind(routing.sorted_token) == "cupy" or kind(w_) == "cupy":
@@ -522,15 +491,15 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
             return cp.empty((P, n), dtype=x_.dtype) if on_gpu else None
 
         if len(gate_banks) == 1:
-            o = expert_mlp(x_, gate_banks[0], bank_down, routing, mt, method=method, check=check,
-                           alloc=lambda name, n: new(n), fusions=None if fuse else (False, False), weights=w_)
+            y = expert_mlp(x_, gate_banks[0], bank_down, routing, mt, method=method, check=check,
+                           alloc=lambda name, n: new(n), fusions=None if fuse else (False, False))
         else:
             gm = dict(method=method, check=check, chained=True)  # (expert_mlp's chained)
             A = gather_rows(x_, routing)
             hg = grouped_matmul(A, gate_banks[0], ids, offs, mt, out=new(I), **gm)
             hu = grouped_matmul(A, gate_banks[1], ids, offs, mt, out=new(I), **gm)
             y = grouped_matmul(silu_mul(hg, hu), bank_down, ids, offs, mt, out=new(H), **gm)
-            o = moe_combine(y, routing, w_)
+        o = moe_combine(y, routing, w_)
     return from_backend(o, kd)
 
 

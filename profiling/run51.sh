@@ -28,3 +28,14 @@ if [ "$STEP" = comb ]; then
   done
   finish_run run51
 fi
+# Result (comb, H200, git eaa5160, `nvidia-h200_2026-11-29_{layer51-new,layer51-old,layer51-pt2,layer51-pt4}.md`,
+#   `..._gpu_tests_comb51.log`, `..._memcheck_comb51.log`): correct -- 52 GPU tests passed (the fused combine
+#   bit-identical to the kernel in every block form and PDL mode, Qwen shapes k = 2..5, graph capture), memcheck clean --
+#   but not faster.  Layer step k = 4 (new / old, us): T = 1 steps 17.61 / 17.52, steps+PDL 15.74 / 15.60, moe_forward
+#   (safe PDL) 18.36 / 18.60; T = 2 29.29 / 29.34; T = 4 47.43 / 45.17 (+2.3 us: 40 slots, the last CTA of each column
+#   range sums 4 tokens x 10 choices in dependent L2 round trips at the grid's end, where the combine kernel spreads
+#   them over the GPU); T = 8 equal (no fusion there).  The combine kernel's cost was not its launch (PDL already
+#   overlaps that) but its L2 round trips, which the tail pays too.  Not kept (profiling/patches/session44-moe-combine-
+#   fused.patch).  The premise was wrong as well: moe_pair's 10-expert chain is 12.97 us (not 10.9, the 8-expert one),
+#   so the combine and its boundary were ~2.7 us of the T = 1 step, not 4.6.  Planned for 2 / 4 rows at T = 8
+#   (KBIT_MOE_PLAN_TOKENS): steps 81.31 / 81.25 us against 74.49 planned for 8 (+9 %): the default stays.
