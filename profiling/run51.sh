@@ -39,3 +39,19 @@ fi
 #   fused.patch).  The premise was wrong as well: moe_pair's 10-expert chain is 12.97 us (not 10.9, the 8-expert one),
 #   so the combine and its boundary were ~2.7 us of the T = 1 step, not 4.6.  Planned for 2 / 4 rows at T = 8
 #   (KBIT_MOE_PLAN_TOKENS): steps 81.31 / 81.25 us against 74.49 planned for 8 (+9 %): the default stays.
+# STEP=suite1 / suite2: the GPU test files the forty-first to forty-third sessions' Python touched (grouped plans,
+#   chained wgmma calls, the fusions by size, the review refactor), whole, on this tree (kernels byte-identical to
+#   7e1f65b): suite1 test_grouped_gpu.py; suite2 test_pdl_gpu.py, test_layers_gpu.py, test_checks_gpu.py,
+#   test_launch_gpu.py.  --durations: the slowest tests, for splitting later calls.
+# Expect: all pass.
+if [ "$STEP" = suite1 ]; then
+  gpu_tests "$W/gpu_tests_suite51a.log" 560 tests/test_grouped_gpu.py --durations=12
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_suite51a.log" | head -20
+  finish_run run51
+fi
+if [ "$STEP" = suite2 ]; then
+  gpu_tests "$W/gpu_tests_suite51b.log" 560 tests/test_pdl_gpu.py tests/test_layers_gpu.py tests/test_checks_gpu.py \
+    tests/test_launch_gpu.py --durations=12
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_suite51b.log" | head -20
+  finish_run run51
+fi
