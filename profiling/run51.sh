@@ -55,3 +55,17 @@ if [ "$STEP" = suite2 ]; then
   grep -E "^E  |FAILED|Error" "$W/gpu_tests_suite51b.log" | head -20
   finish_run run51
 fi
+# STEP=suite3 / suite4 (run as inline commands of the same form): the remaining GPU test files.
+if [ "$STEP" = suite3 ]; then
+  gpu_tests "$W/gpu_tests_suite51c.log" 470 tests/test_gemv_gpu.py tests/test_gemm_gpu.py tests/test_quantize_gpu.py \
+    tests/test_gemv_stream_gpu.py --durations=8
+  finish_run run51
+fi
+if [ "$STEP" = suite4 ]; then
+  gpu_tests "$W/gpu_tests_suite51d.log" 400 tests/test_wgmma_gpu.py --durations=8
+  finish_run run51
+fi
+# Result (suite1..4, H200, git 5e3c28a = 6117fa0's code, `nvidia-h200_2026-11-29_gpu_tests_suite51{a,b,c,d}.log`): the
+#   whole GPU suite passed in four calls: 168 (grouped, 322 s), 133 (PDL, layers, checks, launch, 324 s), 262 (GEMV,
+#   GEMM, quantize, streaming GEMV, 100 s), 36 (wgmma, 91 s) -- 599 tests.  Slowest single test 20 s
+#   (test_grouped_gemv_slices[5]).
