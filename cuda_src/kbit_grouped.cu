@@ -454,6 +454,51 @@ __global__ void __launch_bounds__(1024) kbit_moe_route(const int* __restrict__ i
     }
 }
 
+// The same routing for P <= 32 choices (a decode step of 1..3 tokens at top-10) on one warp, by comparison instead of
+// counting: lane p holds choice p; its sorted row is the number of choices before it in (expert, choice) order (the
+// stable counting sort's row), its expert's slot the number of distinct smaller experts.  No per-expert array, so
+// none of kbit_moe_route's E-long zeroing and scan (512 experts: eight scan rounds of two barriers) for 10 choices.
+// The same arrays, bad ids included (parked as expert E after every valid row).
+__global__ void __launch_bounds__(32) kbit_moe_route_warp(const int* __restrict__ ids_in, int P, int topk, int E, int S,
+                                                        int* __restrict__ sorted_token, int* __restrict__ pos,
+                                                        int* __restrict__ expert_ids, int* __restrict__ offsets,
+                                                        int* __restrict__ err, int pdl) {
+    moe_helper_prologue(pdl);
+    const unsigned full = 0xffffffffu;
+    const int lane = threadIdx.x;
+    int e = E + 1;  // lanes past P sort after every choice
+    if (lane < P) {
+        e = ld_after_wait(ids_in + lane);
+        if (e < 0 || e >= E) {
+            e = E;
+            atomicOr(err, 1);
+        }
+    }
+    int row = 0;
+    bool first = lane < P && e < E;  // the first choice of its (valid) expert
+    for (int q = 0; q < 32; q++) {
+        const int eq = __shfl_sync(full, e, q);
+        row += eq < e || (eq == e && q < lane);
+        first = first && !(eq == e && q < lane);
+    }
+    const unsigned firsts = __ballot_sync(full, first);
+    int slot = 0;
+    for (int q = 0; q < 32; q++) slot += ((firsts >> q) & 1u) && __shfl_sync(full, e, q) < e;
+    const int nact = __popc(firsts), nvalid = __popc(__ballot_sync(full, lane < P && e < E));
+    if (lane < P) {
+        pos[lane] = row;
+        sorted_token[row] = lane / topk;
+    }
+    if (first) {
+        expert_ids[slot] = e;
+        offsets[slot] = row;
+    }
+    for (int s = nact + lane; s <= S; s += 32) {  // unused slots: expert 0, no rows (as kbit_moe_route)
+        if (s < S) expert_ids[s] = 0;
+        offsets[s] = s == nact ? nvalid : P;
+    }
+}
+
 // MoE routing for prefill-sized batches (P > ROUTE_KERNEL_MAX_PAIRS, kbitcupy/moe.py): the same
 // stable counting sort as kbit_moe_route in three grid-wide passes over blocks of 1024 choices (the
 // one-block kernel's stable rank is O(P^2); the CuPy argsort path it replaces took ~115 us per layer

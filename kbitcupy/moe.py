@@ -147,6 +147,9 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
 # rank is O(P^2 / threads), fine up to a few thousand choices; larger batches use the
 # CuPy argsort path.
 ROUTE_KERNEL_MAX_PAIRS = 2048
+# Up to this many choices the one-warp comparison sort (kbit_moe_route_warp; the same arrays): decode steps of 1..3
+# tokens at top-10, where kbit_moe_route's per-expert zeroing and scan dominate (see run51.sh route).
+ROUTE_WARP_MAX_PAIRS = 32
 ROUTE_KERNEL_MAX_EXPERTS = 8192
 
 
@@ -176,7 +179,10 @@ def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens):
             fn.max_dynamic_shared_size_bytes = smem
         _pdl.launch(fn, (grid,), (threads,), args, smem, pdl=pdl)
 
-    if P <= ROUTE_KERNEL_MAX_PAIRS:
+    if P <= ROUTE_WARP_MAX_PAIRS:
+        launch(("warp",), 1, 32, (flat, np.int32(P), np.int32(topk), np.int32(E), np.int32(S), sorted_token, pos,
+                                  expert_ids, offsets, _err_buffer(), np.int32(_helper_pdl())), 0, pdl=_helper_pdl())
+    elif P <= ROUTE_KERNEL_MAX_PAIRS:
         # decode sizes: a programmatic dependent with PDL on (either mode; it waits at entry), so the
         # grouped gate/up after it can be resident when it ends
         threads = 1024 if P > 256 or E > 1024 else 256

@@ -69,3 +69,15 @@ fi
 #   whole GPU suite passed in four calls: 168 (grouped, 322 s), 133 (PDL, layers, checks, launch, 324 s), 262 (GEMV,
 #   GEMM, quantize, streaming GEMV, 100 s), 36 (wgmma, 91 s) -- 599 tests.  Slowest single test 20 s
 #   (test_grouped_gemv_slices[5]).
+# STEP=route: the one-warp routing (kbit_moe_route_warp) for P <= 32 choices -- decode steps of 1..3 tokens at
+#   top-10 -- instead of the one-block counting sort, whose 512-expert zeroing and scan (eight Hillis-Steele rounds of
+#   two barriers) are most of its time at 10 choices (moe_route alone 2.62 us a call in layer50h).
+# Expect: the arrays bit-identical to the block kernel (test); moe_route T = 1..3 2.6-2.7 -> ~1.8-2.0 us, moe_forward
+#   lower by as much; the steps (routing precomputed) unchanged.
+if [ "$STEP" = route ]; then
+  gpu_tests "$W/gpu_tests_route51.log" 110 tests/test_grouped_gpu.py -k "route or moe_forward_gpu"
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_route51.log" | head -20
+  WARM=none AB_TIMEOUT=90 ab_trees layer51r none --shapes none --moe-layer --k 4 --layer-T 1,2,3 --reps 15
+  for v in new old; do echo "== layer $v"; grep -E "^\| [0-9]+ \| 4 " "$W/layer51r_$v.log"; done
+  finish_run run51
+fi

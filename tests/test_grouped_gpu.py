@@ -644,6 +644,49 @@ def test_moe_route_gpu_matches_reference(rng):
 
 
 @pytest.mark.gpu
+def test_moe_route_warp_matches_block_kernel(rng, monkeypatch):
+    """The one-warp routing (P <= ROUTE_WARP_MAX_PAIRS) writes the one-block kernel's arrays bit for bit: 1..32
+    choices, 1..10 a token, 2..8192 experts, repeated ids in a token, bad ids (parked, flagged), every PDL mode; and
+    the reference's where the ids are valid."""
+    import kbitcupy as kb
+    import kbitcupy.moe as MOE
+
+    cp = _cp()
+    cases = [(1, 10, 512), (2, 10, 512), (3, 10, 512), (1, 1, 2), (32, 1, 4), (4, 8, 16), (5, 6, 8192), (16, 2, 3)]
+    old = kb.set_pdl(False)
+    try:
+        for mode in (False, "safe", True):
+            kb.set_pdl(mode)
+            for T, topk, E in cases:
+                for variant in ("distinct", "repeats", "bad"):
+                    if variant == "distinct" and topk > E:
+                        continue
+                    ids = (np.array([rng.choice(E, topk, replace=False) for _ in range(T)], np.int32)
+                           if variant == "distinct" else rng.integers(0, E, (T, topk)).astype(np.int32))
+                    if variant == "bad":
+                        ids.flat[rng.integers(ids.size)] = E
+                        ids.flat[rng.integers(ids.size)] = -1
+                    got = {}
+                    for warp_max in (MOE.ROUTE_WARP_MAX_PAIRS, 0):
+                        monkeypatch.setattr(MOE, "ROUTE_WARP_MAX_PAIRS", warp_max)
+                        read_errors(reset=True)
+                        r = moe_route(cp.asarray(ids), E)
+                        flags = read_errors(reset=True)
+                        got[warp_max] = [getattr(r, nm).get() for nm in ("sorted_token", "pos", "expert_ids",
+                                                                          "offsets")] + [flags]
+                    msg = f"{mode} {T} {topk} {E} {variant}"
+                    for a, b in zip(got[0], got[MOE.ROUTE_WARP_MAX_PAIRS]):
+                        np.testing.assert_array_equal(a, b, err_msg=msg)
+                    assert got[0][4] == (ERR_EXPERT_ID if variant == "bad" else 0), msg  # (a -1 always there)
+                    if variant != "bad":
+                        ref = reference_route(ids, E)
+                        for nm, a in zip(("sorted_token", "pos", "expert_ids", "offsets"), got[0]):
+                            np.testing.assert_array_equal(a, getattr(ref, nm), err_msg=f"{msg} {nm}")
+    finally:
+        kb.set_pdl(old)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("fused,skewed", [(True, False), (False, False), (True, True), (True, "few")])
 def test_moe_forward_gpu(rng, dtype, fused, skewed):
