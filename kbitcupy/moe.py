@@ -9,8 +9,8 @@ Layout produced by ``moe_route`` from per-token top-k routing (topk_ids [T, topk
   increasing id order (``expert_ids[s]``, rows ``offsets[s]:offsets[s+1]``), the rest
   are empty (expert id 0, offsets == P).  Fixed shapes, no device->host sync.
 
-On the GPU the routing is a stable counting sort in kernels (one block up to 2048 choices,
-three grid passes up to 512K; CuPy's argsort beyond or above 8192 experts), plus small
+On the GPU the routing is a stable sort in kernels (one warp comparing up to 32 choices, a counting
+sort in one block up to 2048, three grid passes up to 512K; CuPy's argsort beyond or above 8192 experts), plus small
 kernels (gather, SiLU*up, weighted combine); NumPy input runs the same algorithm on the host.
 ``max_tokens`` (host bound of tokens per expert) defaults to T on the device (exact on
 the host): an expert appears at most once in a token's top-k.  A larger real count

@@ -81,3 +81,8 @@ if [ "$STEP" = route ]; then
   for v in new old; do echo "== layer $v"; grep -E "^\| [0-9]+ \| 4 " "$W/layer51r_$v.log"; done
   finish_run run51
 fi
+# Result (route, H200, git eca61e0, `nvidia-h200_2026-11-29_layer51r-{new,old}.md`, `..._gpu_tests_route51.log`): 11 GPU
+#   tests passed (the warp kernel's arrays bit-identical to the block kernel's in 3 PDL modes x 8 sizes x distinct /
+#   repeated / bad ids, and the reference's; moe_forward).  moe_route alone T = 1 / 2 / 3: 2.61 / 2.89 / 2.79 -> 1.75 /
+#   2.12 / 2.15 us; moe_forward (k = 4, default launch) 18.41 / 30.42 / 38.43 -> 17.43 / 29.74 / 37.66 us (-5.3 / -2.2 /
+#   -2.0 %); the steps with the routing given unchanged (17.46 / 29.05 / 35.98 vs 17.50 / 29.03 / 35.97).  Kept.
