@@ -81,8 +81,9 @@ finish_run() {
   tar -czf "$OUT/$1_$STEP.tgz" -C "$W" . && rm -rf "$W"
 }
 # tree_bench DIR NAME DEST TAG [bench.py args]: profiling/bench.py of the package tree DIR (its own import path and
-# kernel cache, warmed for the families in $WARM (none: not warmed, compiled as used); timeout $AB_TIMEOUT) into tables tagged TAG-NAME and the log
-# DEST/TAG_NAME.log.  Same-run A/Bs of whole trees (tree_ab.sh, the run scripts' tree steps).
+# kernel cache, warmed for the families in $WARM -- none: not warmed, compiled as used; timeout $AB_TIMEOUT) into
+# tables tagged TAG-NAME and the log DEST/TAG_NAME.log.  Same-run A/Bs of whole trees (tree_ab.sh, the run scripts'
+# tree steps).
 tree_bench() {
   local d=$1 n=$2 dest=$3 tag=$4
   shift 4
