@@ -179,17 +179,17 @@ def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens):
             fn.max_dynamic_shared_size_bytes = smem
         _pdl.launch(fn, (grid,), (threads,), args, smem, pdl=pdl)
 
-    if P <= ROUTE_WARP_MAX_PAIRS:
-        launch(("warp",), 1, 32, (flat, np.int32(P), np.int32(topk), np.int32(E), np.int32(S), sorted_token, pos,
-                                  expert_ids, offsets, _err_buffer(), np.int32(_helper_pdl())), 0, pdl=_helper_pdl())
-    elif P <= ROUTE_KERNEL_MAX_PAIRS:
+    if P <= ROUTE_KERNEL_MAX_PAIRS:
         # decode sizes: a programmatic dependent with PDL on (either mode; it waits at entry), so the
-        # grouped gate/up after it can be resident when it ends
-        threads = 1024 if P > 256 or E > 1024 else 256
+        # grouped gate/up after it can be resident when it ends; up to ROUTE_WARP_MAX_PAIRS choices one warp
+        # (kbit_moe_route_warp: the same arguments and arrays, no shared memory)
+        warp = P <= ROUTE_WARP_MAX_PAIRS
+        threads = 32 if warp else 1024 if P > 256 or E > 1024 else 256
         pdl = _helper_pdl()
-        launch((), 1, threads, (flat, np.int32(P), np.int32(topk), np.int32(E), np.int32(S), sorted_token, pos,
-                                expert_ids, offsets, _err_buffer(), np.int32(pdl)), 4 * (2 * (E + 1) + 2 * threads + P),
-               pdl=pdl)
+        launch(("warp",) if warp else (), 1, threads, (flat, np.int32(P), np.int32(topk), np.int32(E), np.int32(S),
+                                                       sorted_token, pos, expert_ids, offsets, _err_buffer(),
+                                                       np.int32(pdl)),
+               0 if warp else 4 * (2 * (E + 1) + 2 * threads + P), pdl=pdl)
     else:
         B = -(-P // 1024)
         ids_c = cp.empty(P, dtype=cp.int32)

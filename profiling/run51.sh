@@ -86,3 +86,11 @@ fi
 #   repeated / bad ids, and the reference's; moe_forward).  moe_route alone T = 1 / 2 / 3: 2.61 / 2.89 / 2.79 -> 1.75 /
 #   2.12 / 2.15 us; moe_forward (k = 4, default launch) 18.41 / 30.42 / 38.43 -> 17.43 / 29.74 / 37.66 us (-5.3 / -2.2 /
 #   -2.0 %); the steps with the routing given unchanged (17.46 / 29.05 / 35.98 vs 17.50 / 29.03 / 35.97).  Kept.
+# STEP=route2: the review's fix of test_moe_route_warp_matches_block_kernel (it had read the patched module constant
+#   back, so after its first case it compared the block kernel with itself), and moe_route's one launch for both
+#   single-block kernels.
+if [ "$STEP" = route2 ]; then
+  gpu_tests "$W/gpu_tests_route51b.log" 150 tests/test_grouped_gpu.py -k "route or moe_forward_gpu or fused_gemv_matches"
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_route51b.log" | head -20
+  finish_run run51
+fi

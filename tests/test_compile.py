@@ -61,7 +61,8 @@ def test_no_load_before_wait_in_wait_first_kernels():
         ("kbit_gemv.cu", [n for key, n in G.GEMV.instances.items()
                           if str(key[0]).startswith("grouped") and key[1] in (2, 5) and key[2] == "float16"]),
         ("kbit_grouped.cu", [n for key, n in GR.GROUPED.instances.items()
-                             if key[0] == "mm" and key[1] == 4 or key in (("route",), ("route", "warp")) or key[0] == "combine"]),
+                             if key[0] == "mm" and key[1] == 4 or key in (("route",), ("route", "warp"))
+                             or key[0] == "combine"]),
         ("kbit_gemm.cu", [n for key, n in GM.GEMM.instances.items() if key[0] == 4][:4]),
     ]
     for source, names in checks:

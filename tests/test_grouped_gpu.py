@@ -652,6 +652,7 @@ def test_moe_route_warp_matches_block_kernel(rng, monkeypatch):
     import kbitcupy.moe as MOE
 
     cp = _cp()
+    W = MOE.ROUTE_WARP_MAX_PAIRS  # (the loop below patches the module's value)
     cases = [(1, 10, 512), (2, 10, 512), (3, 10, 512), (1, 1, 2), (32, 1, 4), (4, 8, 16), (5, 6, 8192), (16, 2, 3)]
     old = kb.set_pdl(False)
     try:
@@ -667,7 +668,7 @@ def test_moe_route_warp_matches_block_kernel(rng, monkeypatch):
                         ids.flat[rng.integers(ids.size)] = E
                         ids.flat[rng.integers(ids.size)] = -1
                     got = {}
-                    for warp_max in (MOE.ROUTE_WARP_MAX_PAIRS, 0):
+                    for warp_max in (W, 0):
                         monkeypatch.setattr(MOE, "ROUTE_WARP_MAX_PAIRS", warp_max)
                         read_errors(reset=True)
                         r = moe_route(cp.asarray(ids), E)
@@ -675,12 +676,12 @@ def test_moe_route_warp_matches_block_kernel(rng, monkeypatch):
                         got[warp_max] = [getattr(r, nm).get() for nm in ("sorted_token", "pos", "expert_ids",
                                                                           "offsets")] + [flags]
                     msg = f"{mode} {T} {topk} {E} {variant}"
-                    for a, b in zip(got[0], got[MOE.ROUTE_WARP_MAX_PAIRS]):
+                    for a, b in zip(got[0], got[W]):
                         np.testing.assert_array_equal(a, b, err_msg=msg)
                     assert got[0][4] == (ERR_EXPERT_ID if variant == "bad" else 0), msg  # (a -1 always there)
                     if variant != "bad":
                         ref = reference_route(ids, E)
-                        for nm, a in zip(("sorted_token", "pos", "expert_ids", "offsets"), got[0]):
+                        for nm, a in zip(("sorted_token", "pos", "expert_ids", "offsets"), got[W]):
                             np.testing.assert_array_equal(a, getattr(ref, nm), err_msg=f"{msg} {nm}")
     finally:
         kb.set_pdl(old)
