@@ -73,7 +73,7 @@ template <int K, int MT> __host__ __device__ constexpr bool gemv_asw() {
 #define KBIT_GEMV_FSW 1
 #endif
 template <int K, int MT> __host__ __device__ constexpr bool gemv_fsw() {
-    return KBIT_GEMV_FSW && MT == 2 && gemv_asw<K, MT>();
+    return KBIT_GEMV_FSW && MT >= 2 && gemv_asw<K, MT>();
 }
 // A staged row by row at fixed chunk columns (stage_A's ROWS; gemv_block says where).  H200, 2026-11-27 (thirty-sixth
 // session, run43.sh rows / rows2, two passes): dense k = 4 GEMV TOTAL M = 16 28.74 -> 25.40 us, M = 8 22.76 -> 21.37;
@@ -192,7 +192,7 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 #endif
     // A staged row by row (stage_A) at two token tiles and in the token split's CTAs (TSR), where a thread has four
     // 16-byte chunks or more; the one-tile kernels, which also serve M = 1, keep the linear loop.
-    constexpr bool ROWS = KBIT_GEMV_STAGE_ROWS && AMODE != 2 && (MT == 2 || TSR);
+    constexpr bool ROWS = KBIT_GEMV_STAGE_ROWS && AMODE != 2 && (MT >= 2 || TSR);
     u32* lut = reinterpret_cast<u32*>(smem);
     static_assert(!C8 || (MT == 1 && AMODE == 0 && !SLICES), "C8: one token tile (M <= 4), dense kernel only");
     constexpr int SK = C8 ? 256 : 128;    // K per step
@@ -597,9 +597,10 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
 // No register cap below the hardware's: k = 4 takes 80 registers (three 256-thread
 // blocks per SM), DUAL ~96 (one 512-thread block per SM, which is how the plan uses it).
 // H200, 2026-11-22 (profiling/NOTES.md): the 64-register cap of earlier versions cost
-// 2-7 % at k = 4.
+// 2-7 % at k = 4.  Four token tiles with one group a block: at most 256 threads (kbitcupy.gemv.plan), so
+// up to 255 registers (k = 4 spilled 4-16 bytes at 512 threads' 128).
 #ifndef KBIT_GEMV_BOUNDS  // experiment hooks (profiling/gemv_ab.py, moe_ab.py variants)
-#define KBIT_GEMV_BOUNDS 512, 1
+#define KBIT_GEMV_BOUNDS (MT == 4 && !SLICES ? 256 : 512), 1
 #endif
 #ifndef KBIT_GROUPED_BOUNDS
 #define KBIT_GROUPED_BOUNDS 512, 1

@@ -141,6 +141,17 @@ def _gemm_launch(c: Ctx):
     return G.gemm(c.A, c.qw, c.out)
 
 
+def _gemv_launch(c: Ctx):
+    """kbitcupy.gemv.gemv where its plan runs this call (k = 5 stops at M = 16; the staged A must fit the shared
+    memory), else NotApplicable ('-')."""
+    from . import gemv as G
+
+    M, K = c.A.shape
+    if not G.fits(c.qw.shape[0], K, M, c.qw.k, c.A.device.id):
+        raise NotApplicable("the GEMV's plan does not fit (staged A, or k = 5 past M = 16)")
+    return gemv(c.A, c.qw, c.out)
+
+
 def _sm90() -> bool:
     """Whether the current device runs the wgmma kernels (compute capability 9.0)."""
     try:
@@ -229,7 +240,7 @@ def _pdl_us(cols: dict):
     return None
 
 COLUMNS: List[Column] = [
-    Column("GEMV", applies=lambda s, M: s.experts is None and M <= GEMV_MAX_M, launch=lambda c: gemv(c.A, c.qw, c.out)),
+    Column("GEMV", applies=lambda s, M: s.experts is None and M <= GEMV_MAX_M, launch=_gemv_launch),
     Column("STREAM", applies=_stream_applies, launch=_stream_launch),
     Column("GEMM", applies=lambda s, M: s.experts is None and M >= 1, launch=_gemm_launch),
     Column("WGMMA", applies=_wgmma_applies, launch=_wgmma_launch),
@@ -240,7 +251,7 @@ COLUMNS: List[Column] = [
            launch=_with_pdl(lambda c: matmul(c.A, c.qw, out=c.out), False)),
     # forced kernels with PDL, not in Best: what profiling/tune_dispatch.py --pdl reads
     Column("GEMV+PDL", applies=lambda s, M: s.experts is None and M <= GEMV_MAX_M,
-           launch=_with_pdl(lambda c: gemv(c.A, c.qw, c.out))),
+           launch=_with_pdl(_gemv_launch)),
     Column("GEMM+PDL", applies=lambda s, M: s.experts is None and M >= 1, launch=_with_pdl(_gemm_launch)),
     Column("WGMMA+PDL", applies=_wgmma_applies, launch=_with_pdl(_wgmma_launch)),
     Column("STREAM+PDL", applies=_stream_applies, launch=_with_pdl(_stream_launch)),

@@ -1,6 +1,6 @@
 """Which GPU kernel serves a call C[M, N] = A[M, K] @ W^T:
 
-* ``'gemv'``: the decode GEMV (kbitcupy.gemv, M <= 16),
+* ``'gemv'``: the decode GEMV (kbitcupy.gemv, M <= 32),
 * ``'gemm'``: the fused dequant + MMA kernel (kbitcupy.gemm, tiled weights),
 * ``'wgmma'``: the Hopper fused dequant + wgmma kernel (kbitcupy.wgmma, sm_90 only),
 * ``'stream'``: the Hopper streaming decode GEMV (kbitcupy.gemv_stream, sm_90, M <= 64),
@@ -10,7 +10,7 @@
 GPU's family (``gpu_family``: 'H100', 'H200', ... from the device name), falling
 back to ``TABLES['default']``.  A table entry:
 
-    {"gemv_max_m": 8,           # gemv for M <= this (never above gemv.MAX_M = 16)
+    {"gemv_max_m": 8,           # gemv for M <= this (never above gemv.MAX_M = 32)
      "gemm_max_m": 64}          # gemm for gemv_max_m < M <= this, dq above
 
 ``gemm_max_m`` may also be a dict resolved per call, most specific key first:
@@ -47,7 +47,7 @@ import math
 import os
 from typing import Dict, Optional
 
-GEMV_MAX_M = 16  # kbitcupy.gemv.MAX_M (not imported: this module stays importable without CuPy)
+GEMV_MAX_M = 32  # kbitcupy.gemv.MAX_M (not imported: this module stays importable without CuPy)
 STREAM_MAX_M = 64  # kbitcupy.gemv_stream.MAX_M
 
 # Measured crossovers per GPU family (profiling/tune_dispatch.py turns a bench.py JSON
@@ -494,7 +494,7 @@ def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str
     where there is one (the kernels gain differently from PDL: the wgmma GEMM requests
     its weights before its wait, dq + cuBLAS not at all).
     'gemm' and 'gemv' are only meaningful for tiled weights (gemm needs them; for a
-    flat weight use 'gemv' for M <= 16 and 'dq' above)."""
+    flat weight use 'gemv' for M <= 32 and 'dq' above)."""
     _maybe_load_env()
     fam = gpu_family() if family is None else family
     if (_pdl_on() if pdl is None else pdl) and fam + PDL_SUFFIX in TABLES:
@@ -572,7 +572,7 @@ def entry_from_timings(timings: dict, gemv_max_m: int = GEMV_MAX_M) -> dict:
 
 def measure(shapes, ks=(2, 3, 4, 5), Ms=(9, 16, 24, 32, 48, 64, 96, 128, 192, 256), dtype="float16",
             reps: int = 50) -> dict:
-    """Quick warm-L2 timings (us) of gemm and dq (and gemv for M <= 16) on the current GPU,
+    """Quick warm-L2 timings (us) of gemm and dq (and gemv for M <= 32) on the current GPU,
     for entry_from_timings.  shapes: iterable of (N, K).  Needs a GPU."""
     import cupy as cp
     import numpy as np

@@ -1,4 +1,4 @@
-"""Launcher for the decode GEMV kernel (cuda_src/kbit_gemv.cu), M = 1..16."""
+"""Launcher for the decode GEMV kernel (cuda_src/kbit_gemv.cu), M = 1..32 (k = 5: 1..16)."""
 from __future__ import annotations
 
 import functools
@@ -12,9 +12,9 @@ from ._compile import GEMV_Q2, Family, register
 from .quantize import CTYPE
 from .reference import bfloat16
 
-MAX_M = 16
+MAX_M = 32
 DEPTHS = (2,)  # register ring depth (4 measured slower on H200, 2026-11-21)
-TILES = (1, 2)  # token tiles of 8 per MMA
+TILES = (1, 2, 4)  # token tiles of 8 per MMA (M <= 8, 16, 32)
 DUALS = (False, True)  # one or two mma accumulator chains
 _VARIANTS = (("uint8", True), ("float32", False), ("uint8", False))
 # The grouped GEMV with the default codebook compiled in (CBD; in safe PDL its pair table built
@@ -64,13 +64,15 @@ def _instances():
         for t in ("float16", "bfloat16"):
             for a, tiled in _VARIANTS:
                 for mt in TILES:
+                    if mt == 4 and k == 5:  # (its ring spills at the 128-register cap: k = 5 stops at M = 16)
+                        continue
                     for d in DEPTHS:
-                        for du in DUALS:
+                        for du in DUALS if mt < 4 else (False,):  # (the second chain spills at four tiles)
                             for late in ((False, True) if mt == 1 else (False,)):
                                 # slices (several column groups per block, plan's gpb > 1): where
                                 # the plan uses them, k = 5 at one token tile with one chain
                                 # (and at two token tiles, k <= 4: gate/up / Q / linear value's plans)
-                                for sl in ((False, True) if ((k == 5 and mt == 1) or (k <= 4 and mt == 2)) and not du
+                                for sl in ((False, True) if ((k == 5 and mt == 1) or (k <= 4 and (mt == 2 or (mt == 4 and tiled)))) and not du
                                            else (False,)):
                                     # cbd: the default codebook's levels compiled in (the runtime
                                     # format only: tiled, E4M4)
@@ -203,7 +205,7 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         R = 4 if c8 else 8
         ty, M, gpb = -(-M // R), min(M, R), 1
         dual, late, depth = k != 5, False, 2  # (the instantiated form: _instances)
-    tiles = 1 if M <= 8 else 2
+    tiles = 1 if M <= 8 else 2 if M <= 16 else 4
     if c8 is None:
         # H100, 2026-11-25 (nineteenth session, run22 c8ab22, safe PDL, against 16-column groups):
         # few groups (KV's 32: on 32 of 132 SMs) at every k and M <= 4 (k = 4 M = 1 2.29 -> 1.96 us,
@@ -264,6 +266,8 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
             dual = (warps <= 8 and groups <= 2 * 132) or (warps > 8 and ks > warps and bool(GEMV_Q2))
         else:
             dual = k != 5 and (warps > 8 or (k == 3 and tiles == 1 and groups <= 2 * 132))
+        # four token tiles (M = 17..32): the second chain spills at the kernel's 128-register cap
+        dual = dual and tiles < 4
     if late is None and c8:
         late = ks > warps  # (c8ab22: k = 4 gate/up 4.68 -> 4.51 us, down without it 4.54 -> 5.61)
     if late is None:
@@ -294,13 +298,21 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # 4 (gate/up: 640).  H200, 2026-11-27 (thirty-fifth session, run42.sh sl2, two passes): k = 4 M = 16 gate/up
         # 10.56 -> 6.66 us (the stream ~7.8), Q 6.27 -> 5.61, M = 9 gate/up 8.75 -> 5.94, Q 5.22 -> 4.93; k = 2 alike;
         # the 128-group shapes (down, O) 20-30 % slower.
-        if tiles == 2 and k <= 4 and share >= 2 and not warps_given and not dual:
+        # Four token tiles (M = 17..32) the same way (H200, 2026-11-29, run52.sh mt4: k = 4 M = 32 gate/up 9.01 us, Q
+        # 8.33, against the streaming GEMV / wgmma kernel's 9.68 / 8.49), the tiled layout only (the flat layout's
+        # slices spill at the 128-register cap there).
+        if tiles >= 2 and k <= 4 and share >= 2 and not warps_given and not dual and (tiled or tiles == 2):
             gpb = 2 if share <= 2 else 3
         if gpb > 1:
             warps = min(8 if gpb == 2 else 4, ks)
+    if tiles == 4 and gpb == 1 and not warps_given:
+        warps = min(warps, 8)  # (the kernel's 256-thread bound at four tiles, one group a block: KBIT_GEMV_BOUNDS)
     gpb = int(gpb)
     if not 1 <= gpb or warps * gpb > 16:
         raise ValueError(f"gemv plan: {gpb} groups of {warps} warps exceed the kernel's 512 threads")
+    if tiles == 4 and ((gpb == 1 and warps > 8) or (gpb > 1 and not tiled) or dual):
+        raise ValueError("gemv plan: four token tiles (M = 17..32) take one accumulator chain and at most 8 warps a "
+                         "block, or column groups side by side on the tiled layout (the instantiated forms)")
     ks128 = 2 * ks if c8 else ks  # the staged A rows, in steps of 128
     return (warps, depth, smem_bytes(k, M, ks128, warps * gpb, tiles, itemsize), -(-groups // gpb), tiles, bool(dual),
             late, gpb, c8, ty)
@@ -309,7 +321,7 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
 @functools.lru_cache(maxsize=4096)
 def fits(N: int, K: int, M: int, k: int, device_id: int) -> bool:
     """Whether the GEMV's shared memory (pair table + staged A) fits this device."""
-    return 1 <= M <= MAX_M and plan(N, K, M, k)[2] <= _smem_limit(device_id)
+    return 1 <= M <= MAX_M and not (k == 5 and M > 16) and plan(N, K, M, k)[2] <= _smem_limit(device_id)
 
 
 def _smem_limit(device_id: int) -> int:
@@ -416,6 +428,9 @@ def launch_args(A, qw, out, plan_override=None):
     N = qw.shape[0]
     if not 1 <= M <= MAX_M:
         raise ValueError(f"gemv handles M = 1..{MAX_M} rows of A, got M = {M}; use kbitcupy.matmul")
+    if qw.k == 5 and M > 16:
+        raise ValueError(f"gemv handles M = 1..16 rows of A at k = 5 (four token tiles are not instantiated there), "
+                         f"got M = {M}; use kbitcupy.matmul")
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     pdl = _pdl.dense_arg(A.data.device_id)  # 0, 1 (full PDL: its own plan) or safe
     cbd = qw.default_codebook and qw.layout == "tiled"  # instantiated for the runtime format only
@@ -429,7 +444,8 @@ def launch_args(A, qw, out, plan_override=None):
 
 
 def gemv(A, qw, out, plan_override=None, *, validate=True):
-    """C[M, N] = A[M, K] @ W^T (M = 1..16) on CuPy arrays; out given.
+    """C[M, N] = A[M, K] @ W^T (M = 1..32; k = 5: 1..16; the staged A must fit the shared memory) on CuPy arrays;
+    out given.
 
     No allocation, no host synchronisation: capturable in a CUDA graph.  The launch
     configuration is cached per (device, shape, k, dtype, layout), so a call is a dict
@@ -444,7 +460,7 @@ def gemv(A, qw, out, plan_override=None, *, validate=True):
 
 
 # ----------------------------------------------------------------------------- MoE
-GROUPED_MAX_TOKENS = MAX_M  # tokens per expert the grouped GEMV is planned for
+GROUPED_MAX_TOKENS = 16  # tokens per expert the grouped GEMV is planned for
 _GLAUNCH: dict = {}
 
 

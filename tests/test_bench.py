@@ -272,11 +272,11 @@ def test_main_orchestration_with_fake_gpu(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(B, "_rand", lambda shape, dtype: np.ones(shape, np.float16))
     monkeypatch.setattr(B, "_empty", lambda shape, dtype: np.empty(shape, np.float16))
 
-    res = B.main(["--M", "1,32", "--k", "2,4", "--shapes", "gateup,KV,lin_key", "--out", str(tmp_path), "--tag", "t"],
+    res = B.main(["--M", "1,40", "--k", "2,4", "--shapes", "gateup,KV,lin_key", "--out", str(tmp_path), "--tag", "t"],
                  command="python profiling/bench.py fake")
     assert calls["cublas"] == ["gateup", "KV", "lin_key"]  # once per shape, all M at once
     assert len(calls["host"]) == 3 * 2
-    assert ("GEMV", "gateup", 32) not in calls["kbit"] and ("GEMV", "gateup", 1) in calls["kbit"]
+    assert ("GEMV", "gateup", 40) not in calls["kbit"] and ("GEMV", "gateup", 1) in calls["kbit"]
     assert len(res["cells"]) == 3 * 2 * 2 and len(calls["sol"]) == 12
     for c in res["cells"]:
         k, M, K, N = c["k"], c["M"], c["K"], c["N"]
@@ -294,11 +294,11 @@ def test_main_orchestration_with_fake_gpu(tmp_path, monkeypatch, capsys):
             assert "GEMV" not in c["columns"] and c["columns"]["matmul"]["error"].startswith("RuntimeError")
             assert c["columns"]["dq+cuBLAS"]["error"].startswith("RuntimeError")
             assert c["best"] == ("GEMM" if k == 2 else None)
-    assert [(t["M"], t["k"]) for t in res["totals"]] == [(1, 2), (1, 4), (32, 2), (32, 4)]
+    assert [(t["M"], t["k"]) for t in res["totals"]] == [(1, 2), (1, 4), (40, 2), (40, 4)]
     assert res["totals"][0]["shapes"] == ["gateup", "KV"] and res["totals"][0]["cublas_us"] == 8.0
     assert any("missing: down, Q, O" in n for n in res["meta"]["notes"])
     out = capsys.readouterr().out
-    assert "### M = 1" in out and "### M = 32" in out and "`python profiling/bench.py fake`" in out
+    assert "### M = 1" in out and "### M = 40" in out and "`python profiling/bench.py fake`" in out
     files = res["meta"]["files"]
     assert os.path.basename(files["md"]) == "nvidia-fake-gpu_" + res["meta"]["date"] + "_t.md"
     with open(files["json"]) as f:

@@ -10,7 +10,7 @@ from kbitcupy.gemv import gemv
 from kbitcupy.gemv_stream import gemv_stream
 from kbitcupy.wgmma import wgmma_gemm
 
-FNS = [(gemv, "gemv", 16), (gemv_stream, "gemv_stream", 64), (gemm, "gemm", None), (wgmma_gemm, "wgmma_gemm", None),
+FNS = [(gemv, "gemv", 32), (gemv_stream, "gemv_stream", 64), (gemm, "gemm", None), (wgmma_gemm, "wgmma_gemm", None),
        (dequant_matmul, "dequant_matmul", None)]
 
 

@@ -1,4 +1,4 @@
-"""GPU decode GEMV (M = 1..16) against the float64 reference of the dequantized weight."""
+"""GPU decode GEMV (M = 1..32) against the float64 reference of the dequantized weight."""
 import numpy as np
 import pytest
 
@@ -76,7 +76,7 @@ def test_gemv_dense_shapes(name, k, layout, rng):
 
     q, Wd = _weight(cp, DENSE[name], k, layout, rng)
     for dt in (np.float16, kb.bfloat16):
-        for M in (1, 2, 3, 4, 8, 9, 16):
+        for M in (1, 2, 3, 4, 8, 9, 16, 17, 32):
             err = _run(cp, q, Wd, M, dt, rng)
             assert err < TOL[np.dtype(dt).name], (name, k, layout, np.dtype(dt).name, M, err)
 
@@ -194,6 +194,46 @@ def test_gemv_slices_two_tiles(k, rng):
             out = cp.full((M, N), np.nan, dtype=cp.float16)
             gemv(A, q, out)
             assert _rel_err(out, A.astype(cp.float64) @ Wd.T) < 2e-3, (name, M)
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_gemv_four_tiles(k, rng):
+    """Four token tiles (M = 17..32, k <= 4): the default plans of the dense shapes whose staged A fits (K = 2048:
+    gate/up and Q / linear value as slices, linear key one group a block, KV the token split), fp16 / bf16, poisoned;
+    plan overrides (slices, 3..8 warps) with K tails (K % 128 == 64, K % 64 == 32) and N not a multiple of 16 in every
+    layout; a CUDA graph of one call; and the refusals: k = 5 past 16 rows, a staged A too large (down at M = 32)."""
+    import cupy as cp
+
+    for name in ("gateup", "Q", "KV", "lin_key", "lin_value"):
+        N, K = DENSE[name]
+        assert kb.gemv.fits(N, K, 32, k, 0)
+        _check_plans(cp, *_weight(cp, DENSE[name], k, "tiled", rng), (17, 24, 32), [None], rng, name)
+    plans = [(("warps", 8),), (("warps", 3),), (("gpb", 2), ("warps", 8)), (("gpb", 3), ("warps", 4))]
+    for layout in ("tiled", "flat", "flat_f32"):
+        for N, K in ((1040, 2080), (200, 2112)):
+            ps = plans if layout == "tiled" else plans[:2]  # (slices at four tiles: the tiled layout only)
+            _check_plans(cp, *_weight(cp, (N, K), k, layout, rng), (17, 25, 32), ps, rng, layout)
+    q, Wd = _weight(cp, DENSE["gateup"], k, "tiled", rng)
+    A = cp.asarray(rng.standard_normal((32, 2048), dtype=np.float32)).astype(cp.float16)
+    out = cp.full((32, 5120), np.nan, dtype=cp.float16)
+    gemv(A, q, out)  # (compiled and planned outside the capture)
+    out[...] = np.nan
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        gemv(A, q, out)
+        g = s.end_capture()
+        g.launch(s)
+        s.synchronize()
+    assert _rel_err(out, A.astype(cp.float64) @ Wd.T) < 2e-3
+    q5, _ = _weight(cp, (512, 2048), 5, "tiled", rng)
+    with pytest.raises(ValueError, match="k = 5"):
+        gemv(cp.zeros((17, 2048), cp.float16), q5, cp.zeros((17, 512), cp.float16))
+    assert not kb.gemv.fits(512, 2048, 17, 5, 0) and kb.gemv.fits(512, 2048, 16, 5, 0)
+    qd, _ = _weight(cp, DENSE["down"], k, "tiled", rng)
+    assert not kb.gemv.fits(2048, 5120, 32, k, 0)
+    with pytest.raises(ValueError, match="shared memory"):
+        gemv(cp.zeros((32, 5120), cp.float16), qd, cp.zeros((32, 2048), cp.float16))
 
 
 @pytest.mark.parametrize("layout", ["tiled", "flat", "flat_f32"])
@@ -352,8 +392,8 @@ def test_bad_inputs(rng):
 
     q, _ = _weight(cp, (512, 2048), 4, "tiled", rng)
     A = cp.zeros((1, 2048), cp.float16)
-    with pytest.raises(ValueError, match="M = 1..16"):
-        gemv(cp.zeros((17, 2048), cp.float16), q, cp.zeros((17, 512), cp.float16))
+    with pytest.raises(ValueError, match="M = 1..32"):
+        gemv(cp.zeros((33, 2048), cp.float16), q, cp.zeros((33, 512), cp.float16))
     with pytest.raises(ValueError, match="last dimension"):
         kb.matmul(cp.zeros((1, 1024), cp.float16), q)
     with pytest.raises(ValueError, match="float16 or bfloat16"):
