@@ -151,17 +151,20 @@ TABLES: Dict[str, dict] = {
     # kernel on the k = 4 TOTAL; every one of those 168 cells within 5 % on this table.
     # Twenty-second session (H200): ..._2026-11-26_wg-tune25.json and ..._final40.json overlaid last, after the dense
     # wgmma plan's split rule and fill_tok (the wgmma bands reach M = 128 on the narrow shapes).
+    # Forty-fifth session (H200): ..._2026-11-29_sweep52h.json (M = 17 / 24 / 32, k = 2..4, every kernel, after the
+    # decode GEMV's four token tiles) added last: the GEMV to M = 32 on the K = 2048 shapes, to 17 / 24 on O and down
+    # (where its staged A fits), the next band right after it.
     "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 3: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 4: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 5: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], '*': 0},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
-                (2, 512, 2048): (16, 256, 17, 256), (2, 2048, 2048): (16, 128, 17, 128),
-                (2, 2048, 4096): (16, 128, 17, 128, 17, 32), (2, 2048, 5120): (16, 128, 17, 128, 17, 32),
-                (2, 4096, 2048): (16, 256, 17, 256, 17, 24), (2, 5120, 2048): (16, 64, 17, 64, 17, 24),
-                (3, 512, 2048): (16, 256, 17, 256), (3, 2048, 2048): (16, 128, 17, 128),
-                (3, 2048, 4096): (16, 128, 17, 128, 17, 32), (3, 2048, 5120): (16, 128, 17, 128, 17, 32),
-                (3, 4096, 2048): (16, 256, 17, 256, 17, 32), (3, 5120, 2048): (16, 64, 17, 64, 17, 32),
-                (4, 512, 2048): (16, 256, 17, 256), (4, 2048, 2048): (16, 128, 17, 128),
-                (4, 2048, 4096): (16, 256, 17, 256, 17, 32), (4, 2048, 5120): (16, 128, 17, 128, 17, 32),
-                (4, 4096, 2048): (16, 256, 17, 256, 17, 32), (4, 5120, 2048): (16, 128, 17, 128, 17, 24),
+                (2, 512, 2048): (32, 256, 33, 256), (2, 2048, 2048): (32, 128, 33, 128),
+                (2, 2048, 4096): (24, 128, 25, 128, 25, 32), (2, 2048, 5120): (17, 128, 18, 128, 18, 32),
+                (2, 4096, 2048): (32, 256, 33, 256), (2, 5120, 2048): (32, 64, 33, 64),
+                (3, 512, 2048): (32, 256, 33, 256), (3, 2048, 2048): (32, 128, 33, 128),
+                (3, 2048, 4096): (24, 128, 25, 128, 25, 32), (3, 2048, 5120): (17, 128, 18, 128, 18, 32),
+                (3, 4096, 2048): (32, 256, 33, 256), (3, 5120, 2048): (32, 64, 33, 64),
+                (4, 512, 2048): (32, 256, 33, 256), (4, 2048, 2048): (32, 128, 33, 128),
+                (4, 2048, 4096): (17, 256, 18, 256, 18, 32), (4, 2048, 5120): (17, 128, 18, 128, 18, 32),
+                (4, 4096, 2048): (32, 256, 33, 256), (4, 5120, 2048): (32, 128, 33, 128),
                 (5, 512, 2048): (16, 128, 17, 128), (5, 2048, 2048): (16, 128, 17, 128),
                 (5, 2048, 4096): (16, 128, 17, 128, 15, 32), (5, 2048, 5120): (14, 256, 16, 256, 11, 32),
                 (5, 4096, 2048): (15, 256, 16, 256, 11, 32), (5, 5120, 2048): (15, 128, 16, 128, 9, 32),
@@ -336,6 +339,9 @@ def shapes_from_timings(timings: dict) -> dict:
         above = min((M for M in rows if M > gemv_max), default=None)  # the first measured M past the GEMV
         wband = (min(wg), max(wg)) if wg else (1, 0)  # (1, 0): no wgmma band
         tile_edge = gemv_max >= 8 and gemv_max % 8 == 0  # the GEMV's next row needs another 8-row tile
+        # or the GEMV does not run the next measured M (its staged A past the shared memory: down k = 4 fits 17 rows
+        # of four tiles, not 18): the kernel that wins there takes the rows right after the GEMV's
+        tile_edge = tile_edge or (gemv_max > 0 and above is not None and rows[above].get("gemv") is None)
         if wg and tile_edge and wband[0] == above:
             wband = (gemv_max + 1, wband[1])
         if st:  # the fused band reaches at least to the stream band's end (an M below it takes the lower choice)

@@ -31,8 +31,9 @@ def _dispatch_gpu(A, qw, out):
 
 def _run_kind(kind, A, qw, out):
     """Run kernel `kind` ('gemv' | 'stream' | 'wgmma' | 'gemm' | 'dq') on validated CuPy
-    arrays, or the next one where it cannot run this call (the GEMV's staged A too large:
-    kbit_gemm, or dq for a flat weight; the streaming GEMV past its M or off sm_90: wgmma;
+    arrays, or the next one where it cannot run this call (the GEMV's plan not fitting -- its staged A
+    too large, or k = 5 past 16 rows: the streaming GEMV, or dq for a flat weight; the streaming GEMV
+    past its M or off sm_90: wgmma;
     wgmma off sm_90 or not fitting: kbit_gemm); returns which one ran."""
     M, K = A.shape
     N = qw.shape[0]
@@ -41,7 +42,9 @@ def _run_kind(kind, A, qw, out):
         if fits(N, K, M, qw.k, A.data.device_id):
             gemv(A, qw, out, validate=False)
             return "gemv"
-        kind = "gemm" if tiled else "dq"  # staged A too large for shared memory
+        # (an unmeasured shape's band may name the GEMV past what fits: the streaming GEMV, then wgmma / kbit_gemm
+        # where that cannot run either)
+        kind = "stream" if tiled else "dq"
     if kind == "stream":
         if M <= ST.MAX_M and ST.supported(A.data.device_id):
             ST.gemv_stream(A, qw, out, validate=False)

@@ -70,3 +70,25 @@ if [ "$STEP" = sweep ]; then
   grep -E "^### M|TOTAL" "$W/bench_sweep52h.log"
   finish_run run52
 fi
+# Result (sweep, H200, git c64c1ef, `nvidia-h200_2026-11-29_{sweep52h.md,gpu_tests_gemv52,memcheck_gemv52}.log`): the GPU
+#   test call ran out of its 240 s after 58 tests, all passed (the 56 dense-shape tests, M = 17 / 32 through matmul
+#   included); memcheck of test_gemv_four_tiles[4] passed, 0 errors.  Sweep k = 4 (GEMV / stream / kbit_gemm / wgmma /
+#   dq): M = 32 gate/up 9.02 / 9.73 / 10.93 / 9.68 / 13.60 us (fp16 8.09), Q 8.33 (8.52 stream), KV 3.13 (wgmma 5.69),
+#   linear key 5.38 (was 6.72 at 16 warps; wgmma 6.70), linear value 8.35; down / O '-' (A does not fit) at 24 / 32;
+#   M = 17 down 7.44 (stream 9.61), O 6.39 (8.95).  Best TOTAL M = 17 / 24 / 32 k = 4 31.54 / 37.35 / 39.98 us = 1.31x /
+#   1.11x / 1.04x fp16 (k = 2 1.41x / 1.26x / 1.11x).  H200 table rebuilt with ~sweep52h (retune_tables.py; the band after
+#   the GEMV's starts right after it where the GEMV does not run the next measured M).
+# STEP=close: the rest of the GEMV GPU tests, matmul's PDL / dispatch tests, the dense closing table (k = 4, M = 16..128)
+#   on the new table, and the dispatch at unmeasured M (20, 28) against every kernel.
+# Expect: tests pass; closing M = 32 TOTAL ~40 us (1.04x fp16; was 43.11, 0.96x); M = 16 / 64 / 128 unchanged; at M = 20 /
+#   28 the dispatched call within 5 % of the fastest kernel.
+if [ "$STEP" = close ]; then
+  gpu_tests "$W/gpu_tests_gemv52b.log" 200 tests/test_gemv_gpu.py tests/test_checks_gpu.py -k "not dense_shapes"
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_gemv52b.log" | head -20
+  gpu_tests "$W/gpu_tests_pdl52.log" 100 tests/test_pdl_gpu.py -k "matmul or dispatch or run_kind"
+  dense_closing close52h 200
+  timeout 150 python3 profiling/bench.py --out "$W" --M 20,28 --k 4,2 --columns GEMV,STREAM,WGMMA,matmul --reps 15 \
+    --tag disp52h > "$W/bench_disp52h.log" 2>&1
+  grep -E "^### M|^\| " "$W/bench_disp52h.log" | cut -c1-160
+  finish_run run52
+fi

@@ -45,12 +45,12 @@ def test_run_kind_and_fallbacks(ran):
         assert _call(kind, 8) == kind
     assert log == ["gemv", "stream", "wgmma", "gemm", "dq"]
     assert _call("stream", mm.ST.MAX_M + 1) == "wgmma"  # past the streaming GEMV's M
-    env["fits"] = False  # the GEMV's staged A too large: kbit_gemm, or dq for a flat weight
-    assert _call("gemv", 4) == "gemm" and _call("gemv", 4, "flat") == "dq"
+    env["fits"] = False  # the GEMV's plan does not fit: the streaming GEMV (then wgmma, kbit_gemm), or dq for a flat weight
+    assert _call("gemv", 4) == "stream" and _call("gemv", 4, "flat") == "dq" and _call("gemv", mm.ST.MAX_M + 1) == "wgmma"
     env["wg_fits"] = False
     assert _call("wgmma", 64) == "gemm" and _call("stream", mm.ST.MAX_M + 1) == "gemm"
     env["sm90"] = False  # no sm_90: neither the streaming GEMV nor wgmma
-    assert _call("stream", 16) == "gemm" and _call("wgmma", 16) == "gemm"
+    assert _call("stream", 16) == "gemm" and _call("wgmma", 16) == "gemm" and _call("gemv", 16) == "gemm"
 
 
 def test_wgmma_choose_tok():
