@@ -152,18 +152,19 @@ TABLES: Dict[str, dict] = {
     # Twenty-second session (H200): ..._2026-11-26_wg-tune25.json and ..._final40.json overlaid last, after the dense
     # wgmma plan's split rule and fill_tok (the wgmma bands reach M = 128 on the narrow shapes).
     # Forty-fifth session (H200): ..._2026-11-29_sweep52h.json (M = 17 / 24 / 32, k = 2..4, every kernel, after the
-    # decode GEMV's four token tiles) added last: the GEMV to M = 32 on the K = 2048 shapes, to 17 / 24 on O and down
-    # (where its staged A fits), the next band right after it.
+    # decode GEMV's four token tiles) and ..._disp52h.json (M = 20 / 28, k = 2 / 4) added last: the GEMV to M = 32 on the
+    # K = 2048 shapes; on O and down up to the first measured M its staged A does not fit (matmul runs the streaming
+    # GEMV past the fit), the next band from there.
     "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 3: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 4: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 5: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], '*': 0},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
                 (2, 512, 2048): (32, 256, 33, 256), (2, 2048, 2048): (32, 128, 33, 128),
-                (2, 2048, 4096): (24, 128, 25, 128, 25, 32), (2, 2048, 5120): (17, 128, 18, 128, 18, 32),
+                (2, 2048, 4096): (27, 128, 28, 128, 28, 32), (2, 2048, 5120): (23, 128, 24, 128, 24, 32),
                 (2, 4096, 2048): (32, 256, 33, 256), (2, 5120, 2048): (32, 64, 33, 64),
                 (3, 512, 2048): (32, 256, 33, 256), (3, 2048, 2048): (32, 128, 33, 128),
-                (3, 2048, 4096): (24, 128, 25, 128, 25, 32), (3, 2048, 5120): (17, 128, 18, 128, 18, 32),
+                (3, 2048, 4096): (31, 128, 32, 128, 32, 32), (3, 2048, 5120): (23, 128, 24, 128, 24, 32),
                 (3, 4096, 2048): (32, 256, 33, 256), (3, 5120, 2048): (32, 64, 33, 64),
                 (4, 512, 2048): (32, 256, 33, 256), (4, 2048, 2048): (32, 128, 33, 128),
-                (4, 2048, 4096): (17, 256, 18, 256, 18, 32), (4, 2048, 5120): (17, 128, 18, 128, 18, 32),
+                (4, 2048, 4096): (23, 256, 24, 256, 24, 32), (4, 2048, 5120): (19, 128, 20, 128, 20, 32),
                 (4, 4096, 2048): (32, 256, 33, 256), (4, 5120, 2048): (32, 128, 33, 128),
                 (5, 512, 2048): (16, 128, 17, 128), (5, 2048, 2048): (16, 128, 17, 128),
                 (5, 2048, 4096): (16, 128, 17, 128, 15, 32), (5, 2048, 5120): (14, 256, 16, 256, 11, 32),
@@ -338,10 +339,13 @@ def shapes_from_timings(timings: dict) -> dict:
         gm = max(gemm_max, gemv_max)
         above = min((M for M in rows if M > gemv_max), default=None)  # the first measured M past the GEMV
         wband = (min(wg), max(wg)) if wg else (1, 0)  # (1, 0): no wgmma band
-        tile_edge = gemv_max >= 8 and gemv_max % 8 == 0  # the GEMV's next row needs another 8-row tile
-        # or the GEMV does not run the next measured M (its staged A past the shared memory: down k = 4 fits 17 rows
-        # of four tiles, not 18): the kernel that wins there takes the rows right after the GEMV's
-        tile_edge = tile_edge or (gemv_max > 0 and above is not None and rows[above].get("gemv") is None)
+        # The GEMV measured as not running the next measured M (its plan does not fit: None; O k = 4 fits 22 rows of
+        # four tiles, not 24): its band reaches up to that M, and matmul runs the streaming GEMV past what it fits
+        # (kbitcupy.matmul._run_kind), so the next kernel's band starts there.
+        fit_edge = gemv_max > 0 and above is not None and "gemv" in rows[above] and rows[above]["gemv"] is None
+        if fit_edge:
+            gemv_max = above - 1
+        tile_edge = (gemv_max >= 8 and gemv_max % 8 == 0) or fit_edge  # the GEMV's next row needs another 8-row tile
         if wg and tile_edge and wband[0] == above:
             wband = (gemv_max + 1, wband[1])
         if st:  # the fused band reaches at least to the stream band's end (an M below it takes the lower choice)

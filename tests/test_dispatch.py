@@ -176,6 +176,23 @@ def test_shapes_from_timings_stream_band(tables):
     assert c(16, 600, 2000, 3) == "stream"  # k = 3: 512 x 2048's
 
 
+def test_shapes_from_timings_gemv_fit_edge(tables):
+    """The GEMV measured as not fitting (None: the bench's '-') at the next measured M: its band reaches up to that M
+    (matmul runs the streaming GEMV where its plan does not fit), the next kernel's bands start there; a GEMV merely
+    not measured there (older sweeps) ends its band at its last measured M as before."""
+    t = {}
+    for M, us in ((16, dict(gemv=7.0, stream=8.0, wgmma=9.0, gemm=10.0, dq=16.0)),
+                  (17, dict(gemv=7.4, stream=9.6, wgmma=10.6, gemm=12.8, dq=16.3)),
+                  (24, dict(gemv=None, stream=9.6, wgmma=10.6, gemm=12.9, dq=16.2)),
+                  (32, dict(gemv=None, stream=10.1, wgmma=10.7, gemm=13.1, dq=16.2)),
+                  (64, dict(stream=14.0, wgmma=11.7, gemm=14.0, dq=16.7))):
+        t[(4, "float16", 2048, 5120, M)] = us
+        t[(4, "float16", 2048, 4096, M)] = {n: x for n, x in us.items() if n != "gemv" or M <= 17}
+    sh = D.shapes_from_timings(t)
+    assert sh[(4, 2048, 5120)] == (23, 64, 24, 64, 24, 32)
+    assert sh[(4, 2048, 4096)] == (17, 64, 24, 64, 24, 32)  # (GEMV not measured at 24: its band ends at 17, as before)
+
+
 def test_gpu_family_without_gpu_is_a_string():
     assert isinstance(D.gpu_family(), str)
 
@@ -326,11 +343,13 @@ def test_h200_table_follows_measurements():
     # M = 8..16 since the full A swizzle / token split (sweep42h) and the two-tile GEMV's column groups side by side
     # (sweep42hb): gate/up on the GEMV to 16 (k = 2 5.84 vs stream 6.52 us at 8), the stream from 17; down / Q / O
     # k = 2..4 on the GEMV to 15 / 16 (k = 4 down M = 16 7.37 vs stream 7.84 in dclose42)
-    # M = 17..32 since the GEMV's four token tiles (sweep52h, forty-fifth session): the GEMV wherever its staged A fits
-    # (k = 4 M = 32 gate/up 9.02 vs wgmma 9.68 / stream 9.73 us, KV 3.13 vs 5.42; down only at 17, 7.44 vs stream 9.61,
-    # and the stream from 18, where down's A no longer fits)
+    # M = 17..32 since the GEMV's four token tiles (sweep52h / disp52h, forty-fifth session): the GEMV wherever its
+    # staged A fits (k = 4 M = 32 gate/up 9.02 vs wgmma 9.68 / stream 9.73 us, KV 3.13 vs 5.42; down at 17 7.44 vs stream
+    # 9.61), its band up to the first measured M where it does not fit (down k = 4: 20), matmul running the streaming
+    # GEMV past its fit (18, 19: matmul._run_kind), the stream's band from there
     assert [c(M, 5120, 2048, 2) for M in (8, 16, 17, 24, 32, 64)] == ["gemv", "gemv", "gemv", "gemv", "gemv", "wgmma"]
-    assert [c(M, 2048, 5120, 4) for M in (8, 9, 16, 17, 18)] == ["gemv", "gemv", "gemv", "gemv", "stream"]
+    assert [c(M, 2048, 5120, 4) for M in (8, 9, 16, 17, 19, 20)] == ["gemv", "gemv", "gemv", "gemv", "gemv", "stream"]
+    assert [c(M, 2048, 4096, 4) for M in (17, 20, 23, 24, 32)] == ["gemv", "gemv", "gemv", "stream", "stream"]  # O
     assert [c(M, 5120, 2048, 4) for M in (8, 9, 16, 17)] == ["gemv", "gemv", "gemv", "gemv"]
     # k = 5 down, final18: M = 64 wgmma 15.33 vs stream 15.90 us, M = 128 wgmma 19.14 vs dq 20.99; M = 256 since
     # the TMA stages (wg-tune30): wgmma 21.18 vs dq 22.11
