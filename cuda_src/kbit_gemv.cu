@@ -190,8 +190,8 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
         KTR(0, probe_gtime()); KTR(1, probe_clock()); KTR(2, probe_smid());
     }
 #endif
-    // A staged row by row (stage_A) at two token tiles and in the token split's CTAs (TSR), where a thread has four
-    // 16-byte chunks or more; the one-tile kernels, which also serve M = 1, keep the linear loop.
+    // A staged row by row (stage_A) at two or four token tiles and in the token split's CTAs (TSR), where a thread has
+    // four 16-byte chunks or more; the one-tile kernels, which also serve M = 1, keep the linear loop.
     constexpr bool ROWS = KBIT_GEMV_STAGE_ROWS && AMODE != 2 && (MT >= 2 || TSR);
     u32* lut = reinterpret_cast<u32*>(smem);
     static_assert(!C8 || (MT == 1 && AMODE == 0 && !SLICES), "C8: one token tile (M <= 4), dense kernel only");
