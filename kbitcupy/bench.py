@@ -47,7 +47,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .gemv import MAX_M as GEMV_MAX_M, gemv
+from .gemv import MAX_M as GEMV_MAX_M, fits as gemv_fits, gemv
 from .grouped import GEMV_MAX_TOKENS
 from .matmul import matmul
 from .reference import bfloat16
@@ -144,10 +144,8 @@ def _gemm_launch(c: Ctx):
 def _gemv_launch(c: Ctx):
     """kbitcupy.gemv.gemv where its plan runs this call (k = 5 stops at M = 16; the staged A must fit the shared
     memory), else NotApplicable ('-')."""
-    from . import gemv as G
-
     M, K = c.A.shape
-    if not G.fits(c.qw.shape[0], K, M, c.qw.k, c.A.device.id):
+    if not gemv_fits(c.qw.shape[0], K, M, c.qw.k, c.A.device.id):
         raise NotApplicable("the GEMV's plan does not fit (staged A, or k = 5 past M = 16)")
     return gemv(c.A, c.qw, c.out)
 

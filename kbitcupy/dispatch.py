@@ -345,11 +345,12 @@ def shapes_from_timings(timings: dict) -> dict:
         fit_edge = gemv_max > 0 and above is not None and "gemv" in rows[above] and rows[above]["gemv"] is None
         if fit_edge:
             gemv_max = above - 1
-        tile_edge = (gemv_max >= 8 and gemv_max % 8 == 0) or fit_edge  # the GEMV's next row needs another 8-row tile
-        if wg and tile_edge and wband[0] == above:
+        tile_edge = gemv_max >= 8 and gemv_max % 8 == 0  # the GEMV's next row needs another 8-row tile
+        edge = tile_edge or fit_edge  # either way the next kernel's band starts right after the GEMV's
+        if wg and edge and wband[0] == above:
             wband = (gemv_max + 1, wband[1])
         if st:  # the fused band reaches at least to the stream band's end (an M below it takes the lower choice)
-            lo = gemv_max + 1 if tile_edge and min(st) == above else min(st)
+            lo = gemv_max + 1 if edge and min(st) == above else min(st)
             out[shape] = (gemv_max, max(gm, max(st))) + wband + (lo, max(st))
         else:
             out[shape] = (gemv_max, gm) + (wband if wg else ())

@@ -15,6 +15,13 @@ from .reference import bfloat16
 MAX_M = 32
 DEPTHS = (2,)  # register ring depth (4 measured slower on H200, 2026-11-21)
 TILES = (1, 2, 4)  # token tiles of 8 per MMA (M <= 8, 16, 32)
+
+
+def max_rows(k: int) -> int:
+    """The most rows of A the GEMV takes at bit width k: MAX_M, but 16 at k = 5 (its four-tile ring spills at the
+    128-register cap, so four tiles are not instantiated there)."""
+    return 16 if k == 5 else MAX_M
+
 DUALS = (False, True)  # one or two mma accumulator chains
 _VARIANTS = (("uint8", True), ("float32", False), ("uint8", False))
 # The grouped GEMV with the default codebook compiled in (CBD; in safe PDL its pair table built
@@ -64,7 +71,7 @@ def _instances():
         for t in ("float16", "bfloat16"):
             for a, tiled in _VARIANTS:
                 for mt in TILES:
-                    if mt == 4 and k == 5:  # (its ring spills at the 128-register cap: k = 5 stops at M = 16)
+                    if 8 * mt > max_rows(k):
                         continue
                     for d in DEPTHS:
                         for du in DUALS if mt < 4 else (False,):  # (the second chain spills at four tiles)
@@ -321,7 +328,7 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
 @functools.lru_cache(maxsize=4096)
 def fits(N: int, K: int, M: int, k: int, device_id: int) -> bool:
     """Whether the GEMV's shared memory (pair table + staged A) fits this device."""
-    return 1 <= M <= MAX_M and not (k == 5 and M > 16) and plan(N, K, M, k)[2] <= _smem_limit(device_id)
+    return 1 <= M <= max_rows(k) and plan(N, K, M, k)[2] <= _smem_limit(device_id)
 
 
 def _smem_limit(device_id: int) -> int:
@@ -426,11 +433,9 @@ def launch_args(A, qw, out, plan_override=None):
     the kernel's arguments needs a change here only."""
     M, K = A.shape
     N = qw.shape[0]
-    if not 1 <= M <= MAX_M:
-        raise ValueError(f"gemv handles M = 1..{MAX_M} rows of A, got M = {M}; use kbitcupy.matmul")
-    if qw.k == 5 and M > 16:
-        raise ValueError(f"gemv handles M = 1..16 rows of A at k = 5 (four token tiles are not instantiated there), "
-                         f"got M = {M}; use kbitcupy.matmul")
+    if not 1 <= M <= max_rows(qw.k):
+        raise ValueError(f"gemv handles M = 1..{max_rows(qw.k)} rows of A at k = {qw.k}, got M = {M}; "
+                         "use kbitcupy.matmul")
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     pdl = _pdl.dense_arg(A.data.device_id)  # 0, 1 (full PDL: its own plan) or safe
     cbd = qw.default_codebook and qw.layout == "tiled"  # instantiated for the runtime format only
