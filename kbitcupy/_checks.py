@@ -8,11 +8,12 @@ from __future__ import annotations
 from ._arrays import ACT_DTYPES, dtype_name, is_cupy, is_numpy
 
 
-def check_kernel_call(A, qw, out, fn: str, max_m: int | None = None, min_m: int = 0) -> None:
+def check_kernel_call(A, qw, out, fn: str, max_m: int | None = None, min_m: int = 0, m_note: str = "") -> None:
     """Raise a TypeError / ValueError naming ``fn`` and the argument unless A [M, K] and out
     [M, N] are contiguous CuPy arrays of one activation dtype on the weight's GPU, K is the
     weight's K, A is 16-byte aligned and min_m <= M <= max_m.  Shapes and dtypes are checked
-    before the array kind, so the CPU tests reach every rule."""
+    before the array kind, so the CPU tests reach every rule.  m_note: what the row limit depends on (in the
+    message after "rows of A")."""
     from .weight import KbitWeight
 
     if not isinstance(qw, KbitWeight):
@@ -26,7 +27,7 @@ def check_kernel_call(A, qw, out, fn: str, max_m: int | None = None, min_m: int 
         raise ValueError(f"{fn}: A must be [M, K = {K}] (the weight's K), got shape {tuple(A.shape)}")
     M = int(A.shape[0])
     if M < min_m or (max_m is not None and M > max_m):
-        raise ValueError(f"{fn} handles M = {min_m}..{max_m} rows of A, got M = {M}; use kbitcupy.matmul")
+        raise ValueError(f"{fn} handles M = {min_m}..{max_m} rows of A{m_note}, got M = {M}; use kbitcupy.matmul")
     if A.dtype not in ACT_DTYPES:
         raise ValueError(f"{fn}: A must be float16 or bfloat16, got {dtype_name(A.dtype)}")
     if tuple(out.shape) != (M, N) or out.dtype != A.dtype:

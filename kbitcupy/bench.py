@@ -47,7 +47,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .gemv import MAX_M as GEMV_MAX_M, fits as gemv_fits, gemv
+from .gemv import fits as gemv_fits, gemv, max_rows as gemv_max_rows
 from .grouped import GEMV_MAX_TOKENS
 from .matmul import matmul
 from .reference import bfloat16
@@ -238,7 +238,7 @@ def _pdl_us(cols: dict):
     return None
 
 COLUMNS: List[Column] = [
-    Column("GEMV", applies=lambda s, M: s.experts is None and M <= GEMV_MAX_M, launch=_gemv_launch),
+    Column("GEMV", applies=lambda s, M: s.experts is None and M <= gemv_max_rows(2, s.N), launch=_gemv_launch),
     Column("STREAM", applies=_stream_applies, launch=_stream_launch),
     Column("GEMM", applies=lambda s, M: s.experts is None and M >= 1, launch=_gemm_launch),
     Column("WGMMA", applies=_wgmma_applies, launch=_wgmma_launch),
@@ -248,7 +248,7 @@ COLUMNS: List[Column] = [
     Column(PLAIN_COLUMNS[0], applies=lambda s, M: s.experts is None,
            launch=_with_pdl(lambda c: matmul(c.A, c.qw, out=c.out), False)),
     # forced kernels with PDL, not in Best: what profiling/tune_dispatch.py --pdl reads
-    Column("GEMV+PDL", applies=lambda s, M: s.experts is None and M <= GEMV_MAX_M,
+    Column("GEMV+PDL", applies=lambda s, M: s.experts is None and M <= gemv_max_rows(2, s.N),
            launch=_with_pdl(_gemv_launch)),
     Column("GEMM+PDL", applies=lambda s, M: s.experts is None and M >= 1, launch=_with_pdl(_gemm_launch)),
     Column("WGMMA+PDL", applies=_wgmma_applies, launch=_with_pdl(_wgmma_launch)),

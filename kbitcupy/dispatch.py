@@ -1,6 +1,6 @@
 """Which GPU kernel serves a call C[M, N] = A[M, K] @ W^T:
 
-* ``'gemv'``: the decode GEMV (kbitcupy.gemv, M <= 32),
+* ``'gemv'``: the decode GEMV (kbitcupy.gemv, M <= 32; its token split on few columns to 128),
 * ``'gemm'``: the fused dequant + MMA kernel (kbitcupy.gemm, tiled weights),
 * ``'wgmma'``: the Hopper fused dequant + wgmma kernel (kbitcupy.wgmma, sm_90 only),
 * ``'stream'``: the Hopper streaming decode GEMV (kbitcupy.gemv_stream, sm_90, M <= 64),
@@ -47,7 +47,20 @@ import math
 import os
 from typing import Dict, Optional
 
-GEMV_MAX_M = 32  # kbitcupy.gemv.MAX_M (not imported: this module stays importable without CuPy)
+GEMV_MAX_M = 32  # kbitcupy.gemv.MAX_M (defined here: this module stays importable without CuPy)
+# The GEMV's token split (kbitcupy.gemv.plan's ts: a shape of few 16-column groups, the tiled layout) runs each 8 rows
+# of A on a CTA of their own, so it takes any M; capped here where it was measured.
+GEMV_TS_MAX_GROUPS = 64  # 16-column groups at most for the token split (N <= 1024; KV: 32)
+GEMV_TS_MAX_M = 128  # (H200, KV: faster than the wgmma kernel to M = 96, slower at 128; run53.sh ts8)
+
+
+def gemv_max_rows(k: int, N: Optional[int] = None, tiled: bool = True) -> int:
+    """The most rows of A the decode GEMV takes: GEMV_MAX_M (16 at k = 5: its four-tile ring spills at the
+    128-register cap, so four tiles are not instantiated there), GEMV_TS_MAX_M where its plan is the token split
+    (N given, tiled, at most GEMV_TS_MAX_GROUPS 16-column groups)."""
+    if N is not None and tiled and -(-int(N) // 16) <= GEMV_TS_MAX_GROUPS:
+        return GEMV_TS_MAX_M
+    return 16 if k == 5 else GEMV_MAX_M
 STREAM_MAX_M = 64  # kbitcupy.gemv_stream.MAX_M
 
 # Measured crossovers per GPU family (profiling/tune_dispatch.py turns a bench.py JSON
@@ -157,16 +170,16 @@ TABLES: Dict[str, dict] = {
     # GEMV past the fit), the next band from there.
     "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 3: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 4: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 5: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], '*': 0},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
-                (2, 512, 2048): (32, 256, 33, 256), (2, 2048, 2048): (32, 128, 33, 128),
+                (2, 512, 2048): (96, 256, 97, 256), (2, 2048, 2048): (32, 128, 33, 128),
                 (2, 2048, 4096): (27, 128, 28, 128, 28, 32), (2, 2048, 5120): (23, 128, 24, 128, 24, 32),
                 (2, 4096, 2048): (32, 256, 33, 256), (2, 5120, 2048): (32, 64, 33, 64),
-                (3, 512, 2048): (32, 256, 33, 256), (3, 2048, 2048): (32, 128, 33, 128),
+                (3, 512, 2048): (96, 256, 97, 256), (3, 2048, 2048): (32, 128, 33, 128),
                 (3, 2048, 4096): (31, 128, 32, 128, 32, 32), (3, 2048, 5120): (23, 128, 24, 128, 24, 32),
                 (3, 4096, 2048): (32, 256, 33, 256), (3, 5120, 2048): (32, 64, 33, 64),
-                (4, 512, 2048): (32, 256, 33, 256), (4, 2048, 2048): (32, 128, 33, 128),
+                (4, 512, 2048): (96, 256, 97, 256), (4, 2048, 2048): (32, 128, 33, 128),
                 (4, 2048, 4096): (23, 256, 24, 256, 24, 32), (4, 2048, 5120): (19, 128, 20, 128, 20, 32),
                 (4, 4096, 2048): (32, 256, 33, 256), (4, 5120, 2048): (32, 128, 33, 128),
-                (5, 512, 2048): (16, 128, 17, 128), (5, 2048, 2048): (16, 128, 17, 128),
+                (5, 512, 2048): (64, 128, 65, 128), (5, 2048, 2048): (16, 128, 17, 128),
                 (5, 2048, 4096): (16, 128, 17, 128, 15, 32), (5, 2048, 5120): (14, 256, 16, 256, 11, 32),
                 (5, 4096, 2048): (15, 256, 16, 256, 11, 32), (5, 5120, 2048): (15, 128, 16, 128, 9, 32),
              }},
@@ -328,7 +341,7 @@ def shapes_from_timings(timings: dict) -> dict:
             best = min(us, key=us.get)
             if best == "dq" and M in st:  # served by the streaming GEMV: does not end the fused band
                 continue
-            if best == "gemv" and gemm_max == 0 and M <= GEMV_MAX_M:
+            if best == "gemv" and gemm_max == 0 and M <= gemv_max_rows(k, N):
                 gemv_max = M
             elif best in ("gemv", "gemm", "wgmma"):
                 gemm_max = M
@@ -524,13 +537,13 @@ def choose(M: int, N: int, K: int, k: int, dtype="float16", family: Optional[str
                 exact = _big_shape_bands(shapes, int(k), elems, exact)
         wg_lo, wg_hi = st_lo, st_hi = 1, 0
         if exact is not None:
-            gemv_max, gemm_max = min(exact[0], GEMV_MAX_M), exact[1]
+            gemv_max, gemm_max = min(exact[0], gemv_max_rows(k, N)), exact[1]
             if len(exact) >= 4:
                 wg_lo, wg_hi = exact[2], exact[3]
             if len(exact) >= 6:
                 st_lo, st_hi = exact[4], min(exact[5], STREAM_MAX_M)
         else:
-            gemv_max = min(_resolve(e["gemv_max_m"], k, dn, elems, "gemv_max_m"), GEMV_MAX_M)
+            gemv_max = min(_resolve(e["gemv_max_m"], k, dn, elems, "gemv_max_m"), gemv_max_rows(k, N))
             gemm_max = _resolve(e["gemm_max_m"], k, dn, elems, "gemm_max_m")
         if st_lo <= M <= st_hi:
             kind = "stream"
@@ -605,7 +618,7 @@ def measure(shapes, ks=(2, 3, 4, 5), Ms=(9, 16, 24, 32, 48, 64, 96, 128, 192, 25
                 A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(dt)
                 C = cp.empty((M, N), dtype=dt)
                 fns = {"gemm": gemm, "dq": dequant_matmul}
-                if M <= GEMV_MAX_M:
+                if M <= gemv_max_rows(k, N):
                     fns["gemv"] = gemv
                 res = {}
                 for name, fn in fns.items():

@@ -9,18 +9,20 @@ import numpy as np
 from ._checks import check_kernel_call
 from . import _pdl
 from ._compile import GEMV_Q2, Family, register
+from .dispatch import GEMV_MAX_M, GEMV_TS_MAX_GROUPS, gemv_max_rows
 from .quantize import CTYPE
 from .reference import bfloat16
 
-MAX_M = 32
+MAX_M = GEMV_MAX_M  # rows in the token tiles of one CTA (the token split takes more: max_rows)
 DEPTHS = (2,)  # register ring depth (4 measured slower on H200, 2026-11-21)
 TILES = (1, 2, 4)  # token tiles of 8 per MMA (M <= 8, 16, 32)
 
 
-def max_rows(k: int) -> int:
+def max_rows(k: int, N: int | None = None, tiled: bool = True) -> int:
     """The most rows of A the GEMV takes at bit width k: MAX_M, but 16 at k = 5 (its four-tile ring spills at the
-    128-register cap, so four tiles are not instantiated there)."""
-    return 16 if k == 5 else MAX_M
+    128-register cap, so four tiles are not instantiated there); with N given, GEMV_TS_MAX_M where the plan is the
+    token split (the tiled layout, few column groups: each 8 rows on a CTA of their own)."""
+    return gemv_max_rows(k, N, tiled)
 
 DUALS = (False, True)  # one or two mma accumulator chains
 _VARIANTS = (("uint8", True), ("float32", False), ("uint8", False))
@@ -201,10 +203,13 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # 5 alike);
         # linear key and O (128 groups) slower every way.
         block_given = any(v is not None for v in (warps, depth, dual, late, gpb, c8))
-        ts = tiled and M >= 5 and -(-N // 16) <= 64 and not block_given
+        ts = tiled and M >= 5 and -(-N // 16) <= GEMV_TS_MAX_GROUPS and not block_given
         if ts:
             c8 = M <= 8
-            warps = min(8, -(-K // 256)) if c8 else None
+            # past 32 rows (more than 128 CTAs for KV) 8 warps, two CTAs an SM: H200, 2026-11-29 (forty-sixth session,
+            # run53.sh probe / ts8, KV k = 4): M = 48 / 64 / 96 5.67 / 6.10 / 9.07 us with 16 warps (one CTA an SM:
+            # waves) -> 3.92 / 4.13 / 5.34 (the wgmma kernel 5.69 / 5.72 / 6.35); 4 warps no better (5.25 at 96)
+            warps = min(8, -(-K // 256)) if c8 else min(8, -(-K // 128)) if M > MAX_M else None
     if ts:
         if not tiled or (gpb or 1) != 1:
             raise ValueError("gemv plan: the token split (ts) needs the tiled layout and one group per block")
@@ -212,6 +217,9 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         R = 4 if c8 else 8
         ty, M, gpb = -(-M // R), min(M, R), 1
         dual, late, depth = k != 5, False, 2  # (the instantiated form: _instances)
+    if M > MAX_M:  # (only the token split's CTAs take more rows than their token tiles)
+        raise ValueError(f"gemv plan: M = {M} rows need the token split (the tiled layout, at most "
+                         f"{GEMV_TS_MAX_GROUPS} 16-column groups, no block override); a CTA takes at most {MAX_M}")
     tiles = 1 if M <= 8 else 2 if M <= 16 else 4
     if c8 is None:
         # H100, 2026-11-25 (nineteenth session, run22 c8ab22, safe PDL, against 16-column groups):
@@ -326,9 +334,10 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
 
 
 @functools.lru_cache(maxsize=4096)
-def fits(N: int, K: int, M: int, k: int, device_id: int) -> bool:
-    """Whether the GEMV's shared memory (pair table + staged A) fits this device."""
-    return 1 <= M <= max_rows(k) and plan(N, K, M, k)[2] <= _smem_limit(device_id)
+def fits(N: int, K: int, M: int, k: int, device_id: int, tiled: bool = True) -> bool:
+    """Whether the GEMV runs M rows at bit width k (max_rows) and its shared memory (pair table + staged A) fits
+    this device."""
+    return 1 <= M <= max_rows(k, N, tiled) and plan(N, K, M, k, tiled=tiled)[2] <= _smem_limit(device_id)
 
 
 def _smem_limit(device_id: int) -> int:
@@ -426,6 +435,11 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=0, cbd=False):
         np.int32(pdl)
 
 
+def _rows_note(qw) -> str:
+    """What the GEMV's row limit (max_rows) depends on, for its error messages."""
+    return f" at k = {qw.k} (N = {qw.shape[0]}, {qw.layout} layout)"
+
+
 def launch_args(A, qw, out, plan_override=None):
     """(kernel, grid, block, dynamic smem, argument tuple) of one GEMV call: exactly what
     gemv() passes to the CuPy kernel.  kbitcupy._launch builds its cached cuLaunchKernel
@@ -433,9 +447,9 @@ def launch_args(A, qw, out, plan_override=None):
     the kernel's arguments needs a change here only."""
     M, K = A.shape
     N = qw.shape[0]
-    if not 1 <= M <= max_rows(qw.k):
-        raise ValueError(f"gemv handles M = 1..{max_rows(qw.k)} rows of A at k = {qw.k}, got M = {M}; "
-                         "use kbitcupy.matmul")
+    mr = max_rows(qw.k, N, qw.layout == "tiled")
+    if not 1 <= M <= mr:
+        raise ValueError(f"gemv handles M = 1..{mr} rows of A{_rows_note(qw)}, got M = {M}; use kbitcupy.matmul")
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     pdl = _pdl.dense_arg(A.data.device_id)  # 0, 1 (full PDL: its own plan) or safe
     cbd = qw.default_codebook and qw.layout == "tiled"  # instantiated for the runtime format only
@@ -458,7 +472,10 @@ def gemv(A, qw, out, plan_override=None, *, validate=True):
     kbitcupy._launch.)  validate=False skips the argument checks (kbitcupy._checks) for
     callers that made them already."""
     if validate:
-        check_kernel_call(A, qw, out, "gemv", MAX_M, 1)
+        if hasattr(qw, "layout"):
+            check_kernel_call(A, qw, out, "gemv", max_rows(qw.k, qw.shape[0], qw.layout == "tiled"), 1, _rows_note(qw))
+        else:  # (not a KbitWeight: named there)
+            check_kernel_call(A, qw, out, "gemv", MAX_M, 1)
     fn, grid, block, smem, args = launch_args(A, qw, out, plan_override)
     _pdl.launch(fn, grid, block, args, smem, pdl=args[-1])  # the kernel's pdl argument
     return out

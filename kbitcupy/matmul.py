@@ -39,7 +39,7 @@ def _run_kind(kind, A, qw, out):
     N = qw.shape[0]
     tiled = qw.layout == "tiled"
     if kind == "gemv":
-        if fits(N, K, M, qw.k, A.data.device_id):
+        if fits(N, K, M, qw.k, A.data.device_id, tiled):
             gemv(A, qw, out, validate=False)
             return "gemv"
         # (an unmeasured shape's band may name the GEMV past what fits: the streaming GEMV, then wgmma / kbit_gemm

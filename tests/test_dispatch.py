@@ -50,10 +50,17 @@ def test_every_family_entry_is_valid():
 def test_gemv_clamped_to_its_max(tables):
     mx = D.GEMV_MAX_M  # the GEMV's own limit (kbitcupy.gemv.MAX_M)
     D.set_table("T", {"gemv_max_m": 2 * mx, "gemm_max_m": mx + 8})
-    assert D.choose(mx, 1024, 1024, 4, family="T") == "gemv"
-    assert D.choose(mx + 1, 1024, 1024, 4, family="T") == "gemm"
-    assert D.choose(mx + 8, 1024, 1024, 4, family="T") == "gemm"
-    assert D.choose(mx + 9, 1024, 1024, 4, family="T") == "dq"
+    assert D.choose(mx, 2048, 1024, 4, family="T") == "gemv"
+    assert D.choose(mx + 1, 2048, 1024, 4, family="T") == "gemm"
+    assert D.choose(mx + 8, 2048, 1024, 4, family="T") == "gemm"
+    assert D.choose(mx + 9, 2048, 1024, 4, family="T") == "dq"
+    # k = 5: 16 rows; a shape of at most 64 16-column groups (the GEMV's token split): GEMV_TS_MAX_M
+    assert D.gemv_max_rows(5, 2048) == 16 and D.gemv_max_rows(4, 2048) == mx and D.gemv_max_rows(4) == mx
+    ts = D.gemv_max_rows(5, 1024)
+    assert ts == D.GEMV_TS_MAX_M > mx and D.gemv_max_rows(4, 1040) == mx and D.gemv_max_rows(4, 512, tiled=False) == mx
+    D.set_table("T", {"gemv_max_m": 2 * ts, "gemm_max_m": 2 * ts + 8})
+    assert D.choose(ts, 1024, 1024, 5, family="T") == "gemv" and D.choose(ts + 1, 1024, 1024, 5, family="T") == "gemm"
+    assert D.choose(mx + 1, 2048, 1024, 4, family="T") == "gemm"
 
 
 def test_per_k_dtype_and_size_bands(tables):
@@ -369,7 +376,9 @@ def test_h200_table_follows_measurements():
     # down (final38): wgmma 12.49 vs stream 13.41 us at 48, 12.63 vs 14.28 at 64; the stream at 32 (10.08 vs 10.78)
     assert [c(M, 2048, 5120, 4) for M in (48, 64, 128)] == ["wgmma", "wgmma", "wgmma"]
     assert [c(M, 2048, 5120, 4) for M in (8, 16, 17, 32, 33)] == ["gemv", "gemv", "gemv", "stream", "wgmma"]
-    assert c(32, 512, 2048, 4) == "gemv" and c(33, 512, 2048, 4) == "wgmma"  # KV (sweep52h): the token split 3.13 us
+    # KV: the GEMV's token split, 8 warps a CTA past 32 rows (kvts53b: M = 32 / 64 / 96 3.13 / 4.10 / 5.34 us against the
+    # wgmma kernel's 5.40 / 5.73 / 6.36; 8.61 vs 6.41 at 128)
+    assert [c(M, 512, 2048, 4) for M in (32, 33, 64, 96, 97, 128)] == ["gemv"] * 4 + ["wgmma"] * 2
     assert c(32, 3000, 3000, 4) == "stream"  # unmeasured shape: the nearest measured shape's bands
     h100 = lambda M, N, K, k: D.choose(M, N, K, k, "float16", family="H100")  # noqa: E731
     assert [h100(M, 5120, 2048, 4) for M in (4, 8, 16, 32, 64)] == ["gemv", "gemv", "gemv", "stream", "wgmma"]  # H100

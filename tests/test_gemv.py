@@ -42,6 +42,28 @@ def test_plan_invariants(k, M, shape):
             assert key in G.GEMV.instances  # every plan names a compiled instantiation
 
 
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_token_split_past_32_rows(k):
+    """The token split (few column groups, the tiled layout) takes M up to max_rows (GEMV_TS_MAX_M): ceil(M / 8) CTAs
+    a group of one token tile, 8 warps past 32 rows (two CTAs an SM: run53.sh ts8); every other plan stops at 32 rows
+    (16 at k = 5) with a clear error."""
+    mr = G.max_rows(k, 512)
+    assert mr == 128 and G.max_rows(k, 1024) == mr and G.max_rows(k, 1040) == G.max_rows(k) == (16 if k == 5 else 32)
+    assert G.max_rows(k, 512, tiled=False) == G.max_rows(k)
+    for N, K in ((512, 2048), (1000, 2112), (24, 32)):
+        for M in (33, 48, 64, 100, mr):
+            warps, depth, smem, grid, tiles, dual, late, gpb, c8, ty = G.plan(N, K, M, k)
+            assert ty == -(-M // 8) and tiles == 1 and gpb == 1 and not c8 and warps == min(8, -(-K // 128))
+            assert smem == G.table_bytes(k, 1) + 8 * -(-K // 128) * 128 * 2 + warps * 128 * 4 + 128
+            key = (k, "float16", "uint8", True, depth, tiles, dual, late, False, True, c8, "ts")
+            assert key in G.GEMV.instances
+    for kw in ({"warps": 8}, {"tiled": False}, {"ts": False}):
+        with pytest.raises(ValueError, match="token split"):
+            G.plan(512, 2048, 33, k, **kw)
+    with pytest.raises(ValueError, match="token split"):
+        G.plan(2048, 2048, 33, k)
+
+
 def test_c8_plan_only_where_instantiated():
     # 8-column groups: one token tile (M <= 4), the tiled layout, one group per block
     for M, kw in ((5, {}), (1, {"tiled": False}), (1, {"gpb": 2})):

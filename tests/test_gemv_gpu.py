@@ -1,4 +1,4 @@
-"""GPU decode GEMV (M = 1..32) against the float64 reference of the dequantized weight."""
+"""GPU decode GEMV (M = 1..32; the token split to 128) against the float64 reference of the dequantized weight."""
 import numpy as np
 import pytest
 
@@ -174,6 +174,44 @@ def test_gemv_token_split(k, rng):
     assert _rel_err(out, A.astype(cp.float64) @ Wd.T) < 2e-3
 
 
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_gemv_token_split_many_rows(k, rng):
+    """Past 32 rows (to gemv.max_rows: 128) on the shapes whose default plan is the token split (the tiled layout, at
+    most 64 16-column groups): ceil(M / 8) CTAs a group, the last one partial; K tails, N not a multiple of 16, the
+    default plan and 8 warps, fp16 / bf16, poisoned; a CUDA graph; and the refusals: one row more, the flat layout,
+    65 groups."""
+    import cupy as cp
+
+    mr = kb.gemv.max_rows(k, 512)
+    assert mr == 128 and kb.gemv.max_rows(k, 1040) == (16 if k == 5 else 32) and kb.gemv.max_rows(k, 512, False) < mr
+    for N, K in ((512, 2048), (1000, 2112), (200, 2080), (24, 32)):
+        assert kb.gemv.fits(N, K, mr, k, 0) and not kb.gemv.fits(N, K, mr + 1, k, 0)
+        _check_plans(cp, *_weight(cp, (N, K), k, "tiled", rng), (33, 64, 100, mr), [None, (("ts", 1), ("warps", 16))], rng, "ts")
+    q, Wd = _weight(cp, (512, 2048), k, "tiled", rng)
+    A = cp.asarray(rng.standard_normal((100, 2048), dtype=np.float32)).astype(cp.float16)
+    out = cp.full((100, 512), np.nan, dtype=cp.float16)
+    gemv(A, q, out)  # (compiled and planned outside the capture)
+    out[...] = np.nan
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        gemv(A, q, out)
+        g = s.end_capture()
+        g.launch(s)
+        s.synchronize()
+    assert _rel_err(out, A.astype(cp.float64) @ Wd.T) < 2e-3
+    for M in (40, 64, 96):  # through matmul (the H200 table: the GEMV's token split to 96 rows on KV)
+        assert _run(cp, q, Wd, M, np.float16, rng) < TOL["float16"], M
+    with pytest.raises(ValueError, match=f"M = 1..{mr} rows"):
+        gemv(cp.zeros((mr + 1, 2048), cp.float16), q, cp.zeros((mr + 1, 512), cp.float16))
+    qf, _ = _weight(cp, (512, 2048), k, "flat", rng)
+    with pytest.raises(ValueError, match="M = 1..(16|32) rows"):
+        gemv(cp.zeros((33, 2048), cp.float16), qf, cp.zeros((33, 512), cp.float16))
+    qw, _ = _weight(cp, (1040, 2048), k, "tiled", rng)
+    with pytest.raises(ValueError, match="M = 1..(16|32) rows"):
+        gemv(cp.zeros((33, 2048), cp.float16), qw, cp.zeros((33, 1040), cp.float16))
+
+
 @pytest.mark.parametrize("k", [2, 3, 4])
 def test_gemv_slices_two_tiles(k, rng):
     """Column groups side by side at two token tiles (plan gpb at M = 9..16, k <= 4: gate/up's and Q's default
@@ -226,10 +264,11 @@ def test_gemv_four_tiles(k, rng):
         g.launch(s)
         s.synchronize()
     assert _rel_err(out, A.astype(cp.float64) @ Wd.T) < 2e-3
-    q5, _ = _weight(cp, (512, 2048), 5, "tiled", rng)
+    q5, _ = _weight(cp, (2048, 2048), 5, "tiled", rng)
     with pytest.raises(ValueError, match="k = 5"):
-        gemv(cp.zeros((17, 2048), cp.float16), q5, cp.zeros((17, 512), cp.float16))
-    assert not kb.gemv.fits(512, 2048, 17, 5, 0) and kb.gemv.fits(512, 2048, 16, 5, 0)
+        gemv(cp.zeros((17, 2048), cp.float16), q5, cp.zeros((17, 2048), cp.float16))
+    assert not kb.gemv.fits(2048, 2048, 17, 5, 0) and kb.gemv.fits(2048, 2048, 16, 5, 0)
+    assert kb.gemv.fits(512, 2048, 17, 5, 0)  # (KV: the token split's CTAs take 8 rows each)
     qd, _ = _weight(cp, DENSE["down"], k, "tiled", rng)
     assert not kb.gemv.fits(2048, 5120, 32, k, 0)
     with pytest.raises(ValueError, match="shared memory"):
@@ -392,8 +431,8 @@ def test_bad_inputs(rng):
 
     q, _ = _weight(cp, (512, 2048), 4, "tiled", rng)
     A = cp.zeros((1, 2048), cp.float16)
-    with pytest.raises(ValueError, match="M = 1..32"):
-        gemv(cp.zeros((33, 2048), cp.float16), q, cp.zeros((33, 512), cp.float16))
+    with pytest.raises(ValueError, match="M = 1..128"):  # (KV: the token split's rows)
+        gemv(cp.zeros((129, 2048), cp.float16), q, cp.zeros((129, 512), cp.float16))
     with pytest.raises(ValueError, match="last dimension"):
         kb.matmul(cp.zeros((1, 1024), cp.float16), q)
     with pytest.raises(ValueError, match="float16 or bfloat16"):

@@ -152,8 +152,8 @@ class _FakeArray:
 
     def __init__(self, shape, ptr, dtype=np.float16, strides=None, dev=0, contiguous=True):
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        self.strides = strides if strides is not None else L._c_strides(self.shape, self.dtype.itemsize)
-        self.data, self.flags = _Mem(ptr, dev), _Flags(contiguous)
+        self.strides = strides
+        self.data, self.flags, self._c_contiguous = _Mem(ptr, dev), _Flags(contiguous), contiguous
 
 
 class _Stream:
@@ -177,11 +177,12 @@ def test_hot_path_with_fakes(monkeypatch):
     monkeypatch.setattr(L, "_cur_stream", lambda dev: _Stream)
     monkeypatch.setattr(L, "_cp_empty", lambda shape, dtype: _FakeArray(shape, 0x9000, dtype))
     monkeypatch.setattr(L, "_DRIVER_ERROR", (RuntimeError,))
+    monkeypatch.setattr(L, "_c_contig", lambda a: a._c_contiguous)
     pb = L.ParamBlock((L.DevPtr(0), L.DevPtr(0x5550), L.DevPtr(0), np.int32(1), np.float32(2.0)))
     p = L._Plan()
     p.dev, p.func, p.gx, p.gy, p.gz, p.bx, p.by, p.bz, p.smem = 0, 0xF00, 320, 1, 1, 256, 1, 1, 70000
-    p.block, p.params, p.a_slot, p.o_slot = pb, pb.address, pb.slot(0), pb.slot(2)
-    p.a_strides, p.out_shape, p.out_strides = (4096, 2), (1, 512), (1024, 2)
+    p.block, p.params, p.argv, p.a_slot, p.o_slot = pb, pb.address, pb._argv, pb.slot(0), pb.slot(2)
+    p.out_shape = (1, 512)
     p.dtype, p.tdevice, p.lock, p.pdl = np.dtype(np.float16), None, threading.Lock(), None
     p.ws_stream = p.keep = None
     p.ref = weakref.ref(q)
@@ -230,7 +231,7 @@ def test_hot_path_with_fakes(monkeypatch):
     # a plan made with PDL on launches through its cuLaunchKernelEx launcher instead
     p.pdl = lambda stream, params: calls.append(("pdl", stream, params))
     assert L.matmul_fast(_FakeArray((1, 2048), 0x4000), q, out) is out
-    assert calls[-1] == ("pdl", 0xABC0, pb.address) and pb.arg_bytes(0) == _le(0x4000, 8)
+    assert calls[-1] == ("pdl", 0xABC0, pb._argv) and pb.arg_bytes(0) == _le(0x4000, 8)
     p.pdl = None
     n = len(calls)
 

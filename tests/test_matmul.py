@@ -22,7 +22,7 @@ def ran(monkeypatch):
             raise mm.WG.DoesNotFit("too big")
         log.append("wgmma")
 
-    monkeypatch.setattr(mm, "fits", lambda N, K, M, k, dev: env["fits"])
+    monkeypatch.setattr(mm, "fits", lambda N, K, M, k, dev, tiled=True: env["fits"])
     monkeypatch.setattr(mm, "gemv", rec("gemv"))
     monkeypatch.setattr(mm.ST, "gemv_stream", rec("stream"))
     monkeypatch.setattr(mm.ST, "supported", lambda dev: env["sm90"])

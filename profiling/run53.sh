@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Forty-sixth session (2026-11-29).  From the repo root:  OUT=/tmp/out STEP=probe bash profiling/run53.sh
+# (carry .git_rev)
+. profiling/run_env.sh
+start_run probe
+# STEP=probe: (1) profiling/host_probe.py -- is bench.py's host overhead (6-7 us in some runs, 9-11 in others: sweep52h,
+#   final61-m1, host17) the host's cost or the GPU's pace?  The same 200 calls enqueued behind a 40 ms spin kernel measure
+#   the host alone.  Expect: held ~6-7 us on every shape and round; if the 9-11 us rows come back only in `free`, the
+#   bench measured the GPU's per-launch pace (a stream of launches without a graph), not the host.
+#   (2) profiling/ts_probe.py: the GEMV's token split past 32 rows (KV by default; linear key / O / down / Q forced), k = 4,
+#   against the wgmma kernel.  KV M = 32: GEMV 3.13 us, wgmma 5.69 (sweep52h); wgmma M = 64 / 128 5.70 / 6.40 (close52h).
+#   Expect: KV M = 64 ~3.5-4 us (256 CTAs, two an SM), M = 128 ~5-6 (512 CTAs), M = 256 slower than wgmma; the forced
+#   128-group shapes slower than wgmma past 32 (each CTA re-reads its group's weights, 8x at M = 64).
+#   (3) bench.py KV, k = 2..5, M = 32..256: GEMV (now to 256 rows on KV), WGMMA, dq + cuBLAS, matmul, fp16, SOL.
+if [ "$STEP" = probe ]; then
+  timeout 100 python3 profiling/host_probe.py --out "$W" > "$W/host_probe53.log" 2>&1
+  tail -22 "$W/host_probe53.log"
+  SHAPES=KV,lin_key,O,down,Q KS=4 MS=32,48,64,96,128,256 timeout 200 python3 profiling/ts_probe.py --out "$W" \
+    > "$W/ts_probe53.log" 2>&1
+  cat "$W/ts_probe53.log" | cut -c1-160
+  timeout 220 python3 profiling/bench.py --out "$W" --M 32,48,64,96,128,192,256 --k 4,2,3,5 --shapes KV \
+    --columns GEMV,WGMMA,dq+cuBLAS,matmul --reps 15 --tag kvts53 > "$W/bench_kvts53.log" 2>&1
+  grep -E "^### M|^\| KV" "$W/bench_kvts53.log"
+  finish_run run53
+fi
+# Result (probe, H200, `nvidia-h200_2026-11-29_{ts_probe53,kvts53}.*`): the token split past 32 rows is slower than the
+#   wgmma kernel from M = 48 on KV: ts / wgmma k = 4 M = 32 3.13 / 5.44, 48 5.67 / 5.69, 64 6.10 / 5.72, 96 9.07 / 6.35,
+#   128 11.99 / 6.40, 256 23.68 / 7.68 us -- linear in the waves: the default ts plan is 16 warps a CTA (K = 2048: one
+#   step a warp), one CTA an SM, so M = 32's 128 CTAs are one wave and M = 48's 192 two.  The forced 128-group shapes are
+#   2-8x slower than wgmma (linear key M = 64 23.8 vs 7.7).  host_probe crashed (RawKernel.ptr; fixed: .kernel.ptr).
+# STEP=ts8: the same KV token split with 8 / 4 warps a CTA (two / four CTAs an SM, each warp two / four K steps).
+# Expect: M = 64 with 8 warps (256 CTAs, two an SM) ~4-4.5 us against wgmma 5.72; M = 128 with 4 warps ~5.5-6.5 vs 6.40.
+if [ "$STEP" = ts8 ]; then
+  timeout 100 python3 profiling/host_probe.py --out "$W" > "$W/host_probe53.log" 2>&1
+  tail -22 "$W/host_probe53.log"
+  for w in 8 4; do
+    SHAPES=KV KS=4,2 MS=32,48,64,96,128 PLAN=warps=$w NOWG=1 timeout 100 python3 profiling/ts_probe.py \
+      > "$W/ts_probe53_w$w.log" 2>&1
+    cat "$W/ts_probe53_w$w.log" | cut -c1-100
+  done
+  finish_run run53
+fi
+# Result (ts8, H200, `nvidia-h200_2026-11-29_{ts_probe53_w8,ts_probe53_w4,host_probe53}.log`):
+#   - KV token split with 8 warps a CTA (two an SM): k = 4 M = 32 / 48 / 64 / 96 / 128 3.08 / 3.92 / 4.13 / 5.34 / 8.70 us
+#     (wgmma 5.44 / 5.69 / 5.72 / 6.35 / 6.40), k = 2 3.22 / 4.20 / 4.42 / 5.70 / 9.22 (wgmma 5.10 / 5.35 / 5.37 / 6.08 /
+#     6.13); 4 warps 5.25 at 96, 9.62 at 128 (three CTAs an SM by shared memory: waves).  Kept: gemv.plan's token split
+#     takes 8 warps past 32 rows, gemv.max_rows 128 on such shapes (dispatch.GEMV_TS_MAX_M).
+#   - host_probe: the fast path's enqueue is the host's own cost: 10.0-10.3 us per call on all three shapes whether the
+#     GPU runs the calls or is held by a spin kernel (held 10.01 / 10.03 / 10.09, held_1000 alike, GC off alike), against
+#     a bare cuLaunchKernel of an empty kernel at 5.2-5.4 us on this host.  So this host's ~4.7 us over the bare launch is
+#     the Python path (issue 3's 10 us not met on this machine; disp52h's host read 6.5).  On the CPU (profiling with CuPy
+#     arrays over fake pointers, a no-op launch) the fast path took 2.62 us, 0.8 of it the typed ctypes call.
+# STEP=ab: (1) host_probe after the lean launch (untyped cuLaunchKernelEx handle, prebuilt ctypes arguments; the
+#   C-contiguous check by CuPy's flag; CPU: 2.62 -> 1.98 us).  Expect: held ~10.1 -> ~9 us (this host ~1.7x the CPU's
+#   Python time), the bare launch unchanged.  (2) the GPU tests the change touches (launch, PDL, checks, the token
+#   split and four-tile GEMV tests).  (3) KV at M = 32..128 with the 8-warp token split, every k (the table's input).
+# Expect: tests pass; KV GEMV k = 4 M = 48 / 64 / 96 ~3.9 / 4.1 / 5.3 us, faster than wgmma to 96.
+if [ "$STEP" = ab ]; then
+  timeout 100 python3 profiling/host_probe.py --out "$W" > "$W/host_probe53b.log" 2>&1
+  tail -18 "$W/host_probe53b.log"
+  timeout 200 python3 profiling/bench.py --out "$W" --M 32,40,48,64,80,96,112,128 --k 4,2,3,5 --shapes KV \
+    --columns GEMV,WGMMA,dq+cuBLAS,matmul --reps 15 --tag kvts53b > "$W/bench_kvts53b.log" 2>&1
+  grep -E "^### M|^\| KV" "$W/bench_kvts53b.log"
+  gpu_tests "$W/gpu_tests_ab53.log" 150 tests/test_launch_gpu.py tests/test_checks_gpu.py tests/test_gemv_gpu.py \
+    -k "launch or checks or token_split or four_tiles or bad_inputs or graph or torch"
+  gpu_tests "$W/gpu_tests_ab53_pdl.log" 130 tests/test_pdl_gpu.py \
+    -k "bit_exact or chain_reads or torch_tensors or prefetch_depth or weight_written or safe_pdl_grouped"
+  grep -E "^E  |FAILED|Error" "$W"/gpu_tests_ab53*.log | head -20
+  finish_run run53
+fi
+# Result (ab, H200, `nvidia-h200_2026-11-29_{kvts53b.md,host_probe53b.log,gpu_tests_ab53*.log}`):
+#   - KV with the 8-warp token split (GEMV / WGMMA, us), k = 4: M = 40 3.91 / 5.67, 48 3.89 / 5.67, 64 4.10 / 5.73, 80
+#     4.92 / 6.35, 96 5.34 / 6.36, 112 8.10 / 6.34, 128 8.61 / 6.41 (fp16 5.78-5.93); k = 2 / 3 alike (GEMV to 96); k = 5
+#     to 64 (5.47 / 6.20), slower from 80.  H200 table rebuilt with ~kvts53b: KV k = 2..4 GEMV to M = 96.
+#   - host_probe (another machine: bare launch 3.7-4.8 us here against 5.3 before): fast path 5.2-8.5 us, rounds 0-1 ~8,
+#     rounds 2-4 ~5.3 on every shape, the bare launch moving with them (4.5-4.8 / 3.7-4.1): host noise by the minute.  A
+#     same-run A/B against the previous tree is needed (STEP=close).
+#   - tests: launch / checks / GEMV (token split, four tiles, bad inputs, graphs, torch) 34 passed, 3 failed: the k = 5
+#     refusal's message lost its "k = 5" (check_kernel_call now caps at max_rows and spoke first; its message now names
+#     k, N and the layout); PDL subset 56 passed.
+# STEP=close: (1) host A/B, same run: host_probe of the previous tree (ab_prev/tree = 4b2a0b9) and this one, alternated
+#   three times.  Expect: this tree's fast path ~0.6-1 us under the previous one's on every shape (CPU: 2.62 -> 1.98 us),
+#   the bare launch equal.  (2) KV k = 5 at M = 17..96 with the GEMV (the table's k = 5 band: no GEMV cell at 17..31 yet).
+#   (3) the GEMV tests that failed, and the token split through matmul.  (4) dense k = 4 TOTAL at M = 40..96 (matmul, the
+#   new table).  Expect: M = 64 47.97 -> ~46.4 us (KV 5.70 -> 4.1), 0.87x -> ~0.90x fp16.
+if [ "$STEP" = close ]; then
+  for i in 1 2 3; do
+    (cd ab_prev/tree && PYTHONPATH=$(pwd) timeout 60 python3 profiling/host_probe.py --rounds 2 > "$W/host_old_$i.log" 2>&1)
+    timeout 60 python3 profiling/host_probe.py --rounds 2 > "$W/host_new_$i.log" 2>&1
+    grep -E "^\| (gateup|down|KV|launch) \| (free|held) " "$W/host_old_$i.log" | sed 's/^/old /'
+    grep -E "^\| (gateup|down|KV|launch) \| (free|held) " "$W/host_new_$i.log" | sed 's/^/new /'
+  done
+  gpu_tests "$W/gpu_tests_close53.log" 150 tests/test_gemv_gpu.py tests/test_checks_gpu.py \
+    -k "four_tiles or token_split_many or checks or bad_inputs"
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_close53.log" | head -20
+  timeout 100 python3 profiling/bench.py --out "$W" --M 17,20,24,28,32,40,48,64,80,96 --k 5 --shapes KV \
+    --columns GEMV,WGMMA,dq+cuBLAS,matmul --reps 15 --tag kvts53k5 > "$W/bench_kvts53k5.log" 2>&1
+  grep -E "^### M|^\| KV" "$W/bench_kvts53k5.log"
+  timeout 200 python3 profiling/bench.py --out "$W" --M 40,48,64,80,96 --k 4 --columns matmul --reps 15 \
+    --tag close53h > "$W/bench_close53h.log" 2>&1
+  grep -E "^### M|TOTAL|^\| KV" "$W/bench_close53h.log"
+  finish_run run53
+fi
+# Result (close, H200, `nvidia-h200_2026-11-29_{host_ab53,gpu_tests_close53}.log`, `..._{kvts53k5,close53h}.md`):
+#   - host A/B: the host's noise swamps the medians (the previous tree's medians 6.5-15.2 us, this tree's 6.6-9.6, the
+#     bare launch 3.9-6.0 over the same minutes); the fastest rounds, where the noise is least: previous 6.00-6.18 us,
+#     this tree 5.36-5.46 (-0.6..-0.7 us, as the CPU profile's -0.64).  Kept.
+#   - tests: 13 passed (four tiles, the token split past 32 rows incl. matmul at M = 40 / 64 / 96, checks, bad inputs).
+#   - KV k = 5 GEMV / WGMMA: M = 17..32 3.56-3.94 / 5.46-5.70, 40 / 48 / 64 4.62 / 4.79 / 5.46 vs 6.11 / 6.11 / 6.15, 80
+#     8.63 vs 6.73: the H200 table's k = 5 KV GEMV band 16 -> 64 (~kvts53k5).
+#   - dense k = 4 TOTAL with the new table (matmul): M = 40 / 48 / 64 / 80 / 96 45.08 / 45.29 / 46.37 / 54.65 / 55.48 us =
+#     0.93x / 0.93x / 0.90x / 0.78x / 0.76x fp16 (M = 64 was 47.97, 0.87x: close52h); KV at 64 4.08 us (was 5.70).
