@@ -547,14 +547,42 @@ def time_calls(fn, calls: int, warmup: int = 10, repeats: int = 1) -> dict:
 HOST_CALLS, HOST_REPEATS = 200, 5
 
 
+_EMPTY: list = []  # (kernel, its parameter block, the buffer it points at): the bare launch of host_overhead
+
+
+def bare_launch():
+    """A callable launching an empty kernel through CuPy's driver.launchKernel with a prebuilt parameter block on
+    the current stream: the host's floor for any launch (host_overhead's reference)."""
+    import cupy as cp
+    from cupy_backends.cuda.api import driver
+
+    from ._launch import ParamBlock
+
+    if not _EMPTY:
+        k = cp.RawKernel(r'extern "C" __global__ void kbit_empty(float* p, int n) { if (n < 0) p[0] = 0.f; }',
+                         "kbit_empty")
+        buf = cp.zeros(1, cp.float32)
+        _EMPTY[:] = [k, ParamBlock((buf, np.int32(1))), buf]
+    k, pb, _ = _EMPTY
+    ptr = k.kernel.ptr
+    return lambda: driver.launchKernel(ptr, 1, 1, 1, 32, 1, 1, 0, cp.cuda.get_current_stream().ptr, pb.address, 0)
+
+
 def host_overhead(qw, shape: Shape, dtype: str, calls: int = HOST_CALLS, repeats: int = HOST_REPEATS) -> dict:
     """Wall time of one Python kbitcupy.matmul call at M = 1, no graph (hot weight): the median over
     `repeats` runs of `calls` calls (one run of 200 had read 5.6 or 9-11 us for the same code path,
-    host noise, final61-m1), and the fastest run."""
+    host noise, final61-m1), and the fastest run; launch_us / launch_min_us: the same for a bare launch of an
+    empty kernel (bare_launch), run alternately with it, so a table shows how fast its host was (the same host read
+    5.3 us for it one minute and 3.7 the next: profiling/host_probe.py, run53.sh)."""
     A, out = _rand((1, shape.K), dtype), _empty((1, shape.N), dtype)
-    t = time_calls(lambda: matmul(A, qw, out=out), calls, repeats=repeats)
-    return dict(wall_us=t["wall_us"], enqueue_us=t["enqueue_us"], wall_min_us=t["wall_min_us"], calls=calls,
-                repeats=repeats)
+    fn, bare = (lambda: matmul(A, qw, out=out)), bare_launch()
+    t, b = [], []
+    for _ in range(repeats):
+        t.append(time_calls(fn, calls))
+        b.append(time_calls(bare, calls))
+    med = lambda xs, key: statistics.median(x[key] for x in xs)  # noqa: E731
+    return dict(wall_us=med(t, "wall_us"), enqueue_us=med(t, "enqueue_us"), wall_min_us=min(x["wall_us"] for x in t),
+                launch_us=med(b, "wall_us"), launch_min_us=min(x["wall_us"] for x in b), calls=calls, repeats=repeats)
 
 
 # ============================================================================ derived numbers
@@ -669,8 +697,9 @@ def format_host_table(res: dict) -> str:
     for s in res["meta"]["shapes"]:
         if any((s, k) in idx for k in ks):
             hs = [idx.get((s, k)) or {} for k in ks]
-            rows.append([s] + [fmt_us(h.get(key)) for key in ("wall_us", "wall_min_us") for h in hs])
-    return md_table(["shape"] + [f"k={k}" for k in ks] + [f"k={k} fastest run" for k in ks], rows)
+            rows.append([s] + [fmt_us(h.get(key)) for key in ("wall_us", "wall_min_us", "launch_us") for h in hs])
+    return md_table(["shape"] + [f"k={k}" for k in ks] + [f"k={k} fastest run" for k in ks]
+                    + [f"k={k} bare launch" for k in ks], rows)
 
 
 def format_moe_tables(moe: dict) -> str:
@@ -883,7 +912,9 @@ def format_report(res: dict) -> str:
             lines += ["", "## Host overhead (us)", "",
                       "Wall time of one Python `kbitcupy.matmul(A, qw, out=out)` call at M = 1, no graph "
                       f"({HOST_CALLS} calls, synchronised at the end, divided by {HOST_CALLS}; the median of "
-                      f"{HOST_REPEATS} such runs, and the fastest run).", "", host]
+                      f"{HOST_REPEATS} such runs, and the fastest run).  Bare launch: the same for an empty kernel "
+                      "launched through CuPy's `driver.launchKernel` with a prebuilt parameter block, run alternately "
+                      "with it: this host's floor for any launch (it moves with the host's load).", "", host]
     if res.get("moe"):
         lines += [""] + _moe_section(res["moe"])
     if res.get("layer"):

@@ -109,7 +109,8 @@ def fake_results(dtype="fp16"):
                 columns=names, M=Ms, k=ks, shapes=shapes, total_shapes=["gateup", "KV"],
                 shape_dims={s: dict(K=B.DENSE_SHAPES[s][0], N=B.DENSE_SHAPES[s][1], experts=None) for s in shapes},
                 method={}, notes=[])
-    host = [dict(shape=s, k=k, M=1, wall_us=20.0 + k, enqueue_us=19.0, calls=200) for s in shapes for k in ks]
+    host = [dict(shape=s, k=k, M=1, wall_us=20.0 + k, enqueue_us=19.0, wall_min_us=19.5 + k, launch_us=4.0 + k / 10,
+                 calls=200) for s in shapes for k in ks]
     return dict(meta=meta, cells=cells, totals=B.compute_totals(cells, meta["total_shapes"], Ms, ks, names),
                 host_overhead=host)
 
@@ -176,6 +177,9 @@ def test_format_report_and_host_table():
     assert "TOTAL = sum over gateup, KV" in rep
     assert "| shape | k=2 | k=4 |" in rep and "| gateup | 22.00 | 24.00 |" in rep
     assert "## Host overhead" in rep
+    # the fastest run and the host's bare launch (its floor) beside each k's median
+    assert "| k=2 fastest run | k=4 fastest run | k=2 bare launch | k=4 bare launch |" in rep
+    assert "| gateup | 22.00 | 24.00 | 21.50 | 23.50 | 4.20 | 4.40 |" in rep
 
 
 def test_fmt():
