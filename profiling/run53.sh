@@ -110,3 +110,16 @@ fi
 #     8.63 vs 6.73: the H200 table's k = 5 KV GEMV band 16 -> 64 (~kvts53k5).
 #   - dense k = 4 TOTAL with the new table (matmul): M = 40 / 48 / 64 / 80 / 96 45.08 / 45.29 / 46.37 / 54.65 / 55.48 us =
 #     0.93x / 0.93x / 0.90x / 0.78x / 0.76x fp16 (M = 64 was 47.97, 0.87x: close52h); KV at 64 4.08 us (was 5.70).
+# STEP=final: the committed tree (bench's host table now with the host's bare launch beside each shape): (1) dense k = 4
+#   M = 1 / 16 / 32 / 64 / 128 through matmul (TOTAL vs fp16 and the host table), (2) the whole GEMV GPU test file.
+# Expect: TOTAL M = 1 / 16 / 32 as close52h (17.1 / 25.3 / 39.9 us), M = 64 ~46.4 (KV on the GEMV), 128 ~58.6; host
+#   ~0.6 us over the bare launch's ratio of before; every GEMV test passes.
+if [ "$STEP" = final ]; then
+  timeout 200 python3 profiling/bench.py --out "$W" --M 1,16,32,64,128 --k 4 --columns matmul --reps 15 \
+    --tag close53h2 > "$W/bench_close53h2.log" 2>&1
+  grep -E "^### M|TOTAL|^\| (gateup|down|Q|O|KV|lin_key|lin_value) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$" \
+    "$W/bench_close53h2.log"
+  gpu_tests "$W/gpu_tests_final53.log" 330 tests/test_gemv_gpu.py
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_final53.log" | head -20
+  finish_run run53
+fi
