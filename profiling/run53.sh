@@ -123,3 +123,13 @@ if [ "$STEP" = final ]; then
   grep -E "^E  |FAILED|Error" "$W/gpu_tests_final53.log" | head -20
   finish_run run53
 fi
+# Result (final, H200, git 710d590, `nvidia-h200_2026-11-29_{close53h2.md,gpu_tests_final53.log}`): dense k = 4 TOTAL
+#   M = 1 / 16 / 32 / 64 / 128 17.13 / 25.38 / 40.06 / 46.42 / 58.70 us = 2.38x / 1.62x / 1.04x / 0.90x / 0.77x fp16 (M = 64
+#   was 0.87x; the rest as close52h within 0.4 %); host table 5.6-8.6 us a call against the bare launch's 4.1-5.0 on
+#   that host (every shape under 10 us this run).  The whole test_gemv_gpu.py: 118 passed.
+# STEP=suite: the GPU files through matmul's dispatch and fallbacks (layers, streaming GEMV), on the final tree.
+if [ "$STEP" = suite ]; then
+  gpu_tests "$W/gpu_tests_suite53.log" 300 tests/test_layers_gpu.py tests/test_gemv_stream_gpu.py
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_suite53.log" | head -20
+  finish_run run53
+fi
