@@ -133,3 +133,16 @@ if [ "$STEP" = suite ]; then
   grep -E "^E  |FAILED|Error" "$W/gpu_tests_suite53.log" | head -20
   finish_run run53
 fi
+# Result (suite, H200, `nvidia-h200_2026-11-29_gpu_tests_suite53.log`): test_layers_gpu.py + test_gemv_stream_gpu.py 87
+#   passed.
+# STEP=moe64: the grouped wgmma kernel's split-K at 64 tokens an expert on the H200 (issue 5's prefill: as moe_forward
+#   0.93x fp16 bmm, close47h-moe; the split rule was fitted on the H100 and checked on the H200 at 12 / 16 tokens only,
+#   moe_sweep48), chained as moe_forward launches it: the plan, ks = 1..6, the workspace sum instead of the cluster.
+# Expect: the plan within ~3 % of the best split (as at 12 / 16); a split >= 5 % faster would change the rule.
+if [ "$STEP" = moe64 ]; then
+  MOE_GEMV=0 MOE_MMA=0 MOE_WG="d:;ch:+chained=1;c1:+chained=1 +ks=1;c2:+chained=1 +ks=2;c3:+chained=1 +ks=3;c4:+chained=1 +ks=4;c6:+chained=1 +ks=6;cw:+chained=1 +cluster=0" \
+    KS=4 MS=64 ES=8,10 SHAPES=moe_gu_fused,moe_dn timeout 300 python3 profiling/moe_ab.py --out "$W" \
+    > "$W/moe_ks53.log" 2>&1
+  grep -vE "^\s*$" "$W/moe_ks53.log" | tail -12
+  finish_run run53
+fi
