@@ -146,3 +146,8 @@ if [ "$STEP" = moe64 ]; then
   grep -vE "^\s*$" "$W/moe_ks53.log" | tail -12
   finish_run run53
 fi
+# Result (moe64, H200, `nvidia-h200_2026-11-29_moe_ks53.log`): the plan holds -- chained (as moe_forward launches it) the
+#   plan's split is the fastest measured or tied in all four rows (gate/up fused 8 / 10 experts 11.78 / 14.11 us, ks = 2
+#   11.78 / 15.85, ks = 3 13.48 / 14.12, the workspace sum 12.96 / 14.11; down 6.30 / 8.48 = ks = 1); every other split is
+#   slower by up to 3.3x.  TOTAL chained 8 / 10 experts 18.08 / 22.60 us against fp16 bmm 18.53 / 21.96: 1.02x / 0.97x (the
+#   default launch 21.75 / 26.11, 0.85x / 0.84x).  No change.
