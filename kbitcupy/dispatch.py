@@ -168,6 +168,9 @@ TABLES: Dict[str, dict] = {
     # decode GEMV's four token tiles) and ..._disp52h.json (M = 20 / 28, k = 2 / 4) added last: the GEMV to M = 32 on the
     # K = 2048 shapes; on O and down up to the first measured M its staged A does not fit (matmul runs the streaming
     # GEMV past the fit), the next band from there.
+    # Forty-sixth session (H200): ..._2026-11-29_kvts53b.json (KV, k = 2..5, M = 32..128) and ..._kvts53k5.json (KV,
+    # k = 5, M = 17..96) added last, after the GEMV's token split took 8 warps a CTA past 32 rows: KV on the GEMV to
+    # M = 96 (k = 2..4) / 64 (k = 5), e.g. k = 4 M = 64 4.10 us against the wgmma kernel's 5.73.
     "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 3: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 4: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 5: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], '*': 0},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
                 (2, 512, 2048): (96, 256, 97, 256), (2, 2048, 2048): (32, 128, 33, 128),
