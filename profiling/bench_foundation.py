@@ -45,6 +45,14 @@ def env_plans(var):
             for v in os.environ.get(var, "").split(";") if v]
 
 
+def dump_json(out_dir, name, obj):
+    """obj as indented JSON into out_dir/name (the probes' --out; nothing when out_dir is None)."""
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, name), "w") as fh:
+            json.dump(obj, fh, indent=1)
+
+
 def rand_f16(rng, shape, scale=1.0):
     """fp16 CuPy array of standard-normal values times scale (weights: 0.02, activations: 1)."""
     return cp.asarray(rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(cp.float16)

@@ -14,7 +14,6 @@ usage (GPU machine): python3 profiling/host_probe.py [--out DIR] [--rounds 5]
 """
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
@@ -22,11 +21,13 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 from cupy_backends.cuda.api import driver  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
+from bench_foundation import dump_json  # noqa: E402
 from kbitcupy._launch import ParamBlock  # noqa: E402
 
 SRC = r"""
@@ -111,10 +112,7 @@ def main():
         summary.append(s)
         print(f"| {name} | {mode} | {s['enqueue_median']:.2f} | {s['enqueue_min']:.2f} | {s['enqueue_max']:.2f} | "
               f"{s['wall_median']:.2f} | {'yes' if s['held_ok'] else 'NO'} |")
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "host_probe.json"), "w") as fh:
-            json.dump(summary, fh, indent=1)
+    dump_json(args.out, "host_probe.json", summary)
 
 
 if __name__ == "__main__":

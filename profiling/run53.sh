@@ -151,3 +151,15 @@ fi
 #   11.78 / 15.85, ks = 3 13.48 / 14.12, the workspace sum 12.96 / 14.11; down 6.30 / 8.48 = ks = 1); every other split is
 #   slower by up to 3.3x.  TOTAL chained 8 / 10 experts 18.08 / 22.60 us against fp16 bmm 18.53 / 21.96: 1.02x / 0.97x (the
 #   default launch 21.75 / 26.11, 0.85x / 0.84x).  No change.
+# STEP=recheck: after the review's refactors (test_gemv_gpu's graph check as one helper; the probes' JSON through
+#   bench_foundation.dump_json): the GEMV tests that use the helper and both probes in short form.
+# Expect: the tests pass; the probes print their tables.
+if [ "$STEP" = recheck ]; then
+  gpu_tests "$W/gpu_tests_recheck53.log" 200 tests/test_gemv_gpu.py -k "token_split_many or four_tiles"
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_recheck53.log" | head -20
+  timeout 60 python3 profiling/host_probe.py --rounds 1 --calls 100 --out "$W" > "$W/host_probe53r.log" 2>&1
+  tail -6 "$W/host_probe53r.log"
+  SHAPES=KV KS=4 MS=64 timeout 60 python3 profiling/ts_probe.py --out "$W" > "$W/ts_probe53r.log" 2>&1
+  cat "$W/ts_probe53r.log"; ls "$W"
+  finish_run run53
+fi

@@ -7,7 +7,6 @@ plan overrides, e.g. warps=8), NOWG=1 (no wgmma column).
 usage (GPU machine): python3 profiling/ts_probe.py [--out DIR]
 """
 import argparse
-import json
 import os
 import sys
 
@@ -17,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
-from bench_foundation import dense_cases, time_rotated  # noqa: E402
+from bench_foundation import dense_cases, dump_json, time_rotated  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy import wgmma as WG  # noqa: E402
 
@@ -49,10 +48,7 @@ def main():
         f = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
         print(f"{name:8s} k={k} M={M:4d}  ts {f(row.get('ts'))}  wgmma {f(row.get('wgmma'))}  "
               f"err ts {row.get('ts_err')}  wgmma {row.get('wgmma_err')}", flush=True)
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "ts_probe.json"), "w") as fh:
-            json.dump(rows, fh, indent=1)
+    dump_json(args.out, "ts_probe.json", rows)
 
 
 if __name__ == "__main__":

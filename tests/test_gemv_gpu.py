@@ -68,6 +68,24 @@ def _check_plans(cp, q, Wd, Ms, plans, rng, tag=None):
                 assert err < TOL[np.dtype(dt).name], (tag, N, K, M, np.dtype(dt).name, ov, err)
 
 
+def _check_graph(cp, q, Wd, M, rng):
+    """gemv of M rows captured in a CUDA graph (compiled and planned outside the capture), the output poisoned before
+    the replay, against the float64 reference."""
+    N, K = q.shape
+    A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
+    out = cp.full((M, N), np.nan, dtype=cp.float16)
+    gemv(A, q, out)
+    out[...] = np.nan
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        s.begin_capture()
+        gemv(A, q, out)
+        g = s.end_capture()
+        g.launch(s)
+        s.synchronize()
+    assert _rel_err(out, A.astype(cp.float64) @ Wd.T) < 2e-3, (N, K, M)
+
+
 @pytest.mark.parametrize("layout", ["tiled", "flat_f32"])
 @pytest.mark.parametrize("k", [2, 3, 4, 5])
 @pytest.mark.parametrize("name", list(DENSE))
@@ -188,18 +206,7 @@ def test_gemv_token_split_many_rows(k, rng):
         assert kb.gemv.fits(N, K, mr, k, 0) and not kb.gemv.fits(N, K, mr + 1, k, 0)
         _check_plans(cp, *_weight(cp, (N, K), k, "tiled", rng), (33, 64, 100, mr), [None, (("ts", 1), ("warps", 16))], rng, "ts")
     q, Wd = _weight(cp, (512, 2048), k, "tiled", rng)
-    A = cp.asarray(rng.standard_normal((100, 2048), dtype=np.float32)).astype(cp.float16)
-    out = cp.full((100, 512), np.nan, dtype=cp.float16)
-    gemv(A, q, out)  # (compiled and planned outside the capture)
-    out[...] = np.nan
-    s = cp.cuda.Stream(non_blocking=True)
-    with s:
-        s.begin_capture()
-        gemv(A, q, out)
-        g = s.end_capture()
-        g.launch(s)
-        s.synchronize()
-    assert _rel_err(out, A.astype(cp.float64) @ Wd.T) < 2e-3
+    _check_graph(cp, q, Wd, 100, rng)
     for M in (40, 64, 96):  # through matmul (the H200 table: the GEMV's token split to 96 rows on KV)
         assert _run(cp, q, Wd, M, np.float16, rng) < TOL["float16"], M
     with pytest.raises(ValueError, match=f"M = 1..{mr} rows"):
@@ -251,19 +258,7 @@ def test_gemv_four_tiles(k, rng):
         for N, K in ((1040, 2080), (200, 2112)):
             ps = plans if layout == "tiled" else plans[:2]  # (slices at four tiles: the tiled layout only)
             _check_plans(cp, *_weight(cp, (N, K), k, layout, rng), (17, 25, 32), ps, rng, layout)
-    q, Wd = _weight(cp, DENSE["gateup"], k, "tiled", rng)
-    A = cp.asarray(rng.standard_normal((32, 2048), dtype=np.float32)).astype(cp.float16)
-    out = cp.full((32, 5120), np.nan, dtype=cp.float16)
-    gemv(A, q, out)  # (compiled and planned outside the capture)
-    out[...] = np.nan
-    s = cp.cuda.Stream(non_blocking=True)
-    with s:
-        s.begin_capture()
-        gemv(A, q, out)
-        g = s.end_capture()
-        g.launch(s)
-        s.synchronize()
-    assert _rel_err(out, A.astype(cp.float64) @ Wd.T) < 2e-3
+    _check_graph(cp, *_weight(cp, DENSE["gateup"], k, "tiled", rng), 32, rng)
     q5, _ = _weight(cp, (2048, 2048), 5, "tiled", rng)
     with pytest.raises(ValueError, match="k = 5"):
         gemv(cp.zeros((17, 2048), cp.float16), q5, cp.zeros((17, 2048), cp.float16))
