@@ -206,14 +206,16 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         ts = tiled and M >= 5 and -(-N // 16) <= GEMV_TS_MAX_GROUPS and not block_given
         if ts:
             c8 = M <= 8
-            # past 32 rows (more than 128 CTAs for KV) 8 warps, two CTAs an SM: H200, 2026-11-29 (forty-sixth session,
-            # run53.sh probe / ts8, KV k = 4): M = 48 / 64 / 96 5.67 / 6.10 / 9.07 us with 16 warps (one CTA an SM:
-            # waves) -> 3.92 / 4.13 / 5.34 (the wgmma kernel 5.69 / 5.72 / 6.35); 4 warps no better (5.25 at 96)
-            warps = min(8, -(-K // 256)) if c8 else min(8, -(-K // 128)) if M > MAX_M else None
+            warps = min(8, -(-K // 256)) if c8 else None
     if ts:
         if not tiled or (gpb or 1) != 1:
             raise ValueError("gemv plan: the token split (ts) needs the tiled layout and one group per block")
         c8 = bool(c8)
+        if warps is None and not c8 and M > MAX_M:
+            # past 32 rows (more than 128 CTAs for KV) 8 warps, two CTAs an SM: H200, 2026-11-29 (forty-sixth session,
+            # run53.sh probe / ts8, KV k = 4): M = 48 / 64 / 96 5.67 / 6.10 / 9.07 us with 16 warps (one CTA an SM:
+            # waves) -> 3.92 / 4.13 / 5.34 (the wgmma kernel 5.69 / 5.72 / 6.35); 4 warps no better (5.25 at 96)
+            warps = min(8, -(-K // 128))
         R = 4 if c8 else 8
         ty, M, gpb = -(-M // R), min(M, R), 1
         dual, late, depth = k != 5, False, 2  # (the instantiated form: _instances)

@@ -163,3 +163,8 @@ if [ "$STEP" = recheck ]; then
   cat "$W/ts_probe53r.log"; ls "$W"
   finish_run run53
 fi
+# Result (recheck, H200, git 1111763, `nvidia-h200_2026-11-29_gpu_tests_recheck53.log`): 7 passed; both probes ran (host
+#   5.9-6.2 us a call against a bare launch of 4.1-4.3; ts_probe's forced ts at M = 64 took 16 warps, 6.08 us: a plan named
+#   ts = 1 did not get the 8-warp rule, which only the automatic token split took -- after this run plan() gives it to
+#   both (the same plan either way: tests/test_gemv.py; every other plan unchanged, checked against the previous gemv.py
+#   over 5760 (shape, k, M, override) cases).

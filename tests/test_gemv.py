@@ -54,6 +54,7 @@ def test_token_split_past_32_rows(k):
         for M in (33, 48, 64, 100, mr):
             warps, depth, smem, grid, tiles, dual, late, gpb, c8, ty = G.plan(N, K, M, k)
             assert ty == -(-M // 8) and tiles == 1 and gpb == 1 and not c8 and warps == min(8, -(-K // 128))
+            assert G.plan(N, K, M, k, ts=True) == G.plan(N, K, M, k)  # (named or by the rule: the same plan)
             assert smem == G.table_bytes(k, 1) + 8 * -(-K // 128) * 128 * 2 + warps * 128 * 4 + 128
             key = (k, "float16", "uint8", True, depth, tiles, dual, late, False, True, c8, "ts")
             assert key in G.GEMV.instances
