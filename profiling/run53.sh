@@ -168,3 +168,19 @@ fi
 #   ts = 1 did not get the 8-warp rule, which only the automatic token split took -- after this run plan() gives it to
 #   both (the same plan either way: tests/test_gemv.py; every other plan unchanged, checked against the previous gemv.py
 #   over 5760 (shape, k, M, override) cases).
+# STEP=h100 (prepared, not run: no H100 was lent this session): the H100's inputs for its table after the four-tile
+#   GEMV (forty-fifth session) and the 8-warp token split (this one): the dense sweep at M = 17..32 every kernel (as
+#   sweep52h), KV at M = 32..128 every k (as kvts53b / kvts53k5), then the closing TOTAL.  Afterwards, here: add
+#   "~<tag>" of each to profiling/retune_tables.py FILES["H100"], `retune_tables.py --write H100`, and update
+#   tests/test_dispatch.py's H100 expectations.
+# Expect: the four-tile GEMV wins the K = 2048 shapes at M = 17..32 (H200: gate/up 9.02 vs 9.7 us), KV on the GEMV to
+#   M = 96; H100 dense k = 4 TOTAL M = 32 / 64 a few % faster than final tables.
+if [ "$STEP" = h100 ]; then
+  timeout 280 python3 profiling/bench.py --out "$W" --M 17,20,24,28,32 --k 2,3,4 \
+    --columns GEMV,STREAM,GEMM,WGMMA,dq+cuBLAS,matmul --reps 15 --tag sweep53 > "$W/bench_sweep53.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_sweep53.log"
+  timeout 150 python3 profiling/bench.py --out "$W" --M 17,24,32,40,48,64,80,96,112,128 --k 2,3,4,5 --shapes KV \
+    --columns GEMV,WGMMA,dq+cuBLAS,matmul --reps 15 --tag kvts53h100 > "$W/bench_kvts53h100.log" 2>&1
+  grep -E "^### M|^\| KV" "$W/bench_kvts53h100.log"
+  finish_run run53
+fi
