@@ -8,12 +8,19 @@ from __future__ import annotations
 from ._arrays import ACT_DTYPES, dtype_name, is_cupy, is_numpy
 
 
-def check_kernel_call(A, qw, out, fn: str, max_m: int | None = None, min_m: int = 0, m_note: str = "") -> None:
+def check_rows(fn: str, M: int, min_m: int, max_m: int | None, m_note: str = "") -> None:
+    """Raise a ValueError naming ``fn`` unless min_m <= M <= max_m (None: no upper limit); m_note: what the limit
+    depends on (in the message after "rows of A")."""
+    if M < min_m or (max_m is not None and M > max_m):
+        raise ValueError(f"{fn} handles M = {min_m}..{max_m} rows of A{m_note}, got M = {M}; use kbitcupy.matmul")
+
+
+def check_kernel_call(A, qw, out, fn: str, max_m=None, min_m: int = 0) -> None:
     """Raise a TypeError / ValueError naming ``fn`` and the argument unless A [M, K] and out
     [M, N] are contiguous CuPy arrays of one activation dtype on the weight's GPU, K is the
     weight's K, A is 16-byte aligned and min_m <= M <= max_m.  Shapes and dtypes are checked
-    before the array kind, so the CPU tests reach every rule.  m_note: what the row limit depends on (in the
-    message after "rows of A")."""
+    before the array kind, so the CPU tests reach every rule.  max_m: an int, None, or a function of the
+    (checked) weight returning (max_m, what it depends on) for a limit that varies with the weight."""
     from .weight import KbitWeight
 
     if not isinstance(qw, KbitWeight):
@@ -26,8 +33,7 @@ def check_kernel_call(A, qw, out, fn: str, max_m: int | None = None, min_m: int 
     if A.ndim != 2 or A.shape[1] != K:
         raise ValueError(f"{fn}: A must be [M, K = {K}] (the weight's K), got shape {tuple(A.shape)}")
     M = int(A.shape[0])
-    if M < min_m or (max_m is not None and M > max_m):
-        raise ValueError(f"{fn} handles M = {min_m}..{max_m} rows of A{m_note}, got M = {M}; use kbitcupy.matmul")
+    check_rows(fn, M, min_m, *(max_m(qw) if callable(max_m) else (max_m,)))
     if A.dtype not in ACT_DTYPES:
         raise ValueError(f"{fn}: A must be float16 or bfloat16, got {dtype_name(A.dtype)}")
     if tuple(out.shape) != (M, N) or out.dtype != A.dtype:

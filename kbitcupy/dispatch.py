@@ -54,11 +54,17 @@ GEMV_TS_MAX_GROUPS = 64  # 16-column groups at most for the token split (N <= 10
 GEMV_TS_MAX_M = 128  # (H200, KV: faster than the wgmma kernel to M = 96, slower at 128; run53.sh ts8)
 
 
+def gemv_token_split_shape(N: int, tiled: bool = True) -> bool:
+    """Whether the decode GEMV's plan for N output columns is the token split (past 4 rows): the tiled layout, at
+    most GEMV_TS_MAX_GROUPS 16-column groups."""
+    return tiled and -(-int(N) // 16) <= GEMV_TS_MAX_GROUPS
+
+
 def gemv_max_rows(k: int, N: Optional[int] = None, tiled: bool = True) -> int:
     """The most rows of A the decode GEMV takes: GEMV_MAX_M (16 at k = 5: its four-tile ring spills at the
     128-register cap, so four tiles are not instantiated there), GEMV_TS_MAX_M where its plan is the token split
-    (N given, tiled, at most GEMV_TS_MAX_GROUPS 16-column groups)."""
-    if N is not None and tiled and -(-int(N) // 16) <= GEMV_TS_MAX_GROUPS:
+    (N given: gemv_token_split_shape)."""
+    if N is not None and gemv_token_split_shape(N, tiled):
         return GEMV_TS_MAX_M
     return 16 if k == 5 else GEMV_MAX_M
 STREAM_MAX_M = 64  # kbitcupy.gemv_stream.MAX_M

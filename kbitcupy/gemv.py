@@ -6,10 +6,10 @@ import os
 
 import numpy as np
 
-from ._checks import check_kernel_call
+from ._checks import check_kernel_call, check_rows
 from . import _pdl
 from ._compile import GEMV_Q2, Family, register
-from .dispatch import GEMV_MAX_M, GEMV_TS_MAX_GROUPS, gemv_max_rows
+from .dispatch import GEMV_MAX_M, GEMV_TS_MAX_GROUPS, gemv_max_rows, gemv_token_split_shape
 from .quantize import CTYPE
 from .reference import bfloat16
 
@@ -17,12 +17,8 @@ MAX_M = GEMV_MAX_M  # rows in the token tiles of one CTA (the token split takes 
 DEPTHS = (2,)  # register ring depth (4 measured slower on H200, 2026-11-21)
 TILES = (1, 2, 4)  # token tiles of 8 per MMA (M <= 8, 16, 32)
 
-
-def max_rows(k: int, N: int | None = None, tiled: bool = True) -> int:
-    """The most rows of A the GEMV takes at bit width k: MAX_M, but 16 at k = 5 (its four-tile ring spills at the
-    128-register cap, so four tiles are not instantiated there); with N given, GEMV_TS_MAX_M where the plan is the
-    token split (the tiled layout, few column groups: each 8 rows on a CTA of their own)."""
-    return gemv_max_rows(k, N, tiled)
+# The most rows of A the GEMV takes: max_rows(k, N=None, tiled=True) (kbitcupy.dispatch, importable without CuPy)
+max_rows = gemv_max_rows
 
 DUALS = (False, True)  # one or two mma accumulator chains
 _VARIANTS = (("uint8", True), ("float32", False), ("uint8", False))
@@ -203,7 +199,7 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # 5 alike);
         # linear key and O (128 groups) slower every way.
         block_given = any(v is not None for v in (warps, depth, dual, late, gpb, c8))
-        ts = tiled and M >= 5 and -(-N // 16) <= GEMV_TS_MAX_GROUPS and not block_given
+        ts = M >= 5 and gemv_token_split_shape(N, tiled) and not block_given
         if ts:
             c8 = M <= 8
             warps = min(8, -(-K // 256)) if c8 else None
@@ -437,9 +433,10 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=0, cbd=False):
         np.int32(pdl)
 
 
-def _rows_note(qw) -> str:
-    """What the GEMV's row limit (max_rows) depends on, for its error messages."""
-    return f" at k = {qw.k} (N = {qw.shape[0]}, {qw.layout} layout)"
+def _row_limit(qw) -> tuple:
+    """(max_rows of this weight, what that limit depends on -- for the error message)."""
+    return (max_rows(qw.k, qw.shape[0], qw.layout == "tiled"),
+            f" at k = {qw.k} (N = {qw.shape[0]}, {qw.layout} layout)")
 
 
 def launch_args(A, qw, out, plan_override=None):
@@ -449,9 +446,7 @@ def launch_args(A, qw, out, plan_override=None):
     the kernel's arguments needs a change here only."""
     M, K = A.shape
     N = qw.shape[0]
-    mr = max_rows(qw.k, N, qw.layout == "tiled")
-    if not 1 <= M <= mr:
-        raise ValueError(f"gemv handles M = 1..{mr} rows of A{_rows_note(qw)}, got M = {M}; use kbitcupy.matmul")
+    check_rows("gemv", M, 1, *_row_limit(qw))
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     pdl = _pdl.dense_arg(A.data.device_id)  # 0, 1 (full PDL: its own plan) or safe
     cbd = qw.default_codebook and qw.layout == "tiled"  # instantiated for the runtime format only
@@ -474,10 +469,7 @@ def gemv(A, qw, out, plan_override=None, *, validate=True):
     kbitcupy._launch.)  validate=False skips the argument checks (kbitcupy._checks) for
     callers that made them already."""
     if validate:
-        if hasattr(qw, "layout"):
-            check_kernel_call(A, qw, out, "gemv", max_rows(qw.k, qw.shape[0], qw.layout == "tiled"), 1, _rows_note(qw))
-        else:  # (not a KbitWeight: named there)
-            check_kernel_call(A, qw, out, "gemv", MAX_M, 1)
+        check_kernel_call(A, qw, out, "gemv", _row_limit, 1)
     fn, grid, block, smem, args = launch_args(A, qw, out, plan_override)
     _pdl.launch(fn, grid, block, args, smem, pdl=args[-1])  # the kernel's pdl argument
     return out

@@ -7,7 +7,7 @@ final synchronise) of:
   held        the same 200 calls queued behind a spin kernel (~40 ms) on the same stream: the GPU cannot run them
               while they are enqueued, so this is the host's own cost (unless the launch queue fills: `held_1000`)
   held_gcoff  held, with Python's cyclic GC off
-  launch      a bare cuLaunchKernel (CuPy driver.launchKernel, prebuilt parameter block) of an empty kernel, free
+  launch      a bare cuLaunchKernel (kbitcupy.bench.bare_launch: an empty kernel, a prebuilt parameter block), free
   launch_held the same, held
 and the GEMV's own time per launch in a stream (not a graph): wall of `free`.
 usage (GPU machine): python3 profiling/host_probe.py [--out DIR] [--rounds 5]
@@ -24,18 +24,16 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
-from cupy_backends.cuda.api import driver  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
 from bench_foundation import dump_json  # noqa: E402
-from kbitcupy._launch import ParamBlock  # noqa: E402
+from kbitcupy.bench import bare_launch  # noqa: E402
 
 SRC = r"""
 extern "C" __global__ void spin(long long cycles) {
     long long t0 = clock64();
     while (clock64() - t0 < cycles) { }
 }
-extern "C" __global__ void empty(const float* p, int n) { if (n < 0) ((float*)p)[0] = 0.f; }
 """
 SHAPES = {"gateup": (5120, 2048), "down": (2048, 5120), "KV": (512, 2048)}
 
@@ -46,8 +44,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=200)
     args = ap.parse_args()
-    mod = cp.RawModule(code=SRC)
-    spin, empty = mod.get_function("spin"), mod.get_function("empty")
+    spin = cp.RawModule(code=SRC).get_function("spin")
     clock_khz = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrClockRate, 0)
     hold_cycles = np.int64(clock_khz * 40)  # ~40 ms at the base clock (longer at boost: fine)
     rng = np.random.default_rng(0)
@@ -60,11 +57,7 @@ def main():
             kb.matmul(A, qw, out=out)  # the second sighting builds the fast-path plan
         assert kb._launch.lookup(A, qw) is not None, name
         cases[name] = (lambda A=A, qw=qw, out=out: kb.matmul(A, qw, out=out))
-    buf = cp.zeros(4, cp.float32)
-    pb = ParamBlock((buf, np.int32(4)))
-    fptr = empty.kernel.ptr
-    cases["launch"] = lambda: driver.launchKernel(fptr, 1, 1, 1, 32, 1, 1, 0,
-                                                  cp.cuda.get_current_stream().ptr, pb.address, 0)
+    cases["launch"] = bare_launch()
     cp.cuda.Device().synchronize()
 
     def run(fn, calls, hold, gcoff=False):
