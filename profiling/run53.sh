@@ -184,3 +184,12 @@ if [ "$STEP" = h100 ]; then
   grep -E "^### M|^\| KV" "$W/bench_kvts53h100.log"
   finish_run run53
 fi
+# STEP=review: after the review commit (host Python only: the row checks through _checks.check_rows, the token-split
+#   shape rule in one place; plans and instantiations identical to the previous tree over 9324 cases): the GPU checks
+#   and the GEMV refusal / token-split tests.
+if [ "$STEP" = review ]; then
+  gpu_tests "$W/gpu_tests_review53.log" 200 tests/test_checks_gpu.py tests/test_gemv_gpu.py \
+    -k "checks or bad_inputs or token_split_many"
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_review53.log" | head -20
+  finish_run run53
+fi
