@@ -19,3 +19,38 @@ if [ "$STEP" = ws ]; then
   MS=32,64,128,256 ab_passes ws "-DKBIT_WG_WS=1"
   finish_run run55
 fi
+# Result (ws, H200, `nvidia-h200_2026-11-29_{bench_ws55-*,ws55-*}`): correct (bench.py's float64 check passed in every
+#   cell) and slower everywhere, both passes alike -- k = 4 WGMMA TOTAL, base / warp-specialized: M = 32 44.65 / 47.34 us,
+#   M = 64 50.07 / 52.53, M = 128 65.08 / 69.12, M = 256 83.28 / 89.10 (gate/up M = 128 13.96 / 14.87).  The twenty-first
+#   session's producer warpgroup with full / empty mbarriers (cp.async path) was slower too: with the lock step gone the
+#   K tile does not shorten, so it is not the block barrier's coupling.  Reverted;
+#   `profiling/patches/session48-wg-warp-specialized.patch`.
+# STEP=lds: profiling/wgmma_lds_probe.py -- the K tile's loop (TOK = 128, one 256-thread CTA an SM, 6 rotating stages)
+#   with nothing from DRAM: the MMA alone, the dequantize's shared-memory loads alone (planes LDS.128, pair lookups,
+#   scale bytes), both, and with each kind of load taken out.
+# Expect: the MMA alone ~280-300 ns a tile (the rate probe's ~90 % of peak); if the wgmma's B reads (32 KB a tile) and
+#   the dequantize's ~290 LDS wavefronts share the shared-memory pipe, MMA + dequantize ~ their sum (~450-550 ns, near
+#   the kernel's 540), and dropping the planes' LDS.128 (16 of the ~36 wavefronts a warp) moves it most; if they
+#   overlap, ~ the larger of the two, and the kernel's remaining time is its copies / waits.
+if [ "$STEP" = lds ]; then
+  timeout 120 python3 profiling/wgmma_lds_probe.py > "$W/wgmma_lds55.log" 2>&1
+  cat "$W/wgmma_lds55.log"
+  finish_run run55
+fi
+# Result (lds, H200, `nvidia-h200_2026-11-29_wgmma_lds55.log`; ns a K tile, nothing from DRAM): MMA alone 288, the
+#   dequantize alone 214, both 438 -- additive, not the larger of the two.  A light ALU dequantize (no loads) hides
+#   under the MMA (303), but neither taking out any one kind of load (planes 385-398, lookups 422-438, scales 413-435),
+#   nor pipelining the dequantize so no load sits between a wgmma and the next tile's fragments (442), nor planes by
+#   LDG (499-507) or LDS.32 + SHFL (490-501), nor the register decode (538-567; 479-487 without any load) gets near
+#   the MMA's time: while the wgmma groups run, the warps' other work proceeds at ~20-35 % of its speed.  What did
+#   move it: the warpgroups' groups issued in turn (ping-pong, FlashAttention-3's warp scheduler barriers): 438 -> 414,
+#   and with the pipelined dequantize 386 (-12 %).
+# STEP=pp: the ping-pong in the dense kernel -- hooks -DKBIT_WG_WS=1 -DKBIT_WG_PINGPONG=1 (the warp-specialized loop,
+#   whose warpgroup barrier becomes the ping-pong pair), against the plain kernel, workspace sums, two alternations.
+# Expect: from the probe, the K tile -5 % (no pipelining yet) on top of WS's +5-7 % loss: about equal to the base; if
+#   ping-pong pays more in the real loop (copies, waits), M = 128 / 256 TOTAL -3..-6 %.
+if [ "$STEP" = pp ]; then
+  export KBIT_WG_CLUSTER=0
+  MS=64,128,256 ab_passes pp "-DKBIT_WG_WS=1 -DKBIT_WG_PINGPONG=1"
+  finish_run run55
+fi
