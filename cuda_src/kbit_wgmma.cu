@@ -249,7 +249,9 @@ __device__ unsigned long long kbit_wg_itrace[65536 * KBIT_WG_ITS * 8];
 #ifndef KBIT_WG_WS
 #define KBIT_WG_WS 0
 #endif
-#define KBIT_WG_DENSE_THREADS (256 + 32 * KBIT_WG_WS)
+// KBIT_WG_WS=2: the same loop without the ninth warp -- thread 0 issues each tile's copies after its wgmma group,
+// once the buffer's "empty" mbarrier completes (as the producer would).
+#define KBIT_WG_DENSE_THREADS (256 + 32 * (KBIT_WG_WS == 1))
 #ifndef KBIT_WG_PINGPONG
 #define KBIT_WG_PINGPONG 0
 #endif
@@ -424,7 +426,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     u32 tma_ph = 0;
     // WS: thread 256 issues the copies; stage b's "empty" mbarrier sits in the stage's 768 bytes of padding
     // (STAGE_BYTES rounds A + W + 256 up to 1024), 8 arrivals (the consumer warps) a release
-    const int issuer = WS ? 256 : 0;
+    constexpr bool PROD = WS && KBIT_WG_WS == 1;  // a ninth warp issues the copies (else thread 0)
+    const int issuer = PROD ? 256 : 0;
     auto empty_bar = [&](int buf) { return stage0_s + (u32)buf * STAGE_BYTES + A_BYTES + W_BYTES + 256; };
     if (TMA && threadIdx.x == issuer) {
         for (int b = 0; b < stages; b++) mbar_init(mbar0_s + 8u * b, 1);
@@ -519,7 +522,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
 
     // ---------------------------------------------------------------- prologue
     const int dist = stages - 2;  // prefetch distance (see header)
-    const int pro = WS ? stages : dist;  // tiles requested in the prologue (WS: every buffer)
+    const int pro = PROD ? stages : dist;  // tiles requested in the prologue (the producer: every buffer)
     // pdl (launched as a programmatic dependent of the previous grid, kbitcupy/_pdl.py):
     // the first tiles' weights are requested and the tables built before
     // griddepcontrol.wait; tokens (the previous grid may write A), the split-K workspace
@@ -654,13 +657,13 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     // tile 0: landed (dist groups committed, tile j = group j), visible to the async proxy
     if (!TMA) cp_async_wait_upto(dist - 1);
     if (TMA) {
-        if (n_my > 0 && (!WS || tid < 256)) tma_wait(0);
+        if (n_my > 0 && (!PROD || tid < 256)) tma_wait(0);
     } else {
         fence_proxy_async();
     }
     __syncthreads();
     KBIT_WG_T(2, clock64());  // tile 0 landed for every thread
-    if (WS && tid >= 256) {  // the producer warp: the rest of the tiles, each once its buffer is released
+    if (PROD && tid >= 256) {  // the producer warp: the rest of the tiles, each once its buffer is released
         if (tid == issuer)
             for (int t = pro, buf = pro % stages, use = pro / stages; t < n_my; t++) {
                 mbar_wait_or_trap(empty_bar(buf), (u32)(use - 1) & 1u);  // release `use - 1` of this buffer
@@ -715,6 +718,14 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         else asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
         mma(it, cur);
         if (KBIT_WG_PINGPONG) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - wg) : "memory");
+        if (!PROD) {  // thread 0: tile it + dist into the buffer of tile it + dist - stages once it is released
+            const int tn = it + dist;
+            if (tid == 0 && tn < n_my) {
+                if (tn >= stages) mbar_wait_or_trap(empty_bar(wr), (u32)(tn / stages - 1) & 1u);
+                load_stage(wr, kt_begin + tn);
+            }
+            wr = wr + 1 == stages ? 0 : wr + 1;
+        }
 #ifndef KBIT_WG_NO_MMA
         wgmma_wait<1>();  // retires the group of tile it - 1, which read `nxt` and buffer `rel`
         reg_fence(acc);

@@ -144,7 +144,7 @@ def supported(dev_id: int) -> bool:
 # k = 2 / 3 at every TOK; -DKBIT_WG_K4_ROW256=0 / -DKBIT_WG_K23_ROW256=0 in KBIT_WGMMA_OPTS the 32-copy A/Bs.
 K4_ROW256 = "-DKBIT_WG_K4_ROW256=0" not in WGMMA.options
 # experiment hook: -DKBIT_WG_WS=1 in KBIT_WGMMA_OPTS (the dense TMA kernel warp-specialized: a ninth warp, kbit_wgmma.cu)
-DENSE_THREADS = THREADS + 32 * ("-DKBIT_WG_WS=1" in WGMMA.options)
+DENSE_THREADS = THREADS + 32 * ("-DKBIT_WG_WS=1" in WGMMA.options)  # (=2: no ninth warp)
 K23_ROW256 = "-DKBIT_WG_K23_ROW256=0" not in WGMMA.options
 
 

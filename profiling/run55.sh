@@ -54,3 +54,17 @@ if [ "$STEP" = pp ]; then
   MS=64,128,256 ab_passes pp "-DKBIT_WG_WS=1 -DKBIT_WG_PINGPONG=1"
   finish_run run55
 fi
+# Result (pp, H200, `nvidia-h200_2026-11-29_{bench_pp55-*,pp55-*}`): correct, still slower than the plain kernel but
+#   faster than WS alone -- k = 4 WGMMA TOTAL base / WS + ping-pong (WS alone, ws above): M = 64 49.86 / 51.72 (52.53),
+#   M = 128 64.98 / 68.20 (69.11), M = 256 83.05 / 86.34 (89.07).  Ping-pong is worth ~1.5-3 %; the ninth warp's loop
+#   costs ~6 %.
+# STEP=pp2: the same loop with no ninth warp (-DKBIT_WG_WS=2): thread 0 issues each tile's copies after its wgmma
+#   group, waiting on the buffer's empty mbarrier -- the plain kernel's copy issue, minus the block barrier, plus
+#   ping-pong; clusters allowed again (no thread exits early).  Arms: base / WS=2 + ping-pong (two alternations), then
+#   WS=2 without ping-pong (one pass).
+# Expect: if the producer warp was the ~6 % cost, WS=2 + ping-pong ~2-3 % faster than the base at M = 128 / 256.
+if [ "$STEP" = pp2 ]; then
+  MS=64,128,256 ab_passes pp2 "-DKBIT_WG_WS=2 -DKBIT_WG_PINGPONG=1"
+  wg_arm "pp2nopp-1" "-DKBIT_WG_WS=2" 64,128,256 "## WS=2 without ping-pong"
+  finish_run run55
+fi
