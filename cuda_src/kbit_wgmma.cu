@@ -240,22 +240,6 @@ __device__ unsigned long long kbit_wg_itrace[65536 * KBIT_WG_ITS * 8];
     } while (0)
 #endif
 
-// Experiment hook (off): the dense TMA kernel warp-specialized (KBIT_WG_WS=1): a ninth warp (thread 256) issues every
-// stage copy once the stage's buffer is released through a per-stage "empty" mbarrier (one arrival a consumer warp,
-// after the wgmma group that read it retired), and the 8 consumer warps run the K-tile loop with no block barrier --
-// each warpgroup at its own pace, a warpgroup barrier between its dequantize and its wgmma.  Why: the K tile (540 ns
-// at TOK = 128) is the consumers' chains in lock step through the per-tile __syncthreads (twenty-eighth /
-// forty-seventh sessions); the ninth warp that only issued the copies kept that barrier.
-#ifndef KBIT_WG_WS
-#define KBIT_WG_WS 0
-#endif
-// KBIT_WG_WS=2: the same loop without the ninth warp -- thread 0 issues each tile's copies after its wgmma group,
-// once the buffer's "empty" mbarrier completes (as the producer would).
-#define KBIT_WG_DENSE_THREADS (256 + 32 * (KBIT_WG_WS == 1))
-#ifndef KBIT_WG_PINGPONG
-#define KBIT_WG_PINGPONG 0
-#endif
-
 namespace kbit_wgmma_detail {
 
 // The pair table and the E4M4 scale table of the default codebook (CBD: its levels are immediates)
@@ -392,8 +376,7 @@ __device__ __forceinline__ void store_c(const float (&acc)[TOK / 2], unsigned ch
 // one expert's).  LC: the pair table's copies (log2; -1: PairLut's default).  SUM64: float4 loads in
 // flight per thread in the workspace sum at TOK = 64 (see SUM_CH).  TMA: the token tiles by tensor
 // copies through `tmap` (rows tma_row0 + m0 ..; A then is not read), see load_tokens.
-template <int K, typename T, int TOK, bool CBD = false, int LC = -1, int SUM64 = 4, bool TMA = false,
-          bool WS = false>
+template <int K, typename T, int TOK, bool CBD = false, int LC = -1, int SUM64 = 4, bool TMA = false>
 __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __restrict__ packed,
                                           const u8* __restrict__ absmax, const float* __restrict__ codebook,
                                           T* __restrict__ C, float* __restrict__ ws, int* __restrict__ counters,
@@ -402,7 +385,6 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
                                           bool cl = false, bool tables_built = false,
                                           const KbitTmap* tmap = nullptr, int tma_row0 = 0) {
     static_assert(TOK == 16 || TOK == 32 || TOK == 64 || TOK == 128 || TOK == 192 || TOK == 256, "TOK");
-    static_assert(!WS || TMA, "WS: the TMA stages only");
     constexpr int NACC = TOK / 2;                   // fp32 accumulators per thread (m64 x TOK / 128)
     constexpr int NSUB = TOK >= 64 ? TOK / 64 : 1;  // n64 sub-MMAs per k16 (TOK = 64, 192, 256)
     constexpr int A_BYTES = TOK * 128;              // tokens x 64 elements
@@ -424,15 +406,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     // of buffer b's next phase
     const u32 mbar0_s = tma_mbar0<K, LC>();
     u32 tma_ph = 0;
-    // WS: thread 256 issues the copies; stage b's "empty" mbarrier sits in the stage's 768 bytes of padding
-    // (STAGE_BYTES rounds A + W + 256 up to 1024), 8 arrivals (the consumer warps) a release
-    constexpr bool PROD = WS && KBIT_WG_WS == 1;  // a ninth warp issues the copies (else thread 0)
-    const int issuer = PROD ? 256 : 0;
-    auto empty_bar = [&](int buf) { return stage0_s + (u32)buf * STAGE_BYTES + A_BYTES + W_BYTES + 256; };
-    if (TMA && threadIdx.x == issuer) {
+    if (TMA && threadIdx.x == 0) {
         for (int b = 0; b < stages; b++) mbar_init(mbar0_s + 8u * b, 1);
-        if (WS)
-            for (int b = 0; b < stages; b++) mbar_init(empty_bar(b), 8);
         fence_mbar_init();
     }
     // every thread waits for the stage's phase (tile t lives in buffer t % stages, its use t / stages)
@@ -476,11 +451,11 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
 
     auto load_tokens = [&](int buf, int kt) {
 #ifdef KBIT_WG_NO_TOKENS  // experiment hook (profiling/run24.sh wgprobe, run33.sh l2): no token copies (wrong results)
-        if (TMA && tid == issuer) mbar_arrive(mbar0_s + 8u * (u32)buf);  // the stage's arrival, no bytes
+        if (TMA && tid == 0) mbar_arrive(mbar0_s + 8u * (u32)buf);  // the stage's arrival, no bytes
         return;
 #endif
         if (TMA) {  // rows past the tensor's (M; K % 64 == 32: the upper half) arrive as zeros
-            if (tid == issuer) {  // the stage's one arrival: after its weights' expect_tx, see load_stage
+            if (tid == 0) {  // the stage's one arrival: after its weights' expect_tx, see load_stage
                 const u32 bar = mbar0_s + 8u * (u32)buf;
                 mbar_arrive_expect_tx(bar, A_BYTES);
                 tma_load_2d(stage0_s + buf * STAGE_BYTES, tmap, kt * KBIT_TILE_K, tma_row0 + m0, bar);
@@ -499,7 +474,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     };
     auto load_weights = [&](int buf, int kt) {  // the whole (kt, nt) layout tile, contiguous
         if (TMA) {  // two bulk copies by one thread on the stage's mbarrier (its arrival comes with the tokens)
-            if (tid == issuer) {
+            if (tid == 0) {
                 const u32 bar = mbar0_s + 8u * (u32)buf, st = stage0_s + buf * STAGE_BYTES + A_BYTES;
                 mbar_expect_tx(bar, W_BYTES + 256);
                 bulk_load(st, w_base - 4 * tid + kt * w_ktstride, W_BYTES, bar);
@@ -522,7 +497,6 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
 
     // ---------------------------------------------------------------- prologue
     const int dist = stages - 2;  // prefetch distance (see header)
-    const int pro = PROD ? stages : dist;  // tiles requested in the prologue (the producer: every buffer)
     // pdl (launched as a programmatic dependent of the previous grid, kbitcupy/_pdl.py):
     // the first tiles' weights are requested and the tables built before
     // griddepcontrol.wait; tokens (the previous grid may write A), the split-K workspace
@@ -531,7 +505,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     // CBD: the default codebook's levels are immediates (no global load on the way to the tables);
     // tables_built: the caller built both tables already (wgmma_default_tables, before its wait)
     if (tid < 32 && !tables_built) cb_s[tid] = tid < (1 << K) ? (CBD ? kbit_default_level<K>(tid) : codebook[tid]) : 0.0f;
-    for (int i = 0; i < pro; i++) {
+    for (int i = 0; i < dist; i++) {
         if (pdl) {
             if (i < n_my) load_weights(i, kt_begin + i);
         } else {
@@ -546,7 +520,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     }
     if (pdl) {
         griddep_wait();
-        for (int i = 0; i < pro; i++) {
+        for (int i = 0; i < dist; i++) {
             if (i < n_my) load_tokens(i, kt_begin + i);
             if (!TMA) cp_async_commit();  // (TMA: no cp.async)
         }
@@ -657,21 +631,12 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     // tile 0: landed (dist groups committed, tile j = group j), visible to the async proxy
     if (!TMA) cp_async_wait_upto(dist - 1);
     if (TMA) {
-        if (n_my > 0 && (!PROD || tid < 256)) tma_wait(0);
+        if (n_my > 0) tma_wait(0);
     } else {
         fence_proxy_async();
     }
     __syncthreads();
     KBIT_WG_T(2, clock64());  // tile 0 landed for every thread
-    if (PROD && tid >= 256) {  // the producer warp: the rest of the tiles, each once its buffer is released
-        if (tid == issuer)
-            for (int t = pro, buf = pro % stages, use = pro / stages; t < n_my; t++) {
-                mbar_wait_or_trap(empty_bar(buf), (u32)(use - 1) & 1u);  // release `use - 1` of this buffer
-                load_stage(buf, kt_begin + t);
-                if (++buf == stages) buf = 0, use++;
-            }
-        asm volatile("exit;");  // (the consumers' block barriers after the loop count the 8 warps left)
-    }
     if (n_my > 0) dequant(0, frag_a);
     auto step = [&](int it, u32 (&cur)[4][4], u32 (&nxt)[4][4]) {
         // groups committed: dist + it; tile it + 1 = group it + 1 complete
@@ -705,51 +670,10 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         if (it + 1 < n_my) dequant(it + 1, nxt);
         KBIT_WG_IT(it, 7, probe_clock_after(nxt[3][3] ^ nxt[0][0]));
     };
-    // WS: no block barrier; a warpgroup barrier keeps ptxas from sinking the fragment arithmetic into the wgmma
-    // (warning C7513), and each warp releases the buffer of tile it - 1 once the wait retired its group.
-    int rel = 0;  // buffer of the next tile to release
-    // KBIT_WG_PINGPONG (with WS): the warpgroups issue their wgmma groups in turn -- warpgroup w waits on named
-    // barrier 1 + w, which the other arrives at once it has issued -- so one dequantizes while the other's group
-    // runs (profiling/wgmma_lds_probe.py: 438 -> 414 ns a K tile, 442 -> 386 with the dequantize pipelined).
-    const int wg = warp >> 2;
-    if (WS && KBIT_WG_PINGPONG && wg == 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");  // warpgroup 0 first
-    auto step_ws = [&](int it, u32 (&cur)[4][4], u32 (&nxt)[4][4]) {
-        if (KBIT_WG_PINGPONG) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + wg) : "memory");
-        else asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
-        mma(it, cur);
-        if (KBIT_WG_PINGPONG) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - wg) : "memory");
-        if (!PROD) {  // thread 0: tile it + dist into the buffer of tile it + dist - stages once it is released
-            const int tn = it + dist;
-            if (tid == 0 && tn < n_my) {
-                if (tn >= stages) mbar_wait_or_trap(empty_bar(wr), (u32)(tn / stages - 1) & 1u);
-                load_stage(wr, kt_begin + tn);
-            }
-            wr = wr + 1 == stages ? 0 : wr + 1;
-        }
-#ifndef KBIT_WG_NO_MMA
-        wgmma_wait<1>();  // retires the group of tile it - 1, which read `nxt` and buffer `rel`
-        reg_fence(acc);
-#endif
-        frag_keep(nxt);
-        if (it > 0) {
-            if (lane == 0) mbar_arrive(empty_bar(rel));
-            rel = rel + 1 == stages ? 0 : rel + 1;
-        }
-        if (it + 1 < n_my) {
-            tma_wait(rd_d);
-            dequant(it + 1, nxt);
-        }
-    };
     for (int it = 0; it < n_my; it += 2) {
-        if (WS) {
-            step_ws(it, frag_a, frag_b);
-            if (it + 1 < n_my) step_ws(it + 1, frag_b, frag_a);
-        } else {
-            step(it, frag_a, frag_b);
-            if (it + 1 < n_my) step(it + 1, frag_b, frag_a);
-        }
+        step(it, frag_a, frag_b);
+        if (it + 1 < n_my) step(it + 1, frag_b, frag_a);
     }
-    if (WS && KBIT_WG_PINGPONG && wg == 0) asm volatile("bar.sync 1, 256;\n" ::: "memory");  // the last arrival
     wgmma_wait<0>();
     reg_fence(acc);
     if (!TMA) cp_async_wait<0>();
@@ -871,7 +795,7 @@ __device__ __forceinline__ void wgmma_dense(const KbitTmap* tmap, const T* __res
     }
     int mt, split, nt;
     kbit_wgmma_detail::work_coords(blockIdx.x, m_tiles, k_splits, cluster, mt, split, nt);
-    kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, KBIT_WG_DENSE_LC(K, TOK), KBIT_WG_DENSE_SUM64, TMA, TMA && KBIT_WG_WS>(
+    kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, KBIT_WG_DENSE_LC(K, TOK), KBIT_WG_DENSE_SUM64, TMA>(
         A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt, split, k_splits, stages, tensor_scale, vec8,
         nt * m_tiles + mt, gridDim.x / k_splits, pdl == 1, cluster != 0, early, tmap);
 }
@@ -891,7 +815,7 @@ __global__ void __launch_bounds__(256, KBIT_WG_MINB) kbit_wgmma(KBIT_WG_DENSE_AR
 // kbit_wgmma): tmap is a
 // 2-D tensor map of A (K elements x M rows, 64 x TOK boxes, 128-byte swizzle); A itself is not read.
 template <int K, typename T, int TOK, bool CBD = false>
-__global__ void __launch_bounds__(KBIT_WG_DENSE_THREADS, KBIT_WG_MINB)
+__global__ void __launch_bounds__(256, KBIT_WG_MINB)
     kbit_wgmma_tma(const __grid_constant__ kbit_wgmma_detail::KbitTmap tmap, KBIT_WG_DENSE_ARGS) {
     kbit_wgmma_detail::wgmma_dense<K, T, TOK, CBD, true>(&tmap, KBIT_WG_DENSE_PASS);
 }

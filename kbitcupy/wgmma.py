@@ -143,8 +143,6 @@ def supported(dev_id: int) -> bool:
 # The dense kernels' pair table at 64 copies (256-byte rows: one PRMT a lookup's offset) for k = 4 at TOK >= 128 and
 # k = 2 / 3 at every TOK; -DKBIT_WG_K4_ROW256=0 / -DKBIT_WG_K23_ROW256=0 in KBIT_WGMMA_OPTS the 32-copy A/Bs.
 K4_ROW256 = "-DKBIT_WG_K4_ROW256=0" not in WGMMA.options
-# experiment hook: -DKBIT_WG_WS=1 in KBIT_WGMMA_OPTS (the dense TMA kernel warp-specialized: a ninth warp, kbit_wgmma.cu)
-DENSE_THREADS = THREADS + 32 * ("-DKBIT_WG_WS=1" in WGMMA.options)  # (=2: no ninth warp)
 K23_ROW256 = "-DKBIT_WG_K23_ROW256=0" not in WGMMA.options
 
 
@@ -280,7 +278,7 @@ def dense_splits(k_tiles: int, sms: int, tiles: int, tok: int, clustered) -> int
 def choose_stages(info: dict, k: int, tok: int, regs: int, lc=None):
     """(stages, CTAs per SM): the most resident CTAs (up to MAX_OCCUPANCY), then the deepest pipeline."""
     return best_stages(info, range(MAX_STAGES, MIN_STAGES - 1, -1), lambda st: smem_bytes(k, tok, st, lc), regs,
-                       MAX_OCCUPANCY, f"kbit_wgmma<k={k}, TOK={tok}>", DENSE_THREADS)
+                       MAX_OCCUPANCY, f"kbit_wgmma<k={k}, TOK={tok}>", THREADS)
 
 
 # ----------------------------------------------------------------------------- plan
@@ -330,7 +328,7 @@ def cluster_capacity(fn, smem: int, ks: int, info: dict):
             old = fn.max_dynamic_shared_size_bytes
             fn.max_dynamic_shared_size_bytes = max(old, smem, spread_smem(info))
             try:
-                cap = tuple(max_active_clusters(ptr, ks, DENSE_THREADS, s, ks) * ks
+                cap = tuple(max_active_clusters(ptr, ks, THREADS, s, ks) * ks
                             for s in (smem, max(smem, spread_smem(info))))
             finally:
                 fn.max_dynamic_shared_size_bytes = old
@@ -559,7 +557,7 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None
     tma = TMA if tma is None else bool(tma)
     p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster, spread, CBD and qw.default_codebook, tma)
     lead = (tensor_map(A, p.tok),) if tma else ()
-    return launch_fused(p, DENSE_THREADS if tma else THREADS, A, qw, out, _vec8(out), _pdl.dense_arg(dev), lead)
+    return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.dense_arg(dev), lead)
 
 
 # cuTensorMapEncodeTiled's enums (cuda.h)

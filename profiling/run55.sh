@@ -24,7 +24,7 @@ fi
 #   M = 64 50.07 / 52.53, M = 128 65.08 / 69.12, M = 256 83.28 / 89.10 (gate/up M = 128 13.96 / 14.87).  The twenty-first
 #   session's producer warpgroup with full / empty mbarriers (cp.async path) was slower too: with the lock step gone the
 #   K tile does not shorten, so it is not the block barrier's coupling.  Reverted;
-#   `profiling/patches/session48-wg-warp-specialized.patch`.
+#   `profiling/patches/session48-wg-warp-specialized.patch` (the WS, ping-pong and WS=2 hooks of the steps below).
 # STEP=lds: profiling/wgmma_lds_probe.py -- the K tile's loop (TOK = 128, one 256-thread CTA an SM, 6 rotating stages)
 #   with nothing from DRAM: the MMA alone, the dequantize's shared-memory loads alone (planes LDS.128, pair lookups,
 #   scale bytes), both, and with each kind of load taken out.
@@ -33,18 +33,21 @@ fi
 #   the kernel's 540), and dropping the planes' LDS.128 (16 of the ~36 wavefronts a warp) moves it most; if they
 #   overlap, ~ the larger of the two, and the kernel's remaining time is its copies / waits.
 if [ "$STEP" = lds ]; then
-  timeout 120 python3 profiling/wgmma_lds_probe.py > "$W/wgmma_lds55.log" 2>&1
-  cat "$W/wgmma_lds55.log"
+  timeout 240 python3 profiling/wgmma_lds_probe.py > "$W/wgmma_lds55${ONLY:+_f16}.log" 2>&1
+  cat "$W"/wgmma_lds55*.log
   finish_run run55
 fi
-# Result (lds, H200, `nvidia-h200_2026-11-29_wgmma_lds55.log`; ns a K tile, nothing from DRAM): MMA alone 288, the
-#   dequantize alone 214, both 438 -- additive, not the larger of the two.  A light ALU dequantize (no loads) hides
-#   under the MMA (303), but neither taking out any one kind of load (planes 385-398, lookups 422-438, scales 413-435),
-#   nor pipelining the dequantize so no load sits between a wgmma and the next tile's fragments (442), nor planes by
-#   LDG (499-507) or LDS.32 + SHFL (490-501), nor the register decode (538-567; 479-487 without any load) gets near
-#   the MMA's time: while the wgmma groups run, the warps' other work proceeds at ~20-35 % of its speed.  What did
-#   move it: the warpgroups' groups issued in turn (ping-pong, FlashAttention-3's warp scheduler barriers): 438 -> 414,
-#   and with the pipelined dequantize 386 (-12 %).
+# Result (lds, H200, `nvidia-h200_2026-11-29_wgmma_lds55.log`, the last of five runs as the probe grew, all alike;
+#   ns a K tile, nothing from DRAM): MMA alone 288, the dequantize alone 213, both 441 -- additive, not the larger of
+#   the two.  A light ALU dequantize (no loads, 116 alone) hides under the MMA (291), but neither taking out any one
+#   kind of load (planes 384, lookups 426, scales 426), nor pipelining the dequantize so that no load sits between a
+#   wgmma and the next tile's fragments (436), nor planes by LDG (493-500) or LDS.32 + SHFL (490), nor the register
+#   decode (540-563; 499 without any load), nor two K tiles a wgmma group (451) gets near the MMA's time: while the
+#   wgmma groups run, the warps' other work proceeds at ~30 % of its speed (tile ~ MMA + 0.7 x dequantize).  What
+#   moved it in the probe: the warpgroups' groups issued in turn (ping-pong, FlashAttention-3's warp scheduler
+#   barriers): 441 -> 417, with the pipelined dequantize 380 (-14 %).  A sixth run (ONLY=fp16: the MMA with fp16
+#   accumulators, to test register-file traffic as the shared resource) hung at its first kernel and was cut by the
+#   240 s timeout; that variant was removed from the probe.
 # STEP=pp: the ping-pong in the dense kernel -- hooks -DKBIT_WG_WS=1 -DKBIT_WG_PINGPONG=1 (the warp-specialized loop,
 #   whose warpgroup barrier becomes the ping-pong pair), against the plain kernel, workspace sums, two alternations.
 # Expect: from the probe, the K tile -5 % (no pipelining yet) on top of WS's +5-7 % loss: about equal to the base; if
@@ -68,3 +71,9 @@ if [ "$STEP" = pp2 ]; then
   wg_arm "pp2nopp-1" "-DKBIT_WG_WS=2" 64,128,256 "## WS=2 without ping-pong"
   finish_run run55
 fi
+# Result (pp2, H200, `nvidia-h200_2026-11-29_{bench_ppb55-*,ppb55-*,bench_ppbnopp55-1,ppbnopp55-1}`; the default
+#   cluster sums in every arm): correct and much slower -- k = 4 WGMMA TOTAL base / WS=2 + ping-pong / WS=2 alone: M = 64
+#   47.91 / 53.64 / 51.58 us, M = 128 58.55 / 64.69 / 62.50, M = 256 79.91 / 94.75 / 90.62.  Without the block barrier
+#   the real loop loses 6-13 %, and ping-pong adds to the loss here: the probe's gain does not carry over once the
+#   copies (thread 0 now waits on the empty mbarrier, i.e. on the other warpgroup) are in the loop.  All three hooks
+#   reverted (cuda_src / kbitcupy back to 105e847).

@@ -12,12 +12,16 @@ other fragment set, built from
       (the k = 4 ROW256 table: conflict-free), each times a scale (HMUL2) into a fragment register;
   SC  scale loads: 4 a thread, an absmax byte (LDS.U8) then its half2 from a 1 KB table.
 
-Variants switch these on and off (and the MMA, and the barrier), so the K tile's time splits into what
-the tensor core, the shared-memory loads and the instruction chain cost alone and together: if the
-wgmma's B reads and the LDS share the shared-memory pipe, MMA + loads take about the sum of their
-times; if they overlap, about the larger.
+Variants switch these on and off (and the MMA, the barrier, the planes' source, a register decode, a
+software-pipelined dequantize, ping-pong between the warpgroups, two K tiles a wgmma group), so the K
+tile's time splits into what the tensor core and the dequantize cost alone and together.
 
-usage (GPU machine): python3 profiling/wgmma_lds_probe.py
+H200, 2026-11-29 (profiling/results/nvidia-h200_2026-11-29_wgmma_lds55.log): MMA alone 288 ns a tile,
+the dequantize alone 213, both 441 -- close to MMA + 0.7 x dequantize whatever the dequantize is made of
+(loads or ALU), except light ALU work (~116 ns alone), which hides.  Ping-pong 417, with the dequantize
+pipelined 380; in the real kernel neither form paid (profiling/run55.sh).
+
+usage (GPU machine): [ONLY=substring] python3 profiling/wgmma_lds_probe.py   (all variants: ~2 min of compile)
 """
 import os
 import sys
@@ -85,7 +89,8 @@ __device__ __forceinline__ void prmt_decode4(const uint4& q, int sh, const u32 (
 //   3 LDG.128 .nc no_allocate two tiles ahead into a register ring (from L2), 4 LDS.32 of plane t + 3 SHFL.
 // SC (scales): 0 none, 1 absmax byte LDS.U8 + half2 table LDS, 2 both kb's bytes by one LDS.U16 a column + ALU
 //   decode (as_half(code << 6), the x16 folded into the table).
-// BAR: 1 the per-tile block barrier, 0 a warpgroup barrier, 2 ping-pong -- the warpgroups' wgmma groups issued in
+// BAR: 1 the per-tile block barrier, 0 a warpgroup barrier, 3 two K tiles a wgmma group (8 x k16 a commit, the
+// barrier every two tiles), 2 ping-pong -- the warpgroups' wgmma groups issued in
 // turn (warpgroup w waits on named barrier 1 + w, which the other arrives at once it has issued its group), so one
 // warpgroup dequantizes while the other's group runs (FlashAttention-3's warp scheduler barriers).
 template <bool MMA, int PL, int LK, int SC, int BAR>
@@ -268,11 +273,46 @@ __global__ void __launch_bounds__(256, 1) probe(float* out, int iters, const uin
     if (PL == 6) dequant_ahead(it + 1, nxt);
     else dequant(it + 1, nxt);
   };
+  // BAR 3: two tiles a group -- fragment sets (fa, fb) and (fc, fd) in turn
+  u32 fc[4][4], fd[4][4];
+#pragma unroll
+  for (int j = 0; j < 4; j++)
+#pragma unroll
+    for (int r = 0; r < 4; r++) fc[j][r] = fd[j][r] = fa[j][r];
+  auto step2 = [&](int it, u32 (&c0)[4][4], u32 (&c1)[4][4], u32 (&n0)[4][4], u32 (&n1)[4][4]) {
+    __syncthreads();
+    if (MMA) {
+      unsigned long long b0[4], b1[4];
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        b0[j] = sdesc(st0 + (u32)((it % ROT) * SB) + 32u * j);
+        b1[j] = sdesc(st0 + (u32)(((it + 1) % ROT) * SB) + 32u * j);
+      }
+      tile(d, c0, b0);
+      tile(d, c1, b1);
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+#pragma unroll
+      for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+    }
+    keep(n0);
+    keep(n1);
+    dequant(it + 2, n0);
+    dequant(it + 3, n1);
+  };
   if (PL == 6) dequant_ahead(0, fa);
   else dequant(0, fa);
-  for (int it = 0; it < iters; it += 2) {
-    step(it, fa, fb);
-    step(it + 1, fb, fa);
+  if (BAR == 3) {
+    dequant(1, fb);
+    for (int it = 0; it < iters; it += 4) {
+      step2(it, fa, fb, fc, fd);
+      step2(it + 2, fc, fd, fa, fb);
+    }
+  } else {
+    for (int it = 0; it < iters; it += 2) {
+      step(it, fa, fb);
+      step(it + 1, fb, fa);
+    }
   }
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   if (BAR == 2 && wg == 0) asm volatile("bar.sync 1, 256;\n" ::: "memory");  // warpgroup 1's last arrival
@@ -312,6 +352,8 @@ CASES = [
     ("MMA + dequantize, ping-pong", 1, 1, 1, 1, 2),
     ("MMA + dequantize pipelined, ping-pong", 1, 6, 1, 2, 2),
     ("MMA + lookups + scales (planes from registers), ping-pong", 1, 0, 1, 1, 2),
+    ("MMA only, two tiles a wgmma group", 1, 0, 0, 0, 3),
+    ("MMA + dequantize, two tiles a wgmma group", 1, 1, 1, 1, 3),
 ]
 
 
@@ -322,7 +364,9 @@ def name(c):
 
 def main():
     nvrtc = C._nvrtc()
-    names = [name(c) for c in CASES]
+    only = os.environ.get("ONLY")  # a substring of the variants to run (the compile of all takes ~2 minutes)
+    cases = [c for c in CASES if not only or only in c[0]]
+    names = [name(c) for c in cases]
     prog = nvrtc.createProgram(SRC, "wgmma_lds_probe.cu", [], [])
     for nm in names:
         nvrtc.addNameExpression(prog, nm)
@@ -350,7 +394,7 @@ def main():
     print(f"# {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}, {sms} SMs, nominal clock {clk / 1e9:.2f} GHz; "
           f"one 256-thread CTA per SM, {iters} K tiles each (TOK = 128: 1M FMA a tile, 512 clk at 2048 FMA/clk)")
     print("| variant | ns / K tile | clk / K tile (nominal) |\n|---|---:|---:|")
-    for c in CASES:
+    for c in cases:
         fn = mod.get_function(lowered[name(c)])
         fn.max_dynamic_shared_size_bytes = smem
         args = (out, cp.int32(iters), gw)
