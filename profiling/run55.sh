@@ -77,3 +77,12 @@ fi
 #   the real loop loses 6-13 %, and ping-pong adds to the loss here: the probe's gain does not carry over once the
 #   copies (thread 0 now waits on the empty mbarrier, i.e. on the other warpgroup) are in the loop.  All three hooks
 #   reverted (cuda_src / kbitcupy back to 105e847).
+# STEP=probes: the two probes after their common NVRTC set-up moved into wgmma_rate_probe.build (review): the rate probe
+#   whole, the dequantize probe's first two variants.
+# Expect: the rate probe's ~950-985 TFLOPS (twenty-first session) and the lds probe's 288 / 213 ns.
+if [ "$STEP" = probes ]; then
+  timeout 120 python3 profiling/wgmma_rate_probe.py > "$W/wgmma_rate55.log" 2>&1
+  ONLY=only timeout 120 python3 profiling/wgmma_lds_probe.py >> "$W/wgmma_rate55.log" 2>&1
+  cat "$W/wgmma_rate55.log"
+  finish_run run55
+fi

@@ -29,7 +29,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
-from kbitcupy import _compile as C  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wgmma_rate_probe import build  # noqa: E402
 
 SRC = r'''
 typedef unsigned u32;
@@ -363,27 +364,12 @@ def name(c):
 
 
 def main():
-    nvrtc = C._nvrtc()
     only = os.environ.get("ONLY")  # a substring of the variants to run (the compile of all takes ~2 minutes)
     cases = [c for c in CASES if not only or only in c[0]]
     names = [name(c) for c in cases]
-    prog = nvrtc.createProgram(SRC, "wgmma_lds_probe.cu", [], [])
-    for nm in names:
-        nvrtc.addNameExpression(prog, nm)
-    opts = list(C._options(())) + ["-arch=sm_90a", "-Xptxas=-v"]
-    try:
-        nvrtc.compileProgram(prog, opts)
-    except Exception:
-        print(nvrtc.getProgramLog(prog))
-        raise
-    log = nvrtc.getProgramLog(prog)
+    mod, lowered, log = build(SRC, "wgmma_lds_probe.cu", names, ("-Xptxas=-v",))
     if "C7513" in log or "spill" in log.replace("0 bytes spill", ""):
         print(log)
-    cubin = nvrtc.getCUBIN(prog)
-    lowered = {nm: nvrtc.getLoweredName(prog, nm) for nm in names}
-    path = "/tmp/wgmma_lds_probe.cubin"
-    open(path, "wb").write(cubin)
-    mod = cp.RawModule(path=path)
     dev = cp.cuda.Device()
     sms = dev.attributes["MultiProcessorCount"]
     clk = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrClockRate, 0) * 1e3

@@ -99,28 +99,34 @@ __global__ void __launch_bounds__(256, 1) wg_rate(float* out, int iters, int ran
     return "\n".join(parts)
 
 
-def main():
+def build(source_text, fname, names, extra=()):
+    """NVRTC-compile source_text for sm_90a with the name expressions `names`, load the cubin: (RawModule,
+    {name: lowered name}, program log).  The probes' common set-up (wgmma_lds_probe.py uses it too)."""
     nvrtc = C._nvrtc()
+    prog = nvrtc.createProgram(source_text, fname, [], [])
+    for nm in names:
+        nvrtc.addNameExpression(prog, nm)
+    opts = list(C._options(())) + ["-arch=sm_90a", *extra]
+    try:
+        nvrtc.compileProgram(prog, opts)
+    except Exception:
+        print(nvrtc.getProgramLog(prog))
+        raise
+    log = nvrtc.getProgramLog(prog)
+    lowered = {nm: nvrtc.getLoweredName(prog, nm) for nm in names}
+    path = f"/tmp/{fname}.cubin"
+    open(path, "wb").write(nvrtc.getCUBIN(prog))
+    return cp.RawModule(path=path), lowered, log
+
+
+def main():
     # (N, SUB, ROT, AMOD, randb): the earlier cases, then the kernels' form step by step (m64n64 x 2, 2
     # warpgroups: TOK = 128) -- random B, 6 rotating stages, A rewritten each iteration, all of them
     cases = [(64, 1, 1, False, 0), (64, 2, 1, False, 0), (128, 1, 1, False, 0), (256, 1, 1, False, 0),
              (64, 2, 1, False, 1), (64, 2, 6, False, 0), (64, 2, 1, True, 0), (64, 2, 6, True, 1),
              (128, 1, 6, True, 1)]
     names = sorted({f"wg_rate<{n}, {s}, {r}, {str(a).lower()}>" for n, s, r, a, _ in cases})
-    prog = nvrtc.createProgram(source(), "wg_rate.cu", [], [])
-    for nm in names:
-        nvrtc.addNameExpression(prog, nm)
-    opts = list(C._options(())) + ["-arch=sm_90a"]
-    try:
-        nvrtc.compileProgram(prog, opts)
-    except Exception:
-        print(nvrtc.getProgramLog(prog))
-        raise
-    cubin = nvrtc.getCUBIN(prog)
-    lowered = {nm: nvrtc.getLoweredName(prog, nm) for nm in names}
-    path = "/tmp/wg_rate.cubin"
-    open(path, "wb").write(cubin)
-    mod = cp.RawModule(path=path)
+    mod, lowered, _ = build(source(), "wg_rate.cu", names)
     dev = cp.cuda.Device()
     sms = dev.attributes["MultiProcessorCount"]
     clk = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrClockRate, 0) * 1e3
