@@ -145,7 +145,7 @@ def _gemv_launch(c: Ctx):
     """kbitcupy.gemv.gemv where its plan runs this call (k = 5 stops at M = 16; the staged A must fit the shared
     memory), else NotApplicable ('-')."""
     M, K = c.A.shape
-    if not gemv_fits(c.qw.shape[0], K, M, c.qw.k, c.A.device.id):
+    if not gemv_fits(c.qw.shape[0], K, M, c.qw.k, c.A.device.id, c.qw.layout == "tiled"):  # (as matmul asks it)
         raise NotApplicable("the GEMV's plan does not fit (staged A, or k = 5 past M = 16)")
     return gemv(c.A, c.qw, c.out)
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Forty-eighth session (2026-11-29).  From the repo root:  OUT=/tmp/out STEP=ws bash profiling/run55.sh
-# (carry .git_rev)
+# (carry .git_rev)  Steps ws, pp and pp2 use hooks that were reverted: apply
+# profiling/patches/session48-wg-warp-specialized.patch first (`git apply`) to run them again.
 . profiling/run_env.sh
 start_run ws
 # STEP=ws: the dense TMA wgmma kernel warp-specialized (hook -DKBIT_WG_WS=1, THREADS 288): a ninth warp issues each
@@ -89,3 +90,12 @@ fi
 # Result (probes, H200, `nvidia-h200_2026-11-29_wgmma_rate55.log`): both run as before -- the rate probe 854-975 TFLOPS
 #   (m64n128 x 2 warpgroups with random B, 6 stages, A rewritten: 874), the dequantize probe's variants within +-4 % of
 #   the lds step's (MMA alone 291, dequantize alone 212).
+# STEP=review: bench.py's GEMV column after the review (kbitcupy.gemv.fits now told the weight's layout, as matmul
+#   asks it): O and KV, k = 4 / 5, M = 1 / 24 / 32 -- the GEMV where its plan fits, '-' past it (k = 5 past 16 rows, O's
+#   staged A past 22 rows), times as in close53h2.
+if [ "$STEP" = review ]; then
+  timeout 200 python3 profiling/bench.py --out "$W" --M 1,24,32 --k 4,5 --shapes O,KV --columns GEMV,matmul --reps 15 \
+    --tag review55 > "$W/bench_review55.log" 2>&1
+  grep -E "^### M|^\| (O|KV) \|" "$W/bench_review55.log"
+  finish_run run55
+fi
