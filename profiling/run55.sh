@@ -99,3 +99,6 @@ if [ "$STEP" = review ]; then
   grep -E "^### M|^\| (O|KV) \|" "$W/bench_review55.log"
   finish_run run55
 fi
+# Result (review, H200, `nvidia-h200_2026-11-29_{bench_review55,review55}`): as expected -- the GEMV column runs O at
+#   M = 1 (k = 4 3.53 us, as close53h2) and '-' at M = 24 / 32 (its staged A does not fit; matmul runs the next kernel),
+#   KV on the token split at every M (k = 4 M = 32 3.11 us, k = 5 3.94); every cell passed the float64 check.
