@@ -514,10 +514,12 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
         }
     }
     __syncthreads();
+#ifndef KBIT_WG_NO_TABLES  // diagnostic hook (profiling/run56.sh parts): no table build, wrong results
     if (!tables_built) {
         build_pair_lut<K, T, LC>(lut, cb_s);
         build_scale_table<T>(s2tab, tid, 256);
     }
+#endif
     if (pdl) {
         griddep_wait();
         for (int i = 0; i < dist; i++) {
@@ -679,6 +681,9 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     if (!TMA) cp_async_wait<0>();
     KBIT_WG_T(3, clock64());  // main loop done
 
+#ifdef KBIT_WG_NO_SUM  // diagnostic hook (profiling/run56.sh parts): every split stores its own partial as C, wrong results
+    k_splits = 1;
+#endif
     // ---------------------------------------------------------------- split-K sum, cluster
     if (k_splits > 1 && cl) {
         cluster_sum_store<T, TOK, STAGE_BYTES>(acc, stage0, stage0_s, C, M, N, m0, n0, split, k_splits, tensor_scale,

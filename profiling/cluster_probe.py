@@ -14,7 +14,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
 from bench_foundation import dense_cases, time_rotated  # noqa: E402
-from kbitcupy import _pdl  # noqa: E402
 from kbitcupy import wgmma as WG  # noqa: E402
 from kbitcupy.gemm import device_info  # noqa: E402
 
@@ -25,7 +24,7 @@ ksl = os.environ.get("KSL", "d,2,3,4,6,8").split(",")
 dev = cp.cuda.Device().id
 info = device_info(dev)
 print(f"# {cp.cuda.runtime.getDeviceProperties(dev)['name'].decode()}: {info['sms']} SMs; times in us; "
-      "mac = max active clusters (plan smem / spread smem) x cluster size")
+      "resident = CTAs of the clustered launch resident at once (cuOccupancyMaxActiveClusters x cluster size), at the launch's shared memory and one an SM")
 for name, N, K, k, M, q, Wd, _, cps, A, ref, out in dense_cases(rng, names, [4], Ms):
     kt = -(-K // 64)
     cells = []
@@ -48,8 +47,10 @@ for name, N, K, k, M, q, Wd, _, cps, A, ref, out in dense_cases(rng, names, [4],
             t = time_rotated([lambda c=c: WG.wgmma_gemm(A, c, out, **kw) for c in cps])
             extra = ""
             if p.cluster:
-                mac = _pdl.max_active_clusters(int(p.fn.kernel.ptr), p.grid, WG.THREADS, p.launch_smem, p.k_splits)
-                extra = f" [mac {mac}x{p.k_splits}={mac * p.k_splits}]"
+                # (wgmma.cluster_capacity raises the kernel's dynamic shared memory limit for the query: without
+                # it the query of a launch above the limit answered 0, run56.sh cl)
+                full, one = WG.cluster_capacity(p.fn, p.launch_smem, p.k_splits, info)
+                extra = f" [resident {full} CTAs, one an SM {one}]"
             row += f"  {label} {t:6.2f}{'!' if not err < 1e-2 else ''}{extra}"
         cells.append(row)
     print(f"{name:6} M={M:4d}: " + "\n                ".join(cells), flush=True)
