@@ -100,3 +100,16 @@ fi
 #   all five shapes (ks = 1..8, cluster / workspace, TOK 64 / 128); TOK = 64 at M = 128 (every weight tile dequantized
 #   twice, 32 KB partials) no faster (Q 11.96 vs 12.05, down 15.68 vs 13.73, O 13.69 vs 12.25).  gate/up with one split
 #   (40 CTAs, no sum) 20.44 us: ~0.55 us a K tile.
+# STEP=lut: the decode GEMV at M = 1 without its pair / quad table build (-DKBIT_EXPERIMENT_NO_LUT, results wrong by
+#   design), k = 4 and 2, the five TOTAL shapes, two passes (gemv_ab, +cap=1: the blocks-an-SM cap as the plan).  Why:
+#   nocomp48 put gate/up k = 4's compute at 1.25 us over its loads against ~0.6 on down / Q / O, though gate/up and down
+#   stream the same weights an SM; gate/up runs ~5 four-warp blocks an SM, each building its own 32 KB table (~0.65 us of
+#   an SM's shared-memory stores a launch, against ~0.26 for down's two blocks).  The twenty-second session found the
+#   build hidden (lut22: TOTAL 19.36 vs 19.12), on a kernel ~10 % slower than today's.
+# Expect: if the build is now on the path, gate/up -0.3..-0.6 us and the others -0.1; then one table an SM (the C8
+#   groups as slices of one block) is worth building.  If not, no change, as in lut22.
+if [ "$STEP" = lut ]; then
+  AB_NOBASE=1 KS=4,2 MS=1 SHAPES=gateup,down,Q,O,KV AB_VARIANTS="nolut:-DKBIT_EXPERIMENT_NO_LUT +cap=1" \
+    CUT=200 gemv_ab_twice lut56 200
+  finish_run run56
+fi
