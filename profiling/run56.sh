@@ -113,3 +113,8 @@ if [ "$STEP" = lut ]; then
     CUT=200 gemv_ab_twice lut56 200
   finish_run run56
 fi
+# Result (lut, H200, `nvidia-h200_2026-11-29_gemv_lut56_{1,2}.log`): k = 4 the build stays hidden -- TOTAL 17.16 / 17.19
+#   -> 17.10 / 17.13 us (-0.3 %; gate/up 4.26 -> 4.31, i.e. not where gate/up's extra compute is); k = 2 (the 32 KB quad
+#   table) 14.93 / 14.94 -> 14.52 / 14.52 (-2.7 %; Q 3.02 -> 2.86, down 3.58 -> 3.48, gate/up 3.46 -> 3.41).  Even no
+#   table at all leaves k = 2 short of the 3x target (13.6 us, -9 %) and k = 4 of 2.5x (16.3 us).  (Some nolut cells
+#   came out right: each block found the previous launch's table in place in its shared memory.)
