@@ -14,18 +14,7 @@ if [ "$STEP" = sweep ]; then
     SHAPES_=${SHAPES_:-gateup,Q,down,O,KV,lin_key,lin_value} timeout 320 python3 profiling/gemm_probe.py \
     > "$W/ksweep48.log" 2>&1
   tail -3 "$W/ksweep48.log"
-  python3 - "$W/ksweep48.log" <<'PY'
-import re, sys
-for line in open(sys.argv[1]):
-    m = re.match(r"(\S+)\s+k=(\d) M=\s*(\d+) (.*)", line)
-    if not m:
-        continue
-    cells = dict(re.findall(r"(wg[^=\s]*)=\s*([\d.]+)!?", m.group(4)))
-    base = float(cells.pop("wg"))
-    best = min(cells.items(), key=lambda kv: float(kv[1]))
-    print(f"{m.group(1):9} M={m.group(3):3} plan {base:6.2f}  best {best[0]:14} {float(best[1]):6.2f}  "
-          f"({(float(best[1]) / base - 1) * 100:+.1f} %)")
-PY
+  ksweep_summary "$W/ksweep48.log"
   # The grouped kernels at 16 tokens an expert on the H200, where issue 5's "never slower than fp16 at <= 16" fails
   # (close47h-moe: moe_dn 8 experts 0.96x, moe_gu 10 experts 9.41 vs fp16 7.98 us, its stable launch 8.21): the
   # grouped GEMV (new), the mma kernel, and the wgmma kernel at its plan, at ks = 1..6, TOK = 16, the workspace sum,

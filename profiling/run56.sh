@@ -82,18 +82,7 @@ if [ "$STEP" = sweep ]; then
   GEMM=0 DQ=0 WG=1 WGNOCL=1 WGSPLITS=1,2,3,4,5,6,8 WGTOKS=64,128 KS=4 MS=${MS:-128} \
     SHAPES_=${SHAPES_:-gateup,Q,down,O,KV} timeout 400 python3 profiling/gemm_probe.py > "$W/ksweep56.log" 2>&1
   tail -3 "$W/ksweep56.log"
-  python3 - "$W/ksweep56.log" <<'PY'
-import re, sys
-for line in open(sys.argv[1]):
-    m = re.match(r"(\S+)\s+k=(\d) M=\s*(\d+) (.*)", line)
-    if not m:
-        continue
-    cells = dict(re.findall(r"(wg[^=\s]*)=\s*([\d.]+)!?", m.group(4)))
-    base = float(cells.pop("wg"))
-    best = min(cells.items(), key=lambda kv: float(kv[1]))
-    print(f"{m.group(1):9} M={m.group(3):3} plan {base:6.2f}  best {best[0]:14} {float(best[1]):6.2f}  "
-          f"({(float(best[1]) / base - 1) * 100:+.1f} %)")
-PY
+  ksweep_summary "$W/ksweep56.log"
   finish_run run56
 fi
 # Result (sweep, H200, `nvidia-h200_2026-11-29_ksweep56.log`): the plan is the fastest cell or within 0.7 % at M = 128 on

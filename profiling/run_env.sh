@@ -165,3 +165,19 @@ env_ab() {
   done
   unset "$var"
 }
+# ksweep_summary LOG: profiling/gemm_probe.py's wgmma sweep LOG, one line a cell: the plan's time, the fastest variant
+# and by how much (run48.sh / run56.sh sweep).
+ksweep_summary() {
+  python3 - "$1" <<'PY'
+import re, sys
+for line in open(sys.argv[1]):
+    m = re.match(r"(\S+)\s+k=(\d) M=\s*(\d+) (.*)", line)
+    if not m:
+        continue
+    cells = dict(re.findall(r"(wg[^=\s]*)=\s*([\d.]+)!?", m.group(4)))
+    base = float(cells.pop("wg"))
+    best = min(cells.items(), key=lambda kv: float(kv[1]))
+    print(f"{m.group(1):9} M={m.group(3):3} plan {base:6.2f}  best {best[0]:14} {float(best[1]):6.2f}  "
+          f"({(float(best[1]) / base - 1) * 100:+.1f} %)")
+PY
+}
