@@ -8,11 +8,13 @@ from __future__ import annotations
 from ._arrays import ACT_DTYPES, dtype_name, is_cupy, is_numpy
 
 
-def check_rows(fn: str, M: int, min_m: int, max_m: int | None, m_note: str = "") -> None:
+def check_rows(fn: str, M: int, min_m: int, max_m: int | None, m_note="") -> None:
     """Raise a ValueError naming ``fn`` unless min_m <= M <= max_m (None: no upper limit); m_note: what the limit
-    depends on (in the message after "rows of A")."""
+    depends on (in the message after "rows of A"), a string or a function giving one -- formatted only for the error,
+    not on every call."""
     if M < min_m or (max_m is not None and M > max_m):
-        raise ValueError(f"{fn} handles M = {min_m}..{max_m} rows of A{m_note}, got M = {M}; use kbitcupy.matmul")
+        note = m_note() if callable(m_note) else m_note
+        raise ValueError(f"{fn} handles M = {min_m}..{max_m} rows of A{note}, got M = {M}; use kbitcupy.matmul")
 
 
 def check_kernel_call(A, qw, out, fn: str, max_m=None, min_m: int = 0) -> None:
@@ -20,7 +22,8 @@ def check_kernel_call(A, qw, out, fn: str, max_m=None, min_m: int = 0) -> None:
     [M, N] are contiguous CuPy arrays of one activation dtype on the weight's GPU, K is the
     weight's K, A is 16-byte aligned and min_m <= M <= max_m.  Shapes and dtypes are checked
     before the array kind, so the CPU tests reach every rule.  max_m: an int, None, or a function of the
-    (checked) weight returning (max_m, what it depends on) for a limit that varies with the weight."""
+    (checked) weight returning (max_m, what it depends on: as check_rows' m_note) for a limit that varies with the
+    weight."""
     from .weight import KbitWeight
 
     if not isinstance(qw, KbitWeight):

@@ -434,9 +434,10 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=0, cbd=False):
 
 
 def _row_limit(qw) -> tuple:
-    """(max_rows of this weight, what that limit depends on -- for the error message)."""
+    """(max_rows of this weight, what that limit depends on: a function giving the error message's words, so that a
+    call within the limit formats nothing)."""
     return (max_rows(qw.k, qw.shape[0], qw.layout == "tiled"),
-            f" at k = {qw.k} (N = {qw.shape[0]}, {qw.layout} layout)")
+            lambda: f" at k = {qw.k} (N = {qw.shape[0]}, {qw.layout} layout)")
 
 
 def launch_args(A, qw, out, plan_override=None):
