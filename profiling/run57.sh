@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Fiftieth session (2026-11-29).  From the repo root:  OUT=/tmp/out STEP=allm bash profiling/run57.sh  (carry .git_rev)
+. profiling/run_env.sh
+start_run allm
+# No kernel change since 105e847 (wgmma cubins byte-identical to 0bb630b; only Python review changes since).  This
+# session's runs are the closing evidence on one tree, in the form the issues ask for.
+# STEP=allm: issue 4's table in one run -- k = 4, every dense shape, M = 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, every
+#   kbit column (GEMV, STREAM, GEMM, WGMMA, dq+cuBLAS) beside the dispatched matmul, fp16 cuBLAS and SOL, with the plot.
+#   The earlier tables split these M over several runs and trees (final33-m1 / dclose43h / close52h / close53h2 /
+#   final14b).
+# Expect: the closing numbers of the forty-ninth session within noise (k = 4 TOTAL M = 1 17.1 us 2.38x, M = 8 1.79x,
+#   M = 16 1.61x, M = 32 1.04x, M = 64 0.90x, M = 128 0.77x, M = 256 ~0.6-0.68x); matmul within 5 % of Best per cell.
+if [ "$STEP" = allm ]; then
+  python3 profiling/warm_cache.py quant gemv gemm wgmma gemv_stream 2>&1 | tail -1
+  timeout 520 python3 profiling/bench.py --out "$W" --M 1,2,4,8,16,32,64,128,256,512 --k 4 \
+    --columns GEMV,STREAM,GEMM,WGMMA,dq+cuBLAS,matmul --reps 15 --plot --tag allm57 > "$W/bench_allm57.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_allm57.log"
+  finish_run run57
+fi
+# STEP=every: issue 3's M = 1..4 x k = 2..5 (dispatched matmul, default and full PDL) and issue 5's MoE table (k = 4,
+#   8 / 10 experts, 1..64 tokens an expert; Grouped, Grouped:stable, Grouped:chained), same tree.
+# Expect: M = 1 k = 4 2.38x, k = 2 2.74x; MoE 1..4 tokens 1.5-1.7x a projection, chained 64 tokens ~1.0x / ~0.97x.
+if [ "$STEP" = every ]; then
+  timeout 250 python3 profiling/bench.py --out "$W" --M 1,2,3,4 --k 2,3,4,5 --columns matmul,matmul+PDL --reps 15 \
+    --tag m1k57 > "$W/bench_m1k57.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_m1k57.log"
+  timeout 300 python3 profiling/bench.py --out "$W" --shapes moe --k 4 --moe-M 1,2,4,8,16,32,64 --experts 8,10 \
+    --columns Grouped,Grouped:stable,Grouped:chained --reps 15 --tag moe57 > "$W/bench_moe57.log" 2>&1
+  grep -E "^### MoE|TOTAL" "$W/bench_moe57.log"
+  finish_run run57
+fi
+# STEP=suite: the GPU tests of the Python the last sessions touched (gemv's row check, dispatch, checks, quantize,
+#   mma GEMM) on this tree.
+if [ "$STEP" = suite ]; then
+  python3 profiling/warm_cache.py gemv gemm quant 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_suite57.log" 540 tests/test_gemv_gpu.py tests/test_checks_gpu.py tests/test_gemm_gpu.py \
+    tests/test_quantize_gpu.py --durations=8
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_suite57.log" | head -20
+  finish_run run57
+fi
