@@ -38,3 +38,21 @@ if [ "$STEP" = suite ]; then
   grep -E "^E  |FAILED|Error" "$W/gpu_tests_suite57.log" | head -20
   finish_run run57
 fi
+# Result (allm / every / suite, H200, git fa0b48d, `nvidia-h200_2026-11-29_{allm57,m1k57,moe57}.md`,
+#   `..._gpu_tests_suite57{,b,c}.log`, `..._sanitize_memcheck57.txt`): k = 4 TOTAL M = 1 / 2 / 4 / 8 / 16 / 32 / 64 / 128 /
+#   256 / 512 = 2.39x / 2.23x / 2.13x / 1.82x / 1.62x / 1.04x / 0.90x / 0.77x / 0.64x / 0.71x fp16, as the forty-ninth
+#   session's; matmul within 3 % of the fastest kernel in every cell but O at M = 256 (WGMMA 17.38 us, dq + cuBLAS
+#   16.18: 7.4 % over).  M = 1 k = 2 / 3 / 4 / 5 2.74x / 2.39x / 2.39x / 1.78x.  MoE k = 4 per projection TOTAL 8 / 10
+#   experts 1 token 1.65x / 1.70x, as moe_forward 1.71x / 1.76x; 64 tokens chained 1.02x / 0.98x.  The whole GPU suite
+#   passed (206 + 401 + 10) and memcheck over sanitize_driver.py is clean (286 checks).
+# STEP=disp: the H200 table with allm57 overlaid (O at M = 256 to dq + cuBLAS, down's wgmma band to 256), checked in
+#   two more runs of the M = 192 / 256 cells: WGMMA, dq+cuBLAS and the dispatched matmul.
+# Expect: O dq faster than WGMMA at 256 in both runs (else the flip is noise and is undone); matmul = the faster.
+if [ "$STEP" = disp ]; then
+  for pass in 1 2; do
+    timeout 200 python3 profiling/bench.py --out "$W" --M 192,256 --k 4 --shapes gateup,down,Q,O,KV \
+      --columns WGMMA,dq+cuBLAS,matmul --reps 15 --tag disp57-$pass > "$W/bench_disp57-$pass.log" 2>&1
+    grep -E "^### M|^\| (gateup|down|Q|O|KV|TOTAL) \| 4 " "$W/bench_disp57-$pass.log"
+  done
+  finish_run run57
+fi
