@@ -177,9 +177,10 @@ TABLES: Dict[str, dict] = {
     # Forty-sixth session (H200): ..._2026-11-29_kvts53b.json (KV, k = 2..5, M = 32..128) and ..._kvts53k5.json (KV,
     # k = 5, M = 17..96) added last, after the GEMV's token split took 8 warps a CTA past 32 rows: KV on the GEMV to
     # M = 96 (k = 2..4) / 64 (k = 5), e.g. k = 4 M = 64 4.10 us against the wgmma kernel's 5.73.
-    # Fiftieth session (H200): ..._2026-11-29_allm57.json (k = 4, M = 1..512, every kernel in one run) overlaid last:
-    # O at M = 256 to dq + cuBLAS (16.18 us against the wgmma kernel's 17.38: 7.4 % over on the table before), down's
-    # wgmma band to 256 (19.52 against dq's 19.78); every other k = 4 cell of that run already within 5 %.
+    # Fiftieth session (H200): ..._2026-11-29_allm57.json (k = 4, M = 1..512, every kernel in one run), then
+    # ..._disp57-1.json / ..._disp57-2.json (M = 192 / 256, WGMMA / dq, twice) overlaid last: down's wgmma band to 256
+    # (19.49 / 19.51 us against dq's 20.43 / 19.91), O's to 512 (M = 512 22.81 against dq's 23.45); allm57 had dq
+    # faster on O at 256 (16.18 vs 17.38), which both re-runs contradict (18.26 / 18.03 vs 17.28 / 17.35).
     "H200": {"gemv_max_m": 8, "gemm_max_m": {2: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 3: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 4: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], 5: [(1048576, 0), (4194304, 0), (8388608, 0), (None, 0)], '*': 0},
              "shapes": {  # (k, N, K): (gemv up to M, fused up to M[, wgmma from M, to M[, stream from M, to M]]; dq above)
                 (2, 512, 2048): (96, 256, 97, 256), (2, 2048, 2048): (32, 128, 33, 128),
@@ -189,7 +190,7 @@ TABLES: Dict[str, dict] = {
                 (3, 2048, 4096): (31, 128, 32, 128, 32, 32), (3, 2048, 5120): (23, 128, 24, 128, 24, 32),
                 (3, 4096, 2048): (32, 256, 33, 256), (3, 5120, 2048): (32, 64, 33, 64),
                 (4, 512, 2048): (96, 256, 97, 256), (4, 2048, 2048): (32, 128, 33, 128),
-                (4, 2048, 4096): (23, 128, 24, 128, 24, 32), (4, 2048, 5120): (19, 256, 20, 256, 20, 32),
+                (4, 2048, 4096): (23, 512, 24, 512, 24, 32), (4, 2048, 5120): (19, 256, 20, 256, 20, 32),
                 (4, 4096, 2048): (32, 256, 33, 256), (4, 5120, 2048): (32, 128, 33, 128),
                 (5, 512, 2048): (64, 128, 65, 128), (5, 2048, 2048): (16, 128, 17, 128),
                 (5, 2048, 4096): (16, 128, 17, 128, 15, 32), (5, 2048, 5120): (14, 256, 16, 256, 11, 32),

@@ -20,7 +20,7 @@ GPU = {"H200": "nvidia-h200", "H100": "nvidia-h100-80gb-hbm3"}
 FILES = {
     "H200": ["allm4", "m16-64", "m8-128-k4", "m8-128-k235", "m32-128", "stream-tune", "+dq-tune", "+stream-tune2",
              "+stream64", "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb", "+wg-tune11", "+final18",
-             "+wg-tune24", "+final38", "+final38b", "+wg-tune25", "+final40", "+wg-tune30", "+sweep42h", "+sweep42hb", "~sweep43h", "~sweep52h", "~disp52h", "~kvts53b", "~kvts53k5", "+allm57"],
+             "+wg-tune24", "+final38", "+final38b", "+wg-tune25", "+final40", "+wg-tune30", "+sweep42h", "+sweep42hb", "~sweep43h", "~sweep52h", "~disp52h", "~kvts53b", "~kvts53k5", "+allm57", "+disp57-1", "+disp57-2"],
     "H200+PDL": ["pdl-tune-k45", "pdl-tune-k23", "stream-tune", "+dq-tune", "+stream-tune2", "+stream64",
                  "+stream-tune3", "+stream-tune3b", "+lowm-tune", "+k5-gpb", "+k5-pdlplan", "+wg-tune11", "+wg-tune24",
                  "+wg-tune25", "+wg-tune30"],
