@@ -38,7 +38,22 @@ if [ "$STEP" = suite ]; then
   grep -E "^E  |FAILED|Error" "$W/gpu_tests_suite57.log" | head -20
   finish_run run57
 fi
-# Result (allm / every / suite, H200, git fa0b48d, `nvidia-h200_2026-11-29_{allm57,m1k57,moe57}.md`,
+# STEP=suite2 / suite3 (run as inline commands of this form): the other GPU test files, and memcheck over
+#   sanitize_driver.py.
+if [ "$STEP" = suite2 ]; then
+  python3 profiling/warm_cache.py 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_suite57b.log" 560 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py tests/test_pdl_gpu.py \
+    tests/test_layers_gpu.py tests/test_launch_gpu.py tests/test_gemv_stream_gpu.py --durations=8
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_suite57b.log" | head
+  finish_run run57
+fi
+if [ "$STEP" = suite3 ]; then
+  gpu_tests "$W/gpu_tests_suite57c.log" 200 tests/test_bench.py tests/test_torch_ops.py
+  grep -E "^E  |FAILED|Error" "$W/gpu_tests_suite57c.log" | head
+  sanitize memcheck "$W/sanitize_memcheck57.txt" 380 profiling/sanitize_driver.py
+  finish_run run57
+fi
+# Result (allm / every / suite / suite2 / suite3, H200, git fa0b48d, `nvidia-h200_2026-11-29_{allm57,m1k57,moe57}.md`,
 #   `..._gpu_tests_suite57{,b,c}.log`, `..._sanitize_memcheck57.txt`): k = 4 TOTAL M = 1 / 2 / 4 / 8 / 16 / 32 / 64 / 128 /
 #   256 / 512 = 2.39x / 2.23x / 2.13x / 1.82x / 1.62x / 1.04x / 0.90x / 0.77x / 0.64x / 0.71x fp16, as the forty-ninth
 #   session's; matmul within 3 % of the fastest kernel in every cell but O at M = 256 (WGMMA 17.38 us, dq + cuBLAS
