@@ -71,3 +71,24 @@ if [ "$STEP" = disp ]; then
   done
   finish_run run57
 fi
+# Result (disp, H200, `nvidia-h200_2026-11-29_{disp57-1,disp57-2}.md`): O at M = 256 WGMMA 17.28 / 17.35 us against dq +
+#   cuBLAS 18.26 / 18.03 (allm57's 16.18 was the outlier), down WGMMA 19.49 / 19.51 against 20.43 / 19.91.  The table
+#   takes allm57 + both: down's wgmma band to 256, O's to 512; every cell of the three files within 4.2 %.
+# STEP=gplan: the grouped decode GEMV (issue 5, 1 token an expert) against the dense one on the same bytes.  moe gate/up
+#   over 8 experts (8 x 512 columns x 2048) streams what dense Q does (4096 x 2048) and fp16 takes the same time for both
+#   (7.0 vs 7.1 us), yet the grouped GEMV takes 4.25 us with stable ids against the dense GEMV's 3.43 -- at 3.43 moe
+#   gate/up would be 2.0x.  The plans differ: dense Q runs 256 blocks of one 16-column group on 8 warps (two an SM), the
+#   grouped plan 128 blocks of two groups side by side (one an SM, 4 SMs idle).  Variants (stable ids, moe_ab.py):
+#   the dense plan's shape (gpb 1 x 8 warps), 1 x 4, 2 x 4, 4 x 2; the dense GEMV on Q / gate/up in the same run.
+# Expect: if the plan is the gap, g1w8 on moe_gu 8 experts ~3.5-3.7 us; if every plan stays >= 4.1, the gap is the
+#   grouped kernel's own path (ids -> expert-dependent set-up -> first loads) and no plan change is worth making.
+if [ "$STEP" = gplan ]; then
+  timeout 100 python3 profiling/bench.py --out "$W" --M 1 --k 4 --shapes Q,gateup,down --columns GEMV --reps 15 \
+    --tag gplan57-dense > "$W/bench_gplan57-dense.log" 2>&1
+  grep -E "^\| (Q|gateup|down) \| 4 " "$W/bench_gplan57-dense.log"
+  MOE_MMA=0 KS=4 MS=1 ES=8,10 SHAPES=moe_gu,moe_gu_fused,moe_dn \
+    MOE_VARIANTS="st:+stable=1;g1w8:+gpb=1 +warps=8 +stable=1;g1w4:+gpb=1 +warps=4 +stable=1;g2w4:+gpb=2 +warps=4 +stable=1;g4w2:+gpb=4 +warps=2 +stable=1" \
+    timeout 300 python3 profiling/moe_ab.py --out "$W" > "$W/moe_gplan57.log" 2>&1
+  grep -vE "^\s*$" "$W/moe_gplan57.log" | tail -24
+  finish_run run57
+fi
