@@ -92,3 +92,10 @@ if [ "$STEP" = gplan ]; then
   grep -vE "^\s*$" "$W/moe_gplan57.log" | tail -24
   finish_run run57
 fi
+# Result (gplan, H200, `nvidia-h200_2026-11-29_{gplan57-dense.md,moe_gplan57.log}`): dense GEMV Q 3.42 us, gate/up 4.23,
+#   down 4.07.  Grouped, 1 token, stable ids: moe_gu 8 experts 4.23 (plan) -> 3.93 with the dense plan's shape (gpb 1 x 8
+#   warps, 256 blocks two an SM), other plans 4.45-6.67; everywhere else the plan is the fastest (or equal) and the other
+#   shapes 1.3-3.2x slower where 256-thread blocks of one group run past one wave (moe_gu 10 experts 7.76, moe_dn 8
+#   experts 11.71).  So the plan holds 0.3 of moe gate/up's 0.8 us gap to dense Q, in the one cell where one group a
+#   block fits one wave (unfused gate/up at 8 experts; moe_forward runs the fused gate/up at 10); the other 0.5 us are the
+#   grouped kernel's own path.  No plan change.
