@@ -447,13 +447,15 @@ def launch_args(A, qw, out, plan_override=None):
     the kernel's arguments needs a change here only."""
     M, K = A.shape
     N = qw.shape[0]
-    check_rows("gemv", M, 1, *_row_limit(qw))
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     pdl = _pdl.dense_arg(A.data.device_id)  # 0, 1 (full PDL: its own plan) or safe
     cbd = qw.default_codebook and qw.layout == "tiled"  # instantiated for the runtime format only
     key = (A.data.device_id, M, N, K, qw.k, tname, qw.absmax.dtype.char, qw.layout, plan_override, pdl, cbd)
     cfg = _LAUNCH.get(key)
     if cfg is None:
+        # the row limit depends on M, N, k and the layout only (all in the key): checked once a key, and a key
+        # outside it is never cached, so every such call raises here
+        check_rows("gemv", M, 1, *_row_limit(qw))
         cfg = _LAUNCH[key] = _launch_config(key[0], M, N, K, qw, tname, plan_override, pdl, cbd)
     fn, grid, block, smem, dims, pdl_arg = cfg
     return fn, grid, block, smem, ((A, qw.packed, qw.absmax, qw.codebook, out) + dims +
