@@ -99,3 +99,6 @@ fi
 #   experts 11.71).  So the plan holds 0.3 of moe gate/up's 0.8 us gap to dense Q, in the one cell where one group a
 #   block fits one wave (unfused gate/up at 8 experts; moe_forward runs the fused gate/up at 10); the other 0.5 us are the
 #   grouped kernel's own path.  No plan change.
+# STEP=review (an inline command of this form): after the review commit (the GEMV's row check once a launch key),
+#   test_gemv_gpu.py, test_checks_gpu.py and test_launch_gpu.py.  Result (H200, git 73ccaab,
+#   `nvidia-h200_2026-11-29_gpu_tests_review57.log`): 141 passed.
