@@ -228,10 +228,13 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # linear key 2.89 -> 2.76).  Slower: Q / linear value (256 groups, two 8-warp blocks per SM
         # already), k = 2 but KV, and M = 4 but KV (4-warp blocks: the pair table built by fewer
         # threads, less occupancy), k = 5 but KV (its slices: gate/up 6.79 -> 9.23 us).
+        # Also gate/up at k = 3, M <= 2: H200, 2026-11-29 (fifty-first session, run58.sh c8, two passes): M = 1 4.38 /
+        # 4.40 -> 4.17 / 4.19 us, M = 2 4.43 / 4.46 -> 4.26 / 4.28 (M = 4 +1..+2 %; the H100 in c8ab22b: -1.5 % / +1.3 %).
         g16 = -(-N // 16)
         c8 = (tiled and M <= 4 and warps is None and gpb is None
-              and (g16 <= 64 or (M == 1 and ((g16 > 2 * 132 and k == 4)
-                                             or (g16 <= 132 and (k == 3 or (k == 4 and K >= 4096)))))))
+              and (g16 <= 64
+                   or (g16 > 2 * 132 and ((k == 4 and M == 1) or (k == 3 and M <= 2)))
+                   or (M == 1 and g16 <= 132 and (k == 3 or (k == 4 and K >= 4096)))))
     c8 = bool(c8)
     if c8 and not (M <= 4 and tiled and (gpb or 1) == 1):
         raise ValueError("gemv plan: 8-column groups (c8) need M <= 4, the tiled layout and one group per block")
