@@ -291,7 +291,10 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # extra registers cost the 256-thread blocks their third block per SM (k = 5
         # has two either way)
         # k = 2 as well (H100, 2026-11-25, plans22: gate/up M = 1 4.25 -> 4.13 us; k = 3 / 4 slower)
-        late = ks > warps and (warps > 8 or groups <= 2 * 132 or k in (2, 5))
+        # and at M = 2..4 whatever the blocks per SM: H200, 2026-11-29 (fifty-first session, run58.sh knobs, two
+        # passes): gate/up k = 4 M = 2 4.63 / 4.66 -> 4.41 / 4.41 us, M = 4 4.80 / 4.78 -> 4.61 / 4.61; k = 3 M = 4
+        # -0.6 / -1.9 %.
+        late = ks > warps and (warps > 8 or groups <= 2 * 132 or k in (2, 5) or 2 <= M <= 4)
     late = bool(late) and tiles == 1
     if not depth_given and _depth3(k, K, M, c8, dual, late):
         depth = 3

@@ -33,3 +33,26 @@ if [ "$STEP" = knobs ]; then
     gemv_ab_twice knobs58 280
   finish_run run58
 fi
+# Result (knobs, H200, `gemv_knobs58_{1,2}.log`, two passes; the plan of 7c24e2e, c8 at k = 3 gate/up included):
+#   late = 1 on gate/up k = 4 M = 2 4.63 / 4.66 -> 4.41 / 4.41 us (-5 %), M = 4 4.80 / 4.78 -> 4.61 / 4.61 (-4 %): kept
+#   (gemv.plan: the late fill at M = 2..4 whatever the blocks per SM; k = 3 M = 4 -0.6 / -1.9 %).  Under the 3 % bar,
+#   both passes: the prefetch of one ring step (pf = 1) on down at M = 2..4, k = 3 / 4 (-2..-3 %; on the H100 the
+#   other way, pf23da, and safe_prefetch_steps has no GPU argument), one accumulator chain (dual = 0) on down / O
+#   at k = 2 (-1.6..-3 %), late on KV / linear key k = 2 M = 2 / 4 (-1.5..-2 %).  Forced warps (16-column forms) and
+#   late = 0 slower everywhere; every other cell within 1.5 % of the plan.
+# STEP=confirm: the two plan changes on the changed tree -- gate/up k = 3 / 4, M = 1 / 2 / 3 / 4 / 8 against late = 0 /
+#   1 and c8 = 0 / 1 (two passes; M = 3 and 8 not measured before, M = 8 keeps late = 0); then issue 3's table (M = 1..4,
+#   k = 2..5, matmul and matmul+PDL; m1k57's form) and the decode GEMV's GPU tests.
+# Expect: gate/up k = 3 M = 1 ~4.18, k = 4 M = 2 ~4.41, M = 4 ~4.61 as the plan's own column; TOTAL k = 3 M = 1 17.09 ->
+#   ~16.9 us (2.41x), k = 4 M = 2 / 4 -0.2 us; the GPU tests pass.
+if [ "$STEP" = confirm ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  AB_NOBASE=1 KS=3,4 MS=1,2,3,4,8 SHAPES=gateup CUT=200 AB_PLANS="l0:late=0;l1:late=1;c0:c8=0;c1:c8=1" \
+    gemv_ab_twice confirm58 120
+  timeout 250 python3 profiling/bench.py --out "$W" --M 1,2,3,4 --k 2,3,4,5 --columns matmul,matmul+PDL --reps 15 \
+    --tag m1k58 > "$W/bench_m1k58.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_m1k58.log"
+  gpu_tests "$W/gpu_tests_gemv58.log" 280 tests/test_gemv_gpu.py tests/test_launch_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_gemv58.log" | head -10
+  finish_run run58
+fi
