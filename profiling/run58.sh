@@ -56,3 +56,21 @@ if [ "$STEP" = confirm ]; then
   grep -E "^E  |FAILED" "$W/gpu_tests_gemv58.log" | head -10
   finish_run run58
 fi
+# Result (confirm, H200, `gemv_confirm58_{1,2}.log`, `m1k58`, `gpu_tests_gemv58.log`): as the plan's own column gate/up
+#   k = 4 M = 2 / 3 / 4 4.41 / 4.49-4.53 / 4.60 us (late = 0: 4.65 / 4.73 / 4.80), k = 3 M = 1 4.22-4.25 (16 columns
+#   4.42-4.45); M = 8 keeps late = 0 (late 5.65 vs 5.53).  But k = 3 M = 2: c8 4.54 / 4.57 against 16 columns with the
+#   late fill 4.37 / 4.39 on this machine (c8's 4.26 / 4.28 in c8 / knobs was against 16 columns without it).  m1k58
+#   (bench): TOTAL k = 3 M = 1 17.09 -> 16.88 us (2.42x), k = 4 M = 2 17.98 -> 17.66 (2.30x), M = 4 19.03 -> 18.77;
+#   gate/up k = 4 M = 2 / 3 / 4 4.60 / 4.82 / 4.78 -> 4.33 / 4.55 / 4.56.  GEMV + launch GPU tests: 136 passed.
+# STEP=k3m2: gate/up k = 3 M = 1 / 2 (and k = 4 M = 2) c8 against 16 columns with and without the late fill, three
+#   passes, to settle k = 3 M = 2.
+# Expect: if c8 wins k = 3 M = 2 only against the 16 columns without late (confirm's reading), c8 goes back to M = 1.
+if [ "$STEP" = k3m2 ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  for pass in 1 2 3; do
+    AB_NOBASE=1 KS=3,4 MS=1,2 SHAPES=gateup AB_PLANS="c8:c8=1;n8l:c8=0,late=1;n8:c8=0,late=0" \
+      timeout 100 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_k3m2_58_$pass.log" 2>&1
+    grep -E "^gateup" "$W/gemv_k3m2_58_$pass.log" | cut -c1-160
+  done
+  finish_run run58
+fi
