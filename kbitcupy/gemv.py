@@ -228,13 +228,12 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # linear key 2.89 -> 2.76).  Slower: Q / linear value (256 groups, two 8-warp blocks per SM
         # already), k = 2 but KV, and M = 4 but KV (4-warp blocks: the pair table built by fewer
         # threads, less occupancy), k = 5 but KV (its slices: gate/up 6.79 -> 9.23 us).
-        # Also gate/up at k = 3, M <= 2: H200, 2026-11-29 (fifty-first session, run58.sh c8, two passes): M = 1 4.38 /
-        # 4.40 -> 4.17 / 4.19 us, M = 2 4.43 / 4.46 -> 4.26 / 4.28 (M = 4 +1..+2 %; the H100 in c8ab22b: -1.5 % / +1.3 %).
+        # (gate/up at k = 3: on the H200 c8 equals the 16-column groups with the late ring fill at M = 1 and loses at
+        # M = 2, 4.55 vs 4.37 us; run58.sh k3m2 -- the late fill below is what gains there.)
         g16 = -(-N // 16)
         c8 = (tiled and M <= 4 and warps is None and gpb is None
-              and (g16 <= 64
-                   or (g16 > 2 * 132 and ((k == 4 and M == 1) or (k == 3 and M <= 2)))
-                   or (M == 1 and g16 <= 132 and (k == 3 or (k == 4 and K >= 4096)))))
+              and (g16 <= 64 or (M == 1 and ((g16 > 2 * 132 and k == 4)
+                                             or (g16 <= 132 and (k == 3 or (k == 4 and K >= 4096)))))))
     c8 = bool(c8)
     if c8 and not (M <= 4 and tiled and (gpb or 1) == 1):
         raise ValueError("gemv plan: 8-column groups (c8) need M <= 4, the tiled layout and one group per block")
@@ -291,10 +290,10 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # extra registers cost the 256-thread blocks their third block per SM (k = 5
         # has two either way)
         # k = 2 as well (H100, 2026-11-25, plans22: gate/up M = 1 4.25 -> 4.13 us; k = 3 / 4 slower)
-        # and at M = 2..4 whatever the blocks per SM: H200, 2026-11-29 (fifty-first session, run58.sh knobs, two
-        # passes): gate/up k = 4 M = 2 4.63 / 4.66 -> 4.41 / 4.41 us, M = 4 4.80 / 4.78 -> 4.61 / 4.61; k = 3 M = 4
-        # -0.6 / -1.9 %.
-        late = ks > warps and (warps > 8 or groups <= 2 * 132 or k in (2, 5) or 2 <= M <= 4)
+        # and at M <= 4 whatever the blocks per SM: H200, 2026-11-29 (fifty-first session, run58.sh knobs / k3m2, two /
+        # three passes): gate/up k = 4 M = 2 4.63 / 4.66 -> 4.41 / 4.41 us, M = 4 4.80 / 4.78 -> 4.61 / 4.61; k = 3
+        # M = 1 4.42-4.44 -> 4.22-4.25, M = 2 4.50-4.52 -> 4.37-4.38, M = 4 -0.6 / -1.9 %.  Not at M = 8 (5.53 -> 5.65).
+        late = ks > warps and (warps > 8 or groups <= 2 * 132 or k in (2, 5) or M <= 4)
     late = bool(late) and tiles == 1
     if not depth_given and _depth3(k, K, M, c8, dual, late):
         depth = 3

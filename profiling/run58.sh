@@ -74,3 +74,23 @@ if [ "$STEP" = k3m2 ]; then
   done
   finish_run run58
 fi
+# Result (k3m2, H200, `gemv_k3m2_58_{1,2,3}.log`, three passes): the gain at k = 3 is the late fill, not c8 -- gate/up
+#   k = 3 M = 1 c8 4.23-4.24 us = 16 columns with late 4.22-4.25 (without 4.42-4.44); M = 2 c8 4.54-4.57, 16 columns with
+#   late 4.37-4.38, without 4.50-4.52; k = 4 M = 1 c8 4.26-4.27 (late 16 columns 4.29-4.30), M = 2 late 16 columns
+#   4.34-4.37 (c8 4.60-4.63).  So c8's rule is back as it was (k = 3 gate/up: 16 columns) and the late fill covers gate/up
+#   at M = 1..4 (gemv.plan; test_late_fill_plan).
+# STEP=final: the final plan rule -- issue 3's table (M = 1..4, k = 2..5, matmul and matmul+PDL; m1k57's form), the plan
+#   against c8 / late = 0 on gate/up (one pass), the decode GEMV + launch GPU tests.
+# Expect: TOTAL M = 1 k = 3 ~16.9 us (2.42x), k = 2 / 4 / 5 as m1k57; M = 2 k = 3 ~17.5, k = 4 ~17.7; tests pass.
+if [ "$STEP" = final ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  timeout 250 python3 profiling/bench.py --out "$W" --M 1,2,3,4 --k 2,3,4,5 --columns matmul,matmul+PDL --reps 15 \
+    --tag m1k58b > "$W/bench_m1k58b.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_m1k58b.log"
+  AB_NOBASE=1 KS=3,4 MS=1,2,3,4 SHAPES=gateup AB_PLANS="c8:c8=1;l0:late=0" \
+    timeout 100 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_final58.log" 2>&1
+  grep -E "^gateup" "$W/gemv_final58.log" | cut -c1-160
+  gpu_tests "$W/gpu_tests_gemv58b.log" 280 tests/test_gemv_gpu.py tests/test_launch_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_gemv58b.log" | head -10
+  finish_run run58
+fi

@@ -73,13 +73,11 @@ def test_c8_plan_only_where_instantiated():
     assert not any(key[-1] for key in G.GEMV.instances if len(key) == 11 and (key[5] > 1 or not key[3] or key[8]))
     # gate/up's 640 half-width groups: 4-warp blocks (six per SM resident); down's 256: 8 warps
     # the measured rule (H100, c8ab22 / c8ab22b): KV at every M <= 4 and k; at M = 1 gate/up k = 4 and
-    # the 128-group shapes at k = 3 (and k = 4 with K >= 4096); never Q / linear value, M > 4; gate/up k = 3 at
-    # M <= 2 (H200, run58.sh c8)
+    # the 128-group shapes at k = 3 (and k = 4 with K >= 4096); never Q / linear value, M > 4
     c8 = {(s, k, M) for s in DENSE for k in (2, 3, 4, 5) for M in range(1, 9) if G.plan(*DENSE[s], M, k)[8]}
     # (KV at M = 5..8: the token split's 4-row CTAs, run42 ts)
     assert c8 == ({("KV", k, M) for k in (2, 3, 4, 5) for M in range(1, 9)}
-                  | {("gateup", 4, 1), ("down", 3, 1), ("O", 3, 1), ("lin_key", 3, 1), ("down", 4, 1), ("O", 4, 1),
-                     ("gateup", 3, 1), ("gateup", 3, 2)})
+                  | {("gateup", 4, 1), ("down", 3, 1), ("O", 3, 1), ("lin_key", 3, 1), ("down", 4, 1), ("O", 4, 1)})
     assert all(G.plan(*DENSE["KV"], M, k)[9] == (1 if M <= 4 else 2) for k in (2, 3, 4, 5) for M in range(1, 17))
     assert G.plan(*DENSE["KV"], 8, 4)[0] == 8 and G.plan(*DENSE["KV"], 16, 4)[0] == 16
     # not where the caller fixes the block or the layout, nor with 128 groups (linear key / O lost that way)
@@ -91,6 +89,19 @@ def test_c8_plan_only_where_instantiated():
     assert not G.plan(*DENSE["KV"], 1, 4, tiled=False)[8] and not G.plan(*DENSE["KV"], 1, 4, warps=8)[8]
     assert G.plan(*DENSE["gateup"], 1, 4, c8=True)[0:4:3] == (4, 640)
     assert G.plan(*DENSE["down"], 1, 4, c8=True)[0:4:3] == (8, 256)
+
+
+def test_late_fill_plan():
+    # the ring's late fill (plan late: steps after step 0 requested once it landed) wherever a warp has two or
+    # more steps at M <= 4, the 16-column gate/up at k = 3 / 4 included (H200, run58.sh knobs / k3m2); at M = 5..8
+    # not where three 256-thread blocks share an SM (gate/up k = 3 / 4 M = 8 slower with it)
+    for k in (3, 4):
+        for M in (1, 2, 3, 4):
+            warps, _, _, grid, tiles, _, late, _, c8, _ = G.plan(*DENSE["gateup"], M, k)
+            assert late and tiles == 1 and (c8 == (k == 4 and M == 1)), (k, M)
+            assert G.plan(*DENSE["gateup"], M, k, tiled=False)[6], (k, M)  # the flat layout's 16 columns too
+        assert not G.plan(*DENSE["gateup"], 8, k)[6]
+    assert G.plan(*DENSE["gateup"], 8, 2)[6]  # (k = 2: two blocks per SM either way)
 
 
 def test_safe_prefetch_steps():
