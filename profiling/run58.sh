@@ -94,3 +94,19 @@ if [ "$STEP" = final ]; then
   grep -E "^E  |FAILED" "$W/gpu_tests_gemv58b.log" | head -10
   finish_run run58
 fi
+# Result (final, H200, `m1k58b`, `gemv_final58.log`, `gpu_tests_gemv58b.log`): TOTAL M = 1 k = 2 / 3 / 4 / 5 14.93 /
+#   16.93 / 17.10 / 22.92 us = 2.74x / 2.42x / 2.39x / 1.79x (m1k57: 14.92 / 17.09 / 17.11 / 22.89); M = 2 k = 3 / 4 17.58 /
+#   17.67 (17.77 / 17.98), M = 3 18.33 / 18.36 (18.58 / 18.72), M = 4 18.89 / 18.75 (19.07 / 19.03).  Gate/up: the plan
+#   the fastest of plan / c8 / late = 0 in all eight cells (k = 3 M = 2 4.37 vs c8 4.54; k = 4 M = 3 4.55 vs late = 0
+#   4.75).  GEMV + launch GPU tests 136 passed.
+# STEP=knobs2: the same knob sweep at M = 6 / 8 / 12 / 16 (one and two token tiles; issue 4's M = 5..16, where the
+#   dispatch runs the decode GEMV), k = 2 / 4, seven shapes, plus the slices' groups a block (gpb), two passes.
+# Expect: the plan within ~2 % of the best column in most cells (the thirty-fifth / thirty-sixth sessions fitted
+#   M = 9..16 on both GPUs); a knob >= 3 % faster in both passes over a family of cells changes the rule.
+if [ "$STEP" = knobs2 ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  AB_NOBASE=1 KS=2,4 MS=6,8,12,16 SHAPES=gateup,down,Q,O,KV,lin_key,lin_value CUT=300 \
+    AB_PLANS="d0:dual=0;d1:dual=1;l0:late=0;l1:late=1;pf1:pf=1;pf2:pf=2;w4:warps=4;w8:warps=8;w16:warps=16;g1:gpb=1;g2:gpb=2;g3:gpb=3" \
+    gemv_ab_twice knobs2_58 280
+  finish_run run58
+fi
