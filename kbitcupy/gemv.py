@@ -9,7 +9,7 @@ import numpy as np
 from ._checks import check_kernel_call, check_rows
 from . import _pdl
 from ._compile import GEMV_Q2, Family, register
-from .dispatch import GEMV_MAX_M, GEMV_TS_MAX_GROUPS, gemv_max_rows, gemv_token_split_shape
+from .dispatch import GEMV_MAX_M, GEMV_TS_MAX_GROUPS, gemv_max_rows, gemv_token_split_shape, gpu_family
 from .quantize import CTYPE
 from .reference import bfloat16
 
@@ -252,7 +252,11 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
         # Measured on H200 (profiling/results, 2026-11-21): 8 warps per block for the
         # wide shapes, 16 where one 512-thread block per SM (~80-96 registers) covers
         # every column group; ring depth 2 everywhere.
-        warps = min(8 if groups > 132 else 16, ks)
+        # Two token tiles on <= 132 groups with <= 16 steps (linear key: one step a warp at 16 warps): 8 warps, two
+        # steps each.  H200, 2026-11-29 (fifty-first session, run58.sh knobs2, two passes): linear key M = 16 k = 2 / 4
+        # 3.65 / 3.84 -> 3.49 / 3.67 us, M = 12 k = 4 3.64 -> 3.53 (k = 2 -2 %); at one tile 8 warps were slower there,
+        # and on down / O (40 / 32 steps) 8 warps +2..+4 % / -1 %.
+        warps = min(8 if groups > 132 or (tiles == 2 and ks <= 16) else 16, ks)
         # k = 5 (~110-120 registers) fits only two 256-thread blocks per SM, a wave of
         # 264 column groups; wider shapes take 128-thread blocks where three of them fit
         # the shared memory (H200, 2026-11-22, gate/up: M = 1 8.95 vs 9.90 us, M = 2
@@ -396,7 +400,7 @@ def occupancy(fn, threads: int, smem: int) -> int:
     return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, smem))
 
 
-def safe_prefetch_steps(N: int, K: int, M: int, depth: int) -> int:
+def safe_prefetch_steps(N: int, K: int, M: int, depth: int, family: str | None = None) -> int:
     """Ring steps the decode GEMV prefetches into L2 before its wait in safe PDL (the kernel's
     pdl argument PDL_SAFE: depth, PDL_SAFE_PF1: one).  The whole ring's prefetch delays the
     previous kernel's own loads (the graph's kernels run back to back) more than it saves,
@@ -407,8 +411,15 @@ def safe_prefetch_steps(N: int, K: int, M: int, depth: int) -> int:
     noise; none at all (pf0) slower at M = 1.  At M = 2..4 the same, except that down-like shapes
     (K >= 5120) keep the ring (pf23da, M = 2: Q k = 4 3.91 -> 3.71, O 4.20 -> 3.91, linear value
     3.89 -> 3.68, but down 4.65 -> 4.80 and gate/up 4.89 -> 5.31; pf23c, M = 4: O 4.42 -> 4.17,
-    Q 4.24 -> 4.09, down k = 4 5.05 -> 5.18)."""
+    Q 4.24 -> 4.09, down k = 4 5.05 -> 5.18).
+    family (kbitcupy.dispatch.gpu_family) "H200": one step at every M <= 8 (one token tile) but on gate/up-wide shapes.
+    H200, 2026-11-29 (fifty-first session, run58.sh knobs / knobs2, two passes each, one step against the ring): down
+    k = 4 M = 2 4.37 / 4.39 -> 4.26 / 4.28 us, k = 3 M = 2 / 4 -2..-3 %, k = 2..4 M = 6 / 8 -0.6..-1.1 %; Q / O / linear
+    value k = 4 M = 6 -2..-3 %, M = 8 -1.5..-2.4 %, k = 2 -1 %; KV, linear key within +-1 %; gate/up +3..+5 % (kept on
+    the ring); at M = 12 / 16 slower.  The H100 kept the ring on down at M = 2 (pf23da above)."""
     if M <= 4 and N < 320 * 16 and (M == 1 or K < 5120):
+        return 1
+    if family == "H200" and M <= 8 and N < 320 * 16:
         return 1
     return depth
 
@@ -431,7 +442,7 @@ def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=0, cbd=False):
     fn = GEMV.function((qw.k, tname, qw.absmax.dtype.name, qw.layout == "tiled", depth, tiles, dual, late, gpb > 1,
                         cbd, c8) + (("ts",) if ty > 1 else ()))
     smem = capped_smem(fn, smem, grid * ty, warps * 32 * gpb, dev)
-    pf = safe_prefetch_steps(N, K, M, depth) if pf is None else int(pf)
+    pf = safe_prefetch_steps(N, K, M, depth, gpu_family(dev)) if pf is None else int(pf)
     if pdl == _pdl.PDL_SAFE and pf == 1 and depth > 1:
         pdl = _pdl.PDL_SAFE_PF1
     return fn, ((grid, ty) if ty > 1 else (grid,)), (warps * 32, gpb), smem, (np.int32(M), np.int32(N), np.int32(K)), \

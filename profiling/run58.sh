@@ -110,3 +110,29 @@ if [ "$STEP" = knobs2 ]; then
     gemv_ab_twice knobs2_58 280
   finish_run run58
 fi
+# Result (knobs2, H200, `gemv_knobs2_58_{1,2}.log`): kept two changes.  (1) One ring step L2-prefetched before the wait
+#   (pf = 1) at M <= 8 on the H200 but on gate/up-wide shapes (gemv.safe_prefetch_steps(..., family)): with knobs, every
+#   cell where the plan prefetched the whole ring is -0.6..-3 % with one step (down k = 4 M = 2 4.37 / 4.39 -> 4.26 /
+#   4.28 us; Q / O / linear value k = 4 M = 6 -2..-3 %, M = 8 -1.5..-2.4 %), none slower than +1.3 % (KV noise); gate/up
+#   +3..+5 %, M = 12 / 16 slower.  (2) 8 warps (two steps each) for two token tiles on linear key (128 groups, 16 steps):
+#   M = 16 k = 2 / 4 3.65 / 3.84 -> 3.49 / 3.67, M = 12 k = 4 3.64 -> 3.53; down +2..+4 %, O -1 %, one tile slower.
+#   Under the bar: dual = 0 on O / down / linear key (-1.6..-2.7 %).
+# STEP=final2: both changes checked -- issue 3's table again (m1k58c), the dense table at M = 6 / 8 / 12 / 16 (k = 2 /
+#   4, matmul), the plans against the old choices (pf = 2, 16 warps) in one pass, and the GEMV / launch / PDL GPU tests.
+# Expect: TOTAL k = 4 M = 2 17.67 -> ~17.55 us, M = 8 -0.2 us, linear key M = 16 -0.17 us; the old choices slower or
+#   equal in every cell; tests pass.
+if [ "$STEP" = final2 ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  timeout 250 python3 profiling/bench.py --out "$W" --M 1,2,3,4 --k 2,3,4,5 --columns matmul,matmul+PDL --reps 15 \
+    --tag m1k58c > "$W/bench_m1k58c.log" 2>&1
+  grep -E "^### M|TOTAL" "$W/bench_m1k58c.log"
+  timeout 200 python3 profiling/bench.py --out "$W" --M 6,8,12,16 --k 2,4 --columns GEMV,matmul --reps 15 \
+    --tag mid58 > "$W/bench_mid58.log" 2>&1
+  grep -E "^### M|TOTAL|lin_key" "$W/bench_mid58.log"
+  AB_NOBASE=1 KS=2,3,4 MS=2,4,6,8,12,16 SHAPES=down,Q,O,lin_key,lin_value AB_PLANS="pf2:pf=2;w16:warps=16" \
+    timeout 150 python3 profiling/gemv_ab.py --out "$W" > "$W/gemv_final2_58.log" 2>&1
+  grep -E "^TOTAL" "$W/gemv_final2_58.log"
+  gpu_tests "$W/gpu_tests_gemv58c.log" 280 tests/test_gemv_gpu.py tests/test_launch_gpu.py tests/test_pdl_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_gemv58c.log" | head -10
+  finish_run run58
+fi

@@ -104,6 +104,14 @@ def test_late_fill_plan():
     assert G.plan(*DENSE["gateup"], 8, 2)[6]  # (k = 2: two blocks per SM either way)
 
 
+def test_two_tile_warps_plan():
+    # two token tiles on <= 132 groups: 16 warps, but 8 where K has <= 16 steps of 128 (linear key; run58.sh knobs2)
+    for M in (9, 12, 16):
+        assert G.plan(*DENSE["lin_key"], M, 4)[0] == 8 and G.plan(*DENSE["lin_key"], M, 2)[0] == 8
+        assert G.plan(*DENSE["down"], M, 4)[0] == 16 and G.plan(*DENSE["O"], M, 4)[0] == 16
+    assert G.plan(*DENSE["lin_key"], 8, 4)[0] == 16 and G.plan(*DENSE["lin_key"], 20, 4)[0] == 8
+
+
 def test_safe_prefetch_steps():
     # safe PDL's L2 prefetch before the wait (H100, pf23c / pf23da): one ring step at M = 1..4
     # except on gate/up-wide shapes (>= 320 groups of 16 columns) and, above M = 1, down-like
@@ -116,6 +124,11 @@ def test_safe_prefetch_steps():
         for s in DENSE:
             d = G.plan(*DENSE[s], M, 4)[1]
             assert G.safe_prefetch_steps(*DENSE[s], M, d) in (1, d)
+    # the H200 (run58.sh knobs / knobs2): one step at every M <= 8 but on gate/up-wide shapes
+    for M in (1, 2, 3, 4, 5, 8, 9, 16):
+        one = {s for s in DENSE if G.safe_prefetch_steps(*DENSE[s], M, 2, "H200") == 1}
+        assert one == (set() if M > 8 else set(DENSE) - {"gateup"}), M
+    assert G.safe_prefetch_steps(*DENSE["down"], 2, 2, "H100") == 2 and G.safe_prefetch_steps(*DENSE["Q"], 6, 2) == 2
 
 
 # H100 / H200 limits (kbitcupy.gemm.device_info)
