@@ -136,3 +136,22 @@ if [ "$STEP" = final2 ]; then
   grep -E "^E  |FAILED" "$W/gpu_tests_gemv58c.log" | head -10
   finish_run run58
 fi
+# Result (final2, H200, `m1k58c`, `mid58`, `gemv_final2_58.log`, `gpu_tests_gemv58c.log`): TOTAL k = 4 M = 1 / 2 / 3 / 4
+#   17.02 / 17.48 / 18.22 / 18.65 us = 2.40x / 2.32x / 2.22x / 2.17x (m1k57: 17.11 / 17.98 / 18.72 / 19.03); k = 3 M = 1
+#   16.83 (2.42x), k = 2 14.82 (2.75x); M = 8 k = 4 22.03 (allm57 22.35), M = 16 25.26 (25.31); linear key M = 12 / 16
+#   k = 4 3.48 / 3.64 (knobs2 3.64 / 3.85).  The old choices (pf = 2; 16 warps) slower or equal in every cell of
+#   gemv_final2 (TOTAL of down + Q + O k = 4 M = 2 11.48 vs 11.89).  GEMV + launch + PDL GPU tests: 227 passed.
+# STEP=gshare: the grouped decode GEMV where an SM's share of all slots' groups is 2 (moe gate/up 5..8 experts, gate/up
+#   fused 3..4, down 2): gplan57 found moe_gu at 8 experts, 1 token, stable ids 4.23 -> 3.93 us with the dense plan's
+#   shape (one group a block, 8 warps, 256 blocks two an SM) against the plan's 2 x 8 warps (128 blocks one an SM), and
+#   left it.  Here the same form (default and stable launch) at 1 / 2 / 4 tokens, 2..8 experts, one pass.
+# Expect: g1w8 -5..-8 % wherever the share is 2 and the grid is one wave at two blocks an SM; slower where the share
+#   is 3 or more (gplan57).  A consistent gain over the share-2 cells changes grouped_plan.
+if [ "$STEP" = gshare ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  SHAPES=moe_gu,moe_gu_fused,moe_dn ES=2,4,6,8 MS=1,2,4 KS=4 MOE_MMA=0 \
+    MOE_VARIANTS="g1w8:+gpb=1 +warps=8;st:+stable=1;g1w8st:+gpb=1 +warps=8 +stable=1" \
+    timeout 400 python3 profiling/moe_ab.py --out "$W" > "$W/moe_gshare58.log" 2>&1
+  grep -vE "^\s*$" "$W/moe_gshare58.log" | cut -c1-200 | tail -50
+  finish_run run58
+fi
