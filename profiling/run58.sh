@@ -155,3 +155,18 @@ if [ "$STEP" = gshare ]; then
   grep -vE "^\s*$" "$W/moe_gshare58.log" | cut -c1-200 | tail -50
   finish_run run58
 fi
+# Result (gshare, H200, `moe_gshare58.log`, one pass): the dense plan's shape (one group a block, 8 warps) gains only
+#   with stable ids and only on gate/up-like banks (K of 16 steps): moe_gu 6 / 8 experts 3.97 / 4.25 -> 3.62 / 3.93 us,
+#   gate/up fused 4 experts 4.27 -> 3.97, 2..4 experts -3..-5 %; in the default launch (ids read after the wait, as
+#   moe_forward's gate/up runs) within +-1 %; on down (K of 4 steps: 8 warps for 4 steps) +19 % at 2 experts, and 1.5-2.7x
+#   slower wherever the share is 3 or more.  moe_forward's own calls would not gain (its stable call is down), so
+#   grouped_plan is unchanged; noted.
+# STEP=suite: the GPU tests that run the decode GEMV's default plans through matmul and were not in final2 (checks,
+#   layers, torch ops, bench) on the final tree.
+if [ "$STEP" = suite ]; then
+  python3 profiling/warm_cache.py gemv quant grouped 2>&1 | tail -1
+  gpu_tests "$W/gpu_tests_suite58.log" 330 tests/test_checks_gpu.py tests/test_layers_gpu.py tests/test_torch_ops.py \
+    tests/test_bench.py --durations=5
+  grep -E "^E  |FAILED" "$W/gpu_tests_suite58.log" | head -10
+  finish_run run58
+fi
