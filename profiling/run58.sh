@@ -171,3 +171,14 @@ if [ "$STEP" = suite ]; then
   finish_run run58
 fi
 # Result (suite, H200, `gpu_tests_suite58.log`): 34 passed (checks, layers, torch ops, bench smoke).
+# STEP=h100 (prepared; no H100 was lent this session): the three plan changes on the H100, where the late fill's rule
+#   came from (plans22, an older kernel: gate/up k = 3 / 4 at M = 1 slower with it).  The plan against late = 0 on gate/up
+#   (k = 3 / 4, M = 1..4), the H100 keeping the ring prefetch on down at M = 2..8 against pf = 1 (safe_prefetch_steps is
+#   H200-only there), linear key at two tiles against 16 warps; two passes.
+# Expect: if late = 0 is >= 3 % faster on the H100 in both passes, the late rule takes a GPU family as the prefetch does.
+if [ "$STEP" = h100 ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  AB_NOBASE=1 KS=3,4 MS=1,2,3,4,6,8,12,16 SHAPES=gateup,down,Q,O,lin_key CUT=220 \
+    AB_PLANS="l0:late=0;pf1:pf=1;pf2:pf=2;w16:warps=16" gemv_ab_twice h100_58 280
+  finish_run run58
+fi
