@@ -182,3 +182,15 @@ if [ "$STEP" = h100 ]; then
     AB_PLANS="l0:late=0;pf1:pf=1;pf2:pf=2;w16:warps=16" gemv_ab_twice h100_58 280
   finish_run run58
 fi
+# STEP=gpf: the grouped decode GEMV's stable-mode L2 prefetch before the wait (KBIT_GROUPED_PF_STEPS, one ring step
+#   since the H100's stable23b) re-checked on the H200 -- the dense kernel's gate/up-wide shapes prefer the whole ring
+#   there (knobs).  moe_forward runs down in this mode at decode sizes.  none / one step / the ring, stable ids, 8 / 10
+#   experts, 1 / 4 tokens, two passes.
+# Expect: within ~2 % (the H100's 10.48 -> 10.30 us); a form >= 3 % faster in both passes on down changes the default.
+if [ "$STEP" = gpf ]; then
+  python3 profiling/warm_cache.py gemv 2>&1 | tail -1
+  SHAPES=moe_gu_fused,moe_dn ES=8,10 MS=1,4 KS=4 MOE_MMA=0 CUT=160 \
+    MOE_VARIANTS="st:+stable=1;st_pf0:-DKBIT_GROUPED_PF_STEPS=0 +stable=1;st_pf2:-DKBIT_GROUPED_PF_STEPS=2 +stable=1" \
+    moe_ab_twice gpf58 200
+  finish_run run58
+fi
