@@ -417,11 +417,8 @@ def safe_prefetch_steps(N: int, K: int, M: int, depth: int, family: str | None =
     k = 4 M = 2 4.37 / 4.39 -> 4.26 / 4.28 us, k = 3 M = 2 / 4 -2..-3 %, k = 2..4 M = 6 / 8 -0.6..-1.1 %; Q / O / linear
     value k = 4 M = 6 -2..-3 %, M = 8 -1.5..-2.4 %, k = 2 -1 %; KV, linear key within +-1 %; gate/up +3..+5 % (kept on
     the ring); at M = 12 / 16 slower.  The H100 kept the ring on down at M = 2 (pf23da above)."""
-    if M <= 4 and N < 320 * 16 and (M == 1 or K < 5120):
-        return 1
-    if family == "H200" and M <= 8 and N < 320 * 16:
-        return 1
-    return depth
+    one_step = M == 1 or (M <= 4 and K < 5120) or (family == "H200" and M <= 8)
+    return 1 if one_step and N < 320 * 16 else depth  # (gate/up-wide shapes keep the ring on every GPU)
 
 
 def _launch_config(dev, M, N, K, qw, tname, plan_override, pdl=0, cbd=False):
