@@ -49,6 +49,10 @@ def torch_to_cupy(t, name: str = "tensor"):
     if not t.is_cuda:
         raise ValueError(f"{name} is a CPU torch tensor; pass a CUDA tensor or a NumPy array")
     cp = _cupy()
+    dev = t.get_device()
+    if dev != current_device():  # the exchange on the tensor's own device (its stream handshake too)
+        with cp.cuda.Device(dev):
+            return torch_to_cupy(t, name)
     if t.dtype == torch.bfloat16:
         return cp.from_dlpack(t.detach().view(torch.int16)).view(bfloat16)
     return cp.from_dlpack(t.detach())
@@ -119,9 +123,49 @@ _FROM_EXTERNAL = [True]
 ACT_DTYPES = (np.dtype(np.float16),) + ((bfloat16,) if bfloat16 is not None else ())
 
 
+class _OnDevice:
+    """Device `dev` made CuPy's current device for a call (restored after), then, for a torch tensor, torch's current
+    stream on it (built after the switch: a CuPy stream object belongs to the device current at its making)."""
+
+    __slots__ = ("dev", "torch_x", "_dev_ctx", "_stream_ctx")
+
+    def __init__(self, dev: int, torch_x=None):
+        self.dev, self.torch_x = dev, torch_x
+
+    def __enter__(self):
+        self._dev_ctx = _cupy().cuda.Device(self.dev)
+        self._dev_ctx.__enter__()
+        self._stream_ctx = torch_stream(self.torch_x) if self.torch_x is not None else None
+        if self._stream_ctx is not None:
+            try:
+                self._stream_ctx.__enter__()
+            except BaseException:
+                self._dev_ctx.__exit__(None, None, None)
+                raise
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            if self._stream_ctx is not None:
+                self._stream_ctx.__exit__(*exc)
+        finally:
+            self._dev_ctx.__exit__(*exc)
+        return False
+
+
 def stream_ctx(orig):
+    """The context every GPU entry point runs its work in, given its main array: that array's device made current
+    when it is not (so a call runs where its inputs live, as torch ops do, whatever CuPy's current device is: the
+    kernels, their caches and every allocation follow the current device) and, for a CUDA torch tensor, torch's
+    current stream on it.  CPU arrays and other objects: nothing."""
+    if is_cupy(orig):
+        dev = orig.data.device_id
+        return contextlib.nullcontext() if dev == current_device() else _OnDevice(dev)
     if is_torch(orig) and orig.is_cuda:
-        return torch_stream(orig)
+        dev = orig.get_device()
+        if dev == current_device():
+            return torch_stream(orig)
+        return _OnDevice(dev, orig)
     return contextlib.nullcontext()
 
 
@@ -143,9 +187,9 @@ def out_array(out, shape, dtype, name: str = "out"):
     if out is None:
         return cupy.empty(shape, dtype=dtype)
     o = check_out(out, shape, dtype, name)
-    dev = cupy.cuda.runtime.getDevice()  # the kernels run on the current device
+    dev = current_device()  # the call's device (its entry point made its inputs' device current)
     if o.data.device_id != dev:
-        raise ValueError(f"{name} is on device {o.data.device_id}, not on the current device {dev}")
+        raise ValueError(f"{name} is on device {o.data.device_id}, the call runs on device {dev} (where its inputs are)")
     return o
 
 
@@ -159,8 +203,9 @@ def cpu_result(r, out, k: str):
     return out
 
 
-def device_of(a) -> int:
-    return a.device.id
+def current_device() -> int:
+    """CuPy's current device (the CUDA runtime's, shared with torch in this thread)."""
+    return _cupy().cuda.runtime.getDevice()
 
 
 def check_same_device(**arrays):

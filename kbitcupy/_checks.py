@@ -5,7 +5,7 @@ kernel read past the weight's words; nothing may reach a launch unchecked.  matm
 dispatch passes ``validate=False`` (it has checked already; its general path stays as cheap)."""
 from __future__ import annotations
 
-from ._arrays import ACT_DTYPES, dtype_name, is_cupy, is_numpy
+from ._arrays import ACT_DTYPES, current_device, dtype_name, is_cupy, is_numpy
 
 
 def check_rows(fn: str, M: int, min_m: int, max_m: int | None, m_note="") -> None:
@@ -54,3 +54,7 @@ def check_kernel_call(A, qw, out, fn: str, max_m=None, min_m: int = 0) -> None:
     devs = {"A": A.data.device_id, "out": out.data.device_id, "the weight": qw.packed.data.device_id}
     if len(set(devs.values())) > 1:
         raise ValueError(f"{fn}: A, out and the weight must be on one device, got {devs}")
+    cur = current_device()
+    if devs["A"] != cur:  # the kernel handle, plan and launch are the current device's
+        raise ValueError(f"{fn}: A, out and the weight are on device {devs['A']} but the current CuPy device is {cur}; "
+                         f"call it under cupy.cuda.Device({devs['A']}) (kbitcupy.matmul switches by itself)")

@@ -635,9 +635,7 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
                         raise ValueError("grouped_matmul: " + "; ".join(describe_errors(flags)))
             else:
                 _dequant_path(A_, bank, ids_h, offs_h, out_)
-    if out is not None:
-        return out
-    return from_backend(out_, kd)
+        return out if out is not None else from_backend(out_, kd)  # (on the call's device and stream)
 
 
 def _smem_limit() -> int:

@@ -125,9 +125,8 @@ def matmul(A, qw: KbitWeight, out=None):
         kind = _dispatch_gpu(A2, qw, o2)
         if kind in ("gemv", "stream") and _fast.ENABLED:
             _fast.remember(A, qw, out, A2, o2, kind)  # fully validated: plan for the next calls
-    if out is not None:
-        return out
-    return from_backend(out_, kd)
+        # (a torch result is handed over on the call's device and stream)
+        return out if out is not None else from_backend(out_, kd)
 
 
 def reference_matmul(A, qw: KbitWeight) -> np.ndarray:

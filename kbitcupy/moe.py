@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _pdl
-from ._arrays import ACT_DTYPES, cpu_result, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
+from ._arrays import (ACT_DTYPES, check_same_device, cpu_result, dtype_name, from_backend, kind, out_array, stream_ctx,
+                      to_backend)
 from .gemv import _sm_count, grouped_swiglu_per_thread
 from .grouped import (ERR_EXPERT_ID, GROUPED, KbitExpertBank, _err_buffer, choose_impl, dequantize_experts,
                       grouped_gemv_fused, grouped_matmul)
@@ -215,6 +216,7 @@ def gather_rows(x, routing: MoeRouting, out=None):
             and st.dtype == np.int32 and st.ndim == 1):
         # our kernel: it lets the grouped gate/up launch right away under PDL (cp.take would not)
         with stream_ctx(x):
+            check_same_device(x=x_, sorted_token=st)
             P, H = int(st.size), int(x_.shape[1])
             o = out_array(out, (P, H), x_.dtype)
             if P and H:
@@ -254,6 +256,7 @@ def silu_mul(gate, up, out=None):
         if a.strides[1] != a.itemsize or (rows > 1 and a.strides[0] % a.itemsize):
             raise ValueError(f"{nm} must have unit column stride")
     with stream_ctx(gate):
+        check_same_device(gate=g_, up=u_)
         o = out_array(out, (rows, I), g_.dtype)
         if rows and I:
             fn = GROUPED.function(("silu", dtype_name(g_.dtype)))
@@ -287,6 +290,7 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None):
     if not w_.flags.c_contiguous:
         raise ValueError("topk_weights must be contiguous")
     with stream_ctx(C_sorted):
+        check_same_device(C_sorted=c_, pos=routing.pos, topk_weights=w_)
         o = out_array(out, (T, H), c_.dtype)
         if T and H:
             fn = GROUPED.function(("combine", dtype_name(c_.dtype), wdt))
@@ -482,11 +486,12 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
     else:
         mt = routing.max_tokens
     w_, _ = to_backend(topk_weights, "topk_weights")
-    if on_gpu:
-        routing, w_ = _routing_to_gpu(routing, w_, topk_weights)
-    elif kind(routing.sorted_token) == "cupy" or kind(w_) == "cupy":
+    if not on_gpu and (kind(routing.sorted_token) == "cupy" or kind(w_) == "cupy"):
         raise ValueError("x is on the CPU but the routing / topk_weights are on the GPU")
-    with stream_ctx(x):
+    with stream_ctx(x):  # on x's device: host routing is uploaded there, and everything else must be there
+        if on_gpu:
+            routing, w_ = _routing_to_gpu(routing, w_, topk_weights)
+            _check_devices(x_, gate_banks, bank_down, routing, w_)
         fuse = on_gpu and not check and method in ("auto", "kernel") and _device_routing(routing)
         ids, offs, P = routing.expert_ids, routing.offsets, int(routing.sorted_token.size)
 
@@ -506,7 +511,25 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
             hu = grouped_matmul(A, gate_banks[1], ids, offs, mt, out=new(I), **gm)
             y = grouped_matmul(silu_mul(hg, hu), bank_down, ids, offs, mt, out=new(H), **gm)
         o = moe_combine(y, routing, w_)
-    return from_backend(o, kd)
+        return from_backend(o, kd)  # (on the call's device and stream)
+
+
+def _check_devices(x_, gate_banks, bank_down, routing, w_):
+    """moe_forward on the GPU: the banks, the routing and the weights on x's device (a kernel given another
+    device's pointer would fault or read another GPU's memory)."""
+    banks = dict(zip(("bank_gate_up",) if len(gate_banks) == 1 else ("bank_gate", "bank_up"), gate_banks))
+    banks["bank_down"] = bank_down
+    for nm, b in banks.items():
+        if not b.on_gpu:
+            raise ValueError(f"x is on the GPU but {nm} is on the CPU; call {nm}.cuda()")
+    devs = {nm: b.packed.data.device_id for nm, b in banks.items()}
+    devs.update({f"routing.{nm}": getattr(routing, nm).data.device_id
+                 for nm in ("sorted_token", "pos", "expert_ids", "offsets")})
+    devs["topk_weights"] = w_.data.device_id
+    d = x_.data.device_id
+    other = {nm: v for nm, v in devs.items() if v != d}
+    if other:
+        raise ValueError(f"moe_forward: x is on device {d} but {other}")
 
 
 def _routing_to_gpu(routing, w_, topk_weights):

@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 
 from . import reference as R
-from ._arrays import cpu_result, from_backend, normalize_dtype, out_array, stream_ctx, to_backend
+from ._arrays import cpu_result, from_backend, is_torch, normalize_dtype, out_array, stream_ctx, to_backend
 from ._compile import Family, register
 from .weight import KbitWeight, note_codebook
 
@@ -146,12 +146,17 @@ def repack(qw: KbitWeight) -> KbitWeight:
     qw.validate()
     if qw.layout == "tiled":
         return qw
-    N, K = qw.shape
     if not qw.on_gpu:
         packed, absmax, ts = R.repack(qw.packed, qw.absmax, qw.k, qw.shape, qw.tensor_scale)
         return replace(qw, packed=packed, absmax=absmax, layout="tiled", tensor_scale=ts)
+    with stream_ctx(qw.packed):  # on the weight's device
+        return _repack_gpu(qw)
+
+
+def _repack_gpu(qw: KbitWeight) -> KbitWeight:
     import cupy as cp
 
+    N, K = qw.shape
     absmax = qw.absmax
     ts = qw.tensor_scale
     if absmax.dtype != np.uint8:
@@ -178,10 +183,14 @@ def dequantize(qw: KbitWeight, dtype=None, out=None):
         ref = R.dequantize_flat if qw.layout == "flat" else R.dequantize_tiled
         r = ref(qw.packed, qw.absmax, qw.codebook, qw.k, qw.shape, qw.tensor_scale, dt)
         return cpu_result(r, out, "numpy")
-    o = out_array(out, (N, K), dt)
-    fn = QUANT.function(("dq", qw.k, _dname(dt), _dname(qw.absmax.dtype), qw.layout == "tiled"))
-    fn((_grid(N * K // 8),), (256,), (qw.packed, qw.absmax, qw.codebook, o, np.int32(N), np.int32(K),
-                                       np.float32(qw.tensor_scale)))
+    # on the weight's device; a torch out= is written on torch's current stream
+    with stream_ctx(out if is_torch(out) and out.is_cuda else qw.packed):
+        o = out_array(out, (N, K), dt)
+        if o.data.device_id != qw.packed.data.device_id:
+            raise ValueError(f"out is on device {o.data.device_id} but the weight on device {qw.packed.data.device_id}")
+        fn = QUANT.function(("dq", qw.k, _dname(dt), _dname(qw.absmax.dtype), qw.layout == "tiled"))
+        fn((_grid(N * K // 8),), (256,), (qw.packed, qw.absmax, qw.codebook, o, np.int32(N), np.int32(K),
+                                           np.float32(qw.tensor_scale)))
     return o if out is None else out  # out= comes back as given (a torch tensor stays one)
 
 
