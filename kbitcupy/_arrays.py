@@ -189,7 +189,8 @@ def out_array(out, shape, dtype, name: str = "out"):
     o = check_out(out, shape, dtype, name)
     dev = current_device()  # the call's device (its entry point made its inputs' device current)
     if o.data.device_id != dev:
-        raise ValueError(f"{name} is on device {o.data.device_id}, the call runs on device {dev} (where its inputs are)")
+        raise ValueError(f"{name} is on device {o.data.device_id}, the call runs on device {dev} (where its inputs "
+                         "are)")
     return o
 
 
@@ -206,6 +207,42 @@ def cpu_result(r, out, k: str):
 def current_device() -> int:
     """CuPy's current device (the CUDA runtime's, shared with torch in this thread)."""
     return _cupy().cuda.runtime.getDevice()
+
+
+def cuda_index(device):
+    """None for the CPU, else the CUDA device index of ``device``: 'cpu' / None; 'cuda' or torch.device('cuda')
+    (CuPy's current device, where the rest of kbitcupy allocates); 'cuda:N', N, torch.device('cuda', N)."""
+    if device is None:
+        return None
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    s = str(device)
+    if s == "cpu":
+        return None
+    if s == "cuda":
+        # Only a torch.device carries an index attribute worth reading: a str has a *method*
+        # called index (str.index), which used to leak into cupy.cuda.Device(...) as the device.
+        idx = None if isinstance(device, str) else getattr(device, "index", None)
+        if isinstance(idx, int) and not isinstance(idx, bool):
+            return idx
+        return current_device()
+    if s.startswith("cuda:") and s[5:].isdigit():
+        return int(s[5:])
+    raise ValueError(f"device must be None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+
+
+def gpu_index_of(a):
+    """The CUDA device of a CuPy array or CUDA torch tensor, else None."""
+    if is_cupy(a):
+        return a.data.device_id
+    if is_torch(a) and a.is_cuda:
+        return a.get_device()
+    return None
+
+
+def on_gpu_device(dev: int):
+    """Context making GPU ``dev`` current for a block (nothing when it is already)."""
+    return contextlib.nullcontext() if dev == current_device() else _cupy().cuda.Device(dev)
 
 
 def check_same_device(**arrays):

@@ -170,16 +170,24 @@ class KbitExpertBank:
         return KbitWeight(self.packed[e], self.absmax[e], self.codebook, self.k, self.shape, "tiled",
                           float(self._ts_host()[e]), np.dtype(self.dtype))
 
-    def cuda(self) -> "KbitExpertBank":
-        if self.on_gpu:
+    def cuda(self, device=None) -> "KbitExpertBank":
+        """This bank on GPU ``device`` (as KbitWeight.cuda): itself when it is there, else a copy."""
+        from ._arrays import cuda_index, current_device, on_gpu_device
+
+        dev = current_device() if device is None else cuda_index(device)
+        if dev is None:
+            raise ValueError(f"device must name a GPU, got {device!r}; use .cpu()")
+        if self.on_gpu and self.packed.data.device_id == dev:
             return self
         import cupy as cp
 
-        cb = cp.asarray(self.codebook)
-        note_codebook(cb, self.codebook)  # default or not, known from the host copy: no read-back
-        return replace(self, packed=cp.asarray(self.packed), absmax=cp.asarray(self.absmax),
-                       codebook=cb, tensor_scale=cp.asarray(self.tensor_scale),
-                       tensor_scale_host=self._ts_host())
+        host_cb = self.codebook.get() if self.on_gpu else self.codebook
+        with on_gpu_device(dev):
+            cb = cp.asarray(self.codebook)
+            note_codebook(cb, host_cb)  # default or not, known from the host copy: no read-back
+            return replace(self, packed=cp.asarray(self.packed), absmax=cp.asarray(self.absmax),
+                           codebook=cb, tensor_scale=cp.asarray(self.tensor_scale),
+                           tensor_scale_host=self._ts_host())
 
     def cpu(self) -> "KbitExpertBank":
         if not self.on_gpu:

@@ -25,7 +25,7 @@ from typing import Dict, Iterable, Mapping, Optional
 
 import numpy as np
 
-from ._arrays import is_cupy, is_torch, _torch_cpu_to_numpy
+from ._arrays import cuda_index, is_cupy, is_torch, _torch_cpu_to_numpy
 from .reference import bfloat16
 from .weight import FORMAT_VERSION, KbitWeight
 
@@ -62,33 +62,6 @@ def _crc(*arrays) -> int:
     for a in arrays:
         c = zlib.crc32(np.ascontiguousarray(a).reshape(-1).view(np.uint8), c)
     return c
-
-
-def _device_index(device) -> Optional[int]:
-    """None for the CPU, else the CUDA device index ('cuda', 'cuda:1', 1, a torch.device).
-
-    Plain 'cuda' (or torch.device('cuda'), whose index is None) means CuPy's current device,
-    where the rest of kbitcupy allocates.
-    """
-    if device is None:
-        return None
-    if isinstance(device, int) and not isinstance(device, bool):
-        return device
-    s = str(device)
-    if s == "cpu":
-        return None
-    if s == "cuda":
-        # Only a torch.device carries an index attribute worth reading: a str has a *method*
-        # called index (str.index), which used to leak into cupy.cuda.Device(...) as the device.
-        idx = None if isinstance(device, str) else getattr(device, "index", None)
-        if isinstance(idx, int) and not isinstance(idx, bool):
-            return idx
-        import cupy as cp
-
-        return int(cp.cuda.runtime.getDevice())
-    if s.startswith("cuda:") and s[5:].isdigit():
-        return int(s[5:])
-    raise ValueError(f"device must be None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
 
 
 def _to_device(a: np.ndarray, dev: Optional[int]):
@@ -290,7 +263,7 @@ class KbitFile:
 
     def get(self, name: str, device=None):
         """A KbitWeight (for a quantized name) or an array; device None/'cpu' -> NumPy, 'cuda[:N]' -> CuPy."""
-        dev = _device_index(device)
+        dev = cuda_index(device)
         if name not in self.weights:
             if name not in self.tensors:
                 raise KeyError(f"{self.path}: no tensor or weight named {name!r}")
@@ -334,7 +307,7 @@ def load(path: str, device=None, names: Optional[Iterable[str]] = None, verify: 
     that GPU, loaded one tensor at a time.  ``names`` loads only those entries.
     Raises KbitFormatError for another format version, a corrupt or a truncated file.
     """
-    _device_index(device)  # a bad device fails before any reading
+    cuda_index(device)  # a bad device fails before any reading
     with KbitFile(path, verify) as f:
         return {n: f.get(n, device) for n in (f.keys() if names is None else names)}
 

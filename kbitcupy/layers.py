@@ -15,6 +15,7 @@ otherwise it loops over the active experts with ``kbitcupy.matmul``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import warnings
@@ -23,7 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from . import reference as R
-from ._arrays import from_backend, is_cupy, stream_ctx, to_backend
+from ._arrays import cuda_index, from_backend, gpu_index_of, is_cupy, on_gpu_device, stream_ctx, to_backend
 from .matmul import matmul
 from .quantize import quantize, repack
 from .weight import KbitWeight
@@ -44,15 +45,17 @@ def _is_torch(x) -> bool:
     return t is not None and isinstance(x, t.Tensor)
 
 
-def _want_gpu(device, default: bool) -> bool:
+def _target(device, src) -> tuple:
+    """(on the GPU?, the context to build in) for a layer made on ``device`` from ``src`` (an array or a KbitWeight):
+    None -> where src lives (its own GPU, or the CPU); 'cpu'; 'cuda' (CuPy's current GPU); 'cuda:N', N or a
+    torch.device -> that GPU.  Inside the context arrays land on that GPU (cupy.asarray copies there)."""
     if device is None:
-        return default
-    s = str(device)
-    if s == "cpu":
-        return False
-    if s.startswith("cuda"):
-        return True
-    raise ValueError(f"device must be None, 'cpu' or 'cuda', got {device!r}")
+        dev = src.packed.data.device_id if isinstance(src, KbitWeight) and src.on_gpu else gpu_index_of(src)
+    else:
+        dev = cuda_index(device)
+    if dev is None:
+        return False, contextlib.nullcontext()
+    return True, on_gpu_device(dev)
 
 
 def _array(a, gpu: bool, dtype=None):
@@ -178,12 +181,13 @@ class KbitLinear:
         if any(a.ndim != 2 for a in arrs) or len({a.shape[1] for a in arrs}) != 1:
             raise ValueError(f"weights must be 2-D [N, K] and share K to be fused, got shapes "
                              f"{[tuple(a.shape) for a in arrs]}")
-        gpu = _want_gpu(device, is_cupy(arrs[0]))
-        arrs = [_array(a, gpu) for a in arrs]
-        xp = _xp(arrs[0])
-        W = arrs[0] if len(arrs) == 1 else xp.concatenate([xp.asarray(a, dtype=arrs[0].dtype) for a in arrs])
-        qw = quantize(xp.ascontiguousarray(W), k, codebook)
-        return cls(qw, _fuse_bias(bias, [a.shape[0] for a in arrs], gpu), [a.shape[0] for a in arrs])
+        gpu, on = _target(device, arrs[0])
+        with on:
+            arrs = [_array(a, gpu) for a in arrs]
+            xp = _xp(arrs[0])
+            W = arrs[0] if len(arrs) == 1 else xp.concatenate([xp.asarray(a, dtype=arrs[0].dtype) for a in arrs])
+            qw = quantize(xp.ascontiguousarray(W), k, codebook)
+            return cls(qw, _fuse_bias(bias, [a.shape[0] for a in arrs], gpu), [a.shape[0] for a in arrs])
 
     @classmethod
     def from_quantized(cls, weight, bias=None, device=None) -> "KbitLinear":
@@ -191,9 +195,10 @@ class KbitLinear:
         ws = list(weight) if isinstance(weight, (list, tuple)) else [weight]
         if not ws or not all(isinstance(w, KbitWeight) for w in ws):
             raise TypeError("weight must be a KbitWeight or a non-empty list of them")
-        gpu = _want_gpu(device, ws[0].on_gpu)
-        ws = [_move(w, gpu) for w in ws]
-        return cls(fuse(ws), _fuse_bias(bias, [w.N for w in ws], gpu), [w.N for w in ws])
+        gpu, on = _target(device, ws[0])
+        with on:
+            ws = [_move(w, gpu) for w in ws]
+            return cls(fuse(ws), _fuse_bias(bias, [w.N for w in ws], gpu), [w.N for w in ws])
 
     @classmethod
     def load(cls, path: str, prefix: str = "", device=None) -> "KbitLinear":
@@ -204,7 +209,8 @@ class KbitLinear:
             qw = f.get(prefix + "weight", device)
             bias = f.get(prefix + "bias", device) if prefix + "bias" in f else None
             splits = json.loads(f.metadata.get("kbitcupy_layer_splits", "null"))
-        return cls(qw, bias, splits)
+        with _target(None, qw)[1]:  # (the bias is made float32 on the weight's device)
+            return cls(qw, bias, splits)
 
     def save(self, path: str, prefix: str = "") -> str:
         from .io import save
@@ -246,7 +252,8 @@ class KbitLinear:
             from .torch_ops import kbit_linear
 
             return kbit_linear(x, *self.torch_tensors())
-        return _add_bias(matmul(x, self.weight, out=out), self.bias)
+        with stream_ctx(x):  # the bias add on x's device too
+            return _add_bias(matmul(x, self.weight, out=out), self.bias)
 
     def split(self, y) -> tuple:
         """The parts of a fused output (e.g. q, k, v) as views along the last axis."""
@@ -262,8 +269,9 @@ class KbitLinear:
         if self._torch is None:
             kd = "torch" if self.on_gpu else "torch_cpu"
             w = self.weight
-            arrs = [from_backend(a, kd) for a in (w.packed.view(np.int32), w.absmax, w.codebook)]
-            b = from_backend(self.bias, kd) if self.bias is not None else None
+            with stream_ctx(w.packed):  # (handed over on the weight's device)
+                arrs = [from_backend(a, kd) for a in (w.packed.view(np.int32), w.absmax, w.codebook)]
+                b = from_backend(self.bias, kd) if self.bias is not None else None
             self._torch = (*arrs, w.k, w.N, float(w.tensor_scale), b)
         return self._torch
 
@@ -314,11 +322,12 @@ class KbitMLP:
         return sum(l.nbytes for l in (self.down, self.gate_up, self.gate, self.up) if l is not None)
 
     def __call__(self, x):
-        if self.gate_up is not None:
-            g, u = self.gate_up.split(self.gate_up(x))
-        else:
-            g, u = self.gate(x), self.up(x)
-        return self.down(_silu_mul(g, u))  # torch tensors: torch ops; CuPy: the current stream
+        with stream_ctx(x):  # on x's device (torch tensors: torch ops; CuPy: the current stream)
+            if self.gate_up is not None:
+                g, u = self.gate_up.split(self.gate_up(x))
+            else:
+                g, u = self.gate(x), self.up(x)
+            return self.down(_silu_mul(g, u))
 
 
 # ----------------------------------------------------------------------------- routing
@@ -412,39 +421,42 @@ class KbitMoE:
                  use_grouped: Optional[bool] = None):
         """down / gate_up / gate / up: each a list of per-expert KbitWeights or a
         KbitExpertBank (give gate_up, fused per expert, or both gate and up)."""
-        if (gate_up is None) == (gate is None or up is None):
-            raise ValueError("give either gate_up (fused per expert) or both gate and up")
-        api = _moe_api()
-        self.banks: Dict[str, object] = {}
-        self.experts: Dict[str, List[KbitWeight]] = {}
-        for n, v in (("gate_up", gate_up), ("gate", gate), ("up", up), ("down", down)):
-            if v is None:
-                continue
-            if isinstance(v, (list, tuple)):
-                v = list(v)
-                if api is not None and use_grouped is not False and v:  # one bank, the weights as views into it
-                    self.banks[n] = api[0].stack_experts(v)
+        first = down if not isinstance(down, (list, tuple)) else (down[0] if down else None)
+        dev = first.packed.data.device_id if first is not None and first.on_gpu else None
+        with on_gpu_device(dev) if dev is not None else contextlib.nullcontext():  # the banks and router there
+            if (gate_up is None) == (gate is None or up is None):
+                raise ValueError("give either gate_up (fused per expert) or both gate and up")
+            api = _moe_api()
+            self.banks: Dict[str, object] = {}
+            self.experts: Dict[str, List[KbitWeight]] = {}
+            for n, v in (("gate_up", gate_up), ("gate", gate), ("up", up), ("down", down)):
+                if v is None:
+                    continue
+                if isinstance(v, (list, tuple)):
+                    v = list(v)
+                    if api is not None and use_grouped is not False and v:  # one bank, the weights as views into it
+                        self.banks[n] = api[0].stack_experts(v)
+                        v = None
+                else:  # a KbitExpertBank
+                    self.banks[n] = v
                     v = None
-            else:  # a KbitExpertBank
-                self.banks[n] = v
-                v = None
-            self.experts[n] = v if v is not None else [self.banks[n].expert(e) for e in range(len(self.banks[n]))]
-        self.gpu = self.experts["down"][0].on_gpu
-        self.router = _array(router, self.gpu, _F32)
-        self.E, self.hidden = self.router.shape
-        self.top_k = int(top_k)
-        if not 1 <= self.top_k <= self.E:
-            raise ValueError(f"top_k must be in 1..{self.E}, got {top_k}")
-        for n, v in self.experts.items():
-            if len(v) != self.E:
-                raise ValueError(f"{n}: {len(v)} experts, router has {self.E}")
-            if any(w.on_gpu != self.gpu for w in v):
-                raise ValueError(f"{n}: experts must all be on the router's device")
-        self.shared, self.norm_topk_prob = shared, norm_topk_prob
-        self.shared_gate = _array(shared_gate, self.gpu, _F32)
-        if self.shared_gate is not None:
-            self.shared_gate = self.shared_gate.reshape(1, -1)
-        self.use_grouped = use_grouped
+                self.experts[n] = v if v is not None else [self.banks[n].expert(e) for e in range(len(self.banks[n]))]
+            self.gpu = self.experts["down"][0].on_gpu
+            self.router = _array(router, self.gpu, _F32)
+            self.E, self.hidden = self.router.shape
+            self.top_k = int(top_k)
+            if not 1 <= self.top_k <= self.E:
+                raise ValueError(f"top_k must be in 1..{self.E}, got {top_k}")
+            for n, v in self.experts.items():
+                if len(v) != self.E:
+                    raise ValueError(f"{n}: {len(v)} experts, router has {self.E}")
+                if any(w.on_gpu != self.gpu or (dev is not None and w.packed.data.device_id != dev) for w in v):
+                    raise ValueError(f"{n}: experts must all be on the device of down's first expert")
+            self.shared, self.norm_topk_prob = shared, norm_topk_prob
+            self.shared_gate = _array(shared_gate, self.gpu, _F32)
+            if self.shared_gate is not None:
+                self.shared_gate = self.shared_gate.reshape(1, -1)
+            self.use_grouped = use_grouped
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -453,7 +465,14 @@ class KbitMoE:
                    use_grouped: Optional[bool] = None) -> "KbitMoE":
         """gate, up: [E, I, H]; down: [E, H, I] (stacked arrays or lists of per-expert
         weights); shared: (gate [I_s, H], up, down) float weights or None."""
-        gpu = _want_gpu(device, is_cupy(to_backend(down[0], "down")[0]))
+        gpu, on = _target(device, to_backend(down[0], "down")[0])
+        with on:
+            return cls._from_float(router, gate, up, down, top_k, k, shared, shared_gate, codebook, gpu, fused,
+                                   norm_topk_prob, use_grouped)
+
+    @classmethod
+    def _from_float(cls, router, gate, up, down, top_k, k, shared, shared_gate, codebook, gpu, fused, norm_topk_prob,
+                    use_grouped) -> "KbitMoE":
         xp = _xp(_array(np.zeros(1), gpu))
         api = _moe_api() if use_grouped is not False else None
 
@@ -483,13 +502,14 @@ class KbitMoE:
                        use_grouped: Optional[bool] = None) -> "KbitMoE":
         """gate, up, down: lists of per-expert KbitWeights (fused into gate_up per expert
         when fused=True); shared: (gate, up, down) KbitWeights or None."""
-        gpu = _want_gpu(device, down[0].on_gpu)
-        mv = lambda ws: [_move(w, gpu) for w in ws]  # noqa: E731
-        kw = {"gate_up": [fuse([g, u]) for g, u in zip(mv(gate), mv(up))]} if fused else \
-            {"gate": mv(gate), "up": mv(up)}
-        sh = KbitMLP.from_quantized(*shared, device="cuda" if gpu else "cpu", fused=fused) if shared else None
-        return cls(router, mv(down), top_k, shared=sh, shared_gate=shared_gate, norm_topk_prob=norm_topk_prob,
-                   use_grouped=use_grouped, **kw)
+        gpu, on = _target(device, down[0])
+        with on:
+            mv = lambda ws: [_move(w, gpu) for w in ws]  # noqa: E731
+            kw = {"gate_up": [fuse([g, u]) for g, u in zip(mv(gate), mv(up))]} if fused else \
+                {"gate": mv(gate), "up": mv(up)}
+            sh = KbitMLP.from_quantized(*shared, device="cuda" if gpu else "cpu", fused=fused) if shared else None
+            return cls(router, mv(down), top_k, shared=sh, shared_gate=shared_gate, norm_topk_prob=norm_topk_prob,
+                       use_grouped=use_grouped, **kw)
 
     @classmethod
     def from_state_dict(cls, sd: dict, prefix: str, top_k: int, device=None, fused: bool = True,

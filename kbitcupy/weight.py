@@ -153,14 +153,23 @@ class KbitWeight:
                 f"tensor_scale={self.tensor_scale}, device={dev}, {self.nbytes / 2**20:.2f} MiB)")
 
     # ------------------------------------------------------------------ moves
-    def cuda(self) -> "KbitWeight":
-        if self.on_gpu:
+    def cuda(self, device=None) -> "KbitWeight":
+        """This weight on GPU ``device`` (None / 'cuda': CuPy's current device; 'cuda:N', N, a torch.device):
+        itself when it is there, else a copy (from the host, or from another GPU)."""
+        from ._arrays import cuda_index, current_device, on_gpu_device
+
+        dev = current_device() if device is None else cuda_index(device)
+        if dev is None:
+            raise ValueError(f"device must name a GPU, got {device!r}; use .cpu()")
+        if self.on_gpu and self.packed.data.device_id == dev:
             return self
         import cupy as cp
 
-        cb = cp.asarray(self.codebook)
-        note_codebook(cb, self.codebook)
-        return replace(self, packed=cp.asarray(self.packed), absmax=cp.asarray(self.absmax), codebook=cb)
+        host_cb = self.codebook.get() if self.on_gpu else self.codebook  # (a few floats)
+        with on_gpu_device(dev):  # cupy.asarray copies onto the current device, from the host or another GPU
+            cb = cp.asarray(self.codebook)
+            note_codebook(cb, host_cb)
+            return replace(self, packed=cp.asarray(self.packed), absmax=cp.asarray(self.absmax), codebook=cb)
 
     def cpu(self) -> "KbitWeight":
         if not self.on_gpu:

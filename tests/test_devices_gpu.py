@@ -30,6 +30,19 @@ def _two_gpus() -> bool:
 two_gpus = pytest.mark.skipif(not _two_gpus(), reason="needs two CUDA GPUs")
 
 
+@pytest.fixture(autouse=True)
+def _no_peer_access():
+    """CuPy warns (PerformanceWarning) when it turns peer access on for a kernel that touches another device's
+    array: here that is an error -- every kernel must run on the device of its arrays."""
+    import warnings
+
+    from cupy._util import PerformanceWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PerformanceWarning)
+        yield
+
+
 def _weight(rng, N=256, K=512, k=4):
     cp = _cp()
     return kb.quantize(cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02), k)
@@ -126,7 +139,8 @@ def test_cupy_calls_run_on_their_inputs_device(rng):
         with cp.cuda.Device(1):
             out1 = cp.full(ref.shape, np.nan, cp.float16)
         for _ in range(3):
-            out1.fill(np.nan)
+            with cp.cuda.Device(1):
+                out1.fill(np.nan)
             kb.matmul(A1, q, out=out1)
             cp.testing.assert_array_equal(out1, ref)
         out0 = cp.empty(ref.shape, cp.float16)  # on device 0
@@ -208,3 +222,84 @@ def test_grouped_and_moe_run_on_their_inputs_device(rng):
             moe_forward(x1, bgu, bd, ids1, w1, routing=r0)
         with pytest.raises(ValueError, match="on different devices|on device 0 but"):
             grouped_matmul(A1, bgu, cp.asarray([3, 7, 1], cp.int32), cp.asarray([0, 4, 6, 10], cp.int32), 4)
+
+
+@two_gpus
+def test_weights_and_layers_go_to_the_named_device(rng):
+    """.cuda(device) moves a weight / bank between GPUs (itself where it is already); KbitLinear / KbitMLP / KbitMoE
+    built with device='cuda:1' (or from device-1 arrays) live on device 1 whatever the current device, and their
+    calls from device 0 equal the same layers built and called with device 1 current."""
+    from kbitcupy.grouped import quantize_experts
+    from kbitcupy.layers import KbitLinear, KbitMLP, KbitMoE
+
+    cp = _cp()
+    H, I, E = 256, 128, 8
+    W = rng.standard_normal((I, H), dtype=np.float32) * 0.02
+    b = rng.standard_normal(I, dtype=np.float32)
+    g, u, d = (rng.standard_normal(s, dtype=np.float32) * 0.02 for s in ((I, H), (I, H), (H, I)))
+    router = rng.standard_normal((E, H), dtype=np.float32)
+    eg, eu, ed = (rng.standard_normal(s, dtype=np.float32) * 0.02 for s in ((E, I, H), (E, I, H), (E, H, I)))
+    x = rng.standard_normal((3, H), dtype=np.float32).astype(np.float16)
+
+    q0 = kb.quantize(cp.asarray(W), 4)  # on device 0
+    q1 = q0.cuda("cuda:1")
+    assert q1.packed.device.id == 1 and q1.cuda(1) is q1 and q0.cuda() is q0 and q1.default_codebook
+    with cp.cuda.Device(1):
+        cp.testing.assert_array_equal(q1.packed, cp.asarray(q0.packed))
+    bank1 = quantize_experts(cp.asarray(ed), 4).cuda(1)
+    assert bank1.packed.device.id == 1 and bank1.tensor_scale.device.id == 1 and bank1.cuda("cuda:1") is bank1
+
+    def build(dev):
+        return (KbitLinear.from_float(W, b, device=dev), KbitMLP.from_float(g, u, d, device=dev),
+                KbitMoE.from_float(router, eg, eu, ed, top_k=2, device=dev))
+
+    with cp.cuda.Device(1):
+        refs = build("cuda")
+        x1 = cp.asarray(x)
+        want = [layer(x1) for layer in refs]
+    cp.cuda.Device(1).synchronize()
+    assert cp.cuda.runtime.getDevice() == 0
+    layers = build("cuda:1")
+    lin, mlp, moe = layers
+    assert lin.weight.packed.device.id == 1 and lin.bias.device.id == 1
+    assert mlp.down.weight.packed.device.id == 1 and moe.router.device.id == 1
+    assert all(bk.packed.device.id == 1 for bk in moe.banks.values())
+    for layer, w in zip(layers, want):
+        got = layer(x1)
+        assert got.device.id == 1 and cp.cuda.runtime.getDevice() == 0
+        cp.testing.assert_array_equal(got, w)
+    lin_from_dev1 = KbitLinear.from_float(_dev1(W), b)  # device None: where the array is
+    assert lin_from_dev1.weight.packed.device.id == 1
+    moved = KbitLinear.from_quantized(q0, b, device="cuda:1")
+    assert moved.weight.packed.device.id == 1
+    cp.testing.assert_array_equal(moved(x1), lin(x1))
+
+
+def _dev1(a):
+    cp = _cp()
+    with cp.cuda.Device(1):
+        return cp.asarray(a)
+
+
+@two_gpus
+def test_torch_modules_on_the_second_gpu(rng):
+    """kbitcupy.torch_ops: a KbitLinearModule quantized from an nn.Linear on cuda:1, and one made on cuda:0 then
+    moved with .to('cuda:1'), run on cuda:1 with device 0 current and equal the module's cuda:0 output."""
+    torch = pytest.importorskip("torch")
+    from kbitcupy import torch_ops as kt
+
+    H, N = 512, 256
+    lin = torch.nn.Linear(H, N, bias=True).half()
+    x = torch.from_numpy(rng.standard_normal((2, H), dtype=np.float32)).half()
+    m0 = kt.KbitLinearModule.from_linear(lin.to("cuda:0"))
+    y0 = m0(x.to("cuda:0"))
+    m1 = kt.KbitLinearModule.from_linear(lin.to("cuda:1"))
+    assert m1.packed.device == torch.device("cuda", 1) and torch.cuda.current_device() == 0
+    moved = m0.to("cuda:1")
+    for mod in (m1, moved):
+        for _ in range(3):
+            y = mod(x.to("cuda:1"))
+            assert y.device == torch.device("cuda", 1)
+        torch.cuda.synchronize(1)
+        assert torch.equal(y.cpu(), y0.cpu())
+    assert torch.cuda.current_device() == 0
