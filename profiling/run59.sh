@@ -39,3 +39,19 @@ if [ "$STEP" = dev2b ]; then
     python3 profiling/device_probe.py 2>&1 | tee "$W/device_probe59_old.log")
   finish_run run59
 fi
+# STEP=suiteA / suiteB (kind nvidia-h200): the whole GPU suite on this tree in two calls (the device guard touches
+#   every entry point: stream_ctx, out_array, the low-level checks, quantize / dequantize / repack, grouped_matmul,
+#   moe_forward, the layers and torch modules); test_devices_gpu's one-GPU tests run, its two-GPU ones skip here.
+# Expect: every test passes (617 + the new ones); no kernel changed.
+if [ "$STEP" = suiteA ]; then
+  gpu_tests "$W/gpu_tests_suite59a.log" 560 -rs tests/test_devices_gpu.py tests/test_gemv_gpu.py \
+    tests/test_checks_gpu.py tests/test_gemm_gpu.py tests/test_quantize_gpu.py tests/test_bench.py tests/test_torch_ops.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_suite59a.log" | head -20
+  finish_run run59
+fi
+if [ "$STEP" = suiteB ]; then
+  gpu_tests "$W/gpu_tests_suite59b.log" 560 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py tests/test_pdl_gpu.py \
+    tests/test_layers_gpu.py tests/test_launch_gpu.py tests/test_gemv_stream_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_suite59b.log" | head -20
+  finish_run run59
+fi
