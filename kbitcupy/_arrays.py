@@ -246,12 +246,13 @@ def on_gpu_device(dev: int):
 
 
 def check_same_device(**arrays):
-    devs = {n: a.device.id for n, a in arrays.items() if is_cupy(a)}
+    """Raise a ValueError naming them unless the CuPy arrays given are on one device, the current one (the call's:
+    its entry point's stream_ctx made its main array's device current)."""
+    devs = {n: a.data.device_id for n, a in arrays.items() if is_cupy(a)}
     if len(set(devs.values())) > 1:
         raise ValueError(f"arrays are on different devices: {devs}")
     if devs:
-        cp = _cupy()
-        cur = cp.cuda.Device().id
+        cur = current_device()
         d = next(iter(devs.values()))
         if d != cur:
             raise ValueError(f"arrays are on device {d} but the current CuPy device is {cur}")
