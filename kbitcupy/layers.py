@@ -159,7 +159,8 @@ class KbitLinear:
         self.splits = tuple(int(s) for s in splits) if splits else (weight.N,)
         if sum(self.splits) != weight.N:
             raise ValueError(f"splits {self.splits} must add up to N = {weight.N}")
-        self.bias = _array(bias, weight.on_gpu, _F32)
+        with _target(None, weight)[1]:  # the bias on the weight's GPU
+            self.bias = _array(bias, weight.on_gpu, _F32)
         if self.bias is not None and self.bias.shape != (weight.N,):
             raise ValueError(f"bias must have shape ({weight.N},), got {tuple(self.bias.shape)}")
         self._torch: Optional[tuple] = None
@@ -209,8 +210,7 @@ class KbitLinear:
             qw = f.get(prefix + "weight", device)
             bias = f.get(prefix + "bias", device) if prefix + "bias" in f else None
             splits = json.loads(f.metadata.get("kbitcupy_layer_splits", "null"))
-        with _target(None, qw)[1]:  # (the bias is made float32 on the weight's device)
-            return cls(qw, bias, splits)
+        return cls(qw, bias, splits)
 
     def save(self, path: str, prefix: str = "") -> str:
         from .io import save

@@ -270,6 +270,7 @@ def test_weights_and_layers_go_to_the_named_device(rng):
         cp.testing.assert_array_equal(got, w)
     lin_from_dev1 = KbitLinear.from_float(_dev1(W), b)  # device None: where the array is
     assert lin_from_dev1.weight.packed.device.id == 1
+    assert KbitLinear(q1, b).bias.device.id == 1  # the constructor puts the bias with the weight
     moved = KbitLinear.from_quantized(q0, b, device="cuda:1")
     assert moved.weight.packed.device.id == 1
     cp.testing.assert_array_equal(moved(x1), lin(x1))
