@@ -12,10 +12,11 @@ CUfunction, grid, block, dynamic shared memory and a ready cuLaunchKernel parame
 block (``ParamBlock``) built from the very argument tuple the general path passes to
 the CuPy kernel (a kernel-signature change needs no code here).  A later call with the
 same key only re-checks what can differ between such calls (A contiguous, 16-byte
-aligned and on the plan's device, the current device, out's type/shape/dtype/
-contiguity/device), rewrites A's and out's pointer slots and calls cuLaunchKernel on the
-caller's current stream (CuPy's current stream; torch's current stream for torch
-tensors).  No allocation when out= is given, no host synchronisation, capturable in a
+aligned and on the plan's device, out's type/shape/dtype/contiguity/device), rewrites A's
+and out's pointer slots and calls cuLaunchKernel on the caller's current stream (CuPy's
+current stream; torch's current stream for torch tensors) of the plan's device -- made
+current around the launch when the caller's current device is another one, as matmul's
+general path does.  No allocation when out= is given, no host synchronisation, capturable in a
 CUDA graph.  Anything else -- a first call, NumPy arrays, GEMM / dequantize paths, any
 failed re-check -- returns ``MISS`` and matmul runs its general path, which raises the
 usual errors.
@@ -152,7 +153,7 @@ _FAILED: dict = {}  # (table tag, key) -> weakref(qw): no plan could be built; d
 # Bound when the first plan is built (this module imports neither CuPy nor torch).
 _ND = None        # cupy.ndarray
 _TT = None        # torch.Tensor
-_launch_kernel = _get_device = _cur_stream = _cp_empty = None
+_launch_kernel = _get_device = _set_device = _cur_stream = _cp_empty = None
 _c_contig = None  # CuPy array -> C-contiguous? (its _c_contiguous flag: ~20 ns, where .flags builds an object)
 _t_empty = _t_stream = None
 _DRIVER_ERROR: tuple = ()
@@ -200,8 +201,10 @@ def matmul_fast(A, qw, out=None):
         d = A.data
         a_ptr = d.ptr
         dev = p.dev
-        if a_ptr & 15 or d.device_id != dev or _get_device() != dev:
+        if a_ptr & 15 or d.device_id != dev:
             return MISS
+        if _get_device() != dev:
+            return _on_plan_device(A, qw, out, dev)
         if out is None:
             res = _cp_empty(p.out_shape, p.dtype)
         else:
@@ -220,8 +223,10 @@ def matmul_fast(A, qw, out=None):
         if p is None or p.ref() is not qw:
             return MISS
         dev = p.dev
-        if A.get_device() != dev or not A.is_contiguous() or A.is_neg() or _get_device() != dev:
+        if A.get_device() != dev or not A.is_contiguous() or A.is_neg():
             return MISS  # (device first: CPU / meta tensors stop here, before data_ptr)
+        if _get_device() != dev:
+            return _on_plan_device(A, qw, out, dev)
         a_ptr = A.data_ptr()
         if a_ptr & 15:
             return MISS
@@ -253,6 +258,18 @@ def matmul_fast(A, qw, out=None):
             # makes one) handles it, or raises what the old path raised
             return MISS
     return res
+
+
+def _on_plan_device(A, qw, out, dev):
+    """matmul_fast for a call made from another GPU than its arrays' (and its plan's): the plan's device made current
+    around it -- the kernel handle, the result's allocation and the stream are that device's -- then the caller's
+    back, as matmul's general path does (kbitcupy._arrays.stream_ctx)."""
+    cur = _get_device()
+    _set_device(dev)
+    try:
+        return matmul_fast(A, qw, out)
+    finally:
+        _set_device(cur)
 
 
 # ----------------------------------------------------------------------------- building
@@ -313,7 +330,7 @@ def _on_current_device(A2) -> bool:
 
 
 def _bind_cupy(cp):
-    global _ND, _launch_kernel, _get_device, _cur_stream, _cp_empty, _DRIVER_ERROR, _c_contig
+    global _ND, _launch_kernel, _get_device, _set_device, _cur_stream, _cp_empty, _DRIVER_ERROR, _c_contig
     import operator
 
     from cupy_backends.cuda.api import driver
@@ -324,6 +341,7 @@ def _bind_cupy(cp):
     _launch_kernel = driver.launchKernel
     _DRIVER_ERROR = (driver.CUDADriverError,)
     _get_device = cp.cuda.runtime.getDevice
+    _set_device = cp.cuda.runtime.setDevice
     _cur_stream = cp.cuda.get_current_stream
     _cp_empty = cp.empty
     _ND = cp.ndarray

@@ -132,10 +132,14 @@ def test_cupy_calls_run_on_their_inputs_device(rng):
         rp = kb.repack(kb.quantize(W1, 3, layout="flat"))
         assert rp.packed.device.id == 1
         cp.testing.assert_array_equal(rp.packed, rp_ref.packed)
-        for _ in range(3):  # the first calls take the general path, later ones the cached plan (built on device 1)
-            C = kb.matmul(A1, q)
+        from kbitcupy import _launch
+
+        for i in range(4):  # the first calls take the general path, later ones the cached plan (built on device 1,
+            C = kb.matmul(A1, q)  # launched with device 1 made current around it)
             assert C.device.id == 1 and cp.cuda.runtime.getDevice() == 0
             cp.testing.assert_array_equal(C, ref)
+            if i == 2 and _launch.ENABLED:
+                assert _launch.lookup(A1, q) is not None and _launch.lookup(A1, q).dev == 1
         with cp.cuda.Device(1):
             out1 = cp.full(ref.shape, np.nan, cp.float16)
         for _ in range(3):

@@ -215,10 +215,28 @@ def test_hot_path_with_fakes(monkeypatch):
     ]
     for a, w, o in misses:
         assert L.matmul_fast(a, w, o) is L.MISS
-    monkeypatch.setattr(L, "_get_device", lambda: 1)  # current device is not the plan's
-    assert L.matmul_fast(A, q, out) is L.MISS
-    monkeypatch.setattr(L, "_get_device", lambda: 0)
     assert len(calls) == n
+
+    # called with another device current: the plan's made current around the launch, the caller's back after (also
+    # when the launch fails)
+    cur = [1]
+    switches = []
+    monkeypatch.setattr(L, "_get_device", lambda: cur[0])
+    monkeypatch.setattr(L, "_set_device", lambda d: (switches.append(d), cur.__setitem__(0, d)))
+    monkeypatch.setattr(L, "_cur_stream", lambda dev: _Stream if dev == cur[0] == 0 else None)
+    assert L.matmul_fast(A, q, out) is out and switches == [0, 1] and cur[0] == 1 and len(calls) == n + 1
+    r = L.matmul_fast(_FakeArray((1, 2048), 0x3000), q, None)  # out allocated while device 0 is current
+    assert r.data.ptr == 0x9000 and switches == [0, 1, 0, 1] and len(calls) == n + 2
+
+    def fail(*a):
+        raise RuntimeError("launch failed")
+
+    monkeypatch.setattr(L, "_launch_kernel", fail)
+    assert L.matmul_fast(A, q, out) is L.MISS and cur[0] == 1 and switches[-2:] == [0, 1]
+    monkeypatch.setattr(L, "_launch_kernel", lambda *a: calls.append(a))
+    monkeypatch.setattr(L, "_get_device", lambda: 0)
+    monkeypatch.setattr(L, "_cur_stream", lambda dev: _Stream)
+    n = len(calls)
 
     # a streaming-GEMV plan (its workspace is one stream's) serves that stream only
     p.ws_stream = 0xABC1
