@@ -24,14 +24,15 @@ fi
 # Result (dev2, H200 x2, `gpu_tests_devices59.log`, `gpu_tests_api59.log`): 5 passed (the two-GPU tests ran), 66
 #   passed.  One test's own fill from device 0 turned CuPy's peer access on (a PerformanceWarning): the tests now make
 #   that warning an error (no kernel may touch another device's array) and fill under device 1.
-# STEP=dev2b (kind nvidia-h200-x2): the device tests again with the layer builders (device='cuda:N' was read as the
+# STEP=dev2b (kind nvidia-h200-x2): the device tests (and the launch-plan tests: plans now serve calls from another
+#   current GPU, the plan's made current around the launch) again with the layer builders (device='cuda:N' was read as the
 #   current GPU: KbitLinear / KbitMLP / KbitMoE built there whatever N), .cuda(device) for weights and banks, the
 #   torch modules on cuda:1; then profiling/device_probe.py -- nine cross-device cases, each in its own process -- on
 #   this tree and on the tree before the guard (ab_prev/tree = git archive 1bae19a, carried).
 # Expect: this tree all ok; the old tree: matmul without out= and dequantize / repack WRONG (result on device 0) or a
 #   fault, quantize raised (its codebook made on device 0), gemv_lowlevel ran off-device, linear_cuda1 on device 0.
 if [ "$STEP" = dev2b ]; then
-  gpu_tests "$W/gpu_tests_devices59b.log" 300 -rs tests/test_devices_gpu.py
+  gpu_tests "$W/gpu_tests_devices59b.log" 300 -rs tests/test_devices_gpu.py tests/test_launch_gpu.py
   grep -E "^E  |FAILED|SKIPPED|Error" "$W/gpu_tests_devices59b.log" | head -30
   echo "== probe, this tree"; timeout 200 python3 profiling/device_probe.py 2>&1 | tee "$W/device_probe59_new.log"
   echo "== probe, tree 1bae19a"
