@@ -58,3 +58,18 @@ if [ "$STEP" = suiteB ]; then
 fi
 # Result (suiteA / suiteB, H200, `gpu_tests_suite59a.log`, `gpu_tests_suite59b.log`, git 4984014): 218 passed + 5
 #   skipped (the two-GPU tests), 401 passed -- the whole GPU suite on one H200 (619 passed).
+# Result (dev2b, H200 x2, git 8cb6740, `x2_gpu_tests_devices59b.log`, `x2_device_probe59_{new,old}.log`): 25 passed
+#   (test_devices_gpu 7 with the two-GPU ones, test_launch_gpu 18).  Probe, this tree: every case ok; gemv_lowlevel
+#   refused by name, as designed.  Probe, tree 1bae19a: matmul (CuPy and torch) and dequantize faulted
+#   (cudaErrorIllegalAddress, the process's CUDA context lost); gemv_lowlevel wrote a wrong result silently;
+#   quantize and repack refused their own default codebook ("arrays are on different devices: {'W': 1, 'codebook':
+#   0}"); grouped_matmul refused ("... current CuPy device is 0"); KbitLinear(device="cuda:1") landed on device 0.
+# STEP=final (kind nvidia-h200): the API-level GPU tests on the final tree (after suiteA / suiteB: KbitLinear's bias
+#   with its weight, check_same_device by data.device_id, the launch plans serving other current GPUs).
+# Expect: all pass.
+if [ "$STEP" = final ]; then
+  gpu_tests "$W/gpu_tests_final59.log" 520 tests/test_devices_gpu.py tests/test_layers_gpu.py tests/test_torch_ops.py \
+    tests/test_checks_gpu.py tests/test_quantize_gpu.py tests/test_grouped_gpu.py -k "moe or forward or layer or bank or quantize or torch or check or device or cuda"
+  grep -E "^E  |FAILED" "$W/gpu_tests_final59.log" | head -20
+  finish_run run59
+fi
