@@ -68,8 +68,9 @@ fi
 #   with its weight, check_same_device by data.device_id, the launch plans serving other current GPUs).
 # Expect: all pass.
 if [ "$STEP" = final ]; then
-  gpu_tests "$W/gpu_tests_final59.log" 520 tests/test_devices_gpu.py tests/test_layers_gpu.py tests/test_torch_ops.py \
-    tests/test_checks_gpu.py tests/test_quantize_gpu.py tests/test_grouped_gpu.py -k "moe or forward or layer or bank or quantize or torch or check or device or cuda"
-  grep -E "^E  |FAILED" "$W/gpu_tests_final59.log" | head -20
+  gpu_tests "$W/gpu_tests_final59.log" 330 tests/test_devices_gpu.py tests/test_layers_gpu.py tests/test_torch_ops.py \
+    tests/test_checks_gpu.py tests/test_quantize_gpu.py
+  gpu_tests "$W/gpu_tests_final59g.log" 180 tests/test_grouped_gpu.py -k "moe or forward or bank or quantize or check"
+  grep -hE "^E  |FAILED" "$W"/gpu_tests_final59*.log | head -20
   finish_run run59
 fi
