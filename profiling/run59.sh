@@ -74,3 +74,7 @@ if [ "$STEP" = final ]; then
   grep -hE "^E  |FAILED" "$W"/gpu_tests_final59*.log | head -20
   finish_run run59
 fi
+# Result (final, H200, git of 8cb6740's code, `gpu_tests_final59.log`, `gpu_tests_final59g.log`): cut off -- the first
+#   call by its own 330 s timeout (cold kernel compiles), the second when the session's device time ran out -- with 47
+#   passed + 5 skipped (two-GPU) and 44 passed, no failure.  The final code's tests that did complete elsewhere:
+#   dev2b (x2) 25 passed; suiteA / suiteB passed on 4984014, before the bias / check_same_device / plan changes.
