@@ -49,13 +49,10 @@ def torch_to_cupy(t, name: str = "tensor"):
     if not t.is_cuda:
         raise ValueError(f"{name} is a CPU torch tensor; pass a CUDA tensor or a NumPy array")
     cp = _cupy()
-    dev = t.get_device()
-    if dev != current_device():  # the exchange on the tensor's own device (its stream handshake too)
-        with cp.cuda.Device(dev):
-            return torch_to_cupy(t, name)
-    if t.dtype == torch.bfloat16:
-        return cp.from_dlpack(t.detach().view(torch.int16)).view(bfloat16)
-    return cp.from_dlpack(t.detach())
+    with on_gpu_device(t.get_device()):  # the exchange on the tensor's own device (its stream handshake too)
+        if t.dtype == torch.bfloat16:
+            return cp.from_dlpack(t.detach().view(torch.int16)).view(bfloat16)
+        return cp.from_dlpack(t.detach())
 
 
 def cupy_to_torch(a):
@@ -158,15 +155,10 @@ def stream_ctx(orig):
     when it is not (so a call runs where its inputs live, as torch ops do, whatever CuPy's current device is: the
     kernels, their caches and every allocation follow the current device) and, for a CUDA torch tensor, torch's
     current stream on it.  CPU arrays and other objects: nothing."""
-    if is_cupy(orig):
-        dev = orig.data.device_id
-        return contextlib.nullcontext() if dev == current_device() else _OnDevice(dev)
-    if is_torch(orig) and orig.is_cuda:
-        dev = orig.get_device()
-        if dev == current_device():
-            return torch_stream(orig)
-        return _OnDevice(dev, orig)
-    return contextlib.nullcontext()
+    dev = gpu_index_of(orig)
+    if dev is None or not is_torch(orig):
+        return on_gpu_device(dev)
+    return torch_stream(orig) if dev == current_device() else _OnDevice(dev, orig)
 
 
 def check_out(out, shape, dtype, name: str = "out", gpu: bool = True):
@@ -240,9 +232,18 @@ def gpu_index_of(a):
     return None
 
 
-def on_gpu_device(dev: int):
-    """Context making GPU ``dev`` current for a block (nothing when it is already)."""
-    return contextlib.nullcontext() if dev == current_device() else _cupy().cuda.Device(dev)
+def on_gpu_device(dev):
+    """Context making GPU ``dev`` current for a block, the caller's device back after (nothing when ``dev`` is None or
+    current already)."""
+    return contextlib.nullcontext() if dev is None or dev == current_device() else _OnDevice(dev)
+
+
+def gpu_target(device) -> int:
+    """The GPU a ``.cuda(device)`` move goes to: None / 'cuda' CuPy's current one, else as cuda_index."""
+    dev = current_device() if device is None else cuda_index(device)
+    if dev is None:
+        raise ValueError(f"device must name a GPU, got {device!r}; use .cpu()")
+    return dev
 
 
 def check_same_device(**arrays):

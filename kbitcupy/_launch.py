@@ -203,8 +203,9 @@ def matmul_fast(A, qw, out=None):
         dev = p.dev
         if a_ptr & 15 or d.device_id != dev:
             return MISS
-        if _get_device() != dev:
-            return _on_plan_device(A, qw, out, dev)
+        cur = _get_device()
+        if cur != dev:
+            return _on_plan_device(A, qw, out, dev, cur)
         if out is None:
             res = _cp_empty(p.out_shape, p.dtype)
         else:
@@ -225,8 +226,9 @@ def matmul_fast(A, qw, out=None):
         dev = p.dev
         if A.get_device() != dev or not A.is_contiguous() or A.is_neg():
             return MISS  # (device first: CPU / meta tensors stop here, before data_ptr)
-        if _get_device() != dev:
-            return _on_plan_device(A, qw, out, dev)
+        cur = _get_device()
+        if cur != dev:
+            return _on_plan_device(A, qw, out, dev, cur)
         a_ptr = A.data_ptr()
         if a_ptr & 15:
             return MISS
@@ -260,11 +262,10 @@ def matmul_fast(A, qw, out=None):
     return res
 
 
-def _on_plan_device(A, qw, out, dev):
-    """matmul_fast for a call made from another GPU than its arrays' (and its plan's): the plan's device made current
-    around it -- the kernel handle, the result's allocation and the stream are that device's -- then the caller's
-    back, as matmul's general path does (kbitcupy._arrays.stream_ctx)."""
-    cur = _get_device()
+def _on_plan_device(A, qw, out, dev, cur):
+    """matmul_fast for a call made from another GPU (cur) than its arrays' (and its plan's, dev): the plan's device
+    made current around it -- the kernel handle, the result's allocation and the stream are that device's -- then the
+    caller's back, as matmul's general path does (kbitcupy._arrays.stream_ctx)."""
     _set_device(dev)
     try:
         return matmul_fast(A, qw, out)

@@ -31,7 +31,7 @@ from ._arrays import ACT_DTYPES, check_same_device, dtype_name, from_backend, ki
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
 from .reference import bfloat16
-from .weight import KbitWeight, is_default_codebook, note_codebook
+from .weight import KbitWeight, gpu_copy, is_default_codebook
 
 # ----------------------------------------------------------------------------- kernels
 MCS = (1, 2, 4)  # 16-row MMA chunks held in registers: 16, 32, 64 token rows per pass
@@ -172,22 +172,7 @@ class KbitExpertBank:
 
     def cuda(self, device=None) -> "KbitExpertBank":
         """This bank on GPU ``device`` (as KbitWeight.cuda): itself when it is there, else a copy."""
-        from ._arrays import cuda_index, current_device, on_gpu_device
-
-        dev = current_device() if device is None else cuda_index(device)
-        if dev is None:
-            raise ValueError(f"device must name a GPU, got {device!r}; use .cpu()")
-        if self.on_gpu and self.packed.data.device_id == dev:
-            return self
-        import cupy as cp
-
-        host_cb = self.codebook.get() if self.on_gpu else self.codebook
-        with on_gpu_device(dev):
-            cb = cp.asarray(self.codebook)
-            note_codebook(cb, host_cb)  # default or not, known from the host copy: no read-back
-            return replace(self, packed=cp.asarray(self.packed), absmax=cp.asarray(self.absmax),
-                           codebook=cb, tensor_scale=cp.asarray(self.tensor_scale),
-                           tensor_scale_host=self._ts_host())
+        return gpu_copy(self, device, ("packed", "absmax", "tensor_scale"), tensor_scale_host=self._ts_host())
 
     def cpu(self) -> "KbitExpertBank":
         if not self.on_gpu:

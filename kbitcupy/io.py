@@ -279,7 +279,7 @@ class KbitFile:
                             float(info["tensor_scale"]), dtype).validate()
         except (KeyError, TypeError, ValueError) as e:
             raise KbitFormatError(f"{self.path}: weight {name!r} is inconsistent with its metadata: {e}") from e
-        return qw if dev is None else _to_device_weight(qw, dev)
+        return qw if dev is None else qw.cuda(dev)
 
     def close(self):
         if getattr(self, "_f", None) is not None:
@@ -291,13 +291,6 @@ class KbitFile:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _to_device_weight(qw: KbitWeight, dev: int) -> KbitWeight:
-    import cupy as cp
-
-    with cp.cuda.Device(dev):
-        return qw.cuda()
 
 
 def load(path: str, device=None, names: Optional[Iterable[str]] = None, verify: bool = True) -> Dict[str, object]:

@@ -15,7 +15,6 @@ otherwise it loops over the active experts with ``kbitcupy.matmul``.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import warnings
@@ -46,16 +45,11 @@ def _is_torch(x) -> bool:
 
 
 def _target(device, src) -> tuple:
-    """(on the GPU?, the context to build in) for a layer made on ``device`` from ``src`` (an array or a KbitWeight):
-    None -> where src lives (its own GPU, or the CPU); 'cpu'; 'cuda' (CuPy's current GPU); 'cuda:N', N or a
-    torch.device -> that GPU.  Inside the context arrays land on that GPU (cupy.asarray copies there)."""
-    if device is None:
-        dev = src.packed.data.device_id if isinstance(src, KbitWeight) and src.on_gpu else gpu_index_of(src)
-    else:
-        dev = cuda_index(device)
-    if dev is None:
-        return False, contextlib.nullcontext()
-    return True, on_gpu_device(dev)
+    """(on the GPU?, the context to build in) for a layer made on ``device`` from ``src`` (an array, a KbitWeight or
+    an expert bank): None -> where src lives (its own GPU, or the CPU); 'cpu'; 'cuda' (CuPy's current GPU); 'cuda:N', N
+    or a torch.device -> that GPU.  Inside the context arrays land on that GPU (cupy.asarray copies there)."""
+    dev = gpu_index_of(getattr(src, "packed", src)) if device is None else cuda_index(device)
+    return dev is not None, on_gpu_device(dev)
 
 
 def _array(a, gpu: bool, dtype=None):
@@ -422,8 +416,8 @@ class KbitMoE:
         """down / gate_up / gate / up: each a list of per-expert KbitWeights or a
         KbitExpertBank (give gate_up, fused per expert, or both gate and up)."""
         first = down if not isinstance(down, (list, tuple)) else (down[0] if down else None)
-        dev = first.packed.data.device_id if first is not None and first.on_gpu else None
-        with on_gpu_device(dev) if dev is not None else contextlib.nullcontext():  # the banks and router there
+        dev = gpu_index_of(getattr(first, "packed", None))
+        with on_gpu_device(dev):  # the banks and router on the experts' GPU
             if (gate_up is None) == (gate is None or up is None):
                 raise ValueError("give either gate_up (fused per expert) or both gate and up")
             api = _moe_api()

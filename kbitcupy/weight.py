@@ -55,6 +55,24 @@ def note_codebook(gpu_codebook, host_codebook) -> None:
         _remember(gpu_codebook, _host_is_default(cb, k))
 
 
+def gpu_copy(x, device, names, **fields):
+    """x (a KbitWeight or KbitExpertBank) on GPU ``device`` (kbitcupy._arrays.gpu_target): itself when it is there,
+    else a copy of its codebook and its array fields ``names`` (cupy.asarray copies onto the current device, from the
+    host or another GPU; the codebook noted default or not from its host values), with ``fields`` replaced too."""
+    from ._arrays import gpu_target, on_gpu_device
+
+    dev = gpu_target(device)
+    if x.on_gpu and x.packed.data.device_id == dev:
+        return x
+    import cupy as cp
+
+    host_cb = x.codebook.get() if x.on_gpu else x.codebook  # (a few floats)
+    with on_gpu_device(dev):
+        cb = cp.asarray(x.codebook)
+        note_codebook(cb, host_cb)
+        return replace(x, codebook=cb, **{n: cp.asarray(getattr(x, n)) for n in names}, **fields)
+
+
 def _remember(arr, flag: bool) -> bool:
     key = id(arr)
     if len(_GPU_DEFAULT) > 65536:
@@ -156,20 +174,7 @@ class KbitWeight:
     def cuda(self, device=None) -> "KbitWeight":
         """This weight on GPU ``device`` (None / 'cuda': CuPy's current device; 'cuda:N', N, a torch.device):
         itself when it is there, else a copy (from the host, or from another GPU)."""
-        from ._arrays import cuda_index, current_device, on_gpu_device
-
-        dev = current_device() if device is None else cuda_index(device)
-        if dev is None:
-            raise ValueError(f"device must name a GPU, got {device!r}; use .cpu()")
-        if self.on_gpu and self.packed.data.device_id == dev:
-            return self
-        import cupy as cp
-
-        host_cb = self.codebook.get() if self.on_gpu else self.codebook  # (a few floats)
-        with on_gpu_device(dev):  # cupy.asarray copies onto the current device, from the host or another GPU
-            cb = cp.asarray(self.codebook)
-            note_codebook(cb, host_cb)
-            return replace(self, packed=cp.asarray(self.packed), absmax=cp.asarray(self.absmax), codebook=cb)
+        return gpu_copy(self, device, ("packed", "absmax"))
 
     def cpu(self) -> "KbitWeight":
         if not self.on_gpu:
