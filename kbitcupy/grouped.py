@@ -754,17 +754,22 @@ def _launch(A, bank, ids, offs, out, max_tokens, plan_override=None, impl=None, 
 
 
 def grouped_gemv_fused(A, bank, ids, offs, rows: int, max_tokens: int, *, a_rows=None, a_silu: bool = False,
-                       out=None, ids_stable: bool = False):
+                       out=None, ids_stable: bool = False, check_devices: bool = True):
     """The grouped GEMV with a MoE step fused into its A staging (kbitcupy.moe.moe_forward):
     a_rows (device int32 [rows]): output row r multiplies A[a_rows[r]] (the row gather; A
     is the unsorted [T, K] input, a row index outside [0, T) reads as zeros); a_silu: A is
     [rows, 2K] = [gate | up] and the row multiplied is silu(gate) * up, rounded to A's
     dtype once (as silu_mul).  Device ids / offsets as for grouped_matmul (guarded on the
     device); PDL and ids_stable as for grouped_matmul.  Returns out (a new [rows, N] array if
-    None); no sync."""
+    None); no sync.  check_devices: refuse a CPU bank and arrays off the current device (moe_forward checked
+    its arrays once and passes False)."""
     import cupy as cp
 
     N, K = bank.shape
+    if check_devices:
+        if not bank.on_gpu:
+            raise ValueError("bank is on the CPU; call bank.cuda()")
+        check_same_device(A=A, bank=bank.packed, ids=ids, offs=offs, a_rows=a_rows, out=out)
     if A.shape[1] != (2 * K if a_silu else K):
         raise ValueError(f"A must have {2 * K if a_silu else K} columns, got {A.shape[1]}")
     if a_rows is None and A.shape[0] != rows:

@@ -355,11 +355,13 @@ def expert_mlp(x_, bank_gu, bank_dn, routing: MoeRouting, mt: int, *, method: st
     fg, fs = fusions if fusions is not None else _decode_fusions(x_, bank_gu, bank_dn, mt, int(ids.size))
     gm = dict(method=method, check=check, chained=True)
     if fg:
-        h = grouped_gemv_fused(x_, bank_gu, ids, offs, P, mt, a_rows=routing.sorted_token, out=out("h", 2 * I))
+        h = grouped_gemv_fused(x_, bank_gu, ids, offs, P, mt, a_rows=routing.sorted_token, out=out("h", 2 * I),
+                               check_devices=False)  # (moe_forward checked its arrays)
     else:
         h = grouped_matmul(gather_rows(x_, routing, out=out("A", H)), bank_gu, ids, offs, mt, out=out("h", 2 * I), **gm)
     if fs:
-        return grouped_gemv_fused(h, bank_dn, ids, offs, P, mt, a_silu=True, out=out("y", H), ids_stable=True)
+        return grouped_gemv_fused(h, bank_dn, ids, offs, P, mt, a_silu=True, out=out("y", H), ids_stable=True,
+                                  check_devices=False)
     return grouped_matmul(silu_mul(h[:, :I], h[:, I:], out=out("act", I)), bank_dn, ids, offs, mt, out=out("y", H),
                           **gm)
 

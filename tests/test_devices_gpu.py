@@ -103,6 +103,28 @@ def test_low_level_kernels_refuse_another_current_device(rng, monkeypatch):
     assert bool(cp.isnan(out).all())  # nothing ran
 
 
+def test_grouped_gemv_fused_refuses_arrays_off_the_current_device(rng, monkeypatch):
+    """grouped_gemv_fused (moe_forward's fused step, also callable alone) checks its own arrays: a CPU bank, or
+    arrays on a device that is not the current one, raise before any launch."""
+    from kbitcupy.grouped import grouped_gemv_fused, quantize_experts
+
+    cp = _cp()
+    bank = quantize_experts(cp.asarray(rng.standard_normal((4, 64, 128), dtype=np.float32) * 0.02), 4)
+    A = cp.asarray(rng.standard_normal((3, 128), dtype=np.float32)).astype(cp.float16)
+    ids, offs = cp.asarray([2, 0], cp.int32), cp.asarray([0, 1, 3], cp.int32)
+    out = cp.full((3, 64), np.nan, cp.float16)
+    with pytest.raises(ValueError, match=r"bank is on the CPU"):
+        grouped_gemv_fused(A, bank.cpu(), ids, offs, 3, 2, out=out)
+    real = cp.cuda.runtime.getDevice()
+    with monkeypatch.context() as m:
+        m.setattr(_arrays, "current_device", lambda: real + 1)
+        with pytest.raises(ValueError, match=rf"arrays are on device {real} but the current CuPy device is {real + 1}"):
+            grouped_gemv_fused(A, bank, ids, offs, 3, 2, out=out)
+    assert bool(cp.isnan(out).all())  # nothing ran
+    grouped_gemv_fused(A, bank, ids, offs, 3, 2, out=out)  # on the current device: runs
+    assert not bool(cp.isnan(out).any())
+
+
 # ----------------------------------------------------------------------------- two GPUs
 @two_gpus
 def test_cupy_calls_run_on_their_inputs_device(rng):
