@@ -16,3 +16,24 @@ if [ "$STEP" = x2 ]; then
   echo "== other-GPU host cost"; timeout 120 python3 profiling/device_overhead.py 2>&1 | tee "$W/device_overhead60.log"
   finish_run run60
 fi
+# Result (x2, H200 x2, git 387014e, `x2_gpu_tests_devices60.log`, `x2_device_probe60.log`, `x2_device_overhead60.log`):
+#   45 passed (test_devices_gpu 8 with the two-GPU ones, test_launch_gpu 18, test_layers_gpu 19).  Probe: every case
+#   ok, the low-level gemv refusing by name.  Host cost, us a call (arrays on GPU 1; median of 5 x 300 calls): same GPU
+#   current 5.1-5.3 (KV M = 1's 8.0 was the first timed case), GPU 0 current 6.1-6.5 (the plan's switch: +1.0-1.2),
+#   no out= 8.9-9.4, the plan off 19.8-21.0; torch 5.7-5.9 / 6.8-7.2.  Every output equal to the same-GPU call's.
+# STEP=suiteA / suiteB (kind nvidia-h200): the whole GPU suite on the final tree (the review commit 69f9745 touched
+#   stream_ctx, torch_to_cupy, the weights' .cuda() and the fast path's device compare, which every API test crosses;
+#   the fifty-second session's suite ran before it).
+# Expect: every test passes; no kernel changed since 105e847.
+if [ "$STEP" = suiteA ]; then
+  gpu_tests "$W/gpu_tests_suite60a.log" 560 -rs tests/test_devices_gpu.py tests/test_gemv_gpu.py \
+    tests/test_checks_gpu.py tests/test_gemm_gpu.py tests/test_quantize_gpu.py tests/test_bench.py tests/test_torch_ops.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_suite60a.log" | head -20
+  finish_run run60
+fi
+if [ "$STEP" = suiteB ]; then
+  gpu_tests "$W/gpu_tests_suite60b.log" 560 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py tests/test_pdl_gpu.py \
+    tests/test_layers_gpu.py tests/test_launch_gpu.py tests/test_gemv_stream_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_suite60b.log" | head -20
+  finish_run run60
+fi
