@@ -25,16 +25,9 @@ fi
 #   stream_ctx, torch_to_cupy, the weights' .cuda() and the fast path's device compare, which every API test crosses;
 #   the fifty-second session's suite ran before it).
 # Expect: every test passes; no kernel changed since 105e847.
-if [ "$STEP" = suiteA ]; then
-  gpu_tests "$W/gpu_tests_suite60a.log" 560 -rs tests/test_devices_gpu.py tests/test_gemv_gpu.py \
-    tests/test_checks_gpu.py tests/test_gemm_gpu.py tests/test_quantize_gpu.py tests/test_bench.py tests/test_torch_ops.py
-  grep -E "^E  |FAILED" "$W/gpu_tests_suite60a.log" | head -20
-  finish_run run60
-fi
-if [ "$STEP" = suiteB ]; then
-  gpu_tests "$W/gpu_tests_suite60b.log" 560 tests/test_wgmma_gpu.py tests/test_grouped_gpu.py tests/test_pdl_gpu.py \
-    tests/test_layers_gpu.py tests/test_launch_gpu.py tests/test_gemv_stream_gpu.py
-  grep -E "^E  |FAILED" "$W/gpu_tests_suite60b.log" | head -20
+if [ "$STEP" = suiteA ] || [ "$STEP" = suiteB ]; then
+  part=${STEP#suite}
+  gpu_suite "$part" "$W/gpu_tests_suite60$(echo "$part" | tr AB ab).log"
   finish_run run60
 fi
 # Result (suiteA / suiteB, H200, git 5289508 = 387014e's package and tests, `gpu_tests_suite60a.log`,
