@@ -33,3 +33,13 @@ fi
 # Result (suiteA / suiteB, H200, git 5289508 = 387014e's package and tests, `gpu_tests_suite60a.log`,
 #   `gpu_tests_suite60b.log`): 219 passed + 5 skipped (the two-GPU tests, run on the x2 above), 401 passed (553 s of the
 #   560 s limit, cold compiles) -- the whole GPU suite on the final code, 620 passed.
+# STEP=dq (kind nvidia-h200): what bounds the dequant + cuBLAS path at M = 256 / 512 (issue 4's 0.64x / 0.71x; there
+#   dispatch runs dq+cuBLAS on most shapes).  profiling/dq_probe.py: the dequantize kernel against the speed of light of
+#   its own traffic (packed read + fp16 write; the write alone), and cuBLAS on the just-written buffer against cuBLAS
+#   on the buffer alone (L2-resident) and on cold fp16 copies.  A probe for the next session: no source change.
+# Expect: gate/up dq ~7.6 us (eighth session); rw_sol 5-7 (26.6 MB at the write-back rate), so dq / rw_sol 1.1-1.5; the
+#   write alone faster if the L2 absorbs it; cuBLAS after the dequantize between gemm_hot and gemm_cold.
+if [ "$STEP" = dq ]; then
+  timeout 300 python3 profiling/dq_probe.py 2>&1 | tee "$W/dq_probe60.log"
+  finish_run run60
+fi
