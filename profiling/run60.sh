@@ -43,3 +43,10 @@ if [ "$STEP" = dq ]; then
   timeout 300 python3 profiling/dq_probe.py 2>&1 | tee "$W/dq_probe60.log"
   finish_run run60
 fi
+# Result (dq, H200, git dbfaec8, `dq_probe60.log`; us, k = 4 fp16): the dequantize runs at its traffic's speed of light
+#   -- dq / rw_sol 1.00 / 1.04 / 1.04 / 1.08 / 1.13 (gate/up 7.30 vs 7.32, down 7.57 vs 7.28, Q 6.36 vs 6.11, O 6.52 vs
+#   6.05, KV 2.49 vs 2.21) -- and the fp16 write alone is most of it (wr_sol gate/up 5.65: 21 MB at ~3.7 TB/s, not
+#   absorbed by the L2).  cuBLAS right after it (dq_gemm - dq) is no faster than on cold fp16 copies (gate/up M = 256
+#   11.16 vs cold 10.43, the buffer alone 10.63; M = 512 18.01 / 17.89 / 16.97).  So dq+cuBLAS = fp16 GEMM + the
+#   fp16 write (gate/up M = 256 18.46 = 0.57x of 10.43): no dequantize kernel brings it within 1.15x; only the fused
+#   kernels can (as the third session's note said from the bytes; now measured).
