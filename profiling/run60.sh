@@ -51,13 +51,13 @@ fi
 #   fp16 write (gate/up M = 256 18.46 = 0.57x of 10.43): no dequantize kernel brings it within 1.15x; only the fused
 #   kernels can (as the third session's note said from the bytes; now measured).
 # STEP=tok (kind nvidia-h200): the dense wgmma kernel at TOK = 256 (two m64n128 a k16; 191 registers, no spills, four
-#   stages; instantiated, taken only when asked for) against the plan's TOK at M = 256 / 384 / 512, every dense shape,
+#   stages; instantiated, taken only when asked for) against the plan's TOK at M = 256 / 512, every dense shape,
 #   k = 4 (profiling/tok_probe.py).  Why: at M = 256 the plan runs two 128-token tiles, so every weight is dequantized
 #   twice; the forty-eighth session's probe priced a 256-token tile ~18 % cheaper a token, and gate/up's 40 strips at
 #   TOK = 128 x 2 tiles run 80 CTAs of the whole K (52 SMs idle) where one 256-token tile takes 3 splits on 120.
 # Expect: M = 256 gate/up / Q / linear value (2048-K shapes, few splits today) 10-30 % faster; down / O (already 4-8
 #   splits) within +-10 % (their partials double); M = 512 mixed against TOK = 192; every output within 1e-2.
 if [ "$STEP" = tok ]; then
-  timeout 280 python3 profiling/tok_probe.py 2>&1 | tee "$W/tok_probe60.log"
+  timeout 250 python3 profiling/tok_probe.py --M 256,512 2>&1 | tee "$W/tok_probe60.log"
   finish_run run60
 fi
