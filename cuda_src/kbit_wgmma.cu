@@ -4,7 +4,7 @@
 // bound with 4-warp CTAs and re-dequantizes every weight per 16-token block.  Here the
 // dequantized weights are wgmma's *register* A operand (64 weight columns per
 // warpgroup = the m64 side) and the tokens the shared-memory B operand (TOK tokens =
-// the n side, 16..256), so one dequantized fragment feeds TOK tokens, the MMA runs
+// the n side, 16..192), so one dequantized fragment feeds TOK tokens, the MMA runs
 // asynchronously while the warps dequantize the next K tile, and the tokens move in their
 // natural K order (by TMA, or 16-byte cp.async copies in kbit_wgmma; see "TMA" below).
 //
@@ -386,7 +386,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
                                           const KbitTmap* tmap = nullptr, int tma_row0 = 0) {
     static_assert(TOK == 16 || TOK == 32 || TOK == 64 || TOK == 128 || TOK == 192 || TOK == 256, "TOK");
     constexpr int NACC = TOK / 2;                   // fp32 accumulators per thread (m64 x TOK / 128)
-    constexpr int NSUB = TOK >= 64 ? TOK / 64 : 1;  // n64 sub-MMAs per k16 (TOK = 64, 192)
+    constexpr int NSUB = TOK >= 64 ? TOK / 64 : 1;  // n64 sub-MMAs per k16 (TOK = 64, 192, 256)
     constexpr int A_BYTES = TOK * 128;              // tokens x 64 elements
     constexpr int W_BYTES = 1024 * K;               // one layout tile: 128 cols x 2 blocks x K words
     constexpr int STAGE_BYTES = (A_BYTES + W_BYTES + 256 + 1023) / 1024 * 1024;  // 1024-aligned (swizzle)
@@ -618,14 +618,6 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
             wgmma_tile_n32(*reinterpret_cast<float(*)[16]>(&acc[0]), fr, bd, T());
         } else if (TOK == 128) {  // one m64n128 per k16 (the same accumulator layout as two n64)
             wgmma_tile_n128(*reinterpret_cast<float(*)[64]>(&acc[0]), fr, bd, T());
-        } else if (TOK == 256) {  // two m64n128 per k16 (tokens 128.. : 128 rows of 128 bytes on), as TOK = 128's
-#pragma unroll
-            for (int sub = 0; sub < 2; sub++) {
-                unsigned long long bs[4];
-#pragma unroll
-                for (int j = 0; j < 4; j++) bs[j] = bd[j] + ((16384ull * sub) >> 4);
-                wgmma_tile_n128(*reinterpret_cast<float(*)[64]>(&acc[64 * sub]), fr, bs, T());
-            }
         } else {
 #pragma unroll
             for (int sub = 0; sub < NSUB; sub++) {  // tokens 64 sub.. : 64 rows of 128 bytes on

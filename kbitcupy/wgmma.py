@@ -37,10 +37,6 @@ from .reference import TILE_K, TILE_N, bfloat16
 
 THREADS = 256
 TOK_CHOICES = (16, 32, 64, 128, 192)
-# The dense kernel's token tiles: TOK_CHOICES (the plan's) and 256 (two m64n128 a k16, 191 registers, four stages),
-# taken only where asked for (plan / wgmma_gemm tok=256): one token tile at M = 256 halves the dequantizations a
-# weight against two of 128 (the fifty-third session's experiment, profiling/run60.sh tok).
-DENSE_TOKS = TOK_CHOICES + (256,)
 # The grouped kernel's loop over extra token tiles (max_tokens too small) costs 15-50
 # registers; at TOK = 192 it would spill, so the grouped kernel stops at 128.
 GROUPED_TOK_CHOICES = (16, 32, 64, 128)
@@ -101,7 +97,7 @@ def _instances():
             # us), all of it from the tables built before the wait (-DKBIT_WG_CBD_LATE: as the loaded codebook);
             # grouped ("grouped_cbd", tables after the wait: before it was 0.3-1.9 % slower) -0.6 % at 32 / 64
             # tokens per expert (8 experts), equal elsewhere
-            for tok in DENSE_TOKS:
+            for tok in TOK_CHOICES:
                 inst[(k, t, tok)] = f"kbit_wgmma<{k}, {CTYPE[t]}, {tok}>"
                 inst[("cbd", k, t, tok)] = f"kbit_wgmma<{k}, {CTYPE[t]}, {tok}, true>"
                 inst[("tma", k, t, tok)] = f"kbit_wgmma_tma<{k}, {CTYPE[t]}, {tok}>"
@@ -255,8 +251,8 @@ def grouped_splits(k_tiles: int, sms: int, occ: int, tiles: int, tok: int, k: in
 # split count fills one CTA per SM; the workspace sum costs WS_SPLIT_US[TOK] per split more than the
 # cluster sum (TOK = 128, 8 splits: ~4.2 us; down / O / linear key at M = 128 ran 9-25 % faster on 6
 # clustered splits than on 8 through the workspace).
-TILE_US = {16: 0.45, 32: 0.48, 64: 0.5, 128: 0.66, 192: 0.85, 256: 1.05}  # (256: extrapolated, not measured)
-WS_SPLIT_US = {16: 0.03, 32: 0.14, 64: 0.2, 128: 0.58, 192: 0.9, 256: 1.2}
+TILE_US = {16: 0.45, 32: 0.48, 64: 0.5, 128: 0.66, 192: 0.85}
+WS_SPLIT_US = {16: 0.03, 32: 0.14, 64: 0.2, 128: 0.58, 192: 0.9}
 
 
 def dense_splits(k_tiles: int, sms: int, tiles: int, tok: int, clustered) -> int:
@@ -437,7 +433,7 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     if tok is None:
         n_tiles = -(-N // TILE_N)
         tok = fill_tok(choose_tok(M, TOK_CHOICES, n_tiles, info["sms"], -(-K // TILE_K)), M, n_tiles, info["sms"])
-    tok = _check_tok(int(tok), DENSE_TOKS)
+    tok = _check_tok(int(tok))
     p = Plan()
     variant = ("tma_" if tma else "") + ("cbd" if cbd else "")  # instance key prefix ("": the plain kernel)
     p.fn = WGMMA.function((variant.rstrip("_"), k, dtype_name, tok) if variant else (k, dtype_name, tok))

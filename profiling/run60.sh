@@ -61,3 +61,10 @@ if [ "$STEP" = tok ]; then
   timeout 250 python3 profiling/tok_probe.py --M 256,512 2>&1 | tee "$W/tok_probe60.log"
   finish_run run60
 fi
+# Result (tok, H200, git 7a88aaf, `tok_probe60.log`; us, k = 4): TOK = 256 slower in all 14 cells, every output right
+#   (max err 4-6e-4).  TOTAL M = 256 106.37 -> 127.74 (x1.20), M = 512 144.85 -> 175.87 (x1.21); gate/up M = 256 20.91
+#   -> 22.94 (3 workspace splits on 120 CTAs against 1 on 80), Q / linear value M = 256 x1.32, KV x1.48.  Per token the
+#   256-token K tile is the cheaper one where nothing else changes (gate/up M = 512, one split each: ~1.08 us a 256-token
+#   tile, 4.2 ns a token, against TOK = 192's 4.7 and 128's 5.1), but at M = 256 / 512 it halves the CTAs, and the
+#   splits that refill the SMs exchange 128 KB partials a CTA.  Removed (profiling/patches/session53-wg-tok256.patch:
+#   the kernel branch, the instantiations, the plan's explicit tok=256; tok_probe.py kept).

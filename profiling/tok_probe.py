@@ -7,6 +7,8 @@ Per shape and M (fp16, fresh random weight and activations): wgmma_gemm with the
 (wg256; its split count from the plan's model), and the dispatched matmul, us per launch (cold-L2 rotation over R
 weight copies, CUDA-graph replay, as bench.py), each output poisoned first and checked against the float64 product
 with the dequantized weight (max error relative to the largest |ref|; 'BAD' over 1e-2).  Plans printed.
+TOK = 256 was measured and removed (fifty-third session: slower everywhere); to run this again apply
+profiling/patches/session53-wg-tok256.patch (git apply) first.
 """
 import argparse
 import os
