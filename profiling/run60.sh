@@ -68,3 +68,16 @@ fi
 #   tile, 4.2 ns a token, against TOK = 192's 4.7 and 128's 5.1), but at M = 256 / 512 it halves the CTAs, and the
 #   splits that refill the SMs exchange 128 KB partials a CTA.  Removed (profiling/patches/session53-wg-tok256.patch:
 #   the kernel branch, the instantiations, the plan's explicit tok=256; tok_probe.py kept).
+# STEP=glate (kind nvidia-h200): the grouped decode GEMV's late ring fill (step 1 once step 0 has landed; the hook
+#   -DKBIT_GROUPED_LATE=true, default only at k = 5) at k = 4 on the H200.  It was measured on the H100 only (twentieth
+#   session: +0.3-0.6 us at k = 2 / 4); the dense kernel's late fill, also fitted on the H100, was re-measured on the
+#   H200 in the fifty-first session and gained 4-5 % on the gate/up-wide shapes.  moe_ab.py, 1 token, 8 / 10 experts,
+#   gate/up fused and down, the default launch and the stable one (+stable=1, as moe_forward's down), two passes.
+# Expect: within +-3 % (the H100 said slower); a gain on gate/up fused (640 groups, 5 an SM) if the H200 repeats the
+#   dense kernel's reading.
+if [ "$STEP" = glate ]; then
+  MS=1 ES=8,10 KS=4 MOE_MMA=0 \
+    MOE_VARIANTS="late:-DKBIT_GROUPED_LATE=true;st:+stable=1;late_st:-DKBIT_GROUPED_LATE=true +stable=1" \
+    moe_ab_twice glate60 150
+  finish_run run60
+fi
