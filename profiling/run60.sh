@@ -81,3 +81,7 @@ if [ "$STEP" = glate ]; then
     moe_ab_twice glate60 150
   finish_run run60
 fi
+# Result (glate, H200, git 923371c, `moe_glate60_{1,2}.log`; us, k = 4, 1 token): the late fill slower in every cell of
+#   both passes, +2..+5 % -- gate/up fused 8 / 10 experts 6.20 / 7.26 -> 6.43 / 7.51 (stable 5.79 / 7.21 -> 5.97 /
+#   7.59), down 4.28 / 4.92 -> 4.40 / 5.09 (stable 3.90 / 4.50 -> 4.03 / 4.62); TOTAL 10 experts 12.18 -> 12.60.  The
+#   H100's reading holds on the H200: the default (late at k = 5 only) stays.
