@@ -85,3 +85,12 @@ fi
 #   both passes, +2..+5 % -- gate/up fused 8 / 10 experts 6.20 / 7.26 -> 6.43 / 7.51 (stable 5.79 / 7.21 -> 5.97 /
 #   7.59), down 4.28 / 4.92 -> 4.40 / 5.09 (stable 3.90 / 4.50 -> 4.03 / 4.62); TOTAL 10 experts 12.18 -> 12.60.  The
 #   H100's reading holds on the H200: the default (late at k = 5 only) stays.
+# STEP=gkeep (kind nvidia-h200): the grouped GEMV's safe early (stable) mode keeping its first word offsets from before
+#   the wait, as the dense kernel does (hook -DKBIT_GROUPED_KEEP_ADDR=true; H100 only so far, thirtieth session: k = 4
+#   gate/up fused + down 10.24 / 12.55 -> 10.67 / 12.87 us).  It acts in the stable launch only (moe_forward's down).
+# Expect: within +-3 % or slower, as on the H100.
+if [ "$STEP" = gkeep ]; then
+  MS=1,4 ES=8,10 KS=4 MOE_MMA=0 MOE_GEMV=0 \
+    MOE_VARIANTS="st:+stable=1;keep_st:-DKBIT_GROUPED_KEEP_ADDR=true +stable=1" moe_ab_twice gkeep60 100
+  finish_run run60
+fi
