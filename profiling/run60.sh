@@ -94,3 +94,7 @@ if [ "$STEP" = gkeep ]; then
     MOE_VARIANTS="st:+stable=1;keep_st:-DKBIT_GROUPED_KEEP_ADDR=true +stable=1" moe_ab_twice gkeep60 100
   finish_run run60
 fi
+# Result (gkeep, H200, git 184b176, `moe_gkeep60_{1,2}.log`; us, k = 4, stable launch): down slower in every cell of
+#   both passes (8 / 10 experts 1 token 3.91 / 4.51 -> 4.02 / 4.62, 4 tokens 3.95 / 4.56 -> 4.05 / 4.67: +2.2..+2.8 %);
+#   gate/up fused within -1.2..+0.7 % (10 experts 1 token 7.24 / 7.27 -> 7.15 / 7.18).  moe_forward runs only down in
+#   the stable launch, so it would lose ~0.1 us: the hook stays off.
