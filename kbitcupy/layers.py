@@ -15,6 +15,7 @@ otherwise it loops over the active experts with ``kbitcupy.matmul``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import warnings
@@ -153,7 +154,7 @@ class KbitLinear:
         self.splits = tuple(int(s) for s in splits) if splits else (weight.N,)
         if sum(self.splits) != weight.N:
             raise ValueError(f"splits {self.splits} must add up to N = {weight.N}")
-        with _target(None, weight)[1]:  # the bias on the weight's GPU
+        with on_gpu_device(gpu_index_of(weight.packed)):  # the bias on the weight's GPU
             self.bias = _array(bias, weight.on_gpu, _F32)
         if self.bias is not None and self.bias.shape != (weight.N,):
             raise ValueError(f"bias must have shape ({weight.N},), got {tuple(self.bias.shape)}")
@@ -246,6 +247,8 @@ class KbitLinear:
             from .torch_ops import kbit_linear
 
             return kbit_linear(x, *self.torch_tensors())
+        if self.bias is None:
+            return matmul(x, self.weight, out=out)  # (matmul runs on x's device by itself)
         with stream_ctx(x):  # the bias add on x's device too
             return _add_bias(matmul(x, self.weight, out=out), self.bias)
 
@@ -316,7 +319,8 @@ class KbitMLP:
         return sum(l.nbytes for l in (self.down, self.gate_up, self.gate, self.up) if l is not None)
 
     def __call__(self, x):
-        with stream_ctx(x):  # on x's device (torch tensors: torch ops; CuPy: the current stream)
+        # CuPy: on x's device; torch tensors: torch ops and the custom op, which follow their tensors by themselves
+        with contextlib.nullcontext() if _is_torch(x) else stream_ctx(x):
             if self.gate_up is not None:
                 g, u = self.gate_up.split(self.gate_up(x))
             else:
