@@ -393,3 +393,122 @@ def test_wgmma_tma_cuda_graph_and_new_buffers(rng):
         o2 = cp.full((M2, 4096), np.nan, dtype=np.float16)
         wgmma_gemm(A2, q, o2, tma=True)
         assert _rel(o2, A2.astype(cp.float64) @ Wd.T) < TOL["float16"]
+
+
+# The stream-K schedule (wgmma_gemm(..., streamk=)): grids of 1 CTA (every tile in one range), a few (ranges of many
+# tiles, tiles cut among several CTAs), one per SM (True), one per unit where that is at most 300 CTAs.
+def _streamk_grids(M, N, K, tok):
+    units = -(-M // tok) * -(-N // 128) * -(-K // 64)
+    return [1, 3, 7, 13, True] + ([units] if units <= 300 else [])
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_wgmma_streamk_matches_reference(k, rng):
+    """Every dtype, shapes with K % 64 == 32 and N not a multiple of 128, M past a token tile; each stream-K
+    output poisoned first, checked against the float64 product, and equal bit for bit on a second launch (the
+    exchange adds in a fixed order)."""
+    import cupy as cp
+
+    from kbitcupy.wgmma import choose_tok, wgmma_gemm
+
+    for (N, K) in ((5120, 2048), (2048, 5120), (201, 160), (1000, 288)) if k == 4 else ((1000, 288), (512, 2048)):
+        q, Wd = _weight(N, K, k, rng)
+        for dt in DTYPES:
+            for M in (5, 130, 256):
+                A = _A(M, K, dt, rng)
+                ref = A.astype(cp.float64) @ Wd.T
+                for g in _streamk_grids(M, N, K, choose_tok(M)):
+                    out = cp.full((M, N), np.nan, dtype=dt)
+                    wgmma_gemm(A, q, out, streamk=g)
+                    err = _rel(out, ref)
+                    assert err < TOL[_dn(dt)], ((N, K), k, _dn(dt), M, g, err)
+                    out2 = cp.full((M, N), np.nan, dtype=dt)
+                    wgmma_gemm(A, q, out2, streamk=g)
+                    assert bool((out2.view(cp.uint16) == out.view(cp.uint16)).all()), ((N, K), k, M, g)
+
+
+def test_wgmma_streamk_every_tok_and_both_load_paths(rng):
+    """Every TOK variant, the TMA and the cp.async kernels, the default-codebook kernel."""
+    import cupy as cp
+
+    from kbitcupy.wgmma import TOK_CHOICES, wgmma_gemm
+
+    for (N, K) in ((200, 96), (1000, 288)):
+        q, Wd = _weight(N, K, 4, rng)
+        for M in (3, 100):
+            A = _A(M, K, np.float16, rng)
+            ref = A.astype(cp.float64) @ Wd.T
+            for tok in TOK_CHOICES:
+                for tma in (True, False):
+                    for g in (2, 5):
+                        out = cp.full((M, N), np.nan, dtype=np.float16)
+                        wgmma_gemm(A, q, out, tok=tok, tma=tma, streamk=g)
+                        err = _rel(out, ref)
+                        assert err < TOL["float16"], ((N, K), M, tok, tma, g, err)
+
+
+def test_wgmma_streamk_no_writes_outside_out(rng):
+    import cupy as cp
+
+    from kbitcupy.wgmma import wgmma_gemm
+
+    for (N, K) in ((201, 160), (136, 288)):
+        q, Wd = _weight(N, K, 4, rng)
+        for M in (17, 150):
+            A = _A(M, K, np.float16, rng)
+            big = cp.full((M + 2, N), np.nan, dtype=np.float16)
+            out = big[1:M + 1]
+            wgmma_gemm(A, q, out, streamk=3)
+            assert bool(cp.isnan(big[0]).all()) and bool(cp.isnan(big[M + 1]).all())
+            assert _rel(out, A.astype(cp.float64) @ Wd.T) < TOL["float16"]
+
+
+def test_wgmma_streamk_two_streams_graph_and_repeats(rng):
+    """Two streams launching stream-K grids of one CTA per SM at once, ten times each (the owners wait only for
+    lower CTAs: no deadlock however the two grids share the SMs; counters zero again after every launch), then
+    the same call captured in a CUDA graph and replayed, equal to the eager call bit for bit."""
+    import cupy as cp
+
+    from kbitcupy.wgmma import wgmma_gemm
+
+    q, Wd = _weight(2048, 2048, 4, rng)
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+    As = [_A(130 + 126 * s, 2048, np.float16, rng) for s in range(2)]
+    refs = [A.astype(cp.float64) @ Wd.T for A in As]
+    cp.cuda.get_current_stream().synchronize()
+    outs = [[], []]
+    for it in range(10):
+        for s in range(2):
+            with streams[s]:
+                o = cp.full((As[s].shape[0], 2048), np.nan, dtype=np.float16)
+                wgmma_gemm(As[s], q, o, streamk=True)
+                outs[s].append(o)
+    for s in range(2):
+        streams[s].synchronize()
+        for o in outs[s]:
+            assert _rel(o, refs[s]) < TOL["float16"], s
+            assert bool((o.view(cp.uint16) == outs[s][0].view(cp.uint16)).all())
+    s = streams[0]
+    A, out = As[1], cp.full((As[1].shape[0], 2048), np.nan, dtype=np.float16)
+    with s:
+        wgmma_gemm(A, q, cp.empty_like(out), streamk=True)  # this stream's workspace sized before the capture
+    graph = _capture(s, lambda: wgmma_gemm(A, q, out, streamk=True))
+    with s:
+        graph.launch(s)
+        graph.launch(s)
+    s.synchronize()
+    assert bool((out.view(cp.uint16) == outs[1][0].view(cp.uint16)).all())
+
+
+def test_wgmma_streamk_refuses_split_arguments(rng):
+    import cupy as cp
+
+    from kbitcupy.wgmma import wgmma_gemm
+
+    q, _ = _weight(256, 256, 4, rng)
+    A = _A(8, 256, np.float16, rng)
+    out = cp.empty((8, 256), dtype=np.float16)
+    with pytest.raises(ValueError, match="streamk"):
+        wgmma_gemm(A, q, out, streamk=True, k_splits=2)
+    with pytest.raises(ValueError, match="streamk"):
+        wgmma_gemm(A, q, out, streamk=-3)
