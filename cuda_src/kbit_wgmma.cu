@@ -215,7 +215,9 @@ __device__ __forceinline__ u32 lds_scale(u32 abs_addr, u32 s2_base) {
 // Timeline probe (profiling/wgmma_trace.py builds with -DKBIT_WG_TRACE): thread 0 of each
 // CTA stores clock64 at the phase boundaries (slots 0..5), globaltimer at entry / exit
 // (6, 7), its SM (8) and whether it summed the split-K partials (9); the cluster sum's steps (10:
-// partial stored, 11: first cluster barrier passed, 12: its share summed and stored).
+// partial stored, 11: first cluster barrier passed, 12: its share summed and stored), in a stream-K
+// owner's exchange 10: the others counted, 11: their slots added; kbit_wg_sktrace: globaltimer at the
+// start of a stream-K CTA's pieces 0..2 and at its end (slot 3).
 #ifdef KBIT_WG_TRACE
 #define KBIT_WG_TRACE_STRIDE 13
 __device__ unsigned long long kbit_wg_trace[65536 * KBIT_WG_TRACE_STRIDE];
@@ -231,7 +233,15 @@ __device__ unsigned long long kbit_wg_itrace[65536 * KBIT_WG_ITS * 8];
         if (threadIdx.x == 0 && blockIdx.x < 65536 && (it) < KBIT_WG_ITS)                                     \
             kbit_wg_itrace[((long)blockIdx.x * KBIT_WG_ITS + (it)) * 8 + (i)] = (v);                          \
     } while (0)
+__device__ unsigned long long kbit_wg_sktrace[65536 * 4];
+#define KBIT_WG_SK(i, v)                                                                           \
+    do {                                                                                           \
+        if (threadIdx.x == 0 && blockIdx.x < 65536 && (i) < 4) kbit_wg_sktrace[blockIdx.x * 4 + (i)] = (v); \
+    } while (0)
 #else
+#define KBIT_WG_SK(i, v) \
+    do {                 \
+    } while (0)
 #define KBIT_WG_T(i, v) \
     do {                \
     } while (0)
@@ -400,6 +410,7 @@ __device__ __forceinline__ bool streamk_fixup(float (&acc)[NACC], float* __restr
             if (n == (1u << 24)) __trap();  // a lost contributor: fail, do not hang
         counters[tile] = 0;  // every contributor has counted: zero again for the next launch
     }
+    KBIT_WG_T(10, clock64());
     __syncthreads();  // thread 0's acquire before everyone's loads
     const float* src = ws + (long)(blockIdx.x - (k_splits - 1)) * SLOT + 4 * tid;
     for (int sp = 0; sp < k_splits - 1; sp++) {
@@ -415,6 +426,7 @@ __device__ __forceinline__ bool streamk_fixup(float (&acc)[NACC], float* __restr
             }
         }
     }
+    KBIT_WG_T(11, probe_clock_after(__float_as_uint(acc[0])));
     return true;
 }
 
@@ -876,11 +888,13 @@ __device__ __forceinline__ void wgmma_dense(const KbitTmap* tmap, const T* __res
                 __syncthreads();  // the previous piece's epilogue still reads the stage buffers
                 if (TMA) kbit_wgmma_detail::tma_inval<K, LC>(stages);  // wgmma_cta initializes them again
             }
+            KBIT_WG_SK(t_last - t, probe_gtime());
             kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, LC, KBIT_WG_DENSE_SUM64, TMA>(
                 A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, t % m_tiles, t / m_tiles, (int)(g - g_lo),
                 (int)(g_hi - g_lo + 1), stages, tensor_scale, vec8, t, 0, pdl == 1 && first, false, early || !first,
                 tmap, 0, lo, hi, true);
         }
+        KBIT_WG_SK(3, probe_gtime());
         return;
     }
     int mt, split, nt;

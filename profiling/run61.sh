@@ -18,3 +18,24 @@ if [ "$STEP" = sk ]; then
   gpu_tests "$W/gpu_tests_streamk61.log" 240 tests/test_wgmma_gpu.py -k streamk
   grep -E "^E  |FAILED" "$W/gpu_tests_streamk61.log" | head -20
 fi
+# Result (sk, H200, git 0422c95, `streamk_probe61.log`, `gpu_tests_streamk61.log`): stream-K SLOWER in all 21 cells
+#   (sk / wg 1.005-1.70): TOTAL M = 128 59.58 -> 78.48, M = 256 81.71 -> 93.95, M = 512 112.02 -> 140.15 us; gate/up
+#   M = 256 21.69 -> 21.81 (expected ~14-15), KV 1.3-1.7x (2 units a CTA: tiles cut 16 ways).  Every probe output
+#   right and bit-stable, but the tests: k = 3 / 5 wrong at (1000, 288) M = 130 fp16 on one CTA (err 1.28 / 0.89).
+#   (The probe's fp16 column ran torch.mm outside the captured stream: nonsense, removed.)
+
+# STEP=dbg (nvidia-h200): where stream-K goes wrong (streamk_debug.py: k = 3 / 5 / 4, both load paths, stages plan /
+# 4, 1..16 CTAs) and where its time goes (wgmma_trace.py, -DKBIT_WG_TRACE: gate/up and down M = 256, split-K plan and
+# stream-K on 132 CTAs; the probe's G = 80 -- gate/up's tiles, one range each = the split-K plan's partition through
+# the stream-K code -- isolates the schedule's own overhead).
+# Expect: the wrong cases share a trait the passing ones lack; G = 80 ~ wg (21.7) if the machinery is free, and the
+# trace shows whether the owners wait, sum slowly, or the pieces run slower than 0.55 us a K tile.
+if [ "$STEP" = dbg ]; then
+  KS=3,5,4 timeout 200 python3 profiling/streamk_debug.py > "$W/streamk_debug61.log" 2>&1
+  grep -c err "$W/streamk_debug61.log"; grep -E "BAD|Error|error" "$W/streamk_debug61.log" | head -40
+  timeout 120 python3 profiling/streamk_probe.py --shapes gateup,down --M 256 --grids 0,80,128,264 > "$W/streamk_grids61.log" 2>&1
+  cat "$W/streamk_grids61.log"
+  KBIT_WGMMA_OPTS=-DKBIT_WG_TRACE CASES="d:5120,2048,256;s:5120,2048,256;s:5120,2048,256,80;d:2048,5120,256;s:2048,5120,256" \
+    timeout 150 python3 profiling/wgmma_trace.py > "$W/streamk_trace61.log" 2>&1
+  cat "$W/streamk_trace61.log"
+fi

@@ -5,8 +5,7 @@
                                       [--grids 0,132]
 
 Per shape and M (fp16, fresh random weight and activations): wgmma_gemm with the plan's split-K (wg), with
-streamk=G for every G of --grids (sk<G>; 0: True, one CTA per SM), the dispatched matmul and fp16 cuBLAS (torch.mm
-on cold copies), us per launch (cold-L2 rotation over R weight copies, CUDA-graph replay, as bench.py).  Each
+streamk=G for every G of --grids (sk<G>; 0: True, one CTA per SM) and the dispatched matmul, us per launch (cold-L2 rotation over R weight copies, CUDA-graph replay, as bench.py).  Each
 output poisoned first and checked against the float64 product with the dequantized weight (max error relative to
 the largest |ref|; 'BAD' over 1e-2) and, for stream-K, a second launch bit for bit (the fixed summation order).
 TOTAL: gateup, down, Q, O, KV (bench.py's).
@@ -22,23 +21,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cupy as cp  # noqa: E402
 
 import kbitcupy as kb  # noqa: E402
-from bench_foundation import copies_for, dense_cases, time_rotated  # noqa: E402
+from bench_foundation import dense_cases, time_rotated  # noqa: E402
 from kbitcupy.bench import TOTAL_SHAPES  # noqa: E402
 from kbitcupy import wgmma as WG  # noqa: E402
-
-
-def fp16_time(A, Wd, reps):
-    """torch.mm of A by fp16 copies of W^T rotated for a cold L2 (bench.py's fp16 column), or None without torch."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    N, K = Wd.shape
-    W16 = Wd.astype(cp.float16)
-    cps = [torch.from_dlpack(W16.copy()).t() for _ in range(copies_for(W16.nbytes))]
-    At = torch.from_dlpack(A)
-    o = torch.empty((A.shape[0], N), dtype=torch.float16, device=At.device)
-    return time_rotated([lambda w=w: torch.mm(At, w, out=o) for w in cps], reps)
 
 
 def main():
@@ -48,14 +33,13 @@ def main():
     ap.add_argument("--k", default="4")
     ap.add_argument("--grids", default="0")
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--no-fp16", action="store_true")
     args = ap.parse_args()
     rng = np.random.default_rng()
     Ms = [int(m) for m in args.M.split(",")]
     ks = [int(k) for k in args.k.split(",")]
     grids = [int(g) for g in args.grids.split(",")]
     sk_cols = [f"sk{g or ''}" for g in grids]
-    cols = ["wg"] + sk_cols + ["matmul"] + ([] if args.no_fp16 else ["fp16"])
+    cols = ["wg"] + sk_cols + ["matmul"]
     print(f"# {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}, fp16, us per launch")
     print("| shape | k | M | " + " | ".join(cols) + f" | {sk_cols[0]} / wg | plan wg | plan {sk_cols[0]} | max err |")
     print("|---|---:|---:|" + "---:|" * (len(cols) + 1) + "---|---|---|")
@@ -66,9 +50,6 @@ def main():
             fns[col] = lambda c, o, g=g: WG.wgmma_gemm(A, c, o, streamk=g or True)
         t, errs, bad = {}, {}, []
         for col in cols:
-            if col == "fp16":
-                t[col] = fp16_time(A, Wd, args.reps) or float("nan")
-                continue
             fn = fns[col]
             out.fill(np.nan)
             fn(q, out)
