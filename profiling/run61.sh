@@ -39,3 +39,24 @@ if [ "$STEP" = dbg ]; then
     timeout 150 python3 profiling/wgmma_trace.py > "$W/streamk_trace61.log" 2>&1
   cat "$W/streamk_trace61.log"
 fi
+# Result (dbg, H200, git 6c0dc1e, `streamk_debug61.log`, `streamk_grids61.log`, `streamk_trace61.log`):
+#   - Wrong: k = 3 and 5 at TOK = 128 (M = 130, two token tiles) on every grid (1..16), both load paths, both stage
+#     counts, all rows; right at TOK = 32 / 64 and at k = 4.  G = 16 on (1000, 288) is one whole tile a CTA (no
+#     exchange, one piece): still wrong, so not the exchange and not the piece loop.
+#   - gate/up M = 256: sk 21.84, sk80 (the split-K plan's partition) 24.14, sk128 22.00, sk264 32.87 against wg 21.68;
+#     down sk 22.75 / 29.13 / 21.19 / 36.04 against 19.92.
+#   - Trace, gate/up M = 256 on 132 CTAs: a CTA's span p50 20.3 us (max 21.6) for 19-20 K tiles (11 us of loop at
+#     the split-K plan's 0.549 us an iteration): the first piece's 64 KB partial store ~2-2.5 us (the split-K "partial
+#     stored" of down: 2.0-2.8), the owner's sum 0.6-1.5 us, its wait 0.2-0.6, the C store 1.1, the second piece's
+#     pipeline fill, the tables 1.0 -- ~7-9 us of fixed cost against the 6.6 us the shorter range saves.
+
+# STEP=dbg2 (nvidia-h200): the split-K path at the failing configuration (k = 3 / 5, tok=128 forced, M = 129..256,
+# one and two splits) against stream-K with one CTA per tile; then the layers' GPU tests for the fifty-third session's
+# review commit 406823f (never run on a GPU).
+# Expect: split-K right everywhere (the suite passes); if it is wrong at M = 129 / 130 too, the fault is the kernel's.
+if [ "$STEP" = dbg2 ]; then
+  timeout 200 python3 profiling/streamk_debug2.py > "$W/streamk_debug2_61.log" 2>&1
+  grep -c err "$W/streamk_debug2_61.log"; grep -E "BAD|Error" "$W/streamk_debug2_61.log" | head -60
+  gpu_tests "$W/gpu_tests_layers61.log" 250 tests/test_layers_gpu.py tests/test_devices_gpu.py
+  grep -E "^E  |FAILED" "$W/gpu_tests_layers61.log" | head -20
+fi
