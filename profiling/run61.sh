@@ -39,7 +39,7 @@ if [ "$STEP" = dbg ]; then
     timeout 150 python3 profiling/wgmma_trace.py > "$W/streamk_trace61.log" 2>&1
   cat "$W/streamk_trace61.log"
 fi
-# Result (dbg, H200, git 6c0dc1e, `streamk_debug61.log`, `streamk_grids61.log`, `streamk_trace61.log`):
+# Result (dbg, H200, git 678c736, `streamk_debug61.log`, `streamk_grids61.log`, `streamk_trace61.log`):
 #   - Wrong: k = 3 and 5 at TOK = 128 (M = 130, two token tiles) on every grid (1..16), both load paths, both stage
 #     counts, all rows; right at TOK = 32 / 64 and at k = 4.  G = 16 on (1000, 288) is one whole tile a CTA (no
 #     exchange, one piece): still wrong, so not the exchange and not the piece loop.
