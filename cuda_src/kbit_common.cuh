@@ -556,16 +556,6 @@ __device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
     asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
     return old;
 }
-// The stream-K exchange's signal (kbit_wgmma's streamk_fixup): a release add that returns nothing, and the
-// owner's acquire poll of the same counter.
-__device__ __forceinline__ void red_add_release(int* p, int v) {
-    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ int ld_acquire(const int* p) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 #ifdef KBIT_SERIAL_FIXUP  // experiment hook: the plain row-by-row loop for every NV (A/B)
 #define KBIT_SERIAL_FIXUP_ON true
 #else

@@ -215,9 +215,7 @@ __device__ __forceinline__ u32 lds_scale(u32 abs_addr, u32 s2_base) {
 // Timeline probe (profiling/wgmma_trace.py builds with -DKBIT_WG_TRACE): thread 0 of each
 // CTA stores clock64 at the phase boundaries (slots 0..5), globaltimer at entry / exit
 // (6, 7), its SM (8) and whether it summed the split-K partials (9); the cluster sum's steps (10:
-// partial stored, 11: first cluster barrier passed, 12: its share summed and stored), in a stream-K
-// owner's exchange 10: the others counted, 11: their slots added; kbit_wg_sktrace: globaltimer at the
-// start of a stream-K CTA's pieces 0..2 and at its end (slot 3).
+// partial stored, 11: first cluster barrier passed, 12: its share summed and stored).
 #ifdef KBIT_WG_TRACE
 #define KBIT_WG_TRACE_STRIDE 13
 __device__ unsigned long long kbit_wg_trace[65536 * KBIT_WG_TRACE_STRIDE];
@@ -233,15 +231,7 @@ __device__ unsigned long long kbit_wg_itrace[65536 * KBIT_WG_ITS * 8];
         if (threadIdx.x == 0 && blockIdx.x < 65536 && (it) < KBIT_WG_ITS)                                     \
             kbit_wg_itrace[((long)blockIdx.x * KBIT_WG_ITS + (it)) * 8 + (i)] = (v);                          \
     } while (0)
-__device__ unsigned long long kbit_wg_sktrace[65536 * 4];
-#define KBIT_WG_SK(i, v)                                                                           \
-    do {                                                                                           \
-        if (threadIdx.x == 0 && blockIdx.x < 65536 && (i) < 4) kbit_wg_sktrace[blockIdx.x * 4 + (i)] = (v); \
-    } while (0)
 #else
-#define KBIT_WG_SK(i, v) \
-    do {                 \
-    } while (0)
 #define KBIT_WG_T(i, v) \
     do {                \
     } while (0)
@@ -379,57 +369,6 @@ __device__ __forceinline__ void store_c(const float (&acc)[TOK / 2], unsigned ch
     }
 }
 
-// The stream-K exchange (wgmma_dense's stream-K schedule).  A tile's K tiles are cut between the consecutive
-// CTAs g_lo..g_hi (split = g - g_lo of k_splits), each walking its own range from its last tile to its
-// first: g_lo runs its piece of the tile first, the middle ones (ranges inside the tile) all their run, and
-// the owner g_hi (the tile's last K tiles) last.  The others store their partial into their CTA's slot of
-// ws (one each: a CTA's only piece that is not the owner's is the first it runs, or its whole range) and
-// count it on the tile's counter (release); the owner waits for the count (acquire), adds the slots to its
-// accumulators in split order (deterministic: the same bits in every launch of the plan), resets the
-// counter for the next launch and stores C.  No workspace round trip of the owner's own partial, and the
-// owner waits only for CTAs of lower index, which the in-order dispatch of a grid's CTAs has started
-// before it (no deadlock however few of the grid are resident).  Returns whether this CTA stores C.
-template <int NACC, int CH>
-__device__ __forceinline__ bool streamk_fixup(float (&acc)[NACC], float* __restrict__ ws, int* __restrict__ counters,
-                                              int tile, int split, int k_splits) {
-    constexpr int NV = NACC / 4;
-    constexpr long SLOT = (long)NACC * 256;  // floats of one CTA's slot: NV float4 x 256 threads
-    const int tid = threadIdx.x;
-    if (split < k_splits - 1) {
-        float* dst = ws + (long)blockIdx.x * SLOT + 4 * tid;
-#pragma unroll
-        for (int i = 0; i < NV; i++)
-            __stcg(reinterpret_cast<float4*>(dst + 1024 * i),
-                   make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-        __syncthreads();  // every thread's stores before thread 0's (cumulative) release
-        if (tid == 0) red_add_release(counters + tile, 1);
-        return false;
-    }
-    if (tid == 0) {
-        for (u32 n = 0; ld_acquire(counters + tile) != k_splits - 1; n++)
-            if (n == (1u << 24)) __trap();  // a lost contributor: fail, do not hang
-        counters[tile] = 0;  // every contributor has counted: zero again for the next launch
-    }
-    KBIT_WG_T(10, clock64());
-    __syncthreads();  // thread 0's acquire before everyone's loads
-    const float* src = ws + (long)(blockIdx.x - (k_splits - 1)) * SLOT + 4 * tid;
-    for (int sp = 0; sp < k_splits - 1; sp++) {
-#pragma unroll
-        for (int i0 = 0; i0 < NV; i0 += CH) {
-            float4 x[CH];
-#pragma unroll
-            for (int i = 0; i < CH; i++) x[i] = __ldcg(reinterpret_cast<const float4*>(src + sp * SLOT + 1024 * (i0 + i)));
-#pragma unroll
-            for (int i = 0; i < CH; i++) {
-                acc[4 * (i0 + i)] += x[i].x; acc[4 * (i0 + i) + 1] += x[i].y;
-                acc[4 * (i0 + i) + 2] += x[i].z; acc[4 * (i0 + i) + 3] += x[i].w;
-            }
-        }
-    }
-    KBIT_WG_T(11, probe_clock_after(__float_as_uint(acc[0])));
-    return true;
-}
-
 // One CTA's work: token tile mt (TOK rows of A[M, Kdim]), column strip nt, K tiles of
 // split `split` of `k_splits`; C[M, N] += its part (split-K tile index `tile` of `tiles`
 // in ws / counters).  Returns false where a split-K contributor leaves the sum to the
@@ -444,8 +383,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
                                           int M, int N, int Kdim, int mt, int nt, int split, int k_splits, int stages,
                                           float tensor_scale, int vec8, int tile, int tiles, bool pdl = false,
                                           bool cl = false, bool tables_built = false,
-                                          const KbitTmap* tmap = nullptr, int tma_row0 = 0, int kt_lo = -1,
-                                          int kt_hi = 0, bool sk = false) {
+                                          const KbitTmap* tmap = nullptr, int tma_row0 = 0) {
     static_assert(TOK == 16 || TOK == 32 || TOK == 64 || TOK == 128 || TOK == 192 || TOK == 256, "TOK");
     constexpr int NACC = TOK / 2;                   // fp32 accumulators per thread (m64 x TOK / 128)
     constexpr int NSUB = TOK >= 64 ? TOK / 64 : 1;  // n64 sub-MMAs per k16 (TOK = 64, 192, 256)
@@ -491,9 +429,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     const int k_tiles = (Kdim + KBIT_TILE_K - 1) / KBIT_TILE_K;
     // 32-bit unsigned: the 64-bit division this was is a ~100-instruction subroutine on every
     // CTA's way to its first load; k_tiles * k_splits < 2^32 (kbitcupy.wgmma: k_tiles < 2^16)
-    // (kt_lo >= 0: the K tiles [kt_lo, kt_hi) given, a stream-K piece)
-    const int kt_begin = kt_lo >= 0 ? kt_lo : (int)((unsigned)k_tiles * (unsigned)split / (unsigned)k_splits);
-    const int kt_end = kt_lo >= 0 ? kt_hi : (int)((unsigned)k_tiles * (unsigned)(split + 1) / (unsigned)k_splits);
+    const int kt_begin = (int)((unsigned)k_tiles * (unsigned)split / (unsigned)k_splits);
+    const int kt_end = (int)((unsigned)k_tiles * (unsigned)(split + 1) / (unsigned)k_splits);
     const int n_my = kt_end - kt_begin;
 
     // Token copies: copy id i = tid + 256 u (u < A_COPIES) -> token i / 8 = a_r0 + 32 u,
@@ -747,14 +684,8 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
 #ifdef KBIT_WG_NO_SUM  // diagnostic hook (profiling/run56.sh parts): every split stores its own partial as C, wrong results
     k_splits = 1;
 #endif
-    // ---------------------------------------------------------------- stream-K exchange
-    if (sk && k_splits > 1 && !streamk_fixup<NACC, NACC / 4 < 8 ? NACC / 4 : 8>(acc, ws, counters, tile, split, k_splits)) {
-        KBIT_WG_T(5, clock64());
-        KBIT_WG_T(7, probe_gtime());
-        return false;
-    }
     // ---------------------------------------------------------------- split-K sum, cluster
-    if (!sk && k_splits > 1 && cl) {
+    if (k_splits > 1 && cl) {
         cluster_sum_store<T, TOK, STAGE_BYTES>(acc, stage0, stage0_s, C, M, N, m0, n0, split, k_splits, tensor_scale,
                                                vec8, tid);
         KBIT_WG_T(4, clock64());
@@ -765,7 +696,7 @@ __device__ __forceinline__ bool wgmma_cta(const T* __restrict__ A, const u32* __
     }
 
     // ---------------------------------------------------------------- split-K fixup, workspace
-    if (!sk && k_splits > 1) {
+    if (k_splits > 1) {
         float4 v[NACC / 4];
 #pragma unroll
         for (int i = 0; i < NACC / 4; i++) v[i] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
@@ -867,39 +798,9 @@ __device__ __forceinline__ void wgmma_dense(const KbitTmap* tmap, const T* __res
     } else {
         pdl_safe_entry(pdl);
     }
-    constexpr int LC = KBIT_WG_DENSE_LC(K, TOK);
-    if (k_splits == 0) {
-        // Stream-K (kbitcupy.wgmma.plan's streamk): the m_tiles x n_tiles x k_tiles K-tile units, tile-major
-        // (tile = nt * m_tiles + mt), cut into gridDim.x ranges of q or q + 1 consecutive units; this CTA runs
-        // its range's pieces from its last tile to its first (see streamk_fixup for why that order).
-        const unsigned n_tiles = (unsigned)(N + KBIT_TILE_N - 1) / KBIT_TILE_N;
-        const unsigned k_tiles = (unsigned)(Kdim + KBIT_TILE_K - 1) / KBIT_TILE_K;
-        const unsigned units = (unsigned)m_tiles * n_tiles * k_tiles;  // < 2^31 (kbitcupy.wgmma.plan)
-        const unsigned G = gridDim.x, g = blockIdx.x, q = units / G, r = units % G, rq = r * (q + 1);
-        const unsigned u0 = g * q + min(g, r), u1 = u0 + q + (g < r ? 1u : 0u);
-        auto cta_of = [&](unsigned u) { return u < rq ? u / (q + 1) : r + (u - rq) / q; };  // (q >= 1)
-        const int t_last = (int)((u1 - 1) / k_tiles);
-        for (int t = t_last; t >= (int)(u0 / k_tiles); t--) {
-            const bool first = t == t_last;
-            const unsigned tb = (unsigned)t * k_tiles;
-            const int lo = (int)(max(u0, tb) - tb), hi = (int)(min(u1, tb + k_tiles) - tb);
-            const unsigned g_lo = cta_of(tb), g_hi = cta_of(tb + k_tiles - 1);
-            if (!first) {
-                __syncthreads();  // the previous piece's epilogue still reads the stage buffers
-                if (TMA) kbit_wgmma_detail::tma_inval<K, LC>(stages);  // wgmma_cta initializes them again
-            }
-            KBIT_WG_SK(t_last - t, probe_gtime());
-            kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, LC, KBIT_WG_DENSE_SUM64, TMA>(
-                A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, t % m_tiles, t / m_tiles, (int)(g - g_lo),
-                (int)(g_hi - g_lo + 1), stages, tensor_scale, vec8, t, 0, pdl == 1 && first, false, early || !first,
-                tmap, 0, lo, hi, true);
-        }
-        KBIT_WG_SK(3, probe_gtime());
-        return;
-    }
     int mt, split, nt;
     kbit_wgmma_detail::work_coords(blockIdx.x, m_tiles, k_splits, cluster, mt, split, nt);
-    kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, LC, KBIT_WG_DENSE_SUM64, TMA>(
+    kbit_wgmma_detail::wgmma_cta<K, T, TOK, CBD, KBIT_WG_DENSE_LC(K, TOK), KBIT_WG_DENSE_SUM64, TMA>(
         A, packed, absmax, codebook, C, ws, counters, M, N, Kdim, mt, nt, split, k_splits, stages, tensor_scale, vec8,
         nt * m_tiles + mt, gridDim.x / k_splits, pdl == 1, cluster != 0, early, tmap);
 }

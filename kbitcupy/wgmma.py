@@ -284,11 +284,10 @@ def choose_stages(info: dict, k: int, tok: int, regs: int, lc=None):
 # ----------------------------------------------------------------------------- plan
 class Plan:
     __slots__ = ("fn", "grid", "smem", "tok", "m_tiles", "k_splits", "stages", "tiles", "ws_floats", "occ", "cluster",
-                 "launch_smem", "one_wave", "lc", "streamk")
+                 "launch_smem", "one_wave", "lc")
 
     def __init__(self):
         self.lc = None  # the pair table's copies (log2) where not lut_bytes' (smem_bytes' lc)
-        self.streamk = False  # the dense kernel's stream-K schedule (k_splits 0 to the kernel: grid CTAs share the units)
 
     @property
     def cl_size(self) -> int:
@@ -296,8 +295,7 @@ class Plan:
         return self.k_splits if self.cluster else 1
 
     def __repr__(self):
-        return (f"WgmmaPlan(TOK={self.tok}, m_tiles={self.m_tiles}, "
-                + ("streamk=True, " if self.streamk else f"k_splits={self.k_splits}, ") + f"stages={self.stages}, "
+        return (f"WgmmaPlan(TOK={self.tok}, m_tiles={self.m_tiles}, k_splits={self.k_splits}, stages={self.stages}, "
                 f"grid={self.grid}, smem={self.smem}, occ={self.occ}, cluster={self.cluster}"
                 + (f", lc={self.lc}" if self.lc is not None else "")
                 + (f", launch_smem={self.launch_smem}" if self.launch_smem != self.smem else "") + ")")
@@ -349,60 +347,11 @@ def cluster_pays(fn, smem: int, ks: int, grid: int, info: dict) -> bool:
     return grid <= full and (grid > info["sms"] or grid <= one_per_sm)
 
 
-def streamk_pieces(tiles: int, k_tiles: int, grid: int):
-    """The stream-K schedule of wgmma_dense (kbit_wgmma.cu), host mirror for tests and probes: per CTA its pieces
-    in the order it runs them, (tile, kt_lo, kt_hi, split, k_splits): the tiles x k_tiles units cut into `grid`
-    ranges of q or q + 1, each range walked from its last tile to its first; a tile's contributors are the CTAs
-    g_lo..g_hi holding its units (split = g - g_lo), the owner (storing C) g_hi."""
-    units = tiles * k_tiles
-    q, r = divmod(units, grid)
-
-    def start(g):
-        return g * q + min(g, r)
-
-    def cta_of(u):
-        return u // (q + 1) if u < r * (q + 1) else r + (u - r * (q + 1)) // q
-
-    out = []
-    for g in range(grid):
-        u0, u1 = start(g), start(g + 1)
-        pieces = []
-        for t in range((u1 - 1) // k_tiles, u0 // k_tiles - 1, -1):
-            tb = t * k_tiles
-            g_lo, g_hi = cta_of(tb), cta_of(tb + k_tiles - 1)
-            pieces.append((t, max(u0, tb) - tb, min(u1, tb + k_tiles) - tb, g - g_lo, g_hi - g_lo + 1))
-        out.append(pieces)
-    return out
-
-
-def _streamk_plan(p: Plan, info: dict, k: int, tok: int, tiles: int, k_tiles: int, st0: int, occ: int, stages,
-                  streamk, label: str) -> Plan:
-    """The dense kernel's stream-K plan: `streamk` CTAs (True: one per SM; never more than the units) share
-    the tiles x k_tiles K-tile units in ranges of equal length (kbit_wgmma.cu's wgmma_dense); a CTA's slot of
-    the workspace holds the partial of the one piece it does not own, the tiles' counters the arrivals."""
-    units = tiles * k_tiles
-    if units >= 2**31:
-        raise DoesNotFit(f"{label}: {units} K-tile units exceed the stream-K schedule's 32-bit arithmetic")
-    g = info["sms"] if streamk is True else int(streamk)
-    if g < 1:
-        raise ValueError(f"streamk must be True or a CTA count >= 1, got {streamk}")
-    g = min(g, units)
-    st = int(stages) if stages is not None else max(MIN_STAGES, min(st0, -(-units // g) + 2))
-    p.tok, p.k_splits, p.stages, p.tiles, p.occ = tok, 0, st, tiles, occ
-    p.streamk, p.cluster, p.grid = True, False, g
-    p.one_wave = g <= info["sms"] * occ
-    p.smem = p.launch_smem = smem_bytes(k, tok, st, p.lc)
-    if p.smem > info["smem_block"]:
-        raise DoesNotFit(f"{label} with {st} stages needs {p.smem} bytes of shared memory")
-    p.ws_floats = g * 128 * tok
-    return p
-
-
 def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_splits, stages, label: str,
-                 max_stages: int = MAX_STAGES, cluster=None, spread=None, dense: bool = False, streamk=None) -> Plan:
+                 max_stages: int = MAX_STAGES, cluster=None, spread=None, dense: bool = False) -> Plan:
     """Fill split-K count, pipeline depth, grid and workspace of a plan over `tiles`
     (token tile x column strip) work tiles (dense and grouped kernels alike; dense: the split
-    count from dense_splits, or the stream-K schedule where `streamk` asks for it)."""
+    count from dense_splits)."""
     st0, occ = choose_stages(info, k, tok, p.fn.num_regs, p.lc)
     st0 = min(st0, max_stages)
     k_tiles = -(-K // TILE_K)
@@ -414,9 +363,6 @@ def _finish_plan(p: Plan, info: dict, k: int, K: int, tok: int, tiles: int, k_sp
 
     def stages_for(ks):
         return int(stages) if stages is not None else max(MIN_STAGES, min(st0, -(-k_tiles // ks) + 2))
-
-    if streamk:
-        return _streamk_plan(p, info, k, tok, tiles, k_tiles, st0, occ, stages, streamk, label)
 
     def smem_for(ks):
         return smem_bytes(k, tok, stages_for(ks), p.lc)
@@ -474,16 +420,12 @@ def _check_tok(tok, choices=TOK_CHOICES):
 
 
 def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=None, tok=None,
-         stages=None, cluster=None, spread=None, cbd: bool = False, tma=None, streamk=None) -> Plan:
+         stages=None, cluster=None, spread=None, cbd: bool = False, tma=None) -> Plan:
     """cbd: the weight has the default codebook (KbitWeight.default_codebook): the kernel with its
     levels compiled in.  tma: kbit_wgmma_tma (the stages by TMA; its launch leads with
-    tensor_map(A, plan.tok)); False: kbit_wgmma (cp.async); None: the module's TMA.  streamk: True (one
-    CTA per SM) or a CTA count: the stream-K schedule instead of split-K (no k_splits / cluster with it)."""
+    tensor_map(A, plan.tok)); False: kbit_wgmma (cp.async); None: the module's TMA."""
     tma = TMA if tma is None else bool(tma)
-    if streamk is not None and streamk is not False and (k_splits is not None or cluster):
-        raise ValueError("streamk replaces the split-K count: give k_splits / cluster, or streamk, not both")
-    key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages, cluster, CLUSTER, spread, bool(cbd), bool(tma),
-           streamk)
+    key = (dev_id, M, N, K, k, dtype_name, k_splits, tok, stages, cluster, CLUSTER, spread, bool(cbd), bool(tma))
     p = _PLANS.get(key)
     if p is not None:
         return p
@@ -498,7 +440,7 @@ def plan(M: int, N: int, K: int, k: int, dtype_name: str, dev_id: int, k_splits=
     p.m_tiles = -(-M // tok)
     p.lc = dense_lc(k, tok)
     p = _finish_plan(p, info, k, K, tok, p.m_tiles * -(-N // TILE_N), k_splits, stages,
-                     f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster, spread=spread, dense=True, streamk=streamk)
+                     f"kbit_wgmma<k={k}, TOK={tok}>", cluster=cluster, spread=spread, dense=True)
     _PLANS[key] = p
     return p
 
@@ -570,14 +512,14 @@ def fewer_copies_pays(grid: int, occ: int, ks: int, grid_lc: int, occ_lc: int, k
 
 
 def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok=None, stream=None, cbd=False,
-            tma=None, streamk=None):
+            tma=None):
     """Compile/load the kernel and size the stream's workspace for this call, so that a
     later capture of the same call allocates nothing."""
     import cupy as cp
 
     dev = cp.cuda.Device().id
     tname = "bfloat16" if np.dtype(dtype) == bfloat16 else "float16"
-    p = plan(M, N, K, k, tname, dev, k_splits, tok, cbd=cbd, tma=tma, streamk=streamk)
+    p = plan(M, N, K, k, tname, dev, k_splits, tok, cbd=cbd, tma=tma)
     set_smem(p.fn, p.launch_smem)
     stream = stream or cp.cuda.get_current_stream()
     if p.ws_floats:
@@ -587,15 +529,13 @@ def reserve(M: int, N: int, K: int, k: int, dtype=np.float16, k_splits=None, tok
 
 # ----------------------------------------------------------------------------- launch
 def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None, spread=None, validate=True,
-               tma=None, streamk=None):
+               tma=None):
     """out[M, N] = A[M, K] @ W^T with the wgmma kernel (sm_90 only).
 
     A: contiguous CuPy float16/bfloat16 [M, K] (16-byte aligned); qw: KbitWeight, tiled,
     on A's device; out: contiguous [M, N] of A's dtype.  Runs on the current stream.
     k_splits / tok / stages override the heuristic; cluster: True / False forces the split-K
     sum over a thread block cluster or through the workspace (None: CLUSTER where it fits);
-    streamk: True or a CTA count, the stream-K schedule (the K-tile units of all tiles shared in equal
-    ranges by that many CTAs, one per SM for True; partials exchanged once per range boundary) instead of split-K;
     spread: launch with one CTA per SM's worth of shared memory (experiment); tma: the stages by
     TMA (kbit_wgmma_tma), False: by cp.async (kbit_wgmma); None: the module's TMA (env KBIT_WG_TMA).
     validate=False skips the argument checks (kbitcupy._checks) for callers that made them.
@@ -615,8 +555,7 @@ def wgmma_gemm(A, qw, out, k_splits=None, tok=None, stages=None, *, cluster=None
         return out
     tname = "bfloat16" if A.dtype == bfloat16 else "float16"
     tma = TMA if tma is None else bool(tma)
-    p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster, spread, CBD and qw.default_codebook, tma,
-             streamk)
+    p = plan(M, N, K, qw.k, tname, dev, k_splits, tok, stages, cluster, spread, CBD and qw.default_codebook, tma)
     lead = (tensor_map(A, p.tok),) if tma else ()
     return launch_fused(p, THREADS, A, qw, out, _vec8(out), _pdl.dense_arg(dev), lead)
 

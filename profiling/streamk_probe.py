@@ -9,6 +9,8 @@ streamk=G for every G of --grids (sk<G>; 0: True, one CTA per SM) and the dispat
 output poisoned first and checked against the float64 product with the dequantized weight (max error relative to
 the largest |ref|; 'BAD' over 1e-2) and, for stream-K, a second launch bit for bit (the fixed summation order).
 TOTAL: gateup, down, Q, O, KV (bench.py's).
+Stream-K was measured and removed (fifty-fourth session: slower in 20 of 21 cells, wrong at k = 3 / 5 with TOK = 128);
+to run this again apply profiling/patches/session54-wg-streamk.patch (git apply) first.
 """
 import argparse
 import os

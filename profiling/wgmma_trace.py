@@ -5,9 +5,7 @@ sum's steps), plus globaltimer at entry and exit, and thread 0's phase boundarie
 (steady state = iterations 2..6).  Prints percentiles over the CTAs (ns at the nominal clock).
 
 usage (GPU machine): KBIT_WGMMA_OPTS=-DKBIT_WG_TRACE python3 profiling/wgmma_trace.py
-env CASES="d:N,K,M[,ks];s:N,K,M[,G];g:N,K,E,M[,ks]" (d = dense, s = dense stream-K on G CTAs (0 / none: one per
-SM), g = grouped over E experts), KBITS=4.  Stream-K: the phases of each CTA's last piece (the owner's, where it owns
-one), the owner's wait and sum, and the pieces' spans (globaltimer).
+env CASES="d:N,K,M[,ks];g:N,K,E,M[,ks]" (d = dense, g = grouped over E experts), KBITS=4
 """
 import os
 import sys
@@ -56,28 +54,6 @@ def iteration_phases(itr, grid, ns_per_clk):
     return rows
 
 
-def streamk_rows(p, t, skt, tiles, k_tiles, ns_per_clk):
-    """A stream-K launch's rows: per CTA its last piece (by the host mirror of the schedule: owner / not), the
-    owner's wait for the others' counts and its sum of their slots, the pieces' spans."""
-    sched = WG.streamk_pieces(tiles, k_tiles, p.grid)
-    last_owned = np.array([x[-1][4] > 1 and x[-1][3] == x[-1][4] - 1 for x in sched])
-    st = skt[:p.grid * 4].get().reshape(p.grid, 4).astype(np.int64)
-    npc = np.array([len(x) for x in sched])
-    c = (t[:, :12] - t[:, [0]]) * ns_per_clk
-    rows = [("pieces a CTA", npc), ("owners exchanging (their last piece)", np.array([last_owned.sum()])),
-            ("last piece: main loop (after tile 0)", c[:, 3] - c[:, 2]),
-            ("owner: wait for the others' counts", (c[:, 10] - c[:, 3])[last_owned]),
-            ("owner: sum of their slots", (c[:, 11] - c[:, 10])[last_owned]),
-            ("owner: C stored", (c[:, 5] - c[:, 11])[last_owned]),
-            ("no exchange: C stored", (c[:, 5] - c[:, 3])[~last_owned])]
-    two = npc == 2  # the common case at one CTA per SM: a piece not owned, then the owned one
-    rows += [("2 pieces: first span (gtime)", (st[:, 1] - st[:, 0])[two]),
-             ("2 pieces: second span (gtime)", (st[:, 3] - st[:, 1])[two]),
-             ("CTA span, first piece -> end (gtime)", st[:, 3] - st[:, 0]),
-             ("CTA start from first start (gtime)", st[:, 0] - st[:, 0].min())]
-    return rows
-
-
 def main():
     rng = np.random.default_rng(0)
     k = int(os.environ.get("KBITS", "4"))
@@ -88,15 +64,14 @@ def main():
     for case in os.environ.get("CASES", DEFAULT).split(";"):
         kind, vals = case.split(":")
         v = [int(x) for x in vals.split(",")]
-        if kind in ("d", "s"):
+        if kind == "d":
             N, K, M = v[:3]
-            ks = v[3] if len(v) > 3 and kind == "d" else None
-            sk = (v[3] if len(v) > 3 and v[3] else True) if kind == "s" else None
+            ks = v[3] if len(v) > 3 else None
             q = kb.quantize(cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02), k)
             A = cp.asarray(rng.standard_normal((M, K), dtype=np.float32)).astype(cp.float16)
             out = cp.empty((M, N), cp.float16)
-            launch = lambda: WG.wgmma_gemm(A, q, out, k_splits=ks, streamk=sk)  # noqa: E731
-            p = WG.plan(M, N, K, k, "float16", cp.cuda.Device().id, ks, cbd=q.default_codebook, streamk=sk)
+            launch = lambda: WG.wgmma_gemm(A, q, out, k_splits=ks)  # noqa: E731
+            p = WG.plan(M, N, K, k, "float16", cp.cuda.Device().id, ks)
             group = [(pre, k, "float16") for pre in ("tma_cbd", "tma", "cbd")] + [(k, "float16")]
             label = f"dense N={N} K={K} M={M}"
         else:
@@ -114,7 +89,6 @@ def main():
         launch()
         tr = trace_buffer(group)
         itr = trace_buffer(group, "kbit_wg_itrace", 65536 * ITS * 8)
-        skt = trace_buffer(group, "kbit_wg_sktrace", 65536 * 4) if kind == "s" else None
         spans = []
         for rep in range(3):
             tr.fill(0)
@@ -130,16 +104,12 @@ def main():
         c = (t[:, :6] - t[:, [0]]) * ns_per_clk
         rows = [("pair/scale tables", c[:, 1]), ("-> K tile 0 landed", c[:, 2] - c[:, 1]),
                 ("main loop (after tile 0)", c[:, 3] - c[:, 2])]
-        if p.streamk:
-            rows += streamk_rows(p, t, skt, -(-M // p.tok) * -(-N // 128), -(-K // 64), ns_per_clk)
-        elif p.k_splits > 1 and p.cluster:
+        if p.k_splits > 1 and p.cluster:
             rows += [("cluster sum: partial to smem", (t[:, 10] - t[:, 3]) * ns_per_clk),
                      ("cluster sum: first barrier", (t[:, 11] - t[:, 10]) * ns_per_clk),
                      ("cluster sum: share summed, stored", (t[:, 12] - t[:, 11]) * ns_per_clk),
                      ("cluster sum: second barrier", (t[:, 4] - t[:, 12]) * ns_per_clk)]
-        if p.streamk:
-            pass
-        elif p.k_splits > 1:
+        if p.k_splits > 1:
             last = t[:, 9] == 1
             rows += [("split-K: partial stored (not last)", (c[:, 4] - c[:, 3])[~last]),
                      ("split-K: wait + sum (last)", (c[:, 4] - c[:, 3])[last]),
@@ -151,8 +121,8 @@ def main():
                  ("exit (globaltimer, from first entry)", t[:, 7] - g0)]
         sm = np.bincount(t[:, 8].astype(np.int64))
         print(f"CTAs {p.grid}, CTAs per SM {sm[sm > 0].min()}..{sm.max()}")
-        n_my = (-(-K // 64)) // max(1, p.k_splits)  # K tiles of the shortest split
-        if n_my >= ITS and not p.streamk:  # every CTA ran ITS iterations (else the stamps are partial)
+        n_my = (-(-K // 64)) // p.k_splits  # K tiles of the shortest split
+        if n_my >= ITS:  # every CTA ran ITS iterations (else the stamps are partial)
             rows += iteration_phases(itr, p.grid, ns_per_clk)
         for name, x in rows:
             if len(x):

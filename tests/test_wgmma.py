@@ -1,8 +1,6 @@
 """CPU tests of the wgmma kernels' plan rules (kbitcupy.wgmma; no GPU)."""
-import numpy as np
 import pytest
 
-from kbitcupy import wgmma as WG
 from kbitcupy.wgmma import MAX_SPLITS, TILE_US, WS_SPLIT_US, default_splits, dense_splits, grouped_splits
 
 
@@ -114,37 +112,3 @@ def test_grouped_splits_one_cta_per_sm_where_measured_faster():
     for args in ((8, 132, 2, 128, 16), (32, 132, 1, 40, 128), (2048, 132, 2, 1, 64)):
         got = grouped_splits(*args)
         assert 1 <= got <= default_splits(args[0], args[1] * args[2], args[3])
-
-
-@pytest.mark.parametrize("tiles,k_tiles", [(80, 32), (32, 80), (8, 32), (1, 1), (3, 5), (40, 33), (7, 1)])
-def test_streamk_schedule_invariants(tiles, k_tiles):
-    """The stream-K schedule (host mirror of kbit_wgmma.cu's wgmma_dense): the pieces cover every unit once;
-    a tile's contributors are consecutive CTAs with split = g - g_lo; each CTA has at most one piece it does
-    not own (so one workspace slot a CTA holds every partial: the owner reads CTA g_hi - (n - 1) + sp), and
-    that piece is the first it runs, or its only one; the owner is the tile's highest CTA (it waits only for
-    CTAs of lower index)."""
-    units = tiles * k_tiles
-    for grid in sorted({1, 2, 3, 7, 13, 132, units // 2 or 1, units}):
-        if grid > units:
-            continue
-        sched = WG.streamk_pieces(tiles, k_tiles, grid)
-        seen = np.zeros((tiles, k_tiles), dtype=int)
-        contrib = {}
-        for g, pieces in enumerate(sched):
-            assert pieces, (grid, g)
-            assert [p[0] for p in pieces] == sorted((p[0] for p in pieces), reverse=True)
-            lens = sum(hi - lo for _, lo, hi, _, _ in pieces)
-            assert lens in (units // grid, units // grid + 1)
-            not_owned = [i for i, (_, _, _, sp, n) in enumerate(pieces) if sp < n - 1]
-            assert not_owned in ([], [0]), (grid, g, pieces)
-            for t, lo, hi, sp, n in pieces:
-                assert 0 <= lo < hi <= k_tiles
-                seen[t, lo:hi] += 1
-                contrib.setdefault(t, []).append((lo, hi, g, sp, n))
-        assert (seen == 1).all(), grid
-        for t, cs in contrib.items():
-            cs.sort()
-            n = len(cs)
-            assert [c[2] for c in cs] == list(range(cs[0][2], cs[0][2] + n))  # consecutive CTAs in K order
-            assert all(c[3] == i and c[4] == n for i, c in enumerate(cs))
-            assert cs[0][0] == 0 and cs[-1][1] == k_tiles
