@@ -60,3 +60,19 @@ if [ "$STEP" = dbg2 ]; then
   gpu_tests "$W/gpu_tests_layers61.log" 250 tests/test_layers_gpu.py tests/test_devices_gpu.py
   grep -E "^E  |FAILED" "$W/gpu_tests_layers61.log" | head -20
 fi
+# Result (dbg2, H200, git decd987, `streamk_debug2_61.log`, `gpu_tests_layers61.log`): the split-K path right in every
+#   cell of the failing configuration (k = 3 / 5, tok = 128, M = 129..256, one and two splits: 0 of 64 bad); stream-K
+#   wrong in all 32 of its cells, on one CTA a tile too.  So the fault is the stream-K copy of wgmma_cta's code at
+#   TOK = 128 and odd k, not the kernel's shared path; not root-caused (stream-K removed, patch kept).  The layers'
+#   and devices' GPU tests on 406823f's package: 22 passed, 5 skipped (the two-GPU tests).
+
+# STEP=ids (nvidia-h200): the grouped decode GEMV with its expert ids cold (bench.py: every launch its own ids array,
+#   out of the L2 after a pass over the bank) and L2-resident (one shared ids array over per-launch views of the bank:
+#   the same cold weights), wait-first and stable launches, k = 4, 8 / 10 experts, 1 / 4 tokens (moe_ids_probe.py).
+# Expect: if the fiftieth session's unexplained 0.5 us (grouped vs dense GEMV on the same bytes) is the ids' DRAM round
+#   trip before the first weight load, hot is ~0.3-0.6 us faster in the wait-first launch and less in the stable one
+#   (which reads them before its wait); if not, equal within ~0.05 us.
+if [ "$STEP" = ids ]; then
+  timeout 400 python3 profiling/moe_ids_probe.py > "$W/moe_ids61.log" 2>&1
+  cat "$W/moe_ids61.log"
+fi
