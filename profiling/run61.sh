@@ -76,3 +76,16 @@ if [ "$STEP" = ids ]; then
   timeout 400 python3 profiling/moe_ids_probe.py > "$W/moe_ids61.log" 2>&1
   cat "$W/moe_ids61.log"
 fi
+# Result (ids, H200, git deb7a7b, `moe_ids61.log`): no difference -- hot - cold -0.15..+0.01 us in the wait-first
+#   launch (gate/up fused -0.11..-0.15, down and gate/up 0.00), -0.02..0.00 in the stable one; every output right.  So
+#   the grouped GEMV's gap to the dense one is not the ids' DRAM round trip; this repeats on the H200 what the
+#   thirtieth session found on the H100 (session30-moe-ids-l2.patch: equal).  bench.py's per-launch ids arrays are fair.
+
+# STEP=x2 (kind nvidia-h200-x2): the fifty-third session's review commit 406823f (KbitLinear without bias calls matmul
+#   directly, KbitMLP makes no CuPy stream for torch inputs, the bias placed by on_gpu_device) with both GPUs: the
+#   devices' and layers' GPU tests, the five two-GPU tests included (step dbg2 ran them on one GPU: 22 passed, 5 skipped).
+# Expect: all pass.
+if [ "$STEP" = x2 ]; then
+  gpu_tests "$W/x2_gpu_tests_layers61.log" 300 -rs tests/test_devices_gpu.py tests/test_layers_gpu.py
+  grep -E "^E  |FAILED|SKIPPED" "$W/x2_gpu_tests_layers61.log" | head -20
+fi
