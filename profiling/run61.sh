@@ -90,3 +90,22 @@ if [ "$STEP" = x2 ]; then
   grep -E "^E  |FAILED|SKIPPED" "$W/x2_gpu_tests_layers61.log" | head -20
 fi
 # Result (x2, H200 x2, git 8e4d74b, `x2_gpu_tests_layers61.log`): 27 passed (the five two-GPU tests included).
+
+# STEP=bisect (nvidia-h200; the tree with profiling/patches/session54-wg-streamk.patch applied): the stream-K fault at
+#   k = 3 / 5, TOK = 128, bisected on grids of one whole tile a CTA (streamk_bisect.py, one build a variant): the patch
+#   as measured; -DKBIT_SK_BISECT=1 its copy of wgmma_cta without the exchange code; =2 also the K range by the split
+#   formula (split 0 of 1, as the split-K path); =3 also no loop (one call, as the split-K path); the patch at ptxas -O1.
+# Expect: if =3 is still wrong while the split-K path (ks1, same build) is right, the fault is the second inline copy's
+#   code generation alone; if a variant turns right, the last change named is the trigger.
+if [ "$STEP" = bisect ]; then
+  for o in "" "-DKBIT_SK_BISECT=1" "-DKBIT_SK_BISECT=2" "-DKBIT_SK_BISECT=3" "-Xptxas=-O1"; do
+    KBIT_WGMMA_OPTS="$o" timeout 100 python3 profiling/streamk_bisect.py 2>&1 | tail -4
+  done | tee "$W/streamk_bisect61.log"
+fi
+# Result (bisect, H200, git faa5989 + the patch, `streamk_bisect61.log`): split-K (ks1) right in every build (2.80e-4 /
+#   3.71e-4); stream-K on one whole tile a CTA wrong as measured, with =1 (no exchange code) and =2 (+ the K range by
+#   the formula) and at ptxas -O1 (0.29-0.33), right with =3 (+ no loop around the one call: 2.80e-4 / 3.71e-4, the
+#   split-K path's values).  The fault needs wgmma_cta inlined inside a loop -- one that runs once, with the same
+#   runtime values as the straight call -- so it is code generation (or undefined behaviour that only the loop form
+#   exposes), not the schedule's logic.  The grouped kernel's own loop around wgmma_cta at TOK = 128, k = 3 / 5 is
+#   exercised by test_grouped_impls_uneven (130 and 100 tokens a slot) and passes.
