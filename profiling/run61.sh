@@ -109,3 +109,24 @@ fi
 #   runtime values as the straight call -- so it is code generation (or undefined behaviour that only the loop form
 #   exposes), not the schedule's logic.  The grouped kernel's own loop around wgmma_cta at TOK = 128, k = 3 / 5 is
 #   exercised by test_grouped_impls_uneven (130 and 100 tokens a slot) and passes.
+
+# STEP=cubin (nvidia-h200; the tree with the patch applied): the device's own cubins of the bisect's variants 2 (wrong)
+#   and 3 (right), for a SASS diff here (nvdisasm 13): streamk_bisect.py per variant with a fresh kbitcupy cache
+#   (KBITCUPY_CACHE_DIR), its wgmma cubins as $OUT/work/cubin_<variant>.tgz.
+# Expect: the two builds' stream-K copies differ in the loop structure; look for a wgmma operand written after its
+#   WARPGROUP.ARRIVE or an accumulator touched while a group is in flight in variant 2 only.
+if [ "$STEP" = cubin ]; then
+  for v in 2 3; do
+    rm -rf /tmp/kc_$v
+    KBITCUPY_CACHE_DIR=/tmp/kc_$v KBIT_WGMMA_OPTS="-DKBIT_SK_BISECT=$v" timeout 100 python3 profiling/streamk_bisect.py 2>&1 | tail -4
+    find /tmp/kc_$v -type f -name "kbit_wgmma*" | tar czf "$W/cubin_$v.tgz" -T -
+    tar tzvf "$W/cubin_$v.tgz"
+  done
+fi
+# Result (cubin, H200, git faa5989 + the patch; two calls, the first fetched CuPy's cache, not kbitcupy's): the device
+#   builds' cubins of variants 2 and 3 (NVRTC's cubins are one byte short of their last program header; padded with a
+#   zero byte nvdisasm 13.5 reads them).  kbit_wgmma_tma<3, __half, 128, true>, both builds, three scans of the SASS:
+#   no instruction writes a group's A fragments or the accumulators between its WARPGROUP.ARRIVE and its last HGMMA,
+#   none touches the accumulators while a group is in flight, none writes an in-flight group's fragments before the
+#   wait that retires it.  The builds differ in structure (the loop form keeps the piece-restart path: 31
+#   SYNCS.CCTL.IV = mbarrier.inval, more copy-issue code; 18 vs 56 IMAD), not in a visible hazard.  Cause not found.
