@@ -166,6 +166,21 @@ def _cache_dir() -> str:
     return d
 
 
+def whole_elf(cubin: bytes) -> bytes:
+    """The cubin padded with zero bytes to the extent its ELF header declares (the end of its section and
+    program header tables).  CuPy's nvrtc.getCUBIN returns the image one byte short (the last program
+    header's p_align, a zero byte: the driver loads it, nvdisasm refuses it); anything else is returned as
+    is."""
+    import struct
+
+    if len(cubin) < 64 or cubin[:4] != b"\x7fELF" or cubin[4] != 2:  # ELF64 only
+        return cubin
+    phoff, shoff = struct.unpack_from("<QQ", cubin, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", cubin, 0x36)
+    end = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
+    return cubin + b"\0" * (end - len(cubin)) if len(cubin) < end <= len(cubin) + 16 else cubin
+
+
 def build_arch_cubin(source: str, names: Sequence[str], arch: str, extra: Sequence[str] = ()):
     """(cubin path, {name expression: lowered name}) of ``names`` compiled by NVRTC for
     ``arch`` (no GPU needed), cached on disk under a key of the source text, options,
@@ -187,7 +202,7 @@ def build_arch_cubin(source: str, names: Sequence[str], arch: str, extra: Sequen
                 nvrtc.compileProgram(prog, opts)
             except Exception as e:
                 raise RuntimeError(f"NVRTC failed for {source} ({arch}):\n{nvrtc.getProgramLog(prog)}") from e
-            cubin = nvrtc.getCUBIN(prog)
+            cubin = whole_elf(nvrtc.getCUBIN(prog))  # (the cached file readable by nvdisasm / cuobjdump)
             lowered = {n: nvrtc.getLoweredName(prog, n) for n in names}
         finally:
             nvrtc.destroyProgram(prog)

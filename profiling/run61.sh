@@ -130,3 +130,13 @@ fi
 #   none touches the accumulators while a group is in flight, none writes an in-flight group's fragments before the
 #   wait that retires it.  The builds differ in structure (the loop form keeps the piece-restart path: 31
 #   SYNCS.CCTL.IV = mbarrier.inval, more copy-issue code; 18 vs 56 IMAD), not in a visible hazard.  Cause not found.
+
+# STEP=elf (nvidia-h200): kbitcupy._compile.whole_elf -- the sm_90a cubin cache now stores the whole ELF image (CuPy's
+#   nvrtc.getCUBIN hands it over one byte short; the driver loaded it, nvdisasm refused it) -- on the GPU: wgmma tests
+#   that load the padded cubins (every k, TOK, fp16 / bf16: permutation rows, tensor scale, CUDA graph, dispatch).
+# Expect: all pass (the padding adds the zero byte the image declares; the loaded code is the same).
+if [ "$STEP" = elf ]; then
+  gpu_tests "$W/gpu_tests_elf61.log" 280 tests/test_wgmma_gpu.py -k "permutation or tensor_scale or cuda_graph or dispatches"
+  grep -E "^E  |FAILED" "$W/gpu_tests_elf61.log" | head -20
+  python3 -c "import glob,os,struct; fs=glob.glob(os.path.expanduser('~/.cache/kbitcupy/*.cubin')); print(len(fs), 'cubins', all(len(open(f,'rb').read())==max(struct.unpack_from('<Q',open(f,'rb').read(),0x20)[0]+56*struct.unpack_from('<H',open(f,'rb').read(),0x38)[0],0) for f in fs))"
+fi

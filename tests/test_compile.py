@@ -1,4 +1,6 @@
 """Every instantiation of every kernel family compiles with NVRTC (no GPU needed), without spills."""
+import struct
+
 import pytest
 
 from kbitcupy._compile import compile_all, format_report
@@ -90,6 +92,25 @@ def test_arch_specific_cubin_cache(tmp_path, monkeypatch):
     assert os.path.getmtime(path) == mtime
     other, _ = build_arch_cubin("kbit_wgmma.cu", names, "sm_90a", ("-DKBIT_SERIAL_FIXUP",))
     assert other != path and len(os.listdir(tmp_path)) == 4
+    # the cached file holds the whole ELF image its header declares (getCUBIN's copy is a byte short)
+    data = open(path, "rb").read()
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    assert len(data) == max(phoff + phentsize * phnum, shoff + shentsize * shnum)
+
+
+def test_whole_elf_pads_a_short_image_only():
+    from kbitcupy._compile import whole_elf
+
+    hdr = bytearray(64)
+    hdr[:5] = b"\x7fELF\x02"
+    struct.pack_into("<QQ", hdr, 0x20, 100, 64)  # program headers at 100, sections at 64
+    struct.pack_into("<HHHH", hdr, 0x36, 56, 1, 0, 0)  # one 56-byte program header: the image is 156 bytes
+    img = bytes(hdr) + bytes(range(1, 92))  # 155 bytes, one short
+    assert whole_elf(img) == img + b"\0"
+    assert whole_elf(img + b"\0") == img + b"\0"  # whole: unchanged
+    assert whole_elf(img[:130]) == img[:130]  # far short (not getCUBIN's one byte): left alone
+    assert whole_elf(b"not an elf" * 10) == b"not an elf" * 10
 
 
 def test_family_function_one_kernel_object_per_device(monkeypatch):
