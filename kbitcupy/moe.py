@@ -265,9 +265,10 @@ def silu_mul(gate, up, out=None):
     return out if out is not None else from_backend(o, kd)
 
 
-def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None):
+def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None, *, check_devices: bool = True):
     """out[t] = sum_j topk_weights[t, j] * C_sorted[pos[t * topk + j]]  (fp32 math, j in
-    order, one rounding to C_sorted's dtype).  Returns [T, H]."""
+    order, one rounding to C_sorted's dtype).  Returns [T, H].  check_devices: refuse arrays off C_sorted's device
+    (moe_forward checked its arrays once and passes False, as to grouped_gemv_fused)."""
     c_, kd = to_backend(C_sorted, "C_sorted")
     w_, _ = to_backend(topk_weights, "topk_weights")
     T, topk = routing.num_tokens, routing.topk
@@ -290,7 +291,8 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None):
     if not w_.flags.c_contiguous:
         raise ValueError("topk_weights must be contiguous")
     with stream_ctx(C_sorted):
-        check_same_device(C_sorted=c_, pos=routing.pos, topk_weights=w_)
+        if check_devices:
+            check_same_device(C_sorted=c_, pos=routing.pos, topk_weights=w_)
         o = out_array(out, (T, H), c_.dtype)
         if T and H:
             fn = GROUPED.function(("combine", dtype_name(c_.dtype), wdt))
@@ -512,7 +514,7 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
             hg = grouped_matmul(A, gate_banks[0], ids, offs, mt, out=new(I), **gm)
             hu = grouped_matmul(A, gate_banks[1], ids, offs, mt, out=new(I), **gm)
             y = grouped_matmul(silu_mul(hg, hu), bank_down, ids, offs, mt, out=new(H), **gm)
-        o = moe_combine(y, routing, w_)
+        o = moe_combine(y, routing, w_, check_devices=False)  # (_check_devices checked its arrays, y is ours)
         return from_backend(o, kd)  # (on the call's device and stream)
 
 
