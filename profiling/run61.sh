@@ -142,3 +142,11 @@ if [ "$STEP" = elf ]; then
 fi
 # Result (elf, H200, git eef2976, `gpu_tests_elf61.log`): 10 passed (the wgmma tests that load the padded cubins); the
 #   9 cubins the run cached are whole ELF images.
+
+# STEP=review (nvidia-h200): the review commit (moe_combine(..., check_devices=False) from moe_forward, host only): the
+#   moe_forward / combine GPU tests and the devices' MoE test.
+# Expect: all pass.
+if [ "$STEP" = review ]; then
+  gpu_tests "$W/gpu_tests_review61.log" 230 tests/test_grouped_gpu.py tests/test_devices_gpu.py -k "moe_forward or combine or moe_run"
+  grep -E "^E  |FAILED" "$W/gpu_tests_review61.log" | head -20
+fi
