@@ -254,7 +254,10 @@ __device__ __forceinline__ void plane4_fields(u32 p4, u32 (&f)[4]) {
 }
 
 // One 32-bit shared-memory load by shared-window address (a generic pointer costs two
-// extra adds per address).
+// extra adds per address).  Not volatile and no memory clobber, so the compiler may move, merge or hoist it
+// as a pure function of the address: only for tables that stay constant once built and behind a barrier
+// (the pair and scale tables).  Data written while the kernel runs (stages filled by TMA / cp.async) needs
+// an asm volatile load that stays after its wait (kbit_wgmma.cu lds_planes).
 __device__ __forceinline__ u32 lds_u32(u32 addr) {
     u32 v;
     asm("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));

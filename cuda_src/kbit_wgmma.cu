@@ -199,8 +199,13 @@ __device__ __forceinline__ void lds_planes(u32 (&p)[K], u32 wa) {
     } else if (K == 2) {
         asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(p[0]), "=r"(p[1 % K]) : "r"(wa));
     } else {
+        // asm volatile, as the vector loads above: these words are stage data that TMA / cp.async write while the
+        // kernel runs, so each load must stay after the wait that guards it.  lds_u32 (a plain asm, no memory
+        // clobber: a pure function of its address to the compiler) is for tables that are constant once built --
+        // through it, NVVM hoisted the first tile's plane loads of a wgmma_cta inlined in a loop above the TMA
+        // copies and waits (the stream-K experiment's k = 3 / 5 fault, profiling/NOTES.md fifty-fifth session).
 #pragma unroll
-        for (int b = 0; b < K; b++) p[b] = lds_u32(wa + 4 * b);
+        for (int b = 0; b < K; b++) asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(p[b]) : "r"(wa + 4 * b));
     }
 }
 // A block's scale pair: its E4M4 absmax byte (shared address abs_addr) through the scale table.
