@@ -74,3 +74,24 @@ PY
   grep -E "^E  |FAILED" "$W/gpu_tests_skfix62.log" | head -10
   finish_run run62
 fi
+# Result (skfix, H200, git f415c44, `nvidia-h200_2026-11-29_{sk_ctl62,sk_fix62,gpu_tests_skfix62}.log`): as expected.
+#   ctl (the patch, plane words through lds_u32): k = 3 TOK = 128 every stream-K launch wrong (12 of 12, err 0.32-1.06),
+#   the split-K path right (2.8e-4); fix: 0 of 32 wrong (k = 3 / 5, err 2.8e-4 / 3.7e-4, the split-K values), and the
+#   patch's stream-K GPU tests at k = 3 / 5 pass (2 passed).  The fifty-fourth session's fault is this hoist.
+
+# STEP=suite (nvidia-h200, two calls: SUITE=A, SUITE=B): the whole GPU suite on the final tree (the kernels' cubins are
+#   byte-identical to 105e847's: NVRTC 12 all 165 groups, nvcc 13 the k = 3 / 5 wgmma kernels; the host changes since
+#   the last whole run -- the whole-ELF cubin cache, moe_combine's check_devices -- were checked only by their own tests).
+# Expect: every test passes (the fiftieth session's count: 206 + 401 + 10 skipped-or-passed).
+if [ "$STEP" = suite ]; then
+  gpu_suite "${SUITE:-A}" "$W/gpu_tests_suite62${SUITE:-A}.log"
+  finish_run run62
+fi
+# STEP=x2 (nvidia-h200-x2): the two-GPU tests (test_devices_gpu.py, test_layers_gpu.py) on the final tree: moe_forward's
+#   combine without its own device check (cdd645b) has not run on two GPUs.
+# Expect: all pass (the fifty-fourth session's x2 run: 27 passed).
+if [ "$STEP" = x2 ]; then
+  gpu_tests "$W/x2_gpu_tests62.log" 500 tests/test_devices_gpu.py tests/test_layers_gpu.py
+  grep -E "^E  |FAILED" "$W/x2_gpu_tests62.log" | head -20
+  finish_run run62
+fi

@@ -75,6 +75,31 @@ def test_no_load_before_wait_in_wait_first_kernels():
         assert not early, f"{source}: global loads before griddepcontrol.wait: {early}"
 
 
+def test_memory_loads_in_inline_asm_are_volatile():
+    """An inline asm without `volatile` (and no memory clobber) is a pure function of its operands to the
+    compiler, which may move it above a barrier or an mbarrier / cp.async wait, or hoist it out of a loop.
+    The one such load, lds_u32, is for tables that are constant once built (its callers pass a table
+    address: lut*, s2*); everything else that reads memory is `asm volatile`.  Through lds_u32, the
+    wgmma kernel's k = 3 / 5 plane words of a wgmma_cta inlined in a loop were hoisted above the TMA wait
+    (the stream-K experiment's fault, fifty-fifth session)."""
+    import re
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "cuda_src"
+    plain, calls = [], []
+    for f in sorted(src.glob("*.cu*")):
+        text = f.read_text()
+        for m in re.finditer(r"\basm\s*(volatile\s*)?\(\s*\"([^\"]*)", text):
+            if not m.group(1) and re.search(r"\b(ld|cp\.async|mbarrier|red|atom)\.", m.group(2)):
+                line = text.count("\n", 0, m.start()) + 1
+                plain.append(f"{f.name}:{line}: {m.group(2)[:40]}")
+        calls += [(f.name, a.strip()) for a in re.findall(r"\blds_u32\(([^;]*?)\)[;,)]", text)]
+    assert len(plain) == 1 and plain[0].startswith("kbit_common.cuh:"), plain  # lds_u32's own
+    assert calls, "no lds_u32 call found"
+    not_tables = [c for c in calls if not re.match(r"(lut|s2)", c[1])]
+    assert not not_tables, f"lds_u32 on something other than a table: {not_tables}"
+
+
 def test_arch_specific_cubin_cache(tmp_path, monkeypatch):
     """The sm_90a family (wgmma) is built by our own NVRTC call into an on-disk cubin cache:
     a second request reuses the file (no recompile), a different option set gets its own."""
