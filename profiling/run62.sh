@@ -95,3 +95,6 @@ if [ "$STEP" = x2 ]; then
   grep -E "^E  |FAILED" "$W/x2_gpu_tests62.log" | head -20
   finish_run run62
 fi
+# Result (suite, x2; H200 / H200 x2, git 8e916b7, `nvidia-h200_2026-11-29_{gpu_tests_suite62A,gpu_tests_suite62B,
+#   x2_gpu_tests62}.log`): A 219 passed, 5 skipped (the two-GPU tests); B 401 passed; x2 27 passed (the two-GPU ones
+#   included).  Nothing failed.
