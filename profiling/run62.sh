@@ -98,3 +98,14 @@ fi
 # Result (suite, x2; H200 / H200 x2, git 8e916b7, `nvidia-h200_2026-11-29_{gpu_tests_suite62A,gpu_tests_suite62B,
 #   x2_gpu_tests62}.log`): A 219 passed, 5 skipped (the two-GPU tests); B 401 passed; x2 27 passed (the two-GPU ones
 #   included).  Nothing failed.
+# STEP=m1 (nvidia-h200): issue 3's decode table on the final tree (M = 1 / 4, k = 2..5, the dispatched matmul; the
+#   kernels are the fifty-first session's `m1k58c`, the host path has changed since -- the device fix, the cubin cache)
+#   with its host-overhead section.
+# Expect: kernel times within run-to-run noise of m1k58c (k = 4 M = 1 TOTAL 17.02 us, 2.40x); host overhead per call
+#   ~bare launch + 1.5-4 us.
+if [ "$STEP" = m1 ]; then
+  timeout 330 python3 profiling/bench.py --out "$W" --M 1,4 --k 2,3,4,5 --columns matmul --reps 15 --tag m1k62 \
+    > "$W/bench_m1k62.log" 2>&1
+  tail -4 "$W/bench_m1k62.log"; grep -A4 "^| TOTAL" "$W"/*m1k62*.md | head -12
+  finish_run run62
+fi
