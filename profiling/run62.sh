@@ -109,3 +109,7 @@ if [ "$STEP" = m1 ]; then
   tail -4 "$W/bench_m1k62.log"; grep -A4 "^| TOTAL" "$W"/*m1k62*.md | head -12
   finish_run run62
 fi
+# Result (m1, H200, git 121e746, `nvidia-h200_2026-11-29_m1k62.md` + log): as m1k58c within ~1 %: M = 1 TOTAL k = 2 / 3 / 4 / 5
+#   14.89 / 16.92 / 17.16 / 22.89 us = 2.75x / 2.42x / 2.38x / 1.79x fp16; k = 4 % of SOL gate/up 79, down 82, Q 88, O 83
+#   (linear value and the rest in the file); M = 4 k = 4 18.73 us, 2.17x.  Host overhead 6.0-10.4 us a call against this
+#   host's bare launch 4.0-6.1 (5 of 28 cells over 10 us, all where the bare launch had risen to 5.7-6.1 us late in the run).
