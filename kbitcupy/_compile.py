@@ -238,6 +238,10 @@ _PTXAS_FN = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+a?)'")
 _PTXAS_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 _PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+# ptxas's note that it serialized a kernel's wgmma (e.g. C7513: a non-wgmma instruction defining an input register of
+# an in-flight wgmma): still correct, but every MMA then waits for the previous one -- a silent performance cliff
+_PTXAS_WGMMA_SERIAL = re.compile(r"\((C\d+)\) Potential Performance Loss: wgmma\.mma_async instructions are "
+                                 r"serialized.*in the function '([^']+)'")
 
 
 def _nvrtc():
@@ -273,7 +277,12 @@ def _ptxas_records(log: str, lowered: Dict[str, str], source: str, arch: str, na
     maps the log's (mangled) function names to name expressions."""
     records: Dict[str, dict] = {}
     current = None
+    serialized: Dict[str, str] = {}
     for line in log.splitlines():
+        m = _PTXAS_WGMMA_SERIAL.search(line)
+        if m:
+            serialized[m.group(2)] = m.group(1)
+            continue
         m = _PTXAS_FN.search(line)
         if m:
             current = {"kernel": lowered.get(m.group(1), m.group(1)), "source": source, "arch": arch}
@@ -289,6 +298,9 @@ def _ptxas_records(log: str, lowered: Dict[str, str], source: str, arch: str, na
             current["registers"] = int(m.group(1))
             ms = _PTXAS_SMEM.search(line)
             current["smem"] = int(ms.group(1)) if ms else 0
+    for fn, code in serialized.items():
+        if fn in records:
+            records[fn]["wgmma_serialized"] = code
     return [r for r in records.values() if names is None or r["kernel"] in names]
 
 

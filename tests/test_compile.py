@@ -17,7 +17,27 @@ def test_compile_all(arch):
     assert len(records) == expected, f"{len(records)} reports for {expected} instantiations"
     spills = [r for r in records if r.get("spill_stores", 0) or r.get("spill_loads", 0)]
     assert not spills, "spills:\n" + format_report(spills)
+    serial = [r for r in records if r.get("wgmma_serialized")]
+    assert not serial, "ptxas serialized the wgmma of:\n" + format_report(serial)
     assert all(r.get("registers", 0) > 0 for r in records)
+
+
+def test_ptxas_records_note_serialized_wgmma():
+    """The compile reports flag a kernel whose wgmma ptxas serialized (checked in test_compile_all); the line
+    as NVRTC 12.9 and nvcc 13 print it (seen with a fragment register redefined between a wgmma and its wait)."""
+    from kbitcupy._compile import _ptxas_records
+
+    fn = "_Z14kbit_wgmma_tmaILi4E6__halfLi64ELb1EEvv"
+    log = (f"ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized due "
+           f"to non wgmma instructions defining input registers of a wgmma between start and end of the pipeline "
+           f"stage in the function '{fn}'\n"
+           f"ptxas info    : Compiling entry function '{fn}' for 'sm_90a'\n"
+           f"ptxas info    : Used 120 registers, 0 bytes smem\n"
+           f"ptxas info    : Compiling entry function '_Z5otherv' for 'sm_90a'\n"
+           f"ptxas info    : Used 40 registers\n")
+    recs = {r["kernel"]: r for r in _ptxas_records(log, {fn: "k64", "_Z5otherv": "other"}, "x.cu", "sm_90a", None)}
+    assert recs["k64"]["wgmma_serialized"] == "C7513" and recs["k64"]["registers"] == 120
+    assert "wgmma_serialized" not in recs["other"]
 
 
 def test_wgmma_two_ctas_per_sm_under_cuda13_nvcc():
