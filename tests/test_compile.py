@@ -62,6 +62,8 @@ def test_wgmma_two_ctas_per_sm_under_cuda13_nvcc():
     assert sorted(r["kernel"].replace(", -1>", ">").replace(", false>", ">") for r in recs) == sorted(names)
     over = [r for r in recs if r["registers"] > 128 or r.get("spill_stores", 0) or r.get("spill_loads", 0)]
     assert not over, "over 128 registers or spilling:\n" + format_report(over)
+    serial = [r for r in recs if r.get("wgmma_serialized")]  # (test_compile_all checks NVRTC 12.9 for all TOK)
+    assert not serial, "ptxas (CUDA 13) serialized the wgmma of:\n" + format_report(serial)
 
 
 def test_no_load_before_wait_in_wait_first_kernels():
