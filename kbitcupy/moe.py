@@ -347,7 +347,8 @@ def expert_mlp(x_, bank_gu, bank_dn, routing: MoeRouting, mt: int, *, method: st
     other grouped calls are chained (implies ids_stable): the kernel right before each is this package's gather /
     silu_mul / gate/up, which writes none of its weights or ids, so the wgmma kernel requests its weights before its
     PDL wait, in safe mode too.  alloc(name, columns): the output of step name ("A" the gathered rows, "h" gate/up,
-    "act" SwiGLU, "y" down), a [P, columns] array or None (the call's own); None: every call's own."""
+    "act" SwiGLU, "y" down), a [P, columns] array or None (the call's own); None: every call's own.  The caller has
+    checked that every array is on the current device (moe_forward's _check_devices): the fused steps skip that check."""
     H, I = bank_dn.shape[0], bank_dn.shape[1]
     ids, offs, P = routing.expert_ids, routing.offsets, int(routing.sorted_token.size)
 
@@ -358,7 +359,7 @@ def expert_mlp(x_, bank_gu, bank_dn, routing: MoeRouting, mt: int, *, method: st
     gm = dict(method=method, check=check, chained=True)
     if fg:
         h = grouped_gemv_fused(x_, bank_gu, ids, offs, P, mt, a_rows=routing.sorted_token, out=out("h", 2 * I),
-                               check_devices=False)  # (moe_forward checked its arrays)
+                               check_devices=False)  # (the caller checked, see above)
     else:
         h = grouped_matmul(gather_rows(x_, routing, out=out("A", H)), bank_gu, ids, offs, mt, out=out("h", 2 * I), **gm)
     if fs:
