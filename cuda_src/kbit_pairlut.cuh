@@ -89,7 +89,11 @@ __device__ __forceinline__ void load_planes(u32 (&w)[K], const u32* p) {
 // lut_lane = shared-window address of the table + 4 * (lane % COPIES).  An explicit
 // ld.shared keeps the address one LEA (a generic pointer costs two extra adds).
 // Diagnostic hooks (off; wrong results, timing only): KBIT_EXP_NO_LUT returns the key itself (no address, no LDS),
-// KBIT_EXP_NO_SCALE leaves out the block scale's HMUL2 -- which part of a GEMV step's compute holds it.
+// KBIT_EXP_NO_SCALE leaves out the block scale's HMUL2 -- which part of a GEMV step's compute holds it;
+// KBIT_EXP_LDS_FREE=1 / 2 replaces the LDS of chunks r = 1, 3 / of every chunk by one LOP3 on its address (the same
+// issued instructions, no shared-memory wavefront).  H200, 2026-11-29 (fifty-sixth session, run63.sh lds): k = 4 M = 1
+// TOTAL 17.31 -> 17.24 / 17.23 us, where NO_LUT (fewer instructions as well) gives 16.16: the step's instructions
+// hold it, not its wavefronts.
 template <int K>
 __device__ __forceinline__ u32 lut_lookup(u32 lut_lane, u32 keys, u32 f, int r) {
     const u32 key = pair_key<K>(keys, f, r);
@@ -97,6 +101,12 @@ __device__ __forceinline__ u32 lut_lookup(u32 lut_lane, u32 keys, u32 f, int r) 
     return key;
 #endif
     u32 v;
+#ifdef KBIT_EXP_LDS_FREE
+    if (KBIT_EXP_LDS_FREE == 2 || (r & 1)) {
+        asm volatile("xor.b32 %0, %1, 0x3c003c00;\n" : "=r"(v) : "r"(lut_lane + (key << (PairLut<K>::LOG2_COPIES + 2))));
+        return v;
+    }
+#endif
     asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(lut_lane + (key << (PairLut<K>::LOG2_COPIES + 2))));
     return v;
 }

@@ -47,6 +47,46 @@ def trace_fns(fn, expr, warps, smem, extra=()):
     return out
 
 
+def report(tx, ty, ts, grid, block, nspc, title):
+    """Print the chain timeline of launch n-1 (buffer ty) against launch n-2's (tx): the per-block table of main()."""
+    X = tx.get().reshape(4096, STRIDE).astype(np.int64)
+    Y = ty.get().reshape(4096, STRIDE).astype(np.int64)
+    X, Y = X[X[:, 45] > 0], Y[Y[:, 45] > 0]
+    ref = X[:, 45].max()  # launch n-2's last block exit
+    g0, c1 = Y[:, 0], Y[:, 1]
+    at = lambda c: g0 + ((c - c1) * nspc).astype(np.int64)  # noqa: E731
+    landed = Y[:, [4 + 4 * w for w in range(8)]]
+    first = at(np.where(landed > 0, landed, np.iinfo(np.int64).max).min(axis=1))
+    waited = Y[:, 48] > 0
+    print(f"\n## {title}: {np.median(ts):.2f} us a launch (replays "
+          f"{' '.join(f'{x:.2f}' for x in ts)}); grid {grid[0]} x {block[0] // 32} warps, "
+          f"{len(Y)} blocks traced, {int(waited.sum())} waited; launch n-2: exits "
+          f"{X[:, 45].max() - X[:, 0].min()} ns after its first entry")
+    print(f"{'ns from launch n-2 last exit':38} {'min':>7} {'p10':>7} {'p50':>7} {'p90':>7} {'max':>7}")
+    print(f"{'launch n-2 exits':38} {pct(X[:, 45] - ref)}")
+    print(f"{'entry':38} {pct(g0 - ref)}")
+    if waited.any():
+        print(f"{'wait passed':38} {pct(Y[waited, 48] - ref)}")
+    print(f"{'prologue done (A staged, table)':38} {pct(at(Y[:, 3]) - ref)}")
+    print(f"{'first step-0 weights landed':38} {pct(first - ref)}")
+    print(f"{'exit':38} {pct(Y[:, 45] - ref)}")
+    # inside the block (clock64): each warp's steps, its loop's end, the block's exit
+    nw = min(8, block[0] // 32)
+    warp_at = lambda i: np.concatenate([at(Y[:, i + 4 * w]) - ref for w in range(nw)])  # noqa: E731
+    for sl in range(2):
+        if (Y[:, 4 + 2 * sl] > 0).any():
+            print(f"{f'step {sl} weights landed (warps)':38} {pct(warp_at(4 + 2 * sl))}")
+            print(f"{f'step {sl} computed (warps)':38} {pct(warp_at(5 + 2 * sl))}")
+    print(f"{'warp loop done (warps)':38} "
+          f"{pct(np.concatenate([at(Y[:, 36 + w]) - ref for w in range(nw)]))}")
+    print(f"{'block exit (clock)':38} {pct(at(Y[:, 44]) - ref)}")
+    w0 = np.median(Y[waited, 48]) if waited.any() else np.median(g0)
+    print(f"summary: replay {np.median(ts):.2f} us a launch; launch n-1 last exit - launch n-2 last exit "
+          f"{(Y[:, 45].max() - ref) / 1e3:.2f} us = gap (n-2 last exit -> n-1 median wait passed / entry) "
+          f"{(w0 - ref) / 1e3:.2f} + first weights {(np.median(first) - w0) / 1e3:.2f} + to the median exit "
+          f"{(np.median(Y[:, 45]) - np.median(first)) / 1e3:.2f} + exit tail {(Y[:, 45].max() - np.median(Y[:, 45])) / 1e3:.2f}")
+
+
 def main():
     rng = np.random.default_rng()
     dev = cp.cuda.runtime.getDeviceProperties(0)
@@ -110,43 +150,7 @@ def main():
                 finally:
                     kb.set_pdl(old)
                     G._LAUNCH.clear()
-                X = tx.get().reshape(4096, STRIDE).astype(np.int64)
-                Y = ty.get().reshape(4096, STRIDE).astype(np.int64)
-                X, Y = X[X[:, 45] > 0], Y[Y[:, 45] > 0]
-                ref = X[:, 45].max()  # launch n-2's last block exit
-                g0, c1 = Y[:, 0], Y[:, 1]
-                at = lambda c: g0 + ((c - c1) * nspc).astype(np.int64)  # noqa: E731
-                landed = Y[:, [4 + 4 * w for w in range(8)]]
-                first = at(np.where(landed > 0, landed, np.iinfo(np.int64).max).min(axis=1))
-                waited = Y[:, 48] > 0
-                print(f"\n## {name} k={k} M=1 {label}: {np.median(ts):.2f} us a launch (replays "
-                      f"{' '.join(f'{x:.2f}' for x in ts)}); grid {grid[0]} x {block[0] // 32} warps, "
-                      f"{len(Y)} blocks traced, {int(waited.sum())} waited; launch n-2: exits "
-                      f"{X[:, 45].max() - X[:, 0].min()} ns after its first entry")
-                print(f"{'ns from launch n-2 last exit':38} {'min':>7} {'p10':>7} {'p50':>7} {'p90':>7} {'max':>7}")
-                print(f"{'launch n-2 exits':38} {pct(X[:, 45] - ref)}")
-                print(f"{'entry':38} {pct(g0 - ref)}")
-                if waited.any():
-                    print(f"{'wait passed':38} {pct(Y[waited, 48] - ref)}")
-                print(f"{'prologue done (A staged, table)':38} {pct(at(Y[:, 3]) - ref)}")
-                print(f"{'first step-0 weights landed':38} {pct(first - ref)}")
-                print(f"{'exit':38} {pct(Y[:, 45] - ref)}")
-                # inside the block (clock64): each warp's steps, its loop's end, the block's exit
-                nw = min(8, block[0] // 32)
-                warp_at = lambda i: np.concatenate([at(Y[:, i + 4 * w]) - ref for w in range(nw)])  # noqa: E731
-                for sl in range(2):
-                    if (Y[:, 4 + 2 * sl] > 0).any():
-                        print(f"{f'step {sl} weights landed (warps)':38} {pct(warp_at(4 + 2 * sl))}")
-                        print(f"{f'step {sl} computed (warps)':38} {pct(warp_at(5 + 2 * sl))}")
-                print(f"{'warp loop done (warps)':38} "
-                      f"{pct(np.concatenate([at(Y[:, 36 + w]) - ref for w in range(nw)]))}")
-                print(f"{'block exit (clock)':38} {pct(at(Y[:, 44]) - ref)}")
-                w0 = np.median(Y[waited, 48]) if waited.any() else np.median(g0)
-                print(f"summary: replay {np.median(ts):.2f} us a launch; launch n-1 last exit - launch n-2 last exit "
-                      f"{(Y[:, 45].max() - ref) / 1e3:.2f} us = gap (n-2 last exit -> n-1 median wait passed / entry) "
-                      f"{(w0 - ref) / 1e3:.2f} + first weights {(np.median(first) - w0) / 1e3:.2f} + to the median exit "
-                      f"{(np.median(Y[:, 45]) - np.median(first)) / 1e3:.2f} + exit tail {(Y[:, 45].max() - np.median(Y[:, 45])) / 1e3:.2f}")
-
+                report(tx, ty, ts, grid, block, nspc, f"{name} k={k} M=1 {label}")
 
 if __name__ == "__main__":
     main()

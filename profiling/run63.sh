@@ -1,0 +1,139 @@
+#!/bin/bash
+# Fifty-sixth session (2026-11-29): the decode GEMV with its weights by 2-D TMA tensor copies (issue 3, H200).
+# Usage on the GPU machine: STEP=<step> bash profiling/run63.sh   (results under $OUT/work)
+cd "$(dirname "$0")/.." || exit 1
+source profiling/run_env.sh
+start_run tma
+
+# STEP=tma (nvidia-h200): kbit_gemv_tma (-DKBIT_GEMV_TMA=1; profiling/gemv_tma_probe.py) against the package's GEMV,
+# M = 1, k = 4, every dense shape, two passes.  Why: the register-ring GEMV's timeline (forty-first session, gate/up
+# k = 4: step 0 landed 1.53 us, step 1 -- requested only then -- landed 2.41, computed 2.79, exit 3.37) pays a second
+# DRAM round trip, and any earlier request of step 1 from the warps measured slower (late = 0 +8 %, staggered +5 %):
+# a warp issuing loads the memory system paces cannot compute what has landed.  With one thread issuing every stage
+# of a group as a TMA box right after the wait, nothing in the warps waits on issue, and the copies of all SMs go out
+# in stage order; the step also loses ~50 of its ~290 SASS (load address math, predication, reloaded parameters).
+# Costs: the planes read back from shared memory (2 LDS.128 a step, 2-way conflicted: +16 wavefronts on ~36), an
+# SM's groups in one block (one table; gate/up 5 x 4 warps).
+# Expect: gate/up 4.26 -> ~3.8-4.0 us, down / Q / O -5..-10 %, KV about equal; if no faster, the second round trip is
+#   not what holds the step-1 tail.
+if [ "$STEP" = tma ]; then
+  KS=4 PASSES=2 TMA_FORMS="auto;auto:1;auto:4" timeout 540 python3 profiling/gemv_tma_probe.py > "$W/gemv_tma63.log" 2>&1
+  cat "$W/gemv_tma63.log"
+  finish_run run63
+fi
+# Result (tma, H200, cc0430e + the probe, `nvidia-h200_2026-11-29_gemv_tma63.log`): gate/up correct (err 3e-4) and
+#   slower: 4.98 / 5.16 / 5.33 us at 2 / 1 / 4 stages against the GEMV's 4.29 (+16 %); down then faulted
+#   (misaligned address) before any timing.
+
+# STEP=tma2 (nvidia-h200): where the slowdown comes from, and down's fault.  compute-sanitizer memcheck over one
+# launch of down's forms (the faulting instruction); then gate/up forms that keep more than one block an SM (the
+# slices form's 640-thread block holds an SM's whole register file: the next launch's blocks cannot start on the SM
+# until it exits -- the GEMV's 128-thread blocks free their resources one by one): 5 x 2 warps (two blocks an SM fit),
+# 2 x 4 (320 blocks of 256 threads), 1 x 4 (the GEMV's plan shape, 4 blocks an SM by shared memory: 1.2 waves).
+# Expect: memcheck names the misaligned access; if the forms with several blocks an SM close most of the +16 %, the
+#   single block is what costs, else the TMA path itself (issue or landing order).
+if [ "$STEP" = tma2 ]; then
+  CHECK_ONLY=1 SHAPES=down KS=4 TMA_FORMS="auto;2x4x2" timeout 200 compute-sanitizer --tool memcheck --show-backtrace no \
+    python3 profiling/gemv_tma_probe.py > "$W/gemv_tma63_memcheck.log" 2>&1
+  grep -v "^=========     " "$W/gemv_tma63_memcheck.log" | head -40
+  SHAPES=gateup,down KS=4 PASSES=2 TMA_FORMS="5x4x2;5x2x2;2x4x2;1x4x2" TMA_FORMS_down="auto;2x4x2;1x8x2" timeout 300 python3 profiling/gemv_tma_probe.py \
+    > "$W/gemv_tma63b.log" 2>&1
+  cat "$W/gemv_tma63b.log"
+  finish_run run63
+fi
+# Result (tma2, H200): memcheck over down's two forms: 0 errors, both right (err 3.4e-4) -- the first run's fault did
+#   not repeat under the sanitizer.  The timing part failed at launch (CUresult 1): the probe set the one module's
+#   max dynamic shared memory to each form's in turn, so the largest form launched over its attribute (fixed: the
+#   attribute takes the largest).
+
+# STEP=tma3 (nvidia-h200): tma2's timing part again with the probe fixed.
+if [ "$STEP" = tma3 ]; then
+  SHAPES=gateup,down KS=4 PASSES=2 TMA_FORMS="5x4x2;5x2x2;2x4x2;1x4x2" TMA_FORMS_down="auto;2x4x2;1x8x2" timeout 400 \
+    python3 profiling/gemv_tma_probe.py > "$W/gemv_tma63c.log" 2>&1
+  cat "$W/gemv_tma63c.log"
+  finish_run run63
+fi
+# Result (tma3, H200, `nvidia-h200_2026-11-29_gemv_tma63c.log`): every form slower.  gate/up: GEMV 4.27 us; TMA
+#   5 x 4 x 2 4.97, 5 x 2 x 2 5.00, 2 x 4 x 2 5.09, 1 x 4 x 2 6.97 (1.2 waves); down: GEMV 4.20; 2 x 5 x 2 5.23, 2 x 4 x 2
+#   5.17, 1 x 8 x 2 6.53.  Forms with several blocks an SM are no better: the single block is not the cost.  The down
+#   fault did not repeat (both runs' errors 3e-4).
+
+# STEP=tma4 (nvidia-h200): the TMA path without its compute (-DKBIT_EXPERIMENT_NO_COMPUTE; results wrong, timing only)
+# against the same GEMV (the forty-first session's GEMV without compute: gate/up 2.99, down 3.49 us = the SOL read).
+# Expect: if the TMA loads alone take ~4.5-5 us, the copies (not the compute from shared memory) are what is slow.
+if [ "$STEP" = tma4 ]; then
+  SHAPES=gateup,down KS=4 PASSES=2 TMA_FORMS="5x4x2;5x4x1" TMA_FORMS_down="2x5x2;2x5x1" \
+    TMA_EXTRA="-DKBIT_EXPERIMENT_NO_COMPUTE" timeout 300 python3 profiling/gemv_tma_probe.py > "$W/gemv_tma63d.log" 2>&1
+  cat "$W/gemv_tma63d.log"
+  finish_run run63
+fi
+# Result (tma4, H200, `nvidia-h200_2026-11-29_gemv_tma63d.log`): without its compute the TMA path is at the SOL read --
+#   gate/up 3.15 us (SOL 3.15; GEMV with compute 4.28), down 3.35 (3.15; 4.20); one stage 3.48 / 3.48.  So the copies
+#   are not what is slow: the compute from shared memory adds 1.8 us on gate/up where the register GEMV's adds ~1.3
+#   (forty-first session: 4.28 vs 2.99 without compute).  The TMA step has ~18 % fewer SASS (237 vs 290) but +18
+#   shared-memory wavefronts (two 2-way conflicted LDS.128 and two LDS.U8 a step on ~36): consistent with a compute
+#   burst bound by shared-memory wavefronts, not issue slots -- the probe is removed (patch
+#   `profiling/patches/session56-gemv-tma.patch`) and the next step tests that reading directly.
+
+# STEP=lds (nvidia-h200): is the GEMV step's burst bound by shared-memory wavefronts?  Hook -DKBIT_EXP_LDS_FREE (results
+# wrong, timing only): the pair lookups' LDS replaced by one LOP3 on the same address -- =1 chunks r = 1, 3 (16 of 32
+# lookups a step), =2 all -- so the SASS count is the base's exactly (nvcc 13, gate/up k = 4 C8: 1472 lines in all
+# three; LDS 144 / 112 / 80), only the wavefronts go.  Beside it KBIT_EXP_NO_LUT (no address, no LDS: fewer
+# instructions too; forty-second session -6.5 % TOTAL).  k = 4, M = 1, five shapes, two passes (gemv_ab).
+# Expect: if wavefronts bind, `all` ~ -6 % or more of TOTAL (like nolut) and `half` about half of it -- then a step
+#   with fewer lookups (some pairs decoded in registers) is the lever; if `all` ~ 0, the lookups' instructions or
+#   their latency bind and wavefront cuts cannot move M = 1.
+if [ "$STEP" = lds ]; then
+  AB_NOBASE=1 KS=4 MS=1 SHAPES=gateup,down,Q,O,KV CUT=240 \
+    AB_VARIANTS="half:-DKBIT_EXP_LDS_FREE=1;all:-DKBIT_EXP_LDS_FREE=2;nolut:-DKBIT_EXP_NO_LUT" gemv_ab_twice lds63 200
+  finish_run run63
+fi
+# Result (lds, H200, `nvidia-h200_2026-11-29_gemv_lds63_{1,2}.log`): TOTAL k = 4 M = 1 17.31 -> half 17.24, all 17.23
+#   (both passes), nolut 16.18 / 16.16.  Removing every lookup's wavefront while keeping its instruction changes
+#   nothing (-0.5 %): the step is bound by its instructions (or their dependent chain), not by shared memory -- the
+#   forty-second session's reading, now measured directly.  (Also tried on the CPU and dropped before any GPU run: the
+#   lookup offset from one PRMT with the table base left to the LDS as [R + UR] -- ptxas kept the base in a regular
+#   register and added it a lookup, so the IMAD it was to save came back as an IADD; nvcc 13 SASS 1472 -> 1504 lines.)
+
+# STEP=trim (nvidia-h200): two instruction cuts in the decode GEMV's step, hooks off by default: KBIT_GEMV_KEEP_LANE (the
+# lane's table and A addresses made opaque once, so ptxas keeps them instead of recomputing them from S2R / the shared
+# window base every step: nvcc 13 gate/up k = 4 C8 1472 -> 1448 SASS lines, 79 registers) and KBIT_GEMV_ACLAMP (C8
+# lanes past M read row M - 1 unpredicated -- their token columns are never read -- instead of a zero-filled
+# predicated LDS.128: 1472 -> 1456, 92 registers), and both (1432, 93).  k = 2 / 3 / 4, M = 1 / 2, seven shapes, two
+# passes (gemv_ab AB_VARIANTS).
+# Expect: by NO_LUT's slope (-9 % SASS -> -6.5 %), `both` -1.5..-2 % of M = 1 TOTAL; worth keeping at >= 1.5 % in both
+#   passes (the 2.5x target needs -4.7 %: these alone will not reach it).
+if [ "$STEP" = trim ]; then
+  AB_NOBASE=1 KS=2,3,4 MS=1,2 SHAPES=gateup,down,Q,O,KV,lin_key,lin_value CUT=240 \
+    AB_VARIANTS="keep:-DKBIT_GEMV_KEEP_LANE;clamp:-DKBIT_GEMV_ACLAMP;both:-DKBIT_GEMV_KEEP_LANE -DKBIT_GEMV_ACLAMP" \
+    gemv_ab_twice trim63 280
+  finish_run run63
+fi
+# Result (trim, H200, `nvidia-h200_2026-11-29_gemv_trim63_{1,2}.log`): both cuts slower, both passes alike -- k = 4 M = 1
+#   TOTAL 17.21 / 17.31 -> keep 17.38 / 17.46, clamp 17.78 / 17.82, both 17.81 / 17.86; k = 3 M = 1 clamp +2.5 %; k = 2
+#   within 0.5 %.  (clamp's 92 registers: O / linear key / KV +3..+6 %.)  Fewer SASS lines by themselves do not make
+#   the step faster; neither hook is kept.
+
+# STEP=ttrace (nvidia-h200): does the TMA form's data land in stage order?  The chain timeline (profiling/chain_trace.py's
+# table, trace builds of kbit_gemv_tma with the session56 patch applied) of gate/up 5 x 4 at 2 and 4 stages and down
+# 2 x 5 x 2, beside the package GEMV's own chain trace (MODES=safe).  Per warp: when its step 0 / step 1 weights landed
+# (after the stage's mbarrier) and were computed.
+# Expect: if stage 0 lands well before stage 1 (~half the transfer earlier), the TMA form's loss is its compute (the
+#   +0.5 us over the register GEMV's) and not the order; if both land together near the end, no stage split can put
+#   compute under the transfer at these sizes.
+if [ "$STEP" = ttrace ]; then
+  git apply profiling/patches/session56-gemv-tma.patch 2>/dev/null || echo "(patch already applied)"
+  TRACE=1 SHAPES=gateup,down KS=4 TMA_FORMS="5x4x2;5x4x4" TMA_FORMS_down="2x5x2" timeout 240 \
+    python3 profiling/gemv_tma_probe.py > "$W/gemv_tma63_trace.log" 2>&1
+  cat "$W/gemv_tma63_trace.log"
+  SHAPES=gateup,down KS=4 MODES=safe timeout 200 python3 profiling/chain_trace.py > "$W/gemv_chain63.log" 2>&1
+  cat "$W/gemv_chain63.log"
+  finish_run run63
+fi
+# Result (ttrace, H200, `nvidia-h200_2026-11-29_{gemv_tma63_trace,gemv_chain63}.log`; ns after launch n-2's last exit,
+#   p50): the TMA stages land in order, ~1 us apart (gate/up 2 stages: wait 1040, stage 0 2433, stage 1 3466; 4 stages
+#   alike), but the form's one 640-thread block an SM enters only once the previous launch's block has left (entry -32
+#   against the GEMV's -480), so its wait passes later (1040 vs 672) and its prologue ends later (1877 vs 1372); its first
+#   stage lands later than the GEMV's step 0 (2433 vs 1586) and each step still computes ~0.6 us after landing.  The
+#   GEMV's own chain: wait 672, step 0 landed 1586 / computed 2140, step 1 landed 2447 / computed 2810, exit 3968 (max
+#   4832: an exit tail of 0.77 us).  The TMA form is not kept (patch `profiling/patches/session56-gemv-tma.patch`).
