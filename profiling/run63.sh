@@ -137,3 +137,47 @@ fi
 #   stage lands later than the GEMV's step 0 (2433 vs 1586) and each step still computes ~0.6 us after landing.  The
 #   GEMV's own chain: wait 672, step 0 landed 1586 / computed 2140, step 1 landed 2447 / computed 2810, exit 3968 (max
 #   4832: an exit tail of 0.77 us).  The TMA form is not kept (patch `profiling/patches/session56-gemv-tma.patch`).
+
+# STEP=gtrace (nvidia-h200): the grouped decode GEMV's launch in its chain (profiling/grouped_trace.py), k = 4, 1 token,
+# 8 / 10 experts, down (stable: moe_forward's launch) and gate/up fused (wait-first: its default).  Why: the TMA form's
+# trace (ttrace) showed what a grid whose blocks fill an SM's registers pays -- the next launch's blocks enter only as the
+# previous ones leave, so their pre-wait prologue overlaps nothing.  The grouped plans' blocks (256-480 threads at ~96-123
+# registers, two an SM) may fill the register file the same way, where the dense gate/up's five 128-thread blocks leave
+# room for a sixth.  Read: entry -> wait passed (the dense GEMV's chain: ~1.15 us at p50).
+# Expect: if the grouped blocks' entry -> wait is near zero, their prologue is on the path (the fiftieth session's
+#   unexplained 0.5 us over the dense GEMV on the same bytes), and a plan that leaves an SM room for one more block is
+#   the lever to try.
+if [ "$STEP" = gtrace ]; then
+  for e in 8 10; do
+    SHAPE=moe_dn E=$e M=1 MODES=stable,wait timeout 120 python3 profiling/grouped_trace.py
+    SHAPE=moe_gu_fused E=$e M=1 MODES=wait timeout 120 python3 profiling/grouped_trace.py
+  done > "$W/moe_gtrace63.log" 2>&1
+  cat "$W/moe_gtrace63.log"
+  finish_run run63
+fi
+# Result (gtrace, H200, `nvidia-h200_2026-11-29_moe_gtrace63.log`; grouped_trace.py fixed: it read the trace buffer of
+#   one built instantiation, and grouped_gemv now builds two): no late entry -- entry -> wait passed p50 ~1.0 us (down
+#   8 / 10 experts stable 992 / 1056 ns, wait-first 640 / 800; gate/up fused 896 / 592), like the dense GEMV's.  What
+#   differs is after the wait: the first step-0 weights land 1.47 / 1.56 us after it (down, stable; wait-first 2.2-2.4,
+#   gate/up fused 2.3-2.4) against the dense gate/up's 0.87 us (gemv_chain63), and the loads (with A's copies) are
+#   requested only ~0.5 us after it (stable; 1.0-1.2 wait-first).
+
+# STEP=gkeep (nvidia-h200): the same trace with the grouped stable mode's first word offsets computed before its wait
+# (the existing hook -DKBIT_GROUPED_KEEP_ADDR=true, as the dense kernel's KEEP), down 8 / 10 experts, 1 token.  The
+# fifty-third session timed the hook (+2.2..+2.8 % on down) without a timeline.
+# Expect: if the post-wait set-up is what delays the first weights, they land ~0.3-0.5 us earlier with the hook; if the
+#   launch is still no faster, the tail after the first weights (not their request) is what holds the grouped kernel.
+if [ "$STEP" = gkeep ]; then
+  for e in 8 10; do
+    SHAPE=moe_dn E=$e M=1 MODES=stable timeout 120 python3 profiling/grouped_trace.py
+    OPTS="-DKBIT_GROUPED_KEEP_ADDR=true" SHAPE=moe_dn E=$e M=1 MODES=stable timeout 120 python3 profiling/grouped_trace.py
+  done > "$W/moe_gkeep63.log" 2>&1
+  cat "$W/moe_gkeep63.log"
+  finish_run run63
+fi
+# Result (gkeep, H200, `nvidia-h200_2026-11-29_moe_gkeep63.log`): slower again and the first weights later, not earlier
+#   -- down 8 experts 4.49 -> 4.88 us a launch (trace builds), first step-0 weights 1506 -> 1658 ns after the wait; 10
+#   experts 4.95 -> 5.38, 1680 -> 1688.  The post-wait offset set-up is not what delays the grouped kernel's first
+#   weights.  What fills the ~0.5 us from the wait to its loads and A's copies being requested is not measured here
+#   (likely the issue of loads the memory system paces, every block requesting at the wait; the dense kernel's
+#   prologue spans 0.7 us to A staged the same way).
