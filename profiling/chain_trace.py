@@ -47,6 +47,34 @@ def trace_fns(fn, expr, warps, smem, extra=()):
     return out
 
 
+def replay_chain(launch, R, tx, ty):
+    """launch(i) for i < R captured in one graph (after two warm-up launches), replayed 7 times (us a launch, the
+    list); then the trace buffers tx / ty zeroed and one more replay, whose last two launches they then hold."""
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        launch(0)
+        launch(1)
+        s.synchronize()
+        s.begin_capture()
+        for i in range(R):
+            launch(i)
+        g = s.end_capture()
+        ts = []
+        for _ in range(7):
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record(s)
+            g.launch(s)
+            e1.record(s)
+            e1.synchronize()
+            ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / R)
+        tx.fill(0)
+        ty.fill(0)
+        s.synchronize()
+        g.launch(s)
+        s.synchronize()
+    return ts
+
+
 def report(tx, ty, ts, grid, block, nspc, title):
     """Print the chain timeline of launch n-1 (buffer ty) against launch n-2's (tx): the per-block table of main()."""
     X = tx.get().reshape(4096, STRIDE).astype(np.int64)
@@ -125,32 +153,12 @@ def main():
                         _, _, _, _, a = G.launch_args(A, cps[i], out)
                         _pdl.launch(fx if i % 2 == 0 else fy, grid, block, (A_in,) + a[1:], smem, pdl=pdl)
 
-                    s = cp.cuda.Stream(non_blocking=True)
-                    with s:
-                        launch(0)
-                        launch(1)
-                        s.synchronize()
-                        s.begin_capture()
-                        for i in range(R):
-                            launch(i)
-                        g = s.end_capture()
-                        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-                        ts = []
-                        for _ in range(7):
-                            e0.record(s)
-                            g.launch(s)
-                            e1.record(s)
-                            e1.synchronize()
-                            ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / R)
-                        tx.fill(0)
-                        ty.fill(0)
-                        s.synchronize()
-                        g.launch(s)
-                        s.synchronize()
+                    ts = replay_chain(launch, R, tx, ty)
                 finally:
                     kb.set_pdl(old)
                     G._LAUNCH.clear()
                 report(tx, ty, ts, grid, block, nspc, f"{name} k={k} M=1 {label}")
+
 
 if __name__ == "__main__":
     main()

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cupy as cp  # noqa: E402
 
-from bench_foundation import SHAPES, dense_cases, sol_time, time_rotated  # noqa: E402
+from bench_foundation import dense_cases, sol_time, time_rotated  # noqa: E402
 from kbitcupy import _pdl  # noqa: E402
 from kbitcupy import gemv as G  # noqa: E402
 from kbitcupy._compile import _options, read_source  # noqa: E402
@@ -54,7 +54,7 @@ def kernel(k, stg, bounds, trace=None):
 def chain_trace(name, k, cps, A, out, M, N, K, gpb, w, stg, smem, pdl):
     """The chain timeline of the form (profiling/chain_trace.py's table): two trace builds alternating in the
     graph of the rotation's launches, launch n-1's blocks against launch n-2's last exit."""
-    from chain_trace import report
+    from chain_trace import replay_chain, report
 
     rows = -(-K // 256) * 4 // stg
     grid = -(-(-(-N // 8)) // gpb)
@@ -69,28 +69,7 @@ def chain_trace(name, k, cps, A, out, M, N, K, gpb, w, stg, smem, pdl):
         args = (mp[i % len(cps)][0], mp[i % len(cps)][1], A, c.packed, c.absmax, c.codebook, out, np.int32(M),
                 np.int32(N), np.int32(K), np.float32(c.tensor_scale), np.int32(pdl))
         _pdl.launch(fx if i % 2 == 0 else fy, (grid,), (32 * w, gpb), args, smem, pdl=bool(pdl))
-    s = cp.cuda.Stream(non_blocking=True)
-    with s:
-        launch(0)
-        launch(1)
-        s.synchronize()
-        s.begin_capture()
-        for i in range(R):
-            launch(i)
-        g = s.end_capture()
-        ts = []
-        for _ in range(7):
-            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-            e0.record(s)
-            g.launch(s)
-            e1.record(s)
-            e1.synchronize()
-            ts.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3 / R)
-        tx.fill(0)
-        ty.fill(0)
-        s.synchronize()
-        g.launch(s)
-        s.synchronize()
+    ts = replay_chain(launch, R, tx, ty)
     clock_khz = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrClockRate, 0)
     report(tx, ty, ts, (grid,), (32 * w, gpb), 1e6 / clock_khz, f"{name} k={k} M={M} tma {gpb}x{w}x{stg} (trace build)")
 

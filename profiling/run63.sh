@@ -181,3 +181,16 @@ fi
 #   weights.  What fills the ~0.5 us from the wait to its loads and A's copies being requested is not measured here
 #   (likely the issue of loads the memory system paces, every block requesting at the wait; the dense kernel's
 #   prologue spans 0.7 us to A staged the same way).
+
+# STEP=check (nvidia-h200): chain_trace.py after its replay / report helpers were split out (shared with the probe's
+# TRACE mode), and the probe's TRACE mode with the patch applied, one shape each.  Expect: both print the chain table.
+if [ "$STEP" = check ]; then
+  SHAPES=gateup KS=4 MODES=safe timeout 120 python3 profiling/chain_trace.py > "$W/chain_check63.log" 2>&1
+  tail -8 "$W/chain_check63.log"
+  rm -rf /tmp/tma_tree && mkdir -p /tmp/tma_tree && cp -r cuda_src kbitcupy profiling /tmp/tma_tree/ \
+    && (cd /tmp/tma_tree && patch -p1 -s < profiling/patches/session56-gemv-tma.patch) \
+    && (cd /tmp/tma_tree && PYTHONPATH=/tmp/tma_tree TRACE=1 SHAPES=gateup KS=4 TMA_FORMS="5x4x2" timeout 120 \
+        python3 profiling/gemv_tma_probe.py) > "$W/tma_check63.log" 2>&1
+  tail -8 "$W/tma_check63.log"
+  finish_run run63
+fi
