@@ -194,3 +194,5 @@ if [ "$STEP" = check ]; then
   tail -8 "$W/tma_check63.log"
   finish_run run63
 fi
+# Result (check, H200, c0c05c4): both print their chain tables (chain_trace.py gate/up safe 5.00 us a launch in its
+#   trace build; the probe's TRACE mode on a copy of the tree with the patch applied by `patch -p1`, 5.61).
