@@ -339,6 +339,9 @@ __device__ __forceinline__ void gemv_block(const T* __restrict__ A, const u32* _
     } else {
         start_group(MULTI ? grp : (int)blockIdx.x * ny + ty);
     }
+#ifdef KBIT_TRACE  // 49: thread 0's first weights requested (in-order issue: the clock reads once their loads issued)
+    if (threadIdx.x == 0 && ty == 0) KTR(49, probe_clock());
+#endif
 // Experiment hook: the whole ring requested before the prologue.  H100, 2026-11-25 (after the
 // absmax fix): k = 4 M = 1 TOTAL 3 % slower, k = 2 / 5 equal, with PDL 1 % faster (run14.sh ring).
 #ifdef KBIT_EXPERIMENT_RING_EARLY

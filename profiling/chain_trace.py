@@ -95,6 +95,8 @@ def report(tx, ty, ts, grid, block, nspc, title):
     print(f"{'entry':38} {pct(g0 - ref)}")
     if waited.any():
         print(f"{'wait passed':38} {pct(Y[waited, 48] - ref)}")
+    if (Y[:, 49] > 0).any():
+        print(f"{'first weights requested (thread 0)':38} {pct(at(Y[:, 49]) - ref)}")
     print(f"{'prologue done (A staged, table)':38} {pct(at(Y[:, 3]) - ref)}")
     print(f"{'first step-0 weights landed':38} {pct(first - ref)}")
     print(f"{'exit':38} {pct(Y[:, 45] - ref)}")

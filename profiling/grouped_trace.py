@@ -124,6 +124,8 @@ def main():
         print(f"{'wait passed, from the first block entry':40} {pct(waitp[waited] - entry.min())}")
         print(f"{'entry -> wait passed':40} {pct((waitp - entry)[waited])}")
         print(f"{'wait passed -> ids read (block entry)':40} {pct(g0 - ref)}")
+        if (t[:, 49] > 0).any():
+            print(f"{'wait passed -> first weights requested':40} {pct(at(t[:, 49]) - ref)}")
         print(f"{'wait passed -> loads requested':40} {pct(at(t[:, 46]) - ref)}")
         print(f"{'wait passed -> prologue done':40} {pct(prol - ref)}")
         print(f"{'wait passed -> first step-0 weights':40} {pct(first - ref)}")

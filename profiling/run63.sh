@@ -196,3 +196,17 @@ if [ "$STEP" = check ]; then
 fi
 # Result (check, H200, c0c05c4): both print their chain tables (chain_trace.py gate/up safe 5.00 us a launch in its
 #   trace build; the probe's TRACE mode on a copy of the tree with the patch applied by `patch -p1`, 5.61).
+
+# STEP=gtrace2 (nvidia-h200): where the grouped kernel's ~0.5 us from its wait to its load requests goes.  A new trace slot
+# (49, trace builds only): thread 0's clock once its first weight loads have issued (in-order issue: a load the memory
+# system holds back holds the clock read too).  grouped_trace.py (down, 8 experts, 1 token, stable and wait-first) and
+# chain_trace.py (dense gate/up, safe) print it.
+# Expect: if the first weights are requested within ~0.1 us of the wait and still land ~1.5 us after it, the grouped
+#   kernel's step 0 is not served from L2 the way the dense kernel's prefetched step 0 is (its prefetch is issued only
+#   once the ids have arrived, ~0.25 us before the wait); if the request itself comes ~0.5 us late, the issue is held.
+if [ "$STEP" = gtrace2 ]; then
+  { SHAPE=moe_dn E=8 M=1 MODES=stable,wait timeout 120 python3 profiling/grouped_trace.py
+    SHAPES=gateup KS=4 MODES=safe timeout 120 python3 profiling/chain_trace.py; } > "$W/moe_gtrace63b.log" 2>&1
+  cat "$W/moe_gtrace63b.log"
+  finish_run run63
+fi
