@@ -210,3 +210,9 @@ if [ "$STEP" = gtrace2 ]; then
   cat "$W/moe_gtrace63b.log"
   finish_run run63
 fi
+# Result (gtrace2, H200, 88f52f7, `nvidia-h200_2026-11-29_moe_gtrace63b.log`): the request is not late -- the grouped
+#   stable launch requests its first weights 38 ns after its wait (p50; wait-first 388), and they land 1.51 us after it;
+#   the dense gate/up requests its at about its wait and they land ~1.0 us later.  The difference is the L2 prefetch's
+#   timing: the dense kernel prefetches step 0 at block entry (~1.6 us before its wait), the grouped one only once its
+#   ids have arrived (~0.25 us before the wait: the ids load takes ~0.7 us under the previous kernel's traffic), so its
+#   step 0 still comes from DRAM after the wait.  That is most of the fiftieth session's 0.5 us.
