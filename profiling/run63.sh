@@ -216,3 +216,25 @@ fi
 #   timing: the dense kernel prefetches step 0 at block entry (~1.6 us before its wait), the grouped one only once its
 #   ids have arrived (~0.25 us before the wait: the ids load takes ~0.7 us under the previous kernel's traffic), so its
 #   step 0 still comes from DRAM after the wait.  That is most of the fiftieth session's 0.5 us.
+
+# STEP=routepf (nvidia-h200): the routing kernel prefetching the chosen experts' weights into L2 (kbit_moe_route_warp_pf,
+# kbitcupy.moe.ROUTE_PREFETCH; decode steps of <= 32 choices).  Why: gtrace2 -- the grouped kernels can request an
+# expert's weights only once they have read its id after their wait, so their first weights come from DRAM (down's
+# stable launch: 1.51 us after the wait, where the dense GEMV's prefetched step 0 lands ~1.0 us after its request).  The
+# routing kernel knows the experts first; a grid of 132 one-warp blocks issues prefetch.global.L2 for every 128-byte
+# line of the chosen experts' gate/up planes + scales, then down's (~12 MB at 8 experts: ~23 prefetches a thread).
+# GPU tests first (the new grid's routing arrays bit-identical to the one-warp and one-block kernels', every PDL mode;
+# moe_forward bit-identical with and without the prefetch, eager and in a graph), then the layer step A/B
+# (profiling/moe_route_pf.py: moe_forward in a graph over the layer bench's cold-L2 draws, off / on alternating, two
+# passes; T = 1 / 2 / 3 at top-10 of 512).
+# Expect: T = 1 17.4 -> ~16 us (gate/up's and down's first weights from L2: -0.5..-1 us each); if no faster, the
+#   prefetch traffic lands too late or crowds the kernels' own reads, and ROUTE_PREFETCH goes back off.
+if [ "$STEP" = routepf ]; then
+  gpu_tests "$W/gpu_tests_routepf63.log" 300 tests/test_grouped_gpu.py \
+    -k "route_warp_matches or route_prefetch_bit_identical or test_moe_forward_gpu or fused_gemv_matches"
+  grep -E "^E  |FAILED" "$W/gpu_tests_routepf63.log" | head -10
+  gpu_tests "$W/gpu_tests_routepf63b.log" 200 tests/test_pdl_gpu.py -k "route"
+  TS=1,2,3 KS=4 PASSES=2 timeout 300 python3 profiling/moe_route_pf.py > "$W/moe_route_pf63.log" 2>&1
+  cat "$W/moe_route_pf63.log"
+  finish_run run63
+fi
