@@ -169,6 +169,9 @@ ROUTE_GRID_MAX_PAIRS = 512 * 1024
 # wait (profiling/NOTES.md, fifty-sixth session).  Hints only: results are bit-identical either way.
 ROUTE_PREFETCH = True
 ROUTE_PREFETCH_BLOCKS = 132
+# The share of each expert prefetched from its start (gate/up, down): an expert's first K tiles are its first bytes
+# in the tiled layout, and the grouped kernels' first ring steps read them.
+ROUTE_PREFETCH_PARTS = (1.0, 1.0)
 
 
 def route_prefetch_regions(gate_banks, bank_down, ids):
@@ -182,7 +185,8 @@ def route_prefetch_regions(gate_banks, bank_down, ids):
     dev = gpu_index_of(ids)
     if dev is None or any(kind(a) != "cupy" or a.data.device_id != dev for a in arrays):
         return None
-    return tuple((a, int(a.nbytes // a.shape[0])) for a in arrays)
+    fr = (ROUTE_PREFETCH_PARTS[0],) * 2 + (ROUTE_PREFETCH_PARTS[1],) * 2
+    return tuple((a, int(a.nbytes // a.shape[0] * f) // 128 * 128) for a, f in zip(arrays, fr))
 
 
 def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens, prefetch=None):
@@ -215,11 +219,10 @@ def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens, prefetch=N
         args = (flat, np.int32(P), np.int32(topk), np.int32(E), np.int32(S), sorted_token, pos, expert_ids, offsets,
                 _err_buffer(), np.int32(pdl))
         if warp and prefetch:
-            from ._launch import DevPtr
-
+            # (region: array [E, n], bytes an expert to prefetch from its start; stride = the array's row)
             regs = list(prefetch)[:4] + [(None, 0)] * (4 - min(4, len(prefetch)))
-            pf = tuple(x for a, nb in regs for x in ((a, np.int64(nb), np.int64(nb)) if a is not None
-                                                       else (DevPtr(0), np.int64(0), np.int64(0))))
+            pf = tuple(x for a, nb in regs for x in ((a, np.int64(a.nbytes // a.shape[0]), np.int64(nb))
+                                                       if a is not None else (np.uint64(0), np.int64(0), np.int64(0))))
             launch(("warp_pf",), ROUTE_PREFETCH_BLOCKS, 32, args + pf, 0, pdl=pdl)
         else:
             launch(("warp",) if warp else (), 1, threads, args, 0 if warp else 4 * (2 * (E + 1) + 2 * threads + P),

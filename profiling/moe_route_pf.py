@@ -45,18 +45,22 @@ def main():
                 moe.ROUTE_PREFETCH = flag
                 outs[flag] = moe.moe_forward(x, bgu, bdn, ids[0], ws[0])
             same = bool(cp.array_equal(outs[False].view(cp.uint16), outs[True].view(cp.uint16)))
-            res = {False: [], True: []}
+            # PARTS: the shares of gate/up / down prefetched ("g,d;g,d;..."; 0,0 = the prefetch grid with no lines)
+            parts = [tuple(float(v) for v in p.split(",")) for p in os.environ.get("PARTS", "1,1").split(";")]
+            cols = [("off", False, None)] + [(f"on {p[0]:g}/{p[1]:g}", True, p) for p in parts]
+            res = {c: [] for c, _, _ in cols}
             for _ in range(passes):
-                for flag in (False, True):
+                for c, flag, p in cols:
                     moe.ROUTE_PREFETCH = flag
+                    if p is not None:
+                        moe.ROUTE_PREFETCH_PARTS = p
                     fns = [functools.partial(moe.moe_forward, x, bgu, bdn, ids[r % R], ws[r % R]) for r in range(n)]
                     e = B.time_graph_or_eager(fns, reps, R=R, launches=n)
-                    res[flag].append(e["us"] if e["method"] == "graph" else None)
-            moe.ROUTE_PREFETCH = True
-            off, on = min(v for v in res[False] if v), min(v for v in res[True] if v)
-            print(f"T={T} k={k} experts/step {np.mean(st['distinct']):.1f}: off {off:.2f} us, on {on:.2f} us "
-                  f"({100 * (on / off - 1):+.1f} %); passes off {res[False]} on {res[True]}; outputs bit-identical: "
-                  f"{same}", flush=True)
+                    res[c].append(round(e["us"], 2) if e["method"] == "graph" else None)
+            best = {c: min(v for v in res[c] if v) for c in res}
+            print(f"T={T} k={k} experts/step {np.mean(st['distinct']):.1f}: "
+                  + ", ".join(f"{c} {best[c]:.2f} us ({100 * (best[c] / best['off'] - 1):+.1f} %)" for c in res)
+                  + f"; passes {res}; outputs bit-identical: {same}", flush=True)
 
 
 if __name__ == "__main__":

@@ -238,3 +238,23 @@ if [ "$STEP" = routepf ]; then
   cat "$W/moe_route_pf63.log"
   finish_run run63
 fi
+# Result (routepf, H200, 0ab753a, `nvidia-h200_2026-11-29_{gpu_tests_routepf63,moe_route_pf63}.log`): slower.  moe_forward
+#   T = 1 / 2 / 3 17.59 / 29.88 / 37.59 -> 21.43 / 36.53 / 48.14 us (+22..28 %), both passes alike; outputs
+#   bit-identical.  Prefetching whole experts (~12 MB at 10 experts) holds the routing grid until its prefetches have
+#   issued, and the grouped kernels wait for that grid.  Tests: 18 passed, 1 failed -- the routing test's launch
+#   without PDL went through CuPy's launcher, which cannot pass kbitcupy._launch.DevPtr (the null region pointers):
+#   now numpy.uint64(0).  PDL routing tests 3 passed.
+
+# STEP=routepf2 (nvidia-h200): the same with only each expert's first lines (ROUTE_PREFETCH_PARTS: the shares of gate/up
+# and down prefetched from each expert's start -- its first K tiles, which the grouped kernels' first ring steps read):
+# 0 / 0 (the 132-block grid alone), 1/4 / 0, 1/4 / 1/2, 1 / 1, against off; T = 1 / 3; and the failed test again.
+# Expect: if 0 / 0 costs about nothing and 1/4 / 0 gains on gate/up (its first weights from L2), a partial prefetch
+#   pays; if 0 / 0 already costs, the grid's launch is the cost and the prefetch cannot pay from the routing kernel.
+if [ "$STEP" = routepf2 ]; then
+  gpu_tests "$W/gpu_tests_routepf63c.log" 300 tests/test_grouped_gpu.py -k "route_warp_matches or route_prefetch_bit_identical"
+  grep -E "^E  |FAILED" "$W/gpu_tests_routepf63c.log" | head -10
+  TS=1,3 KS=4 PASSES=2 PARTS="0,0;0.25,0;0.25,0.5;1,1" timeout 400 python3 profiling/moe_route_pf.py \
+    > "$W/moe_route_pf63b.log" 2>&1
+  cat "$W/moe_route_pf63b.log"
+  finish_run run63
+fi
