@@ -459,34 +459,32 @@ __global__ void __launch_bounds__(1024) kbit_moe_route(const int* __restrict__ i
 // stable counting sort's row), its expert's slot the number of distinct smaller experts.  No per-expert array, so
 // none of kbit_moe_route's E-long zeroing and scan (512 experts: eight scan rounds of two barriers) for 10 choices.
 // The same arrays, bad ids included (parked as expert E after every valid row).
-// The warp's routing: lane p's expert e (E for a bad id, E + 1 past P), whether it is its expert's first choice, its
-// expert's slot; written (writer) as kbit_moe_route's arrays.  Returns the number of active experts.
-__device__ __forceinline__ int moe_route_warp_body(const int* __restrict__ ids_in, int P, int topk, int E, int S,
-                                                   int* __restrict__ sorted_token, int* __restrict__ pos,
-                                                   int* __restrict__ expert_ids, int* __restrict__ offsets,
-                                                   int* __restrict__ err, bool writer, int& e, bool& first, int& slot) {
+__global__ void __launch_bounds__(32) kbit_moe_route_warp(const int* __restrict__ ids_in, int P, int topk, int E, int S,
+                                                        int* __restrict__ sorted_token, int* __restrict__ pos,
+                                                        int* __restrict__ expert_ids, int* __restrict__ offsets,
+                                                        int* __restrict__ err, int pdl) {
+    moe_helper_prologue(pdl);
     const unsigned full = 0xffffffffu;
     const int lane = threadIdx.x;
-    e = E + 1;  // lanes past P sort after every choice
+    int e = E + 1;  // lanes past P sort after every choice
     if (lane < P) {
         e = ld_after_wait(ids_in + lane);
         if (e < 0 || e >= E) {
             e = E;
-            if (writer) atomicOr(err, 1);
+            atomicOr(err, 1);
         }
     }
     int row = 0;
-    first = lane < P && e < E;  // the first choice of its (valid) expert
+    bool first = lane < P && e < E;  // the first choice of its (valid) expert
     for (int q = 0; q < 32; q++) {
         const int eq = __shfl_sync(full, e, q);
         row += eq < e || (eq == e && q < lane);
         first = first && !(eq == e && q < lane);
     }
     const unsigned firsts = __ballot_sync(full, first);
-    slot = 0;
+    int slot = 0;
     for (int q = 0; q < 32; q++) slot += ((firsts >> q) & 1u) && __shfl_sync(full, e, q) < e;
     const int nact = __popc(firsts), nvalid = __popc(__ballot_sync(full, lane < P && e < E));
-    if (!writer) return nact;
     if (lane < P) {
         pos[lane] = row;
         sorted_token[row] = lane / topk;
@@ -498,48 +496,6 @@ __device__ __forceinline__ int moe_route_warp_body(const int* __restrict__ ids_i
     for (int s = nact + lane; s <= S; s += 32) {  // unused slots: expert 0, no rows (as kbit_moe_route)
         if (s < S) expert_ids[s] = 0;
         offsets[s] = s == nact ? nvalid : P;
-    }
-    return nact;
-}
-__global__ void __launch_bounds__(32) kbit_moe_route_warp(const int* __restrict__ ids_in, int P, int topk, int E, int S,
-                                                        int* __restrict__ sorted_token, int* __restrict__ pos,
-                                                        int* __restrict__ expert_ids, int* __restrict__ offsets,
-                                                        int* __restrict__ err, int pdl) {
-    moe_helper_prologue(pdl);
-    int e, slot;
-    bool first;
-    moe_route_warp_body(ids_in, P, topk, E, S, sorted_token, pos, expert_ids, offsets, err, true, e, first, slot);
-}
-// The same routing with the chosen experts' weights prefetched into L2 (kbitcupy.moe, decode steps), on a grid of
-// one-warp blocks: block 0 writes the routing, every block routes the same choices again (32 lanes: cheap) and
-// prefetches its share of the 128-byte lines of regions r = 0..3 of each active expert (region r of expert e:
-// base_r + e * stride_r, bytes_r; bytes_r = 0: none), in region order (gate/up's first, so they land first).  The
-// grouped kernels after it otherwise request an expert's first weights only once their own ids read has come back,
-// a DRAM round trip after their wait (profiling/NOTES.md, fifty-sixth session).  Prefetches are hints: what any
-// load returns is unchanged.
-__global__ void __launch_bounds__(32) kbit_moe_route_warp_pf(
-    const int* __restrict__ ids_in, int P, int topk, int E, int S, int* __restrict__ sorted_token, int* __restrict__ pos,
-    int* __restrict__ expert_ids, int* __restrict__ offsets, int* __restrict__ err, int pdl,
-    const unsigned char* base0, long long stride0, long long bytes0, const unsigned char* base1, long long stride1,
-    long long bytes1, const unsigned char* base2, long long stride2, long long bytes2, const unsigned char* base3,
-    long long stride3, long long bytes3) {
-    moe_helper_prologue(pdl);
-    int e, slot;
-    bool first;
-    const int nact = moe_route_warp_body(ids_in, P, topk, E, S, sorted_token, pos, expert_ids, offsets, err,
-                                         blockIdx.x == 0, e, first, slot);
-    const long long gt = (long long)blockIdx.x * 32 + threadIdx.x, nt = (long long)gridDim.x * 32;
-    const unsigned char* bases[4] = {base0, base1, base2, base3};
-    const long long strides[4] = {stride0, stride1, stride2, stride3}, bytes[4] = {bytes0, bytes1, bytes2, bytes3};
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        if (bases[r] == nullptr) continue;
-        for (int j = 0; j < nact; j++) {
-            const unsigned owner = __ballot_sync(0xffffffffu, first && slot == j);
-            const int ej = __shfl_sync(0xffffffffu, e, __ffs(owner) - 1);
-            const unsigned char* p = bases[r] + ej * strides[r];
-            for (long long l = gt * 128; l < bytes[r]; l += nt * 128) prefetch_l2(p + l);
-        }
     }
 }
 

@@ -51,7 +51,6 @@ def _instances():
             inst[("combine", t, w)] = f"kbit_moe_combine<{CTYPE[t]}, {CTYPE[w]}>"
     inst[("route",)] = "kbit_moe_route"
     inst[("route", "warp")] = "kbit_moe_route_warp"
-    inst[("route", "warp_pf")] = "kbit_moe_route_warp_pf"
     for part in ("count", "scan", "scatter"):
         inst[("route", part)] = f"kbit_moe_route_{part}"
     inst[("gather", "u16")] = "kbit_gather_rows<unsigned short>"

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _pdl
-from ._arrays import (ACT_DTYPES, check_same_device, cpu_result, dtype_name, from_backend, gpu_index_of, kind, out_array,
-                      stream_ctx, to_backend)
+from ._arrays import (ACT_DTYPES, check_same_device, cpu_result, dtype_name, from_backend, kind, out_array, stream_ctx,
+                      to_backend)
 from .gemv import _sm_count, grouped_swiglu_per_thread
 from .grouped import (ERR_EXPERT_ID, GROUPED, KbitExpertBank, _err_buffer, choose_impl, dequantize_experts,
                       grouped_gemv_fused, grouped_matmul)
@@ -89,16 +89,13 @@ def reference_route(topk_ids, num_experts: int) -> MoeRouting:
                       int(num_experts), int(counts.max()) if counts.size else 0)
 
 
-def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: bool = False, *,
-              prefetch=None) -> MoeRouting:
+def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: bool = False) -> MoeRouting:
     """Build the expert-sorted layout (see module doc) from topk_ids [T, topk].
 
     CuPy / CUDA torch ids: CuPy ops on the current (torch's) stream, no sync.  Ids
     outside [0, E) are not raised on (unless ``check=True``: one sync); they set the
     ERR_EXPERT_ID bit of ``kbitcupy.grouped.read_errors()`` and the affected tokens'
     outputs are undefined.  NumPy ids: the reference (validated, exact max_tokens).
-    prefetch (internal, moe_forward): up to 4 expert-bank regions (device array [E, ...], bytes an expert) whose
-    chosen experts' lines the one-warp routing kernel prefetches into L2 (route_prefetch_regions).
     """
     ids, kd = to_backend(topk_ids, "topk_ids")
     if kd in ("numpy", "torch_cpu"):
@@ -121,7 +118,7 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
     S = min(E, P)
     with stream_ctx(topk_ids):
         if 0 < P <= ROUTE_GRID_MAX_PAIRS and E <= ROUTE_KERNEL_MAX_EXPERTS:
-            return _route_kernel(ids, T, topk, E, S, max_tokens, prefetch)
+            return _route_kernel(ids, T, topk, E, S, max_tokens)
         flat = ids.reshape(-1).astype(cp.int64)
         order = cp.argsort(flat * max(P, 1) + cp.arange(P, dtype=cp.int64))  # unique keys: deterministic
         sorted_e = flat[order]
@@ -163,33 +160,7 @@ ROUTE_KERNEL_MAX_EXPERTS = 8192
 ROUTE_GRID_MAX_PAIRS = 512 * 1024
 
 
-# Decode steps on the one-warp routing: the chosen experts' gate/up and down weights prefetched into L2 by the routing
-# kernel (kbit_moe_route_warp_pf, a grid of ROUTE_PREFETCH_BLOCKS one-warp blocks), so the grouped kernels after it find
-# them there: they can request an expert's weights only once they have read its id, a DRAM round trip after their
-# wait (profiling/NOTES.md, fifty-sixth session).  Hints only: results are bit-identical either way.
-ROUTE_PREFETCH = True
-ROUTE_PREFETCH_BLOCKS = 132
-# The share of each expert prefetched from its start (gate/up, down): an expert's first K tiles are its first bytes
-# in the tiled layout, and the grouped kernels' first ring steps read them.
-ROUTE_PREFETCH_PARTS = (1.0, 1.0)
-
-
-def route_prefetch_regions(gate_banks, bank_down, ids):
-    """moe_route's prefetch regions of a fused gate/up bank and a down bank: (array [E, n], bytes an expert) for
-    gate/up's planes and scales, then down's (gate/up's first: the grouped gate/up reads them first).  None for the
-    separate gate and up banks (more regions than the kernel takes), for banks that are not CuPy arrays on the GPU of
-    the ids (moe_forward then raises its own error), or when ROUTE_PREFETCH is off."""
-    if not ROUTE_PREFETCH or len(gate_banks) != 1:
-        return None
-    arrays = [a for b in (gate_banks[0], bank_down) for a in (b.packed, b.absmax)]
-    dev = gpu_index_of(ids)
-    if dev is None or any(kind(a) != "cupy" or a.data.device_id != dev for a in arrays):
-        return None
-    fr = (ROUTE_PREFETCH_PARTS[0],) * 2 + (ROUTE_PREFETCH_PARTS[1],) * 2
-    return tuple((a, int(a.nbytes // a.shape[0] * f) // 128 * 128) for a, f in zip(arrays, fr))
-
-
-def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens, prefetch=None):
+def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens):
     """The routing kernels: kbit_moe_route (one block) up to ROUTE_KERNEL_MAX_PAIRS choices, the three
     grid passes above (up to ROUTE_GRID_MAX_PAIRS)."""
     import cupy as cp
@@ -216,17 +187,10 @@ def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens, prefetch=N
         warp = P <= ROUTE_WARP_MAX_PAIRS
         threads = 32 if warp else 1024 if P > 256 or E > 1024 else 256
         pdl = _helper_pdl()
-        args = (flat, np.int32(P), np.int32(topk), np.int32(E), np.int32(S), sorted_token, pos, expert_ids, offsets,
-                _err_buffer(), np.int32(pdl))
-        if warp and prefetch:
-            # (region: array [E, n], bytes an expert to prefetch from its start; stride = the array's row)
-            regs = list(prefetch)[:4] + [(None, 0)] * (4 - min(4, len(prefetch)))
-            pf = tuple(x for a, nb in regs for x in ((a, np.int64(a.nbytes // a.shape[0]), np.int64(nb))
-                                                       if a is not None else (np.uint64(0), np.int64(0), np.int64(0))))
-            launch(("warp_pf",), ROUTE_PREFETCH_BLOCKS, 32, args + pf, 0, pdl=pdl)
-        else:
-            launch(("warp",) if warp else (), 1, threads, args, 0 if warp else 4 * (2 * (E + 1) + 2 * threads + P),
-                   pdl=pdl)
+        launch(("warp",) if warp else (), 1, threads, (flat, np.int32(P), np.int32(topk), np.int32(E), np.int32(S),
+                                                       sorted_token, pos, expert_ids, offsets, _err_buffer(),
+                                                       np.int32(pdl)),
+               0 if warp else 4 * (2 * (E + 1) + 2 * threads + P), pdl=pdl)
     else:
         B = -(-P // 1024)
         ids_c = cp.empty(P, dtype=cp.int32)
@@ -515,8 +479,7 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
     T, H = (int(s) for s in x_.shape)
     gate_banks, I, E = _banks(bank_gate_up, bank_down, H)
     if routing is None:
-        routing = moe_route(topk_ids, E, max_tokens, check=check,
-                            prefetch=route_prefetch_regions(gate_banks, bank_down, topk_ids))
+        routing = moe_route(topk_ids, E, max_tokens, check=check)
     elif routing.num_tokens != T or routing.num_experts != E:
         raise ValueError(f"routing is for {routing.num_tokens} tokens / {routing.num_experts} experts, "
                          f"x has {T} tokens and the banks {E} experts")

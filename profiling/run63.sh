@@ -258,3 +258,9 @@ if [ "$STEP" = routepf2 ]; then
   cat "$W/moe_route_pf63b.log"
   finish_run run63
 fi
+# Result (routepf2, H200, 06ae6d2, `nvidia-h200_2026-11-29_{gpu_tests_routepf63c,moe_route_pf63b}.log`): tests 5 passed.
+#   The 132-block routing grid alone (no lines prefetched) already costs T = 1 17.61 -> 19.63 us (+11.5 %), T = 3 37.57
+#   -> 43.06 (+14.6 %), and every share of prefetch adds to it (1/4 of gate/up 20.50, + 1/2 of down 21.28, all 21.43;
+#   T = 3 45.25 / 47.47 / 48.13).  The routing kernel cannot pay for a prefetch: the grouped kernels wait for its whole
+#   grid.  Removed (`profiling/patches/session56-moe-route-prefetch.patch`: the kernel, moe.py's ROUTE_PREFETCH, the
+#   tests and profiling/moe_route_pf.py).

@@ -647,16 +647,12 @@ def test_moe_route_gpu_matches_reference(rng):
 def test_moe_route_warp_matches_block_kernel(rng, monkeypatch):
     """The one-warp routing (P <= ROUTE_WARP_MAX_PAIRS) writes the one-block kernel's arrays bit for bit: 1..32
     choices, 1..10 a token, 2..8192 experts, repeated ids in a token, bad ids (parked, flagged), every PDL mode; and
-    the reference's where the ids are valid.  So does its expert-prefetching grid (kbit_moe_route_warp_pf, moe_route's
-    prefetch=), whose other blocks route again without writing."""
+    the reference's where the ids are valid."""
     import kbitcupy as kb
     import kbitcupy.moe as MOE
 
     cp = _cp()
     W = MOE.ROUTE_WARP_MAX_PAIRS  # (the loop below patches the module's value)
-
-    def regions(E):  # kbit_moe_route_warp_pf's prefetch regions: bank-like arrays [E, n], two of them (the others unset)
-        return ((cp.zeros((E, 512), cp.uint32), 2048), (cp.zeros((E, 48), cp.uint8), 48))
     cases = [(1, 10, 512), (2, 10, 512), (3, 10, 512), (1, 1, 2), (32, 1, 4), (4, 8, 16), (5, 6, 8192), (16, 2, 3)]
     old = kb.set_pdl(False)
     try:
@@ -672,18 +668,16 @@ def test_moe_route_warp_matches_block_kernel(rng, monkeypatch):
                         ids.flat[rng.integers(ids.size)] = E
                         ids.flat[rng.integers(ids.size)] = -1
                     got = {}
-                    for warp_max, pf in ((W, None), (0, None), (W, regions(E))):
+                    for warp_max in (W, 0):
                         monkeypatch.setattr(MOE, "ROUTE_WARP_MAX_PAIRS", warp_max)
                         read_errors(reset=True)
-                        r = moe_route(cp.asarray(ids), E, prefetch=pf)
+                        r = moe_route(cp.asarray(ids), E)
                         flags = read_errors(reset=True)
-                        got[(warp_max, pf is not None)] = [getattr(r, nm).get() for nm in (
-                            "sorted_token", "pos", "expert_ids", "offsets")] + [flags]
+                        got[warp_max] = [getattr(r, nm).get() for nm in ("sorted_token", "pos", "expert_ids",
+                                                                          "offsets")] + [flags]
                     msg = f"{mode} {T} {topk} {E} {variant}"
-                    for a, b, c in zip(got[(0, False)], got[(W, False)], got[(W, True)]):
+                    for a, b in zip(got[0], got[W]):
                         np.testing.assert_array_equal(a, b, err_msg=msg)
-                        np.testing.assert_array_equal(a, c, err_msg=msg + " (with the expert prefetch)")
-                    got[0], got[W] = got[(0, False)], got[(W, False)]
                     assert got[0][4] == (ERR_EXPERT_ID if variant == "bad" else 0), msg  # (a -1 always there)
                     if variant != "bad":
                         ref = reference_route(ids, E)
@@ -691,43 +685,6 @@ def test_moe_route_warp_matches_block_kernel(rng, monkeypatch):
                             np.testing.assert_array_equal(a, getattr(ref, nm), err_msg=f"{msg} {nm}")
     finally:
         kb.set_pdl(old)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("T", [1, 3])
-def test_moe_forward_route_prefetch_bit_identical(rng, monkeypatch, dtype, T):
-    """moe_forward at decode sizes (the one-warp routing) with the routing kernel's L2 prefetch of the chosen experts
-    (ROUTE_PREFETCH) gives the same bits as without it, eager and replayed from a graph, and matches the reference."""
-    import kbitcupy.moe as MOE
-
-    cp = _cp()
-    E, H, I, topk = 64, 256, 128, 10
-    bgu = quantize_experts((rng.standard_normal((E, 2 * I, H)) * 0.1).astype(np.float32), 4).cuda()
-    bd = quantize_experts((rng.standard_normal((E, H, I)) * 0.1).astype(np.float32), 4).cuda()
-    x = rng.standard_normal((T, H)).astype(dtype)
-    ids = np.array([rng.choice(E, topk, replace=False) for _ in range(T)], np.int32)
-    w = rng.random((T, topk)).astype(np.float32)
-    xd, idsd, wd = _dev(x), cp.asarray(ids), cp.asarray(w)
-    assert MOE.route_prefetch_regions([bgu], bd, idsd) is not None
-    outs = {}
-    for flag in (False, True):
-        monkeypatch.setattr(MOE, "ROUTE_PREFETCH", flag)
-        outs[flag] = _host(moe_forward(xd, bgu, bd, idsd, wd))
-        s = cp.cuda.Stream(non_blocking=True)
-        with s:
-            moe_forward(xd, bgu, bd, idsd, wd)  # (plans and kernels before the capture)
-            s.begin_capture()
-            r = moe_forward(xd, bgu, bd, idsd, wd)
-            g = s.end_capture()
-            r.view(cp.uint16).fill(0x7FFF)  # (NaN in fp16 and bf16: poisoned before the replay)
-            g.launch(s)
-            s.synchronize()
-        np.testing.assert_array_equal(_host(r).view(np.uint16), outs[flag].view(np.uint16))
-    np.testing.assert_array_equal(outs[False].view(np.uint16), outs[True].view(np.uint16))
-    ref = moe_forward_reference(x, bgu, bd, ids, w, round=True)
-    o = outs[True].astype(np.float64)
-    assert np.abs(o - ref).max() < 2 * TOL[np.dtype(dtype)] * np.abs(ref).max()
 
 
 @pytest.mark.gpu
