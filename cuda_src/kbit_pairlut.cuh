@@ -100,14 +100,15 @@ __device__ __forceinline__ u32 lut_lookup(u32 lut_lane, u32 keys, u32 f, int r) 
 #ifdef KBIT_EXP_NO_LUT
     return key;
 #endif
+    const u32 addr = lut_lane + (key << (PairLut<K>::LOG2_COPIES + 2));
     u32 v;
 #ifdef KBIT_EXP_LDS_FREE
     if (KBIT_EXP_LDS_FREE == 2 || (r & 1)) {
-        asm volatile("xor.b32 %0, %1, 0x3c003c00;\n" : "=r"(v) : "r"(lut_lane + (key << (PairLut<K>::LOG2_COPIES + 2))));
+        asm volatile("xor.b32 %0, %1, 0x3c003c00;\n" : "=r"(v) : "r"(addr));
         return v;
     }
 #endif
-    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(lut_lane + (key << (PairLut<K>::LOG2_COPIES + 2))));
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
     return v;
 }
 

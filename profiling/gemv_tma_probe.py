@@ -51,6 +51,19 @@ def kernel(k, stg, bounds, trace=None):
     return _MODS[key]
 
 
+def form_smem(k, M, kst, gpb, w, stg):
+    """Dynamic shared memory of a form (gemv_block's layout: table, staged A, partial sums, codebook, then, 128-byte
+    aligned, each slice's stage buffers and the mbarriers)."""
+    return (G.table_bytes(k) + M * kst * 256 * 2 + w * gpb * 128 * 4 + 32 * 4 + 256
+            + gpb * kst * 4 * (64 * k + 16) + gpb * stg * 8)
+
+
+def form_args(mp, c, A, out, M, N, K, pdl):
+    """kbit_gemv_tma's arguments for weight copy c with its tensor maps mp."""
+    return (mp[0], mp[1], A, c.packed, c.absmax, c.codebook, out, np.int32(M), np.int32(N), np.int32(K),
+            np.float32(c.tensor_scale), np.int32(pdl))
+
+
 def chain_trace(name, k, cps, A, out, M, N, K, gpb, w, stg, smem, pdl):
     """The chain timeline of the form (profiling/chain_trace.py's table): two trace builds alternating in the
     graph of the rotation's launches, launch n-1's blocks against launch n-2's last exit."""
@@ -65,9 +78,7 @@ def chain_trace(name, k, cps, A, out, M, N, K, gpb, w, stg, smem, pdl):
     R = len(cps) + len(cps) % 2
 
     def launch(i):
-        c = cps[i % len(cps)]
-        args = (mp[i % len(cps)][0], mp[i % len(cps)][1], A, c.packed, c.absmax, c.codebook, out, np.int32(M),
-                np.int32(N), np.int32(K), np.float32(c.tensor_scale), np.int32(pdl))
+        args = form_args(mp[i % len(cps)], cps[i % len(cps)], A, out, M, N, K, pdl)
         _pdl.launch(fx if i % 2 == 0 else fy, (grid,), (32 * w, gpb), args, smem, pdl=bool(pdl))
     ts = replay_chain(launch, R, tx, ty)
     clock_khz = cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrClockRate, 0)
@@ -107,38 +118,32 @@ def main():
     for name, N, K, k, M, q, Wd, nb, cps, A, ref, out in dense_cases(rng, names, ks, [1]):
         groups, kst = -(-N // 8), -(-K // 256)
         pdl = _pdl.dense_arg(A.data.device_id)
+        specs = os.environ.get(f"TMA_FORMS_{name}", ";".join(forms)).split(";")
+        if os.environ.get("TRACE"):  # the chain timeline of each form (trace builds), no timing table
+            for spec in specs:
+                gpb, w, stg = form_of(spec, N, K)
+                chain_trace(name, k, cps, A, out, M, N, K, gpb, w, stg, form_smem(k, M, kst, gpb, w, stg), pdl)
+            continue
         cells = {}
-        for spec in os.environ.get(f"TMA_FORMS_{name}", ";".join(forms)).split(";"):
+        for spec in specs:
             gpb, w, stg = form_of(spec, N, K)
             if kst % stg or gpb * w > 20:
                 continue
             rows = kst * 4 // stg
             fn = kernel(k, stg, 640)
-            nthr = 32 * w * gpb
-            smem = (G.table_bytes(k) + M * kst * 256 * 2 + (nthr // 32) * 128 * 4 + 32 * 4 + 256
-                    + gpb * kst * 4 * (64 * k + 16) + gpb * stg * 8)
+            smem = form_smem(k, M, kst, gpb, w, stg)
             # (one module serves every form of a (k, stages): its attribute must allow the largest)
             fn.max_dynamic_shared_size_bytes = max(smem, fn.max_dynamic_shared_size_bytes)
             grid = -(-groups // gpb)
             mp = [maps(c, N, K, k, rows) for c in cps]
 
             def call(i, fn=fn, grid=grid, gpb=gpb, w=w, smem=smem, mp=mp):
-                c = cps[i]
-                args = (mp[i][0], mp[i][1], A, c.packed, c.absmax, c.codebook, out, np.int32(M), np.int32(N),
-                        np.int32(K), np.float32(c.tensor_scale), np.int32(pdl))
-                _pdl.launch(fn, (grid,), (32 * w, gpb), args, smem, pdl=bool(pdl))
+                _pdl.launch(fn, (grid,), (32 * w, gpb), form_args(mp[i], cps[i], A, out, M, N, K, pdl), smem,
+                            pdl=bool(pdl))
             out.fill(np.nan)
             call(0)
             err = float(cp.linalg.norm(out.astype(cp.float64) - ref) / cp.linalg.norm(ref))
             cells[f"tma {gpb}x{w}x{stg}"] = ([lambda i=i, call=call: call(i) for i in range(len(cps))], err)
-        if os.environ.get("TRACE"):  # the chain timeline of each form (trace builds), no timing table
-            for spec in os.environ.get(f"TMA_FORMS_{name}", ";".join(forms)).split(";"):
-                gpb, w, stg = form_of(spec, N, K)
-                nthr = 32 * w * gpb
-                smem = (G.table_bytes(k) + M * kst * 256 * 2 + (nthr // 32) * 128 * 4 + 32 * 4 + 256
-                        + gpb * kst * 4 * (64 * k + 16) + gpb * stg * 8)
-                chain_trace(name, k, cps, A, out, M, N, K, gpb, w, stg, smem, pdl)
-            continue
         if os.environ.get("CHECK_ONLY"):  # one launch a form, its error (compute-sanitizer runs)
             print(name, {c: f"{e:.1e}" for c, (_l, e) in cells.items()}, flush=True)
             continue

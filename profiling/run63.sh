@@ -264,3 +264,16 @@ fi
 #   T = 3 45.25 / 47.47 / 48.13).  The routing kernel cannot pay for a prefetch: the grouped kernels wait for its whole
 #   grid.  Removed (`profiling/patches/session56-moe-route-prefetch.patch`: the kernel, moe.py's ROUTE_PREFETCH, the
 #   tests and profiling/moe_route_pf.py).
+
+# STEP=check2 (nvidia-h200): after the review's tidy-up of gemv_tma_probe.py (form_smem / form_args shared by the timing
+# and TRACE modes; TRACE no longer builds and launches the timing forms first): both modes once on gate/up, on a copy of
+# the tree with the patch applied.  Expect: the timing row (TMA slower than the GEMV, err 3e-4) and the chain table.
+if [ "$STEP" = check2 ]; then
+  rm -rf /tmp/tma_tree && mkdir -p /tmp/tma_tree && cp -r cuda_src kbitcupy profiling /tmp/tma_tree/ \
+    && (cd /tmp/tma_tree && patch -p1 -s < profiling/patches/session56-gemv-tma.patch) \
+    && (cd /tmp/tma_tree && export PYTHONPATH=/tmp/tma_tree && SHAPES=gateup KS=4 PASSES=1 TMA_FORMS="5x4x2" \
+        timeout 120 python3 profiling/gemv_tma_probe.py && TRACE=1 SHAPES=gateup KS=4 TMA_FORMS="5x4x2" timeout 120 \
+        python3 profiling/gemv_tma_probe.py) > "$W/tma_check63b.log" 2>&1
+  grep -E "^gateup|^summary|Error|Traceback" "$W/tma_check63b.log" | cut -c1-220
+  finish_run run63
+fi
