@@ -9,6 +9,7 @@ from .quantize import quantize, dequantize, repack, quantize_kbit, dequantize_kb
 from .matmul import matmul, reference_matmul
 from ._compile import compile_all
 from ._pdl import pdl, set_pdl
+from ._capture import release_graph_memory
 from .layers import KbitLinear, KbitMLP, KbitMoE
 
 __version__ = "0.1.0"
@@ -16,5 +17,5 @@ __version__ = "0.1.0"
 __all__ = [
     "BLOCKSIZE", "TILE_K", "TILE_N", "bfloat16", "create_codebook", "KbitWeight", "from_packed", "quantize",
     "dequantize", "repack", "quantize_kbit", "dequantize_kbit", "repack_kbit", "matmul", "reference_matmul",
-    "compile_all", "pdl", "set_pdl", "KbitLinear", "KbitMLP", "KbitMoE",
+    "compile_all", "pdl", "set_pdl", "release_graph_memory", "KbitLinear", "KbitMLP", "KbitMoE",
 ]

@@ -49,10 +49,16 @@ def torch_to_cupy(t, name: str = "tensor"):
     if not t.is_cuda:
         raise ValueError(f"{name} is a CPU torch tensor; pass a CUDA tensor or a NumPy array")
     cp = _cupy()
-    with on_gpu_device(t.get_device()):  # the exchange on the tensor's own device (its stream handshake too)
-        if t.dtype == torch.bfloat16:
-            return cp.from_dlpack(t.detach().view(torch.int16)).view(bfloat16)
-        return cp.from_dlpack(t.detach())
+    dev = t.get_device()
+    with on_gpu_device(dev):  # the exchange on the tensor's own device (its stream handshake too)
+        # ... and on torch's current stream, where the package runs its work on torch tensors: then the
+        # handshake waits for nothing.  (From CuPy's legacy stream it made that stream wait on torch's, which
+        # is illegal while torch.cuda.graph captures: cudaErrorStreamCaptureImplicit.)
+        same = cp.cuda.get_current_stream().ptr == torch.cuda.current_stream(dev).cuda_stream
+        with contextlib.nullcontext() if same else torch_stream(t):
+            if t.dtype == torch.bfloat16:
+                return cp.from_dlpack(t.detach().view(torch.int16)).view(bfloat16)
+            return cp.from_dlpack(t.detach())
 
 
 def cupy_to_torch(a):

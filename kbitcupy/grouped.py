@@ -28,6 +28,7 @@ from . import reference as R
 from . import wgmma as WG
 from .gemv import GROUPED_MAX_TOKENS, _sm_count, grouped_gemv, grouped_is_slices, lut_bytes
 from ._arrays import ACT_DTYPES, check_same_device, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
+from ._capture import gpu_call
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
 from .reference import bfloat16
@@ -581,7 +582,7 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
     wg = impl == "wgmma" or (impl is None and max_tokens > MAX_TOKENS_KERNEL)
     wg = wg and wgmma_ok(A_, bank)
     auto_kernel = max_tokens <= MAX_TOKENS_KERNEL or wg
-    with stream_ctx(A_sorted):
+    with gpu_call(A_sorted):
         if host_idx:
             for nm, x in (("expert_ids", expert_ids), ("offsets", offsets)):
                 if _on_device(x):

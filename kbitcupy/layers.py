@@ -25,6 +25,7 @@ import numpy as np
 
 from . import reference as R
 from ._arrays import cuda_index, from_backend, gpu_index_of, is_cupy, on_gpu_device, stream_ctx, to_backend
+from ._capture import gpu_call
 from .matmul import matmul
 from .quantize import quantize, repack
 from .weight import KbitWeight
@@ -249,7 +250,7 @@ class KbitLinear:
             return kbit_linear(x, *self.torch_tensors())
         if self.bias is None:
             return matmul(x, self.weight, out=out)  # (matmul runs on x's device by itself)
-        with stream_ctx(x):  # the bias add on x's device too
+        with gpu_call(x):  # the bias add on x's device too
             return _add_bias(matmul(x, self.weight, out=out), self.bias)
 
     def split(self, y) -> tuple:
@@ -320,7 +321,7 @@ class KbitMLP:
 
     def __call__(self, x):
         # CuPy: on x's device; torch tensors: torch ops and the custom op, which follow their tensors by themselves
-        with contextlib.nullcontext() if _is_torch(x) else stream_ctx(x):
+        with contextlib.nullcontext() if _is_torch(x) else gpu_call(x):
             if self.gate_up is not None:
                 g, u = self.gate_up.split(self.gate_up(x))
             else:
@@ -564,7 +565,7 @@ class KbitMoE:
 
     def __call__(self, x):
         """x [..., H] (NumPy, CuPy or torch; fp16/bf16) -> [..., H_out] in x's type and dtype."""
-        with stream_ctx(x):  # torch CUDA tensors: views and launches on torch's current stream
+        with gpu_call(x):  # torch CUDA tensors: views and launches on torch's current stream
             xa, kd = to_backend(x, "x")
             if xa.shape[-1] != self.hidden:
                 raise ValueError(f"x's last dimension ({xa.shape[-1]}) must be the hidden size {self.hidden}")

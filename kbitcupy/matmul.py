@@ -9,7 +9,8 @@ from . import _launch as _fast
 from . import reference as R
 from . import gemv_stream as ST
 from . import wgmma as WG
-from ._arrays import ACT_DTYPES, cpu_result, from_backend, out_array, stream_ctx, to_backend
+from ._arrays import ACT_DTYPES, cpu_result, from_backend, out_array, to_backend
+from ._capture import gpu_call
 from .dequant_matmul import dequant_matmul
 from .dispatch import choose
 from .gemm import gemm
@@ -114,7 +115,7 @@ def matmul(A, qw: KbitWeight, out=None):
         raise ValueError(f"A is on device {A_.data.device_id} but the weight on device {qw.packed.data.device_id}")
     if A_.data.ptr % 16:
         raise ValueError("A's data pointer must be 16-byte aligned")
-    with stream_ctx(A):
+    with gpu_call(A):
         out_ = out_array(out, lead + (N,), A_.dtype)
         if M == 0:
             return out if out is not None else from_backend(out_, kd)

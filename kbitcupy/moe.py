@@ -9,6 +9,10 @@ Layout produced by ``moe_route`` from per-token top-k routing (topk_ids [T, topk
   increasing id order (``expert_ids[s]``, rows ``offsets[s]:offsets[s+1]``), the rest
   are empty (expert id 0, offsets == P).  Fixed shapes, no device->host sync.
 
+Decode batches (``pair_route``; moe_forward up to PAIR_ROUTE_MAX_PAIRS choices, device int32 ids): no sort
+and no routing kernel -- each pair is its own one-row slot in pair order (``expert_ids`` a view of topk_ids,
+repeats and any order allowed by the grouped kernels; ``sorted_token[i] = i // topk``, ``pos`` the identity).
+
 On the GPU the routing is a stable sort in kernels (one warp comparing up to 32 choices, a counting
 sort in one block up to 2048, three grid passes up to 512K; CuPy's argsort beyond or above 8192 experts), plus small
 kernels (gather, SiLU*up, weighted combine); NumPy input runs the same algorithm on the host.
@@ -26,6 +30,7 @@ import numpy as np
 from . import _pdl
 from ._arrays import (ACT_DTYPES, check_same_device, cpu_result, dtype_name, from_backend, kind, out_array, stream_ctx,
                       to_backend)
+from ._capture import capturing, gpu_call
 from .gemv import _sm_count, grouped_swiglu_per_thread
 from .grouped import (ERR_EXPERT_ID, GROUPED, KbitExpertBank, _err_buffer, choose_impl, dequantize_experts,
                       grouped_gemv_fused, grouped_matmul)
@@ -40,6 +45,7 @@ class MoeRouting:
     expert_ids:   int32 [S]     expert of slot s (S = min(E, P); unused slots: 0)
     offsets:      int32 [S + 1] rows of slot s: offsets[s]:offsets[s + 1]
     max_tokens:   host int, upper bound of any slot's rows
+    (pair_route's layout: S = P one-row slots in pair order, expert_ids the pairs' experts.)
     """
 
     sorted_token: object
@@ -116,7 +122,7 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
     P = T * topk
     E = int(num_experts)
     S = min(E, P)
-    with stream_ctx(topk_ids):
+    with gpu_call(topk_ids):
         if 0 < P <= ROUTE_GRID_MAX_PAIRS and E <= ROUTE_KERNEL_MAX_EXPERTS:
             return _route_kernel(ids, T, topk, E, S, max_tokens)
         flat = ids.reshape(-1).astype(cp.int64)
@@ -144,6 +150,85 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
     return MoeRouting(sorted_token, pos, expert_ids[:S], offsets, T, topk, E, mt)
 
 
+# Decode batches of up to this many choices skip the sort (pair_route; moe_forward on device int32 ids): each
+# (token, choice) pair is its own one-row slot, so no routing kernel runs -- its launch and the ids' round trip
+# were ~1.75 us of the T = 1 layer step (kbit_moe_route_warp, H200, forty-fourth session).  An expert two tokens
+# chose is then read by two slots of one launch.  H200, 2026-11-29 (profiling/run64.sh pairs / pairs2, moe_forward
+# per layer step, top-10 of 512, k = 4, sorted -> pairs): T = 1 17.37 -> 15.54 us, 2 29.66 -> 27.85, 3 37.37 ->
+# 35.35, 4 46.82 -> 44.21; 5 52.91 -> 55.71, 6 63.02 -> 62.42, 7 67.58 -> 71.20, 8 75.58 -> 78.16.  Env
+# KBIT_MOE_PAIR_ROUTE (read at import; experiments): the limit, 0 = off.
+PAIR_ROUTE_MAX_PAIRS = int(os.environ.get("KBIT_MOE_PAIR_ROUTE", "").strip() or 40)
+_PAIR_CONSTS: dict = {}  # (device, T, topk) -> (sorted_token [P], iota [P + 1]) of pair_route
+
+
+def pair_route(topk_ids, num_experts: int) -> MoeRouting:
+    """The unsorted decode layout of topk_ids [T, topk]: P = T * topk one-row slots in pair order.
+
+    expert_ids = topk_ids flattened (a view for C-contiguous int32 device ids; repeats and any order are fine
+    for the grouped kernels), offsets = 0..P, sorted_token[i] = i // topk, pos = the identity; max_tokens 1.
+    No kernel runs: the index arrays are per-(device, T, topk) constants uploaded at the first call (so call it
+    once outside a CUDA-graph capture).  As moe_route, device ids outside [0, E) are not raised on: the grouped
+    kernels set ERR_EXPERT_ID and skip those slots.  NumPy ids: host arrays, validated."""
+    ids, kd = to_backend(topk_ids, "topk_ids")
+    _check_topk_ids(ids, num_experts)
+    T, topk = (int(s) for s in ids.shape)
+    P, E = T * topk, int(num_experts)
+    if kd in ("numpy", "torch_cpu"):
+        reference_route(ids, E)  # raises on bad ids
+        iota = np.arange(P + 1, dtype=np.int32)
+        return MoeRouting(iota[:P] // max(topk, 1), iota[:P], ids.reshape(-1).astype(np.int32), iota, T, topk, E,
+                          min(1, P))
+    with gpu_call(topk_ids):
+        consts = _pair_consts(T, topk)
+        if consts is None:
+            raise RuntimeError(f"pair_route: the index constants of {T} x {topk} choices are made on the first call, "
+                               "which cannot be captured: call it once before the capture")
+        flat = _ids_int32(ids.reshape(-1), E)
+    return MoeRouting(consts[0], consts[1][:P], flat, consts[1], T, topk, E, min(1, P))
+
+
+def _ids_int32(flat, E: int):
+    """Device ids as contiguous int32 for the kernels.  Another integer type is range-checked first (no sync: the
+    ERR_EXPERT_ID bit, as the kernels set it), since the conversion would wrap an id like 2**32 + 1 into range."""
+    import cupy as cp
+
+    if flat.dtype != cp.int32:
+        bad = ((flat < 0) | (flat >= E)).any().astype(cp.int32) * ERR_EXPERT_ID
+        err = _err_buffer()
+        cp.bitwise_or(err, bad, out=err)
+    if flat.dtype != cp.int32 or not flat.flags.c_contiguous:
+        flat = cp.ascontiguousarray(flat, dtype=cp.int32)
+    return flat
+
+
+def _pair_consts(T: int, topk: int):
+    """pair_route's (sorted_token, iota) for T x topk on the current device, uploaded at the first call; None where
+    they are not there yet and a CUDA graph is being captured (a host upload cannot be captured)."""
+    import cupy as cp
+
+    key = (cp.cuda.Device().id, T, topk)
+    c = _PAIR_CONSTS.get(key)
+    if c is None and not capturing():
+        iota = np.arange(T * topk + 1, dtype=np.int32)
+        c = _PAIR_CONSTS[key] = (cp.asarray(iota[:-1] // max(topk, 1)), cp.asarray(iota))
+    return c
+
+
+def _decode_pair_route(x_, topk_ids, E: int):
+    """moe_forward's routing at decode sizes (pair_route) where it applies: device int32 C-contiguous ids on x's
+    device, 0 < T * topk <= PAIR_ROUTE_MAX_PAIRS; None elsewhere (moe_route sorts)."""
+    ids, kd = to_backend(topk_ids, "topk_ids")
+    if (kd in ("numpy", "torch_cpu") or ids.ndim != 2 or ids.dtype != np.int32 or not ids.flags.c_contiguous
+            or not 0 < ids.size <= PAIR_ROUTE_MAX_PAIRS or ids.data.device_id != x_.data.device_id):
+        return None
+    with stream_ctx(x_):
+        consts = _pair_consts(*ids.shape)
+    if consts is None:
+        return None
+    T, topk = (int(s) for s in ids.shape)
+    return MoeRouting(consts[0], consts[1][:T * topk], ids.reshape(-1), consts[1], T, topk, E, 1)
+
+
 # One-block counting-sort routing (kbit_moe_route): decode-sized batches.  Its stable
 # rank is O(P^2 / threads), fine up to a few thousand choices; larger batches use the
 # CuPy argsort path.
@@ -166,9 +251,7 @@ def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens):
     import cupy as cp
 
     P = T * topk
-    flat = ids.reshape(-1)
-    if flat.dtype != cp.int32 or not flat.flags.c_contiguous:
-        flat = cp.ascontiguousarray(flat, dtype=cp.int32)
+    flat = _ids_int32(ids.reshape(-1), E)
     sorted_token = cp.empty(P, dtype=cp.int32)
     pos = cp.empty(P, dtype=cp.int32)
     expert_ids = cp.empty(S, dtype=cp.int32)
@@ -215,7 +298,7 @@ def gather_rows(x, routing: MoeRouting, out=None):
     if (x_.ndim == 2 and x_.dtype.itemsize == 2 and x_.flags.c_contiguous and kind(st) == "cupy"
             and st.dtype == np.int32 and st.ndim == 1):
         # our kernel: it lets the grouped gate/up launch right away under PDL (cp.take would not)
-        with stream_ctx(x):
+        with gpu_call(x):
             check_same_device(x=x_, sorted_token=st)
             P, H = int(st.size), int(x_.shape[1])
             o = out_array(out, (P, H), x_.dtype)
@@ -225,7 +308,7 @@ def gather_rows(x, routing: MoeRouting, out=None):
                 fn = GROUPED.function(("gather", "u128" if vec else "u16"))
                 _launch_helper(fn, P * units, (x_, st, o, np.int32(P), np.int32(units)))
         return out if out is not None else from_backend(o, kd)
-    with stream_ctx(x):
+    with gpu_call(x):
         xv = x_.view(cp.uint16) if x_.dtype.itemsize == 2 else x_
         if out is None:
             res = cp.take(xv, routing.sorted_token, axis=0)
@@ -255,7 +338,7 @@ def silu_mul(gate, up, out=None):
     for nm, a in (("gate", g_), ("up", u_)):
         if a.strides[1] != a.itemsize or (rows > 1 and a.strides[0] % a.itemsize):
             raise ValueError(f"{nm} must have unit column stride")
-    with stream_ctx(gate):
+    with gpu_call(gate):
         check_same_device(gate=g_, up=u_)
         o = out_array(out, (rows, I), g_.dtype)
         if rows and I:
@@ -290,7 +373,7 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None, *, check_
         raise ValueError("C_sorted must be a contiguous float16 or bfloat16 array")
     if not w_.flags.c_contiguous:
         raise ValueError("topk_weights must be contiguous")
-    with stream_ctx(C_sorted):
+    with gpu_call(C_sorted):
         if check_devices:
             check_same_device(C_sorted=c_, pos=routing.pos, topk_weights=w_)
         o = out_array(out, (T, H), c_.dtype)
@@ -465,7 +548,8 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
     x: [T, H] float16/bfloat16 (CuPy / CUDA torch: the kernels; NumPy: the host path).
     bank_gate_up: fused bank with experts [2I, H] (rows 0..I-1 gate, I..2I-1 up), or a
     (bank_gate, bank_up) pair of [I, H] banks; bank_down: experts [H, I].
-    Steps: route (unless ``routing`` is given) -> gather rows -> grouped gate/up ->
+    Steps: route (unless ``routing`` is given; without max_tokens, device int32 topk_ids of at most
+    PAIR_ROUTE_MAX_PAIRS choices take pair_route's unsorted one-row slots: no kernel) -> gather rows -> grouped gate/up ->
     silu(gate) * up -> grouped down -> weighted combine.  Intermediates are rounded to
     x's dtype (the reference ``moe_forward_reference(round=True)`` does the same).
     """
@@ -478,12 +562,17 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
         raise ValueError("x must be C-contiguous")
     T, H = (int(s) for s in x_.shape)
     gate_banks, I, E = _banks(bank_gate_up, bank_down, H)
+    on_gpu = kd not in ("numpy", "torch_cpu")
+    given = routing is not None
+    if routing is None and max_tokens is None and on_gpu and not check and method in ("auto", "kernel"):
+        routing = _decode_pair_route(x_, topk_ids, E)  # decode sizes: no routing kernel
     if routing is None:
         routing = moe_route(topk_ids, E, max_tokens, check=check)
-    elif routing.num_tokens != T or routing.num_experts != E:
+    if routing.num_tokens != T or routing.num_experts != E:
+        if not given:  # (moe_route made it for E experts)
+            raise ValueError(f"topk_ids has {routing.num_tokens} rows but x has {T} tokens")
         raise ValueError(f"routing is for {routing.num_tokens} tokens / {routing.num_experts} experts, "
                          f"x has {T} tokens and the banks {E} experts")
-    on_gpu = kd not in ("numpy", "torch_cpu")
     if max_tokens is not None:
         mt = int(max_tokens)
     elif on_gpu and not check and method in ("auto", "kernel"):
@@ -493,7 +582,7 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
     w_, _ = to_backend(topk_weights, "topk_weights")
     if not on_gpu and (kind(routing.sorted_token) == "cupy" or kind(w_) == "cupy"):
         raise ValueError("x is on the CPU but the routing / topk_weights are on the GPU")
-    with stream_ctx(x):  # on x's device: host routing is uploaded there, and everything else must be there
+    with gpu_call(x):  # on x's device: host routing is uploaded there, and everything else must be there
         if on_gpu:
             routing, w_ = _routing_to_gpu(routing, w_, topk_weights)
             _check_devices(x_, gate_banks, bank_down, routing, w_)

@@ -141,6 +141,13 @@ try:
     ref = moe_forward(xt, bgu, bdn, tid, tw).astype(cp.float64)
     with kb.pdl():
         check("moe_forward decode (fused), PDL", moe_forward(xt, bgu, bdn, tid, tw), ref, tol=1e-6)
+    # (6 choices: pair_route's one-row slots above; the sorted routing; an id outside the bank skips its slot)
+    from kbitcupy.moe import moe_route
+
+    check("moe_forward decode, sorted routing", moe_forward(xt, bgu, bdn, tid, tw, routing=moe_route(tid, 8)), ref)
+    kb.grouped.read_errors(reset=True)
+    moe_forward(xt, bgu, bdn, cp.asarray(np.array([[0, 9], [2, 5], [7, -1]], np.int32)), tw)
+    print("moe_forward decode, ids outside the bank: flags", kb.grouped.read_errors(reset=True))
 except ImportError as e:
     print("grouped skipped:", e)
 finish()

@@ -8,7 +8,8 @@ from kbitcupy import quantize
 from kbitcupy._compile import compile_group
 from kbitcupy.grouped import (GROUPED, KbitExpertBank, a_row_bytes, dequantize_experts, grouped_matmul, lut_bytes,
                               plan, quantize_experts, reference_grouped_matmul, stack_experts, validate_routing)
-from kbitcupy.moe import (gather_rows, moe_combine, moe_forward, moe_forward_reference, moe_route, reference_route,
+from kbitcupy.moe import (gather_rows, moe_combine, moe_forward, moe_forward_reference, moe_route, pair_route,
+                          reference_route,
                           silu_mul)
 from kbitcupy.reference import bfloat16
 
@@ -118,6 +119,37 @@ def test_route_rejects_bad_ids():
         moe_route(np.array([[0], [0]]), 8, max_tokens=1)
 
 
+@pytest.mark.parametrize("T,topk,E", [(1, 10, 512), (3, 10, 16), (4, 2, 2), (0, 4, 8)])
+def test_pair_route_layout(rng, T, topk, E):
+    """pair_route: P one-row slots in pair order, the pairs' experts (repeats kept), the identity pos."""
+    ids = rng.integers(0, E, (T, topk)).astype(np.int64)  # any integer dtype; repeats across tokens
+    r = pair_route(ids, E)
+    P = T * topk
+    np.testing.assert_array_equal(r.expert_ids, ids.reshape(-1))
+    np.testing.assert_array_equal(r.offsets, np.arange(P + 1))
+    np.testing.assert_array_equal(r.sorted_token, np.arange(P) // topk)
+    np.testing.assert_array_equal(r.pos, np.arange(P))
+    assert r.expert_ids.dtype == np.int32 and r.max_tokens == min(1, P) and (r.num_tokens, r.topk) == (T, topk)
+    with pytest.raises(ValueError, match=r"topk_ids\[0, 1\] = 9"):
+        pair_route(np.array([[0, 9]]), 8)
+    with pytest.raises(ValueError, match="2-D"):
+        pair_route(np.array([0, 1]), 8)
+
+
+def test_moe_forward_pair_route_cpu(rng):
+    """moe_forward over pair_route's unsorted slots (an expert chosen by several tokens) is the sorted routing's
+    result to rounding and at the reference; topk_ids with another row count than x is refused by name."""
+    E = 4
+    bgu, bd, x, ids, w = _moe_setup(rng, E, 64, 32, 5, 3)
+    out = moe_forward(x, bgu, bd, ids, w, routing=pair_route(ids, E)).astype(np.float64)
+    srt = moe_forward(x, bgu, bd, ids, w).astype(np.float64)  # (a slot's rows as one matmul: another BLAS order)
+    ref = moe_forward_reference(x, bgu, bd, ids, w, round=True)
+    assert np.abs(out - srt).max() <= 2e-3 * np.abs(ref).max()
+    assert np.abs(out - ref).max() <= 2e-3 * np.abs(ref).max() + 1e-6
+    with pytest.raises(ValueError, match="topk_ids has 4 rows but x has 5 tokens"):
+        moe_forward(x, bgu, bd, ids[:4], w[:4])
+
+
 # ----------------------------------------------------------------------------- validation
 def test_validate_routing_errors():
     E, rows = 8, 10
@@ -181,13 +213,18 @@ def test_grouped_matmul_cpu_matches_reference(rng, dtype):
     assert np.all(np.isnan(out[offs[-1]:].astype(np.float32)))  # untouched
 
 
-def test_moe_forward_cpu(rng):
-    E, H, I, T, topk = 8, 64, 32, 5, 3
+def _moe_setup(rng, E, H, I, T, topk):
+    """Fused gate/up and down banks (k = 4), x [T, H] fp16, top-k ids and weights."""
     _, bgu = _bank(rng, E, 2 * I, H, 4)
     _, bd = _bank(rng, E, H, I, 4)
     x = rng.standard_normal((T, H)).astype(np.float16)
     ids = np.stack([rng.choice(E, topk, replace=False) for _ in range(T)]).astype(np.int32)
-    w = rng.random((T, topk)).astype(np.float32)
+    return bgu, bd, x, ids, rng.random((T, topk)).astype(np.float32)
+
+
+def test_moe_forward_cpu(rng):
+    E, H, I, T, topk = 8, 64, 32, 5, 3
+    bgu, bd, x, ids, w = _moe_setup(rng, E, H, I, T, topk)
     out = moe_forward(x, bgu, bd, ids, w)
     ref = moe_forward_reference(x, bgu, bd, ids, w, round=True)
     assert out.shape == (T, H) and out.dtype == np.float16

@@ -716,9 +716,179 @@ def test_moe_forward_gpu(rng, dtype, fused, skewed):
     o = _host(out).astype(np.float64)
     assert o.shape == (T, H) and np.all(np.isfinite(o))
     assert np.abs(o - ref).max() < 2 * TOL[np.dtype(dtype)] * np.abs(ref).max()
-    # host routing next to device x also works
+    # host routing next to device x also works: the device-sorted routing's bits (device int32 ids of <= 40 choices
+    # take pair_route's slots by default: another plan)
     out_h = moe_forward(_dev(x), bgu, bd, ids, w, max_tokens=mt)
-    np.testing.assert_array_equal(_host(out_h).view(np.uint16), _host(out).view(np.uint16))
+    out_s = moe_forward(_dev(x), bgu, bd, cp.asarray(ids), cp.asarray(w), max_tokens=mt,
+                        routing=moe_route(cp.asarray(ids), E))
+    np.testing.assert_array_equal(_host(out_h).view(np.uint16), _host(out_s).view(np.uint16))
+
+
+def _moe_banks(rng, E, H, I, k):
+    return (quantize_experts((rng.standard_normal((E, 2 * I, H)) * 0.05).astype(np.float32), k).cuda(),
+            quantize_experts((rng.standard_normal((E, H, I)) * 0.05).astype(np.float32), k).cuda())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [2, 3, 4, 5])
+def test_moe_forward_pair_route_gpu(rng, monkeypatch, dtype, k):
+    """Device int32 topk_ids of at most PAIR_ROUTE_MAX_PAIRS choices: moe_forward runs no routing (moe_route is not
+    called) over pair_route's one-row slots.  T = 1 / 2 / 3 at top-10 of 64 experts (T = 3: four experts that tokens 0
+    and 2 both chose, read by two slots each) at the reference; T = 1 bit-identical to the sorted routing (the same
+    one-row slots in another order); torch int32 ids the same bits; an id outside the bank raises ERR_EXPERT_ID;
+    int64 ids, max_tokens or more choices take moe_route."""
+    import kbitcupy.moe as MOE
+
+    cp = _cp()
+    E, H, I = 64, 1024, 256
+    bgu, bd = _moe_banks(rng, E, H, I, k)
+    routed = []
+    real_route = MOE.moe_route
+    monkeypatch.setattr(MOE, "moe_route", lambda *a, **kw: routed.append(a[0]) or real_route(*a, **kw))
+    tol = 2 * TOL[np.dtype(dtype)]
+    for T in (1, 2, 3):
+        ids_h = np.array([rng.choice(E, 10, replace=False) for _ in range(T)], np.int32)
+        if T == 3:  # token 2 shares four experts with token 0
+            ids_h[2] = np.concatenate([ids_h[0, 6:], rng.choice(np.setdiff1d(np.arange(E), ids_h[0, 6:]), 6, False)])
+        x_h = rng.standard_normal((T, H)).astype(dtype)
+        w_h = rng.random((T, 10)).astype(np.float32)
+        x, ids, w = _dev(x_h), cp.asarray(ids_h), cp.asarray(w_h)
+        routed.clear()
+        out = _host(moe_forward(x, bgu, bd, ids, w))
+        assert not routed, T
+        ref = moe_forward_reference(x_h, bgu, bd, ids_h, w_h, round=True)
+        o = out.astype(np.float64)
+        assert np.all(np.isfinite(o)) and np.abs(o - ref).max() < tol * np.abs(ref).max(), T
+        srt = _host(moe_forward(x, bgu, bd, ids, w, routing=real_route(ids, E)))
+        if T == 1:
+            np.testing.assert_array_equal(out.view(np.uint16), srt.view(np.uint16))
+        else:
+            assert np.abs(srt.astype(np.float64) - ref).max() < tol * np.abs(ref).max(), T
+    import torch
+
+    out_t = moe_forward(x, bgu, bd, torch.from_numpy(ids_h).cuda(), w)
+    assert not routed
+    np.testing.assert_array_equal(_host(out_t).view(np.uint16), out.view(np.uint16))
+    read_errors(reset=True)
+    bad = ids_h.copy()
+    bad[1, 3] = E
+    moe_forward(x, bgu, bd, cp.asarray(bad), w)
+    assert read_errors(reset=True) & ERR_EXPERT_ID
+    for call in (lambda: moe_forward(x, bgu, bd, ids.astype(cp.int64), w),
+                 lambda: moe_forward(x, bgu, bd, ids, w, max_tokens=3)):
+        routed.clear()
+        np.testing.assert_array_equal(_host(call()).view(np.uint16), srt.view(np.uint16))
+        assert len(routed) == 1
+    big = ids.astype(cp.int64)
+    big[0, 0] = 2**32 + int(ids_h[0, 1])  # would wrap into the bank: flagged, through moe_route and pair_route
+    for call in (lambda: moe_forward(x, bgu, bd, big, w), lambda: MOE.pair_route(big, E)):
+        read_errors(reset=True)
+        call()
+        assert read_errors(reset=True) & ERR_EXPERT_ID
+    routed.clear()
+    monkeypatch.setattr(MOE, "PAIR_ROUTE_MAX_PAIRS", 29)
+    assert np.abs(_host(moe_forward(x, bgu, bd, ids, w)).astype(np.float64) - ref).max() < tol * np.abs(ref).max()
+    assert len(routed) == 1
+
+
+@pytest.mark.gpu
+def test_moe_forward_pair_route_graph(rng, monkeypatch):
+    """moe_forward with pair_route's layout captured in a CUDA graph (its index constants uploaded by an eager call
+    before), replayed with new ids and weights in the same buffers: the eager result.  A capture that meets a new
+    (T, topk) first cannot upload its constants: it takes moe_route, and is right too.  The new ids / weights are
+    allocated after the capture: before kbitcupy._capture kept the capture's temporaries, CuPy's pool handed them
+    a block the replay then overwrote (gate/up's output)."""
+    import kbitcupy.moe as MOE
+    from kbitcupy._capture import kept_bytes
+
+    cp = _cp()
+    E, H, I, T = 64, 1024, 256, 2
+    bgu, bd = _moe_banks(rng, E, H, I, 4)
+    x = _dev(rng.standard_normal((T, H)).astype(np.float16))
+
+    def draw():
+        return (cp.asarray(np.array([rng.choice(E, 10, replace=False) for _ in range(T)], np.int32)),
+                cp.asarray(rng.random((T, 10)).astype(np.float32)))
+
+    for fresh in (False, True):
+        ids, w = draw()
+        MOE._PAIR_CONSTS.clear()
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            if not fresh:
+                moe_forward(x, bgu, bd, ids, w)  # warm: compile, plans, the pair constants
+            else:
+                moe_forward(x, bgu, bd, ids, w, routing=MOE.moe_route(ids, E))  # warm all but the constants
+            s.synchronize()
+            s.begin_capture()
+            out = moe_forward(x, bgu, bd, ids, w)
+            graph = s.end_capture()
+            assert bool(MOE._PAIR_CONSTS) is not fresh
+            assert kept_bytes() > 0  # the capture's temporaries stay out of CuPy's pool (draw() below allocates)
+            for _ in range(2):
+                ids2, w2 = draw()
+                ids[...] = ids2
+                w[...] = w2
+                out.view(cp.uint16).fill(0x7E00)
+                graph.launch(stream=s)
+                s.synchronize()
+                exp = moe_forward(x, bgu, bd, ids2, w2, routing=MOE.moe_route(ids2, E) if fresh else None)
+                s.synchronize()
+                np.testing.assert_array_equal(_host(out).view(np.uint16), _host(exp).view(np.uint16), str(fresh))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 40])
+def test_moe_forward_torch_graph_keeps_its_memory(rng, T):
+    """moe_forward on torch tensors captured by torch.cuda.graph (decode: pair_route; T = 40: moe_route and the grouped
+    kernels' prefill plan).  Its DLPack exchanges run on torch's stream (from CuPy's legacy stream they broke the
+    capture) and its allocations come from the graph's pool through torch's allocator (CuPy's pool may not cudaMalloc
+    during a global-mode capture, and would hand the capture's freed temporaries to later arrays): CuPy arrays
+    allocated on the capture stream after it keep their contents through replays, and each replay with new inputs
+    copied in gives the eager result."""
+    import torch
+
+    import kbitcupy as kb
+    from kbitcupy._arrays import torch_stream
+    from kbitcupy._capture import kept_bytes
+
+    cp = _cp()
+    E, H, I = 64, 1024, 256
+    bgu, bd = _moe_banks(rng, E, H, I, 4)
+    kb.release_graph_memory()
+
+    def draw():
+        ids = np.array([rng.choice(E, 10, replace=False) for _ in range(T)], np.int32)
+        return (torch.from_numpy(rng.standard_normal((T, H)).astype(np.float16)).cuda(), torch.from_numpy(ids).cuda(),
+                torch.from_numpy(rng.random((T, 10)).astype(np.float32)).cuda())
+
+    x, ids, w = draw()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            moe_forward(x, bgu, bd, ids, w)  # warm: compile, plans, constants
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        out = moe_forward(x, bgu, bd, ids, w)
+    assert kept_bytes() == 0  # (torch's graph pool holds them, not kbitcupy)
+    with torch.cuda.stream(s), torch_stream(x):  # CuPy's pool reuses a block on the stream that freed it
+        marks = [cp.full(n, 7, cp.int32) for n in (T * 10 * 2 * I // 2, T * 10 * H // 2, T * 10, T * 10 + 1) * 4]
+        s.synchronize()
+    for _ in range(2):
+        x2, ids2, w2 = draw()
+        x.copy_(x2)
+        ids.copy_(ids2)
+        w.copy_(w2)
+        g.replay()
+        torch.cuda.synchronize()
+        exp = moe_forward(x2, bgu, bd, ids2, w2)
+        torch.cuda.synchronize()
+        assert torch.equal(out.view(torch.int16), exp.view(torch.int16))
+        assert all(bool((m == 7).all()) for m in marks)
 
 
 @pytest.mark.gpu
@@ -762,10 +932,14 @@ def test_moe_forward_fused_gemv_matches_unfused(rng, monkeypatch, dtype, T, topk
     w = cp.asarray(rng.random((T, topk)).astype(np.float32))
     rt = moe_route(ids, E)
     assert MOE._decode_fusions(x, bgu, bd, MOE.plan_tokens(rt), int(rt.expert_ids.size)) == (True, True)
-    fused = _host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16)
-    for fus in ((False, False), (True, False), (False, True)):  # every other combination of the two fusions
-        monkeypatch.setattr(MOE, "_decode_fusions", lambda *a, f=fus: f)
-        np.testing.assert_array_equal(_host(moe_forward(x, bgu, bd, ids, w)).view(np.uint16), fused, err_msg=str(fus))
+    decide = MOE._decode_fusions
+    for routing in (None, rt):  # pair_route's one-row slots (T * topk <= 32 here), the sorted routing's slots
+        monkeypatch.setattr(MOE, "_decode_fusions", decide)
+        fused = _host(moe_forward(x, bgu, bd, ids, w, routing=routing)).view(np.uint16)
+        for fus in ((False, False), (True, False), (False, True)):  # every other combination of the two fusions
+            monkeypatch.setattr(MOE, "_decode_fusions", lambda *a, f=fus: f)
+            np.testing.assert_array_equal(_host(moe_forward(x, bgu, bd, ids, w, routing=routing)).view(np.uint16),
+                                          fused, err_msg=f"{fus} {routing is None}")
 
 
 @pytest.mark.gpu

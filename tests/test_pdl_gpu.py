@@ -642,6 +642,48 @@ def test_pdl_moe_forward(rng):
                 assert np.abs(got - exp).max() < 2e-2 * np.abs(exp).max(), mode
 
 
+@pytest.mark.parametrize("T", [1, 3])
+def test_pdl_moe_forward_pair_route_late_ids(rng, T):
+    """moe_forward's decode routing (pair_route) has no routing kernel: gate/up reads the caller's topk_ids itself.
+    Ids written by a kernel that lets its dependents launch at once and writes ~60 us later (zeros before: every
+    choice expert 0), right before moe_forward: gate/up must read them after its wait, down (ids_stable) after
+    gate/up's.  Bit-exact against PDL off in the safe and full modes, three times each."""
+    cp = _cp_hopper()
+    from kbitcupy.grouped import quantize_experts
+    from kbitcupy.moe import moe_forward
+
+    copy = _late_copy(cp)
+    E, H, I, topk = 64, 1024, 256, 10
+    bgu = quantize_experts(cp.asarray(rng.standard_normal((E, 2 * I, H), dtype=np.float32) * 0.05), 4)
+    bd = quantize_experts(cp.asarray(rng.standard_normal((E, H, I), dtype=np.float32) * 0.05), 4)
+    x = cp.asarray(rng.standard_normal((T, H), dtype=np.float32)).astype(cp.float16)
+    ids_src = cp.asarray(np.stack([rng.permutation(E - 1)[:topk] + 1 for _ in range(T)]).astype(np.int32))
+    w_src = cp.asarray(rng.random((T, topk), dtype=np.float32))
+    ids, w = cp.zeros_like(ids_src), cp.zeros_like(w_src)
+
+    def call():
+        ids.fill(0)
+        w.fill(0)
+        copy(w_src, w)
+        copy(ids_src, ids)  # the last kernel before moe_forward
+        return _bits(moe_forward(x, bgu, bd, ids, w))
+
+    old = kb.set_pdl(False)
+    try:
+        ref = call()
+        stale = _bits(moe_forward(x, bgu, bd, cp.zeros_like(ids_src), w_src))
+    finally:
+        kb.set_pdl(old)
+    assert not np.array_equal(ref, stale)  # (a read of the old ids would show)
+    for mode in ("safe", True):
+        old = kb.set_pdl(mode)
+        try:
+            for _ in range(3):
+                np.testing.assert_array_equal(call(), ref, err_msg=str(mode))
+        finally:
+            kb.set_pdl(old)
+
+
 @pytest.mark.parametrize("impl,ntok", [("gemv", 1), ("gemv", 8), ("gemv", 20), ("mma", 12), ("wgmma", 16),
                                        ("wgmma", 40)])
 def test_pdl_grouped_ids_stable(rng, impl, ntok):
