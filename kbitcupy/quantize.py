@@ -86,7 +86,8 @@ def quantize(W, k: int = 4, codebook=None, layout: str = "tiled", absmax_format:
 
     layout='tiled' (the runtime format every matmul kernel reads) or 'flat';
     absmax_format='e4m4' (1 byte per block; required for tiled) or 'float32' (flat only).
-    NaN/Inf weights raise ValueError (they have no k-bit representation).
+    NaN/Inf weights raise ValueError (they have no k-bit representation), and so do magnitudes
+    of 3.35e38 and above with E4M4 absmax (reference.ABSMAX_LIMIT: the scale would round to inf).
     NumPy input runs the reference; CuPy arrays or CUDA torch tensors run the kernels.
     """
     k = R.check_k(k)
@@ -161,8 +162,11 @@ def _repack_gpu(qw: KbitWeight) -> KbitWeight:
     ts = qw.tensor_scale
     if absmax.dtype != np.uint8:
         a32 = absmax.astype(cp.float32) * np.float32(ts)
-        amax, amin = (float(v) for v in cp.stack([a32.max(), cp.where(a32 > 0, a32, cp.inf).min()]).get())
-        ts = R.choose_tensor_scale(np.array([amax, amin if np.isfinite(amin) else amax], np.float32))
+        amax, amin, lo = (float(v) for v in cp.stack([a32.max(), cp.where(a32 > 0, a32, cp.inf).min(),
+                                                      a32.min()]).get())
+        # with the least scale, so a negative one is refused by name like NaN / Inf (CuPy's max propagates NaN)
+        ts = R.choose_tensor_scale(np.array([amax, amin if np.isfinite(amin) else amax, min(lo, 0.0)], np.float32),
+                                   "absmax")
         absmax = a32
     nw, na = R.tiled_sizes(N, K, qw.k)
     packed_t = cp.empty(nw, dtype=cp.uint32)
@@ -188,6 +192,8 @@ def dequantize(qw: KbitWeight, dtype=None, out=None):
         o = out_array(out, (N, K), dt)
         if o.data.device_id != qw.packed.data.device_id:
             raise ValueError(f"out is on device {o.data.device_id} but the weight on device {qw.packed.data.device_id}")
+        if o.data.ptr % 16:  # the kernel stores 8 elements as 16-byte vectors: misaligned, it faults the context
+            raise ValueError("out's data pointer must be 16-byte aligned")
         fn = QUANT.function(("dq", qw.k, _dname(dt), _dname(qw.absmax.dtype), qw.layout == "tiled"))
         fn((_grid(N * K // 8),), (256,), (qw.packed, qw.absmax, qw.codebook, o, np.int32(N), np.int32(K),
                                            np.float32(qw.tensor_scale)))

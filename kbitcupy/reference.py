@@ -23,7 +23,9 @@ Additions of kbitcupy (documented in README):
   scales are absmax / tensor_scale; the real weight is
   codebook[idx] * e4m4(absmax) * tensor_scale.  It is 1.0 (the plain seed format)
   whenever every block's absmax lies in E4M4's normal range [2^-10, 31]; otherwise
-  it moves the largest block to (8, 16] so nothing clips or overflows.
+  it moves the largest block to (8, 16] so nothing clips or overflows.  It stays at
+  least 2^-126 (a normal float32: blocks below 2^-141 then round to 0, like float
+  underflow); magnitudes of ABSMAX_LIMIT (about 3.35e38) and above are refused.
 * E4M4 encoding rounds to nearest (ties to even) and the indices are chosen
   against the *decoded* scale (see ``measure_scale_rounding`` for the SQNR that
   decided this).
@@ -39,6 +41,9 @@ KB_PER_TILE = TILE_K // BLOCKSIZE
 E4M4_BIAS = 11
 E4M4_MAX = 31.0  # 2^4 * (1 + 15/16)
 E4M4_MIN_NORMAL = 2.0 ** -10
+# The smallest block absmax whose E4M4 scale is not finite: 4 mantissa bits round (1 + 15.5/16) 2^127
+# and above up to 2^128 whatever the power-of-two tensor scale.  quantize refuses such weights.
+ABSMAX_LIMIT = 2.0 ** 127 * (1 + 15.5 / 16)
 
 try:  # numpy has no bfloat16 of its own; ml_dtypes gives one (CuPy accepts it too)
     import ml_dtypes as _ml_dtypes
@@ -115,17 +120,25 @@ def e4m4_encode(a, rounding: str = "nearest") -> np.ndarray:
     return code.astype(np.uint8)
 
 
-def choose_tensor_scale(block_absmax: np.ndarray) -> float:
+def choose_tensor_scale(block_absmax: np.ndarray, name: str = "W") -> float:
     """Power-of-two tensor scale: 1.0 when every nonzero block scale is inside
-    E4M4's normal range, else one that puts the largest block in (8, 16]."""
+    E4M4's normal range, else one that puts the largest block in (8, 16], at least
+    2^-126 (a normal float32, as the kernels take it).  Raises ValueError naming
+    ``name`` for scales that are negative, not finite, or at least ABSMAX_LIMIT."""
+    block_absmax = np.asarray(block_absmax)
     amax = float(np.max(block_absmax)) if block_absmax.size else 0.0
+    if not np.isfinite(amax) or (block_absmax.size and float(np.min(block_absmax)) < 0):
+        raise ValueError(f"{name}: block scales must be finite and non-negative, got max {amax}")
+    if amax >= ABSMAX_LIMIT:
+        raise ValueError(f"{name}: largest magnitude {amax:.6g} is too large for E4M4 block scales, which hold "
+                         f"magnitudes below {ABSMAX_LIMIT:.6g} (larger ones round up to 2^128, infinite in float32)")
     if amax == 0.0:
         return 1.0
     nz = block_absmax[block_absmax > 0]
     amin = float(nz.min())
     if amax <= 30.0 and amin >= E4M4_MIN_NORMAL:
         return 1.0
-    return float(2.0 ** (int(np.ceil(np.log2(amax))) - 4))
+    return float(2.0 ** max(int(np.ceil(np.log2(amax))) - 4, -126))
 
 
 # ----------------------------------------------------------------------------- indices
@@ -251,7 +264,7 @@ def repack(packed_flat, absmax_flat, k: int, shape, tensor_scale: float = 1.0):
     absmax_flat = np.asarray(absmax_flat)
     if absmax_flat.dtype != np.uint8:
         scales = absmax_flat.astype(np.float32) * np.float32(tensor_scale)
-        tensor_scale = choose_tensor_scale(scales)
+        tensor_scale = choose_tensor_scale(scales, "absmax")
         absmax_flat = e4m4_encode(scales / np.float32(tensor_scale))
     nwords, nabs = tiled_sizes(N, K, k)
     slot = _tile_maps(N, K, k)

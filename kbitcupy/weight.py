@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import sys
 import threading
 import weakref
@@ -11,7 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import reference as R
-from ._arrays import is_cupy, kind, to_backend
+from ._arrays import is_cupy, kind, normalize_dtype, to_backend
 
 LAYOUTS = ("flat", "tiled")
 FORMAT_VERSION = 1
@@ -188,8 +189,8 @@ class KbitWeight:
         k = R.check_k(self.k)
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if len(self.shape) != 2:
-            raise ValueError(f"shape must be (N, K), got {self.shape}")
+        if len(self.shape) != 2 or not all(_is_int(s) for s in self.shape):
+            raise ValueError(f"shape must be (N, K) integers, got {self.shape}")
         N, K = self.shape
         if N <= 0 or K <= 0 or K % R.BLOCKSIZE:
             raise ValueError(f"shape {self.shape}: N must be positive and K a positive multiple of 32")
@@ -220,10 +221,19 @@ class KbitWeight:
             devs = {a.device.id for a in (self.packed, self.absmax, self.codebook)}
             if len(devs) != 1:
                 raise ValueError(f"packed, absmax and codebook are on different devices {devs}")
-        ts = float(self.tensor_scale)
-        if not (ts > 0 and np.isfinite(ts) and np.log2(ts) == round(np.log2(ts))):
-            raise ValueError(f"tensor_scale must be a positive power of two, got {self.tensor_scale}")
+        # a normal float32 power of two (frexp: mantissa 0.5), as the kernels multiply by it in float32
+        m, e = math.frexp(float(self.tensor_scale))
+        if not (m == 0.5 and -125 <= e <= 128):
+            raise ValueError(f"tensor_scale must be a power of two in [2^-126, 2^127], got {self.tensor_scale}")
+        # the output dtype of dequantize and the kernels: any other (int32, float64) would be cast garbage
+        if self.dtype is None:
+            raise ValueError("dtype must be float16, bfloat16 or float32, got None")
+        normalize_dtype(self.dtype, "dtype")
         return self
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
 def from_packed(packed, absmax, codebook, shape, k: int, layout: str = "tiled", tensor_scale: float = 1.0,
@@ -236,6 +246,14 @@ def from_packed(packed, absmax, codebook, shape, k: int, layout: str = "tiled", 
     it is the default one (``KbitWeight.default_codebook``), except during a CUDA graph capture;
     do not change it in place afterwards.
     """
+    # checked, not int(): a k of 4.9 or '4', or a shape of floats, must not pass truncated
+    k = R.check_k(k)
+    try:
+        dims = None if isinstance(shape, (str, bytes)) else tuple(shape)
+    except TypeError:
+        dims = None
+    if dims is None or not all(_is_int(s) for s in dims):
+        raise TypeError(f"shape must be a sequence of integers (N, K), got {shape!r}")
     arrs = []
     for nm, a in (("packed", packed), ("absmax", absmax), ("codebook", codebook)):
         a, _ = to_backend(a, nm)
@@ -253,5 +271,5 @@ def from_packed(packed, absmax, codebook, shape, k: int, layout: str = "tiled", 
         import cupy as cp
 
         codebook = cp.asarray(codebook)
-    return KbitWeight(packed.reshape(-1), absmax.reshape(-1), codebook, int(k), tuple(int(s) for s in shape),
-                      layout, float(tensor_scale), np.dtype(dtype)).validate()
+    return KbitWeight(packed.reshape(-1), absmax.reshape(-1), codebook, k, tuple(int(s) for s in dims),
+                      layout, float(tensor_scale), normalize_dtype(dtype, "dtype")).validate()

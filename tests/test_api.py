@@ -114,6 +114,64 @@ def test_from_packed_bad(rng):
         kb.from_packed(q.packed, q.absmax, q.codebook, q.shape, 4, tensor_scale=3.0)
 
 
+def test_from_packed_checks_dtype_scale_k_shape(rng):
+    """Nothing passes as garbage: dtype an output dtype, tensor_scale a normal float32 power of two,
+    k and shape integers (not truncated floats)."""
+    q = kb.quantize(rng.standard_normal((128, 64)).astype(np.float32), 4)
+    a = (q.packed, q.absmax, q.codebook)
+    for dt in (np.int32, np.float64, np.uint8, None):
+        with pytest.raises(ValueError, match="dtype must be float16, bfloat16 or float32"):
+            kb.from_packed(*a, q.shape, 4, dtype=dt)
+    for dt, want in ((np.float16, np.float16), (np.float32, np.float32), ("bf16", kb.bfloat16)):
+        assert kb.dequantize(kb.from_packed(*a, q.shape, 4, dtype=dt)).dtype == want
+    for ts in (2.0 ** -200, 2.0 ** 200, 2.0 ** -127, 2.0 ** 128, np.inf, np.nan, 0.0, -2.0, 0.75):
+        with pytest.raises(ValueError, match="tensor_scale must be a power of two"):
+            kb.from_packed(*a, q.shape, 4, tensor_scale=ts)
+    for ts in (2.0 ** -126, 2.0 ** 127):
+        assert kb.from_packed(*a, q.shape, 4, tensor_scale=ts).tensor_scale == ts
+    for k in (4.9, 4.0, "4", True):
+        with pytest.raises(ValueError, match="k must be an integer"):
+            kb.from_packed(*a, q.shape, k)
+    for shape in ((128.0, 64), (128, 64.5), ("128", 64), (True, 64), 128, "ab"):
+        with pytest.raises(TypeError, match="shape must be a sequence of integers"):
+            kb.from_packed(*a, shape, 4)
+    q2 = kb.from_packed(*a, (np.int64(128), np.int32(64)), np.int8(4))  # numpy integers are fine
+    assert q2.shape == (128, 64) and q2.k == 4 and type(q2.k) is int and all(type(s) is int for s in q2.shape)
+
+
+def test_repack_nonfinite_float32_absmax(rng):
+    q = kb.quantize(rng.standard_normal((64, 64)).astype(np.float32), 4, layout="flat", absmax_format="float32")
+    for bad in (np.inf, np.nan, -1.0):
+        am = q.absmax.copy()
+        am[3] = bad
+        w = kb.from_packed(q.packed, am, q.codebook, q.shape, 4, layout="flat")
+        with pytest.raises(ValueError, match="absmax"):
+            kb.repack(w)
+
+
+def test_quantize_magnitude_ends(rng):
+    """Up to ABSMAX_LIMIT (about 3.35e38) E4M4 scales stay finite; from it up the error names W.
+    Tiny weights keep a normal float32 tensor scale (2^-126) instead of one that rounds to 0."""
+    lim = np.float32(R.ABSMAX_LIMIT)
+    W = rng.standard_normal((8, 64)).astype(np.float32)
+    W[0, 0], W[5, 9] = np.nextafter(lim, np.float32(0)), -np.nextafter(lim, np.float32(0))
+    for layout in ("flat", "tiled"):
+        d = kb.dequantize(kb.quantize(W, 4, layout=layout), np.float32)
+        assert np.isfinite(d).all() and abs(d[0, 0] / W[0, 0] - 1) < 1 / 32
+    for big in (lim, 3.4e38, np.finfo(np.float32).max):
+        W[0, 0] = big
+        with pytest.raises(ValueError, match="W: largest magnitude .* below 3.34965e"):
+            kb.quantize(W, 4)
+    # float32 absmax has no such limit
+    assert np.isfinite(kb.dequantize(kb.quantize(W, 4, layout="flat", absmax_format="float32"), np.float32)).all()
+    for mag in (1e-44, 2.0 ** -136, 2.0 ** -130, 1e-38, 2.0 ** -122):
+        W = np.full((4, 32), mag, np.float32)
+        W[1] *= -0.5
+        q = kb.quantize(W, 4)
+        assert 2.0 ** -126 <= q.tensor_scale < 2.0 ** -117
+        np.testing.assert_allclose(kb.dequantize(q, np.float32), W, rtol=1 / 16, atol=2.0 ** -141)
+
+
 def test_out_argument_cpu(rng):
     """out= on the NumPy backend: written, returned as given, checked like the GPU path's out=."""
     W = rng.standard_normal((160, 64)).astype(np.float32)

@@ -90,6 +90,26 @@ def test_tensor_scale_ends_gpu(rng):
         assert R.sqnr_db(W.get(), kb.dequantize(q, np.float32).get()) > 19
 
 
+def test_magnitude_ends_and_aligned_out_gpu(rng):
+    """The CPU path's top end on the GPU (tests/test_api.py): weights from ABSMAX_LIMIT up are refused by name; just
+    below it they quantize to finite values; dequantize into an out= whose pointer is not 16-byte aligned (the
+    kernel's vector stores would fault the context) raises a ValueError naming out."""
+    import cupy as cp
+
+    W = _w(cp, rng, (8, 64), np.float32, 1.0)
+    W[0, 0] = np.float32(R.ABSMAX_LIMIT)
+    with pytest.raises(ValueError, match="W: largest magnitude"):
+        kb.quantize(W, 4)
+    W[0, 0] = np.nextafter(np.float32(R.ABSMAX_LIMIT), np.float32(0))
+    assert cp.isfinite(kb.dequantize(kb.quantize(W, 4), np.float32)).all()
+    q = kb.quantize(_w(cp, rng, (64, 128), np.float32), 4)
+    for dt, off in ((cp.float16, 2), (cp.float32, 8), (kb.bfloat16, 4)):
+        n = 64 * 128 * np.dtype(dt).itemsize
+        o = cp.empty(n + 32, cp.uint8)[off:off + n].view(dt).reshape(64, 128)
+        with pytest.raises(ValueError, match="out's data pointer must be 16-byte aligned"):
+            kb.dequantize(q, dt, out=o)
+
+
 def test_nan_inf_rejected_gpu():
     import cupy as cp
 

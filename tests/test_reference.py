@@ -160,3 +160,17 @@ def test_zero_blocks_and_asymmetric_codebook(rng):
     Wd = R.dequantize_flat(packed, absmax, cb, 2, W.shape, ts)
     assert np.all(Wd[1] == 0)
     assert np.isfinite(Wd).all()
+
+
+def test_choose_tensor_scale_ends():
+    # a normal float32 power of two at both ends; bad scales refused by the caller's name
+    assert R.choose_tensor_scale(np.array([1e-44, 1e-45], np.float32)) == 2.0 ** -126
+    assert R.choose_tensor_scale(np.array([2.0 ** 127], np.float32)) == 2.0 ** 123
+    below = np.nextafter(np.float32(R.ABSMAX_LIMIT), np.float32(0))
+    ts = R.choose_tensor_scale(np.array([below], np.float32))
+    assert np.isfinite(R.e4m4_decode(R.e4m4_encode(below / np.float32(ts))) * np.float32(ts))
+    for bad, match in ((np.inf, "absmax: block scales must be finite"), (np.nan, "absmax: block scales must be finite"),
+                       (-1.0, "absmax: block scales must be finite and non-negative"),
+                       (R.ABSMAX_LIMIT, "absmax: largest magnitude")):
+        with pytest.raises(ValueError, match=match):
+            R.choose_tensor_scale(np.array([1.0, bad], np.float32), "absmax")
