@@ -298,6 +298,12 @@ class KbitMLP:
                  up: Optional[KbitLinear] = None):
         if (gate_up is None) == (gate is None or up is None):
             raise ValueError("give either gate_up (fused) or both gate and up")
+        # the SwiGLU pairs gate and up column by column into down's input (a width-1 up would broadcast)
+        widths = ({"gate_up": gate_up.out_features // 2} if gate_up is not None else
+                  {"gate": gate.out_features, "up": up.out_features})
+        if (gate_up is not None and gate_up.out_features % 2) or set(widths.values()) != {down.in_features}:
+            raise ValueError(f"gate / up widths {widths} must equal down's in_features {down.in_features}"
+                             + (" (gate_up holds both: 2x)" if gate_up is not None else ""))
         self.down, self.gate_up, self.gate, self.up = down, gate_up, gate, up
         self.intermediate = down.in_features
 
@@ -443,6 +449,8 @@ class KbitMoE:
             self.gpu = self.experts["down"][0].on_gpu
             self.router = _array(router, self.gpu, _F32)
             self.E, self.hidden = self.router.shape
+            if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
+                raise ValueError(f"top_k must be an int, got {top_k!r}")
             self.top_k = int(top_k)
             if not 1 <= self.top_k <= self.E:
                 raise ValueError(f"top_k must be in 1..{self.E}, got {top_k}")

@@ -104,6 +104,9 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
     outputs are undefined.  NumPy ids: the reference (validated, exact max_tokens).
     """
     ids, kd = to_backend(topk_ids, "topk_ids")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))
+                                   or max_tokens < 0):
+        raise ValueError(f"max_tokens must be a non-negative int or None, got {max_tokens!r}")
     if kd in ("numpy", "torch_cpu"):
         r = reference_route(ids, num_experts)
         if max_tokens is not None:
@@ -291,7 +294,7 @@ def gather_rows(x, routing: MoeRouting, out=None):
     """A_sorted[i] = x[sorted_token[i]]  ([P, H], x's dtype)."""
     x_, kd = to_backend(x, "x")
     if kd in ("numpy", "torch_cpu"):
-        return from_backend(np.ascontiguousarray(x_[np.asarray(routing.sorted_token)]), kd)
+        return cpu_result(np.ascontiguousarray(x_[np.asarray(routing.sorted_token)]), out, kd)
     import cupy as cp
 
     st = routing.sorted_token
@@ -329,6 +332,7 @@ def silu_mul(gate, up, out=None):
                          f"{tuple(u_.shape)} {u_.dtype}")
     rows, I = (int(s) for s in g_.shape)
     if kd in ("numpy", "torch_cpu"):
+        _check_float(g_.dtype, "gate/up")
         g = g_.astype(np.float32)
         r = (g / (np.float32(1) + np.exp(-g)) * u_.astype(np.float32)).astype(g_.dtype)
         return cpu_result(r, out, kd)
@@ -348,6 +352,13 @@ def silu_mul(gate, up, out=None):
     return out if out is not None else from_backend(o, kd)
 
 
+def _check_float(dt, name: str):
+    """The CPU path's dtypes: the kernels' (float16 / bfloat16) and float32 / float64 (an integer array would come
+    back as rounded garbage)."""
+    if np.dtype(dt) not in ACT_DTYPES + (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"{name} must be float16, bfloat16, float32 or float64, got {dtype_name(dt)}")
+
+
 def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None, *, check_devices: bool = True):
     """out[t] = sum_j topk_weights[t, j] * C_sorted[pos[t * topk + j]]  (fp32 math, j in
     order, one rounding to C_sorted's dtype).  Returns [T, H].  check_devices: refuse arrays off C_sorted's device
@@ -361,6 +372,8 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None, *, check_
         raise ValueError(f"topk_weights must have shape {(T, topk)}, got {tuple(w_.shape)}")
     H = int(c_.shape[1])
     if kd in ("numpy", "torch_cpu"):
+        _check_float(c_.dtype, "C_sorted")
+        _check_float(w_.dtype, "topk_weights")
         pos = np.asarray(routing.pos)
         r = (np.asarray(c_, dtype=np.float32)[pos].reshape(T, topk, H) *
              np.asarray(w_, dtype=np.float32)[:, :, None]).sum(1).astype(c_.dtype)

@@ -108,6 +108,27 @@ def test_reference_route(rng, T, topk, E):
     assert np.all(flat[np.argsort(r.pos)] == np.sort(flat, kind="stable"))
 
 
+def test_moe_helpers_cpu_out_and_dtypes(rng):
+    """The CPU path: gather_rows writes out= (and checks it) as the GPU path does; integer gate / up / C_sorted /
+    weights and a non-integer max_tokens are refused by name."""
+    r = moe_route(np.array([[0], [1], [0]]), 2)
+    x = rng.standard_normal((3, 64)).astype(np.float16)
+    o = np.zeros((3, 64), np.float16)
+    assert gather_rows(x, r, out=o) is o
+    np.testing.assert_array_equal(o, x[r.sorted_token])
+    with pytest.raises(ValueError, match="out must be"):
+        gather_rows(x, r, out=np.zeros((1, 1), np.int8))
+    with pytest.raises(ValueError, match="gate/up must be float"):
+        silu_mul(np.ones((2, 4), np.int32), np.ones((2, 4), np.int32))
+    with pytest.raises(ValueError, match="C_sorted must be float"):
+        moe_combine(np.ones((3, 4), np.int32), r, np.ones((3, 1), np.float32))
+    with pytest.raises(ValueError, match="topk_weights must be float"):
+        moe_combine(np.ones((3, 4), np.float16), r, np.ones((3, 1), np.int64))
+    for mt in (2.5, "4", True, -1):
+        with pytest.raises(ValueError, match="max_tokens must be"):
+            moe_route(np.array([[0], [1]]), 2, max_tokens=mt)
+
+
 def test_route_rejects_bad_ids():
     with pytest.raises(ValueError, match=r"topk_ids\[1, 0\] = 9"):
         reference_route(np.array([[0, 1], [9, 2]]), 8)

@@ -118,6 +118,11 @@ def test_mlp_fused_and_separate(rng):
     ref = _mlp_ref(x.astype(np.float64), _deq(m1.gate_up.weight), _deq(m1.down.weight), I)
     np.testing.assert_allclose(m1(x).astype(np.float64), ref, rtol=2e-2, atol=2e-2 * np.abs(ref).max())
     assert m1.nbytes == m1.gate_up.nbytes + m1.down.nbytes
+    # gate / up widths must match down's input (a width-1 up broadcast into a wrong-shaped result)
+    with pytest.raises(ValueError, match="gate / up widths"):
+        KbitMLP(m2.down, gate=m2.gate, up=KbitLinear.from_float(u[:32], k=4))
+    with pytest.raises(ValueError, match="gate / up widths"):
+        KbitMLP(KbitLinear.from_float(np.ascontiguousarray(d[:, :32]), k=4), gate_up=m1.gate_up)
 
 
 def test_route_matches_softmax_topk(rng):
@@ -226,6 +231,9 @@ def test_moe_errors(rng):
     g, u, d, router, _, _, _ = _moe_case(rng, E=4)
     with pytest.raises(ValueError, match="top_k"):
         KbitMoE.from_float(router, g, u, d, 5, k=4)
+    for top in (2.7, True):  # not truncated to 2 / taken as 1
+        with pytest.raises(ValueError, match="top_k must be an int"):
+            KbitMoE.from_float(router, g, u, d, top, k=4)
     moe = KbitMoE.from_float(router, g, u, d, 2, k=4)
     with pytest.raises(ValueError, match="hidden"):
         moe(np.zeros((1, 64), np.float16))
