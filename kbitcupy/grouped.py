@@ -19,6 +19,7 @@ then checks the flag after the launch (another sync).  NumPy ``expert_ids`` /
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -28,7 +29,7 @@ from . import reference as R
 from . import wgmma as WG
 from .gemv import GROUPED_MAX_TOKENS, _sm_count, grouped_gemv, grouped_is_slices, lut_bytes
 from ._arrays import ACT_DTYPES, check_same_device, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
-from ._capture import gpu_call
+from ._capture import capturing, gpu_call
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
 from .reference import bfloat16
@@ -218,6 +219,28 @@ class KbitExpertBank:
         if ts.shape != (E,) or not np.all((ts > 0) & np.isfinite(ts)) or np.any(np.log2(ts) != np.round(np.log2(ts))):
             raise ValueError("tensor scales must be positive powers of two")
         return self
+
+
+_CHECKED_BANKS = weakref.WeakSet()  # banks validated by an entry point (a bank object is immutable)
+
+
+def checked_bank(bank, name: str = "bank") -> KbitExpertBank:
+    """A bank handed to a kernel entry point: a KbitExpertBank, validated once per object.  The package's builders
+    validate theirs; a hand-made one (dataclasses.replace with a wrong-length tensor_scale, say) would read out of
+    bounds in the kernels.  While a CUDA graph captures, a GPU bank without its host copy of the scales is checked
+    without them (reading them back would break the capture) and checked again at its next call."""
+    if not isinstance(bank, KbitExpertBank):
+        raise TypeError(f"{name} must be a KbitExpertBank, got {type(bank).__name__}")
+    if bank in _CHECKED_BANKS:
+        return bank
+    try:
+        full = not bank.on_gpu or bank.tensor_scale_host is not None or not capturing()
+        (bank if full else replace(bank, tensor_scale_host=np.ones(bank.packed.shape[0], np.float32))).validate()
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+    if full:
+        _CHECKED_BANKS.add(bank)
+    return bank
 
 
 def _empty_bank(E, N, K, k, xp, codebook, dtype):
@@ -548,8 +571,7 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
       down after silu_mul).  The grouped GEMV keeps its safe early mode (the full PDL order
       was slower there: H200, 2026-11-28, close49h-moe), the mma.sync kernel waits at entry.
     """
-    if not isinstance(bank, KbitExpertBank):
-        raise TypeError(f"bank must be a KbitExpertBank, got {type(bank).__name__}")
+    checked_bank(bank)
     if method not in ("auto", "kernel", "dequant"):
         raise ValueError(f"method must be 'auto', 'kernel' or 'dequant', got {method!r}")
     if impl is not None and impl not in IMPLS:
@@ -766,6 +788,7 @@ def grouped_gemv_fused(A, bank, ids, offs, rows: int, max_tokens: int, *, a_rows
     its arrays once and passes False)."""
     import cupy as cp
 
+    checked_bank(bank)
     N, K = bank.shape
     if check_devices:
         if not bank.on_gpu:

@@ -32,8 +32,8 @@ from ._arrays import (ACT_DTYPES, check_same_device, cpu_result, dtype_name, fro
                       to_backend)
 from ._capture import capturing, gpu_call
 from .gemv import _sm_count, grouped_swiglu_per_thread
-from .grouped import (ERR_EXPERT_ID, GROUPED, KbitExpertBank, _err_buffer, choose_impl, dequantize_experts,
-                      grouped_gemv_fused, grouped_matmul)
+from .grouped import (ERR_EXPERT_ID, GROUPED, _err_buffer, checked_bank, choose_impl,
+                      dequantize_experts, grouped_gemv_fused, grouped_matmul)
 
 
 @dataclass(frozen=True, eq=False)
@@ -490,8 +490,7 @@ def _banks(bank_gate_up, bank_down, H):
             raise ValueError("bank_gate_up must be a fused bank or a (bank_gate, bank_up) pair")
         bg, bu = bank_gate_up
         for nm, b in (("bank_gate", bg), ("bank_up", bu)):
-            if not isinstance(b, KbitExpertBank):
-                raise TypeError(f"{nm} must be a KbitExpertBank, got {type(b).__name__}")
+            checked_bank(b, nm)
         if bg.shape != bu.shape or bg.num_experts != bu.num_experts:
             raise ValueError(f"bank_gate {bg.shape} x {bg.num_experts} and bank_up {bu.shape} x {bu.num_experts} "
                              "must match")
@@ -499,15 +498,13 @@ def _banks(bank_gate_up, bank_down, H):
         gate_banks = (bg, bu)
         E, Kg = bg.num_experts, bg.K
     else:
-        if not isinstance(bank_gate_up, KbitExpertBank):
-            raise TypeError(f"bank_gate_up must be a KbitExpertBank, got {type(bank_gate_up).__name__}")
+        checked_bank(bank_gate_up, "bank_gate_up")
         if bank_gate_up.N % 2:
             raise ValueError(f"a fused gate/up bank has N = 2 * I rows (gate then up); got N = {bank_gate_up.N}")
         I = bank_gate_up.N // 2
         gate_banks = (bank_gate_up,)
         E, Kg = bank_gate_up.num_experts, bank_gate_up.K
-    if not isinstance(bank_down, KbitExpertBank):
-        raise TypeError(f"bank_down must be a KbitExpertBank, got {type(bank_down).__name__}")
+    checked_bank(bank_down, "bank_down")
     if Kg != H:
         raise ValueError(f"the gate/up experts' K ({Kg}) must equal x's hidden size ({H})")
     if bank_down.shape != (H, I):

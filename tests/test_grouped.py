@@ -108,6 +108,24 @@ def test_reference_route(rng, T, topk, E):
     assert np.all(flat[np.argsort(r.pos)] == np.sort(flat, kind="stable"))
 
 
+def test_hand_made_bank_is_validated(rng):
+    """A bank rebuilt with dataclasses.replace is validated by grouped_matmul / moe_forward before any kernel could read
+    its arrays out of bounds (a wrong-length or non-power-of-two tensor_scale; scales read by the expert's index)."""
+    from dataclasses import replace
+
+    _, bank = _bank(rng, 2, 64, 64, 4)
+    A = rng.standard_normal((4, 64)).astype(np.float16)
+    for ts in (np.array([1.0], np.float32), np.array([3.0, 1.0], np.float32)):
+        bad = replace(bank, tensor_scale=ts, tensor_scale_host=None)
+        with pytest.raises(ValueError, match="bank: tensor"):
+            grouped_matmul(A, bad, [0], [0, 4], 4)
+    bgu, bd, x, ids, w = _moe_setup(rng, 4, 64, 32, 2, 2)
+    with pytest.raises(ValueError, match="bank_down: absmax must be"):
+        moe_forward(x, bgu, replace(bd, absmax=bd.absmax[:, 1:]), ids, w)
+    with pytest.raises(TypeError, match="bank must be a KbitExpertBank"):
+        grouped_matmul(A, "bank", [0], [0, 4], 4)
+
+
 def test_moe_helpers_cpu_out_and_dtypes(rng):
     """The CPU path: gather_rows writes out= (and checks it) as the GPU path does; integer gate / up / C_sorted /
     weights and a non-integer max_tokens are refused by name."""
