@@ -486,6 +486,9 @@ def gemv(A, qw, out, plan_override=None, *, validate=True):
     callers that made them already."""
     if validate:
         check_kernel_call(A, qw, out, "gemv", _row_limit, 1)
+        if (qw.absmax.dtype.name, qw.layout == "tiled") not in _VARIANTS:
+            raise ValueError(f"the GEMV reads E4M4 absmax, or float32 absmax in the flat layout; this weight's is "
+                             f"{qw.absmax.dtype.name} ({qw.layout}): use kbitcupy.matmul (it dequantizes) or repack")
     fn, grid, block, smem, args = launch_args(A, qw, out, plan_override)
     _pdl.launch(fn, grid, block, args, smem, pdl=args[-1])  # the kernel's pdl argument
     return out

@@ -14,7 +14,7 @@ from ._capture import gpu_call
 from .dequant_matmul import dequant_matmul
 from .dispatch import choose
 from .gemm import gemm
-from .gemv import MAX_M as GEMV_MAX_M, fits, gemv
+from .gemv import _VARIANTS as GEMV_VARIANTS, MAX_M as GEMV_MAX_M, fits, gemv
 from .weight import KbitWeight
 
 
@@ -22,11 +22,12 @@ def _dispatch_gpu(A, qw, out):
     """Run the kernel picked for this call from the measured crossovers (kbitcupy.dispatch);
     returns which one ran: 'gemv', 'stream', 'gemm', 'wgmma' or 'dq'."""
     M, K = A.shape
-    # the flat layout has the GEMV and the dequantize path only
+    # the flat layout has the GEMV (E4M4 or float32 absmax) and the dequantize path only (float16 absmax, an
+    # interop format from_packed accepts, has no GEMV instantiation: dequantize)
     if qw.layout == "tiled":
         kind = choose(M, qw.shape[0], K, qw.k, A.dtype)
     else:
-        kind = "gemv" if M <= GEMV_MAX_M else "dq"
+        kind = "gemv" if M <= GEMV_MAX_M and (qw.absmax.dtype.name, False) in GEMV_VARIANTS else "dq"
     return _run_kind(kind, A, qw, out)
 
 

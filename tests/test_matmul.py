@@ -3,6 +3,7 @@ kernels replaced by recorders (the GPU tests run the real ones)."""
 import importlib
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 mm = importlib.import_module("kbitcupy.matmul")  # the module (the package exports the function)
@@ -51,6 +52,19 @@ def test_run_kind_and_fallbacks(ran):
     assert _call("wgmma", 64) == "gemm" and _call("stream", mm.ST.MAX_M + 1) == "gemm"
     env["sm90"] = False  # no sm_90: neither the streaming GEMV nor wgmma
     assert _call("stream", 16) == "gemm" and _call("wgmma", 16) == "gemm" and _call("gemv", 16) == "gemm"
+
+
+def test_dispatch_flat_weights(ran):
+    """A flat weight: the GEMV up to its M where it has an instantiation (E4M4 or float32 absmax), else dequantize --
+    float16 absmax (an interop format from_packed accepts) had none and failed inside the GEMV's launch."""
+    log, _ = ran
+    A = SimpleNamespace(shape=(4, 2048), data=SimpleNamespace(device_id=0))
+    for adt, want in (("float32", "gemv"), ("uint8", "gemv"), ("float16", "dq")):
+        qw = SimpleNamespace(shape=(1024, 2048), k=4, layout="flat", absmax=SimpleNamespace(dtype=np.dtype(adt)))
+        assert mm._dispatch_gpu(A, qw, None) == want, adt
+    A.shape = (mm.GEMV_MAX_M + 1, 2048)
+    assert mm._dispatch_gpu(A, qw, None) == "dq"
+    assert log == ["gemv", "gemv", "dq", "dq"]
 
 
 def test_wgmma_choose_tok():
