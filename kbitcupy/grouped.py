@@ -789,6 +789,7 @@ def grouped_gemv_fused(A, bank, ids, offs, rows: int, max_tokens: int, *, a_rows
     import cupy as cp
 
     checked_bank(bank)
+    max_tokens = _check_max_tokens(max_tokens)  # (as grouped_matmul: the kernels plan their passes by it)
     N, K = bank.shape
     if check_devices:
         if not bank.on_gpu:

@@ -124,6 +124,11 @@ def test_hand_made_bank_is_validated(rng):
         moe_forward(x, bgu, replace(bd, absmax=bd.absmax[:, 1:]), ids, w)
     with pytest.raises(TypeError, match="bank must be a KbitExpertBank"):
         grouped_matmul(A, "bank", [0], [0, 4], 4)
+    from kbitcupy.grouped import grouped_gemv_fused
+
+    for mt in (-1, 2.5, True):  # checked before any array is touched (moe_forward's fused decode entry)
+        with pytest.raises(ValueError, match="max_tokens must be"):
+            grouped_gemv_fused(A, bank, None, None, 4, mt)
 
 
 def test_moe_helpers_cpu_out_and_dtypes(rng):
