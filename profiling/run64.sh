@@ -103,3 +103,13 @@ fi
 #   200 s ran out before test_launch_gpu's and the layers' last five (the layers' MoE tests passed in pairs3 on the
 #   keep-alive tree).  Last call (`..._gpu_tests_pairs64g.log`, the command in its header): torch's matmul and custom-op
 #   graph tests, 2 passed -- the earlier failures were the aborted captures' aftermath.
+
+# STEP=suiteA / suiteB (nvidia-h200; NOT RUN this session -- the device time was spent): the whole GPU suite on the
+# final tree, in its two halves (one device call each), for what only the CPU checked: the audit's input checks
+# (809f0a7, 64ea0d6, 4013da7, 5c788f0, 2351ec9; tests/test_quantize_gpu.py::test_magnitude_ends_and_aligned_out_gpu)
+# and every GPU entry point now inside gpu_call / keep_alive.
+# Expect: all pass (the previous suite: 617 + this session's new tests).
+if [ "$STEP" = suiteA ] || [ "$STEP" = suiteB ]; then
+  gpu_suite "${STEP#suite}" "$W/gpu_tests_suite64${STEP#suite}.log"
+  finish_run run64
+fi
