@@ -265,6 +265,11 @@ def check_same_device(**arrays):
             raise ValueError(f"arrays are on device {d} but the current CuPy device is {cur}")
 
 
+def is_int(x) -> bool:
+    """An integer argument (Python or NumPy int; not a bool, a float or a string)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
 def dtype_name(dt) -> str:
     dt = np.dtype(dt)
     if bfloat16 is not None and dt == bfloat16:

@@ -340,6 +340,11 @@ def plan(N: int, K: int, M: int, k: int, itemsize: int = 2, warps: int | None = 
             late, gpb, c8, ty)
 
 
+def reads(qw) -> bool:
+    """Whether the GEMV has an instantiation for the weight's absmax format (E4M4 tiled or flat, float32 flat)."""
+    return (qw.absmax.dtype.name, qw.layout == "tiled") in _VARIANTS
+
+
 @functools.lru_cache(maxsize=4096)
 def fits(N: int, K: int, M: int, k: int, device_id: int, tiled: bool = True) -> bool:
     """Whether the GEMV runs M rows at bit width k (max_rows) and its shared memory (pair table + staged A) fits
@@ -486,7 +491,7 @@ def gemv(A, qw, out, plan_override=None, *, validate=True):
     callers that made them already."""
     if validate:
         check_kernel_call(A, qw, out, "gemv", _row_limit, 1)
-        if (qw.absmax.dtype.name, qw.layout == "tiled") not in _VARIANTS:
+        if not reads(qw):
             raise ValueError(f"the GEMV reads E4M4 absmax, or float32 absmax in the flat layout; this weight's is "
                              f"{qw.absmax.dtype.name} ({qw.layout}): use kbitcupy.matmul (it dequantizes) or repack")
     fn, grid, block, smem, args = launch_args(A, qw, out, plan_override)

@@ -28,7 +28,8 @@ from . import _pdl
 from . import reference as R
 from . import wgmma as WG
 from .gemv import GROUPED_MAX_TOKENS, _sm_count, grouped_gemv, grouped_is_slices, lut_bytes
-from ._arrays import ACT_DTYPES, check_same_device, dtype_name, from_backend, kind, out_array, stream_ctx, to_backend
+from ._arrays import (ACT_DTYPES, check_same_device, dtype_name, from_backend, is_int, kind, out_array, stream_ctx,
+                      to_backend)
 from ._capture import capturing, gpu_call
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
@@ -184,7 +185,9 @@ class KbitExpertBank:
 
     numpy = cpu
 
-    def validate(self) -> "KbitExpertBank":
+    def validate(self, read_scales: bool = True) -> "KbitExpertBank":
+        """Raise ValueError naming the field that does not fit the format.  read_scales=False skips the power-of-two
+        check of GPU scales that have no host copy (reading them back syncs: not during a capture)."""
         k = R.check_k(self.k)
         if len(self.shape) != 2:
             raise ValueError(f"shape must be (N, K), got {self.shape}")
@@ -215,6 +218,8 @@ class KbitExpertBank:
             devs = {a.device.id for a in (self.packed, self.absmax, self.codebook, self.tensor_scale)}
             if len(devs) != 1:
                 raise ValueError(f"bank arrays are on different devices {devs}")
+        if not read_scales and self.on_gpu and self.tensor_scale_host is None:
+            return self
         ts = self._ts_host()
         if ts.shape != (E,) or not np.all((ts > 0) & np.isfinite(ts)) or np.any(np.log2(ts) != np.round(np.log2(ts))):
             raise ValueError("tensor scales must be positive powers of two")
@@ -233,9 +238,9 @@ def checked_bank(bank, name: str = "bank") -> KbitExpertBank:
         raise TypeError(f"{name} must be a KbitExpertBank, got {type(bank).__name__}")
     if bank in _CHECKED_BANKS:
         return bank
+    full = not bank.on_gpu or bank.tensor_scale_host is not None or not capturing()
     try:
-        full = not bank.on_gpu or bank.tensor_scale_host is not None or not capturing()
-        (bank if full else replace(bank, tensor_scale_host=np.ones(bank.packed.shape[0], np.float32))).validate()
+        bank.validate(read_scales=full)
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
     if full:
@@ -518,7 +523,7 @@ def _device_index_array(x, name, n=None):
 
 
 def _check_max_tokens(max_tokens):
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or int(max_tokens) < 0:
+    if not is_int(max_tokens) or int(max_tokens) < 0:
         raise ValueError(f"max_tokens must be a non-negative Python int (a host-side upper bound of the tokens "
                          f"of any one expert), got {max_tokens!r}")
     return int(max_tokens)

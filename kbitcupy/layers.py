@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from . import reference as R
-from ._arrays import cuda_index, from_backend, gpu_index_of, is_cupy, on_gpu_device, stream_ctx, to_backend
+from ._arrays import cuda_index, from_backend, gpu_index_of, is_cupy, is_int, on_gpu_device, stream_ctx, to_backend
 from ._capture import gpu_call
 from .matmul import matmul
 from .quantize import quantize, repack
@@ -299,11 +299,10 @@ class KbitMLP:
         if (gate_up is None) == (gate is None or up is None):
             raise ValueError("give either gate_up (fused) or both gate and up")
         # the SwiGLU pairs gate and up column by column into down's input (a width-1 up would broadcast)
-        widths = ({"gate_up": gate_up.out_features // 2} if gate_up is not None else
-                  {"gate": gate.out_features, "up": up.out_features})
-        if (gate_up is not None and gate_up.out_features % 2) or set(widths.values()) != {down.in_features}:
-            raise ValueError(f"gate / up widths {widths} must equal down's in_features {down.in_features}"
-                             + (" (gate_up holds both: 2x)" if gate_up is not None else ""))
+        I = down.in_features
+        widths = (gate_up.out_features,) if gate_up is not None else (gate.out_features, up.out_features)
+        if widths != ((2 * I,) if gate_up is not None else (I, I)):
+            raise ValueError(f"gate / up widths {widths} must equal down's in_features {I} (gate_up holds both: 2x)")
         self.down, self.gate_up, self.gate, self.up = down, gate_up, gate, up
         self.intermediate = down.in_features
 
@@ -449,7 +448,7 @@ class KbitMoE:
             self.gpu = self.experts["down"][0].on_gpu
             self.router = _array(router, self.gpu, _F32)
             self.E, self.hidden = self.router.shape
-            if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
+            if not is_int(top_k):
                 raise ValueError(f"top_k must be an int, got {top_k!r}")
             self.top_k = int(top_k)
             if not 1 <= self.top_k <= self.E:

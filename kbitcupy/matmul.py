@@ -14,7 +14,7 @@ from ._capture import gpu_call
 from .dequant_matmul import dequant_matmul
 from .dispatch import choose
 from .gemm import gemm
-from .gemv import _VARIANTS as GEMV_VARIANTS, MAX_M as GEMV_MAX_M, fits, gemv
+from .gemv import MAX_M as GEMV_MAX_M, fits, gemv, reads as gemv_reads
 from .weight import KbitWeight
 
 
@@ -27,7 +27,7 @@ def _dispatch_gpu(A, qw, out):
     if qw.layout == "tiled":
         kind = choose(M, qw.shape[0], K, qw.k, A.dtype)
     else:
-        kind = "gemv" if M <= GEMV_MAX_M and (qw.absmax.dtype.name, False) in GEMV_VARIANTS else "dq"
+        kind = "gemv" if M <= GEMV_MAX_M and gemv_reads(qw) else "dq"
     return _run_kind(kind, A, qw, out)
 
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _pdl
-from ._arrays import (ACT_DTYPES, check_same_device, cpu_result, dtype_name, from_backend, kind, out_array, stream_ctx,
+from ._arrays import (ACT_DTYPES, check_same_device, cpu_result, dtype_name, from_backend, kind, out_array,
                       to_backend)
 from ._capture import capturing, gpu_call
 from .gemv import _sm_count, grouped_swiglu_per_thread
-from .grouped import (ERR_EXPERT_ID, GROUPED, _err_buffer, checked_bank, choose_impl,
+from .grouped import (ERR_EXPERT_ID, GROUPED, _check_max_tokens, _err_buffer, checked_bank, choose_impl,
                       dequantize_experts, grouped_gemv_fused, grouped_matmul)
 
 
@@ -104,9 +104,8 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
     outputs are undefined.  NumPy ids: the reference (validated, exact max_tokens).
     """
     ids, kd = to_backend(topk_ids, "topk_ids")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer))
-                                   or max_tokens < 0):
-        raise ValueError(f"max_tokens must be a non-negative int or None, got {max_tokens!r}")
+    if max_tokens is not None:
+        max_tokens = _check_max_tokens(max_tokens)
     if kd in ("numpy", "torch_cpu"):
         r = reference_route(ids, num_experts)
         if max_tokens is not None:
@@ -145,10 +144,7 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
             expert_ids[idx] = sorted_e.astype(cp.int32)
             offsets[idx] = cp.arange(P, dtype=cp.int32)
             offsets[S] = P
-            # out-of-range ids: raise the grouped kernel's sticky ERR_EXPERT_ID flag (no sync)
-            bad = ((flat < 0) | (flat >= E)).any().astype(cp.int32) * ERR_EXPERT_ID
-            err = _err_buffer()
-            cp.bitwise_or(err, bad, out=err)
+            _flag_bad_ids(flat, E)
     mt = T if max_tokens is None else int(max_tokens)
     return MoeRouting(sorted_token, pos, expert_ids[:S], offsets, T, topk, E, mt)
 
@@ -175,19 +171,16 @@ def pair_route(topk_ids, num_experts: int) -> MoeRouting:
     ids, kd = to_backend(topk_ids, "topk_ids")
     _check_topk_ids(ids, num_experts)
     T, topk = (int(s) for s in ids.shape)
-    P, E = T * topk, int(num_experts)
+    E = int(num_experts)
     if kd in ("numpy", "torch_cpu"):
         reference_route(ids, E)  # raises on bad ids
-        iota = np.arange(P + 1, dtype=np.int32)
-        return MoeRouting(iota[:P] // max(topk, 1), iota[:P], ids.reshape(-1).astype(np.int32), iota, T, topk, E,
-                          min(1, P))
+        return _pair_routing(_pair_index(T, topk), ids.reshape(-1).astype(np.int32), T, topk, E)
     with gpu_call(topk_ids):
         consts = _pair_consts(T, topk)
         if consts is None:
             raise RuntimeError(f"pair_route: the index constants of {T} x {topk} choices are made on the first call, "
                                "which cannot be captured: call it once before the capture")
-        flat = _ids_int32(ids.reshape(-1), E)
-    return MoeRouting(consts[0], consts[1][:P], flat, consts[1], T, topk, E, min(1, P))
+        return _pair_routing(consts, _ids_int32(ids.reshape(-1), E), T, topk, E)
 
 
 def _ids_int32(flat, E: int):
@@ -196,24 +189,41 @@ def _ids_int32(flat, E: int):
     import cupy as cp
 
     if flat.dtype != cp.int32:
-        bad = ((flat < 0) | (flat >= E)).any().astype(cp.int32) * ERR_EXPERT_ID
-        err = _err_buffer()
-        cp.bitwise_or(err, bad, out=err)
+        _flag_bad_ids(flat, E)
     if flat.dtype != cp.int32 or not flat.flags.c_contiguous:
         flat = cp.ascontiguousarray(flat, dtype=cp.int32)
     return flat
 
 
-def _pair_consts(T: int, topk: int):
-    """pair_route's (sorted_token, iota) for T x topk on the current device, uploaded at the first call; None where
-    they are not there yet and a CUDA graph is being captured (a host upload cannot be captured)."""
+def _flag_bad_ids(flat, E: int):
+    """Device ids outside [0, E): raise the grouped kernels' sticky ERR_EXPERT_ID flag (no sync)."""
     import cupy as cp
 
-    key = (cp.cuda.Device().id, T, topk)
+    err = _err_buffer()
+    cp.bitwise_or(err, ((flat < 0) | (flat >= E)).any().astype(cp.int32) * ERR_EXPERT_ID, out=err)
+
+
+def _pair_routing(consts, flat, T: int, topk: int, E: int) -> MoeRouting:
+    """pair_route's layout from its constants (_pair_consts) and the flat int32 ids."""
+    return MoeRouting(consts[0], consts[1][:T * topk], flat, consts[1], T, topk, E, min(1, T * topk))
+
+
+def _pair_index(T: int, topk: int):
+    """(sorted_token [P], iota [P + 1]) of pair_route's layout, on the host."""
+    iota = np.arange(T * topk + 1, dtype=np.int32)
+    return iota[:-1] // max(topk, 1), iota
+
+
+def _pair_consts(T: int, topk: int, dev=None):
+    """pair_route's (sorted_token, iota) for T x topk on device dev (default: the current one), uploaded at the first
+    call; None where they are not there yet and a CUDA graph is being captured (a host upload cannot be captured)."""
+    import cupy as cp
+
+    key = (cp.cuda.Device().id if dev is None else dev, T, topk)
     c = _PAIR_CONSTS.get(key)
     if c is None and not capturing():
-        iota = np.arange(T * topk + 1, dtype=np.int32)
-        c = _PAIR_CONSTS[key] = (cp.asarray(iota[:-1] // max(topk, 1)), cp.asarray(iota))
+        with cp.cuda.Device(key[0]):
+            c = _PAIR_CONSTS[key] = tuple(cp.asarray(a) for a in _pair_index(T, topk))
     return c
 
 
@@ -224,12 +234,8 @@ def _decode_pair_route(x_, topk_ids, E: int):
     if (kd in ("numpy", "torch_cpu") or ids.ndim != 2 or ids.dtype != np.int32 or not ids.flags.c_contiguous
             or not 0 < ids.size <= PAIR_ROUTE_MAX_PAIRS or ids.data.device_id != x_.data.device_id):
         return None
-    with stream_ctx(x_):
-        consts = _pair_consts(*ids.shape)
-    if consts is None:
-        return None
-    T, topk = (int(s) for s in ids.shape)
-    return MoeRouting(consts[0], consts[1][:T * topk], ids.reshape(-1), consts[1], T, topk, E, 1)
+    consts = _pair_consts(*ids.shape, dev=x_.data.device_id)  # (a dict lookup once uploaded: no device switch)
+    return None if consts is None else _pair_routing(consts, ids.reshape(-1), *ids.shape, E)
 
 
 # One-block counting-sort routing (kbit_moe_route): decode-sized batches.  Its stable

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import reference as R
-from ._arrays import is_cupy, kind, normalize_dtype, to_backend
+from ._arrays import is_cupy, is_int, kind, normalize_dtype, to_backend
 
 LAYOUTS = ("flat", "tiled")
 FORMAT_VERSION = 1
@@ -189,7 +189,7 @@ class KbitWeight:
         k = R.check_k(self.k)
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if len(self.shape) != 2 or not all(_is_int(s) for s in self.shape):
+        if len(self.shape) != 2 or not all(is_int(s) for s in self.shape):
             raise ValueError(f"shape must be (N, K) integers, got {self.shape}")
         N, K = self.shape
         if N <= 0 or K <= 0 or K % R.BLOCKSIZE:
@@ -232,10 +232,6 @@ class KbitWeight:
         return self
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
 def from_packed(packed, absmax, codebook, shape, k: int, layout: str = "tiled", tensor_scale: float = 1.0,
                 dtype=np.float16) -> KbitWeight:
     """Wrap packed words, absmax and codebook produced elsewhere in this format, without copying.
@@ -252,7 +248,7 @@ def from_packed(packed, absmax, codebook, shape, k: int, layout: str = "tiled", 
         dims = None if isinstance(shape, (str, bytes)) else tuple(shape)
     except TypeError:
         dims = None
-    if dims is None or not all(_is_int(s) for s in dims):
+    if dims is None or not all(is_int(s) for s in dims):
         raise TypeError(f"shape must be a sequence of integers (N, K), got {shape!r}")
     arrs = []
     for nm, a in (("packed", packed), ("absmax", absmax), ("codebook", codebook)):
