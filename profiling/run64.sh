@@ -109,7 +109,12 @@ fi
 # (809f0a7, 64ea0d6, 4013da7, 5c788f0, 2351ec9; tests/test_quantize_gpu.py::test_magnitude_ends_and_aligned_out_gpu)
 # and every GPU entry point now inside gpu_call / keep_alive.
 # Expect: all pass (the previous suite: 617 + this session's new tests).
-if [ "$STEP" = suiteA ] || [ "$STEP" = suiteB ]; then
+if [ "$STEP" = suiteA ] || [ "$STEP" = suiteB ] || [ "$STEP" = suiteC ]; then
   gpu_suite "${STEP#suite}" "$W/gpu_tests_suite64${STEP#suite}.log"
   finish_run run64
 fi
+# Result (suiteA / B / C, H200, 8de8412, run in the fifty-eighth session, `nvidia-h200_2026-11-30_gpu_tests_suite64{A,B,C}.log`):
+#   A 220 passed, 5 skipped (two-GPU tests) in 370 s.  B (then still the other five files) ran out of its 560 s after
+#   305 tests, none failing: test_wgmma_gpu and test_grouped_gpu whole (216), test_pdl_gpu's first 89 -- the suite has
+#   grown to 414 tests in those files.  So gpu_suite now has three parts (B: wgmma + grouped; C: pdl, layers, launch,
+#   gemv_stream) and suiteC ran C: 198 passed in 90 s (warm cache).  Every GPU test passes on the final tree.
