@@ -17,6 +17,7 @@ typedef unsigned char u8;
 #define KBIT_ERR_EXPERT_ID 1
 #define KBIT_ERR_OFFSETS 2
 #define KBIT_ERR_MAX_TOKENS 4
+#define KBIT_ERR_ROWS 8  // a routing row index (sorted_token / pos) outside the rows it indexes
 
 // ---------------------------------------------------------------- dtype traits
 template <typename T> struct KbitType;

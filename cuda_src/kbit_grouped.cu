@@ -296,17 +296,25 @@ __device__ __forceinline__ void moe_helper_prologue(int pdl) {
 }
 
 // out[i] = x[idx[i]] for rows of `row_units` units of U (uint4 where the row bytes and
-// pointers allow, else unsigned short): the tokens gathered into expert order.
+// pointers allow, else unsigned short): the tokens gathered into expert order.  An index
+// outside x's nsrc rows (a hand-made routing) gathers zeros and sets KBIT_ERR_ROWS.
 template <typename U>
 __global__ void __launch_bounds__(256) kbit_gather_rows(const U* __restrict__ x, const int* __restrict__ idx,
-                                                        U* __restrict__ out, int rows, int row_units, int pdl) {
+                                                        U* __restrict__ out, int rows, int row_units, int nsrc,
+                                                        int* __restrict__ err, int pdl) {
     moe_helper_prologue(pdl);
     const long total = (long)rows * row_units;
     const long stride = (long)gridDim.x * blockDim.x;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         const long r = i / row_units;
         const int c = (int)(i - r * row_units);
-        out[i] = x[(long)idx[r] * row_units + c];
+        const int s = idx[r];
+        if ((unsigned)s < (unsigned)nsrc) {
+            out[i] = x[(long)s * row_units + c];
+        } else {
+            out[i] = U{};
+            if (c == 0) atomicOr(err, KBIT_ERR_ROWS);
+        }
     }
 }
 
@@ -329,7 +337,8 @@ __global__ void __launch_bounds__(256) kbit_silu_mul(const T* __restrict__ gate,
 }
 
 // out[tok, h] = sum_j weights[tok, j] * Cs[pos[tok, j], h] in fp32 (fixed j order),
-// rounded once.  pos = row of pair (tok, j) in the expert-sorted layout.  The choices go in
+// rounded once.  pos = row of pair (tok, j) in the expert-sorted layout (one outside Cs's ncs
+// rows -- a hand-made routing -- adds nothing and sets KBIT_ERR_ROWS).  The choices go in
 // batches of 8: their pos / weight loads, then their rows' loads, each batch in flight together,
 // then the sum in j order.  One choice at a time was two dependent L2 round trips per choice
 // (topk = 10 at decode: ~20 in a row per thread).
@@ -337,7 +346,8 @@ __global__ void __launch_bounds__(256) kbit_silu_mul(const T* __restrict__ gate,
 template <typename T, typename WT>
 __global__ void __launch_bounds__(256) kbit_moe_combine(const T* __restrict__ Cs, const int* __restrict__ pos,
                                                         const WT* __restrict__ weights, T* __restrict__ out,
-                                                        int ntok, int topk, int H, int pdl) {
+                                                        int ntok, int topk, int H, int ncs,
+                                                        int* __restrict__ err, int pdl) {
     moe_helper_prologue(pdl);
     const long total = (long)ntok * H;
     const long stride = (long)gridDim.x * blockDim.x;
@@ -358,7 +368,11 @@ __global__ void __launch_bounds__(256) kbit_moe_combine(const T* __restrict__ Cs
                 }
 #pragma unroll
             for (int u = 0; u < KBIT_COMBINE_BATCH; u++)
-                if (u < nb) cv[u] = KbitType<T>::to_float(Cs[(long)pr[u] * H + h]);
+                if (u < nb) {
+                    const bool ok = (unsigned)pr[u] < (unsigned)ncs;
+                    cv[u] = ok ? KbitType<T>::to_float(Cs[(long)pr[u] * H + h]) : 0.0f;
+                    if (!ok && h == 0) atomicOr(err, KBIT_ERR_ROWS);
+                }
 #pragma unroll
             for (int u = 0; u < KBIT_COMBINE_BATCH; u++)
                 if (u < nb) s += wv[u] * cv[u];

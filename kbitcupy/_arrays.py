@@ -178,8 +178,9 @@ def check_out(out, shape, dtype, name: str = "out", gpu: bool = True):
     return o
 
 
-def out_array(out, shape, dtype, name: str = "out"):
-    """The GPU result buffer of a call: a new CuPy array, or the checked view of out=."""
+def out_array(out, shape, dtype, name: str = "out", inputs=None, same_ok=()):
+    """The GPU result buffer of a call: a new CuPy array, or the checked view of out= (not overlapping `inputs`:
+    check_no_overlap)."""
     import cupy
 
     if out is None:
@@ -189,15 +190,51 @@ def out_array(out, shape, dtype, name: str = "out"):
     if o.data.device_id != dev:
         raise ValueError(f"{name} is on device {o.data.device_id}, the call runs on device {dev} (where its inputs "
                          "are)")
+    if inputs:
+        check_no_overlap(o, name, inputs, same_ok)
     return o
 
 
-def cpu_result(r, out, k: str):
+def _span(a):
+    """The byte range [lo, hi) a CuPy / NumPy array can touch; None when it is empty."""
+    if a.size == 0:
+        return None
+    lo = a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+    hi = lo + a.itemsize
+    for n, st in zip(a.shape, a.strides):
+        if st < 0:
+            lo += st * (n - 1)
+        else:
+            hi += st * (n - 1)
+    return lo, hi
+
+
+def check_no_overlap(o, name: str, inputs: dict, same_ok=()):
+    """Refuse an out= whose memory overlaps an input the call reads (backend arrays; None entries skipped): the
+    kernels read inputs while other blocks write the output, so the result would depend on the schedule.  Inputs
+    named in same_ok may be the output itself, element for element (an elementwise kernel reads each element before
+    it writes it)."""
+    so = _span(o)
+    if so is None:
+        return
+    for nm, a in inputs.items():
+        if a is None:
+            continue
+        sa = _span(a)
+        if sa is not None and sa[0] < so[1] and so[0] < sa[1]:
+            if nm in same_ok and sa == so and tuple(a.strides) == tuple(o.strides) and a.dtype == o.dtype:
+                continue
+            raise ValueError(f"{name} overlaps {nm} in memory; pass an output array of its own")
+
+
+def cpu_result(r, out, k: str, inputs=None, same_ok=()):
     """Hand a CPU-backend result back: written into out= (returned as given), else in
-    the caller's array type."""
+    the caller's array type.  inputs / same_ok: as out_array's (the backends refuse the same aliasing)."""
     if out is None:
         return from_backend(r, k)
     o = check_out(out, r.shape, r.dtype, gpu=False)  # the GPU path's rules
+    if inputs:
+        check_no_overlap(o, "out", inputs, same_ok)
     o[...] = r
     return out
 

@@ -5,7 +5,7 @@ kernel read past the weight's words; nothing may reach a launch unchecked.  matm
 dispatch passes ``validate=False`` (it has checked already; its general path stays as cheap)."""
 from __future__ import annotations
 
-from ._arrays import ACT_DTYPES, current_device, dtype_name, is_cupy, is_numpy
+from ._arrays import ACT_DTYPES, check_no_overlap, current_device, dtype_name, is_cupy, is_numpy
 
 
 def check_rows(fn: str, M: int, min_m: int, max_m: int | None, m_note="") -> None:
@@ -51,6 +51,10 @@ def check_kernel_call(A, qw, out, fn: str, max_m=None, min_m: int = 0) -> None:
         raise ValueError(f"{fn}: the weight is on the CPU; call qw.cuda()")
     if A.data.ptr % 16:
         raise ValueError(f"{fn}: A's data pointer must be 16-byte aligned")
+    try:
+        check_no_overlap(out, "out", {"A": A})
+    except ValueError as e:
+        raise ValueError(f"{fn}: {e}") from None
     devs = {"A": A.data.device_id, "out": out.data.device_id, "the weight": qw.packed.data.device_id}
     if len(set(devs.values())) > 1:
         raise ValueError(f"{fn}: A, out and the weight must be on one device, got {devs}")

@@ -142,7 +142,8 @@ class ParamBlock:
 # ----------------------------------------------------------------------------- plans
 class _Plan:
     __slots__ = ("ref", "dev", "kernel", "func", "gx", "gy", "gz", "bx", "by", "bz", "smem", "block", "params",
-                 "argv", "a_slot", "o_slot", "out_shape", "dtype", "tdevice", "lock", "pdl", "ws_stream", "keep")
+                 "argv", "a_slot", "o_slot", "out_shape", "dtype", "tdevice", "lock", "pdl", "ws_stream", "keep",
+                 "a_bytes", "o_bytes")
 
 
 _PLANS: dict = {}   # CuPy arrays: (A.shape, A.dtype, id(qw)) -> _Plan
@@ -247,6 +248,8 @@ def matmul_fast(A, qw, out=None):
         return MISS
     if p.ws_stream is not None and stream != p.ws_stream:
         return MISS  # the plan's split-K workspace belongs to the stream it was built on
+    if out is not None and o_ptr < a_ptr + p.a_bytes and a_ptr < o_ptr + p.o_bytes:
+        return MISS  # out= overlapping A: the general path refuses it by name
     with p.lock:  # the parameter block is shared: rewrite + launch must not interleave
         p.a_slot.value = a_ptr
         p.o_slot.value = o_ptr
@@ -401,6 +404,8 @@ def _build(A, qw, A2, o2, tag, kind="gemv"):
     N = o2.shape[1]
     p.out_shape = tuple(A.shape[:-1]) + (N,)
     p.dtype = A.dtype
+    p.a_bytes = A2.size * A2.dtype.itemsize  # (both C-contiguous)
+    p.o_bytes = o2.size * o2.dtype.itemsize
     _bind_cupy(cp)
     if tag == "cupy":
         p.tdevice = None

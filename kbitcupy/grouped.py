@@ -28,8 +28,8 @@ from . import _pdl
 from . import reference as R
 from . import wgmma as WG
 from .gemv import GROUPED_MAX_TOKENS, _sm_count, grouped_gemv, grouped_is_slices, lut_bytes
-from ._arrays import (ACT_DTYPES, check_same_device, dtype_name, from_backend, is_int, kind, out_array, stream_ctx,
-                      to_backend)
+from ._arrays import (ACT_DTYPES, check_no_overlap, check_same_device, dtype_name, from_backend, is_int, kind,
+                      out_array, stream_ctx, to_backend)
 from ._capture import capturing, gpu_call
 from ._compile import Family, register
 from .quantize import CTYPE, QUANT, _check_codebook, _grid
@@ -64,7 +64,7 @@ def _instances():
 GROUPED = register("grouped", Family("kbit_grouped.cu", _instances(),
                                      group_of=lambda key: key[:3] if key[0] == "mm" else ("moe",)))
 
-ERR_EXPERT_ID, ERR_OFFSETS, ERR_MAX_TOKENS = 1, 2, 4
+ERR_EXPERT_ID, ERR_OFFSETS, ERR_MAX_TOKENS, ERR_ROWS = 1, 2, 4, 8  # (ERR_ROWS: moe.gather_rows / moe_combine)
 # method='auto' without the wgmma kernel: grouped kernel up to here, dequant + cuBLAS above.
 # With it (sm_90) the kernel for any count: H200, profiling/results/nvidia-h200_2026-11-22_moe_large.log,
 # 8-10 experts, 64..1024 tokens each: 2.6-25x faster than the per-expert dequant + cuBLAS loop.
@@ -452,6 +452,9 @@ def describe_errors(flags: int) -> list:
                     "that slot wrote nothing")
     if flags & ERR_MAX_TOKENS:
         msgs.append("max_tokens: an expert had more tokens than max_tokens (computed correctly, in several passes)")
+    if flags & ERR_ROWS:
+        msgs.append("routing: a sorted_token entry outside x's rows or a pos entry outside C_sorted's rows (a "
+                    "hand-made MoeRouting); gather_rows gathered zeros there, moe_combine added nothing")
     return msgs
 
 
@@ -626,7 +629,7 @@ def grouped_matmul(A_sorted, bank: KbitExpertBank, expert_ids, offsets, max_toke
             if check or method == "dequant" or (method == "auto" and not auto_kernel):
                 ids_h, offs_h, real_max = validate_routing(ids.get(), offs.get(), E, rows, max_tokens)
                 max_tokens = real_max
-        out_ = out_array(out, (rows, N), A_.dtype)
+        out_ = out_array(out, (rows, N), A_.dtype, inputs={"A_sorted": A_, "expert_ids": ids, "offsets": offs})
         if kind(out_) != "cupy" or out_.device.id != A_.device.id:
             raise ValueError("out must be on the same GPU as A_sorted")
         if out_.data.ptr % 4:
@@ -844,6 +847,7 @@ def _grouped_cpu(A, kd, bank, expert_ids, offsets, max_tokens, out):
         o, _ = to_backend(out, "out")
         if o.shape != (rows, N) or o.dtype != A.dtype:
             raise ValueError(f"out must be a {dtype_name(A.dtype)} array of shape {(rows, N)}")
+        check_no_overlap(o, "out", {"A_sorted": A})
     else:
         o = np.zeros((rows, N), dtype=A.dtype)
     _per_slot_reference(A, bank, ids, offs, o, np.float32)

@@ -109,7 +109,7 @@ def matmul(A, qw: KbitWeight, out=None):
 
         Wd = dequantize(qw, np.float32)
         C = (A_.reshape(M, K).astype(np.float32) @ Wd.T).astype(A_.dtype).reshape(lead + (N,))
-        return cpu_result(C, out, kd)
+        return cpu_result(C, out, kd, {"A": A_})
     if not qw.on_gpu:
         raise ValueError("A is on the GPU but the weight is on the CPU; call qw.cuda()")
     if A_.data.device_id != qw.packed.data.device_id:
@@ -117,7 +117,7 @@ def matmul(A, qw: KbitWeight, out=None):
     if A_.data.ptr % 16:
         raise ValueError("A's data pointer must be 16-byte aligned")
     with gpu_call(A):
-        out_ = out_array(out, lead + (N,), A_.dtype)
+        out_ = out_array(out, lead + (N,), A_.dtype, inputs={"A": A_, "qw.packed": qw.packed, "qw.absmax": qw.absmax})
         if M == 0:
             return out if out is not None else from_backend(out_, kd)
         if A_.ndim == 2:  # the common case: no reshaped views to build

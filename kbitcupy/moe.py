@@ -23,6 +23,7 @@ is still computed correctly by the grouped kernel (it sets an info bit).
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,8 +33,9 @@ from ._arrays import (ACT_DTYPES, check_same_device, cpu_result, dtype_name, fro
                       to_backend)
 from ._capture import capturing, gpu_call
 from .gemv import _sm_count, grouped_swiglu_per_thread
-from .grouped import (ERR_EXPERT_ID, GROUPED, _check_max_tokens, _err_buffer, checked_bank, choose_impl,
-                      dequantize_experts, grouped_gemv_fused, grouped_matmul)
+from .grouped import (ERR_EXPERT_ID, GROUPED, _check_max_tokens, _device_index_array, _err_buffer, _host_index_array,
+                      checked_bank, choose_impl, dequantize_experts, grouped_gemv_fused, grouped_matmul,
+                      validate_routing)
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,6 +62,41 @@ class MoeRouting:
     @property
     def num_pairs(self) -> int:
         return self.num_tokens * self.topk
+
+
+# Routings this module built (moe_route, pair_route, uploads it checked): moe_forward fuses the row gather into
+# gate/up only for these.  The fused GEMV reads a row outside x as zeros without a flag; the gather kernel also sets
+# ERR_ROWS, so a hand-made routing takes it.
+_BUILT: "weakref.WeakSet[MoeRouting]" = weakref.WeakSet()
+
+
+def _built(r: MoeRouting) -> MoeRouting:
+    _BUILT.add(r)
+    return r
+
+
+def check_routing(routing: MoeRouting, num_tokens: int | None = None) -> None:
+    """Host check of a routing's row indices (device arrays are copied to the host: a sync): sorted_token [P] in
+    [0, T), pos [P] in [0, P), P = num_tokens * topk, offsets one entry more than expert_ids.  Raises ValueError
+    naming the array.  moe_forward runs it on a given routing with check=True or host arrays, gather_rows and
+    moe_combine on host arrays; on the GPU they guard the rows instead (zeros and the ERR_ROWS flag)."""
+    if not isinstance(routing, MoeRouting):
+        raise TypeError(f"routing must be a MoeRouting, got {type(routing).__name__}")
+    T, P = routing.num_tokens, routing.num_pairs
+    if num_tokens is not None and T != num_tokens:
+        raise ValueError(f"routing is for {T} tokens, x has {num_tokens}")
+    for nm, n, hi in (("sorted_token", P, T), ("pos", P, P), ("expert_ids", None, None), ("offsets", None, None)):
+        a = getattr(routing, nm)
+        a = _host_index_array(a.get() if kind(a) == "cupy" else a.cpu() if kind(a) == "torch" else a,
+                              f"routing.{nm}")
+        if n is not None and a.size != n:
+            raise ValueError(f"routing.{nm} must have tokens * topk = {n} entries, got {a.size}")
+        if hi is not None and a.size and (a.min() < 0 or a.max() >= hi):
+            bad = int(np.nonzero((a < 0) | (a >= hi))[0][0])
+            raise ValueError(f"routing.{nm}[{bad}] = {int(a[bad])} is outside [0, {hi})")
+    if np.size(routing.offsets) != np.size(routing.expert_ids) + 1:
+        raise ValueError(f"routing.offsets must have len(routing.expert_ids) + 1 = {np.size(routing.expert_ids) + 1} "
+                         f"entries, got {np.size(routing.offsets)}")
 
 
 def _check_topk_ids(ids, num_experts):
@@ -114,7 +151,7 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
                                  f"({r.max_tokens})")
             r = MoeRouting(r.sorted_token, r.pos, r.expert_ids, r.offsets, r.num_tokens, r.topk, r.num_experts,
                            int(max_tokens))
-        return r
+        return _built(r)
     _check_topk_ids(ids, num_experts)
     if check:
         reference_route(ids.get(), num_experts)  # raises on bad ids
@@ -126,7 +163,7 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
     S = min(E, P)
     with gpu_call(topk_ids):
         if 0 < P <= ROUTE_GRID_MAX_PAIRS and E <= ROUTE_KERNEL_MAX_EXPERTS:
-            return _route_kernel(ids, T, topk, E, S, max_tokens)
+            return _built(_route_kernel(ids, T, topk, E, S, max_tokens))
         flat = ids.reshape(-1).astype(cp.int64)
         order = cp.argsort(flat * max(P, 1) + cp.arange(P, dtype=cp.int64))  # unique keys: deterministic
         sorted_e = flat[order]
@@ -146,7 +183,7 @@ def moe_route(topk_ids, num_experts: int, max_tokens: int | None = None, check: 
             offsets[S] = P
             _flag_bad_ids(flat, E)
     mt = T if max_tokens is None else int(max_tokens)
-    return MoeRouting(sorted_token, pos, expert_ids[:S], offsets, T, topk, E, mt)
+    return _built(MoeRouting(sorted_token, pos, expert_ids[:S], offsets, T, topk, E, mt))
 
 
 # Decode batches of up to this many choices skip the sort (pair_route; moe_forward on device int32 ids): each
@@ -174,13 +211,13 @@ def pair_route(topk_ids, num_experts: int) -> MoeRouting:
     E = int(num_experts)
     if kd in ("numpy", "torch_cpu"):
         reference_route(ids, E)  # raises on bad ids
-        return _pair_routing(_pair_index(T, topk), ids.reshape(-1).astype(np.int32), T, topk, E)
+        return _built(_pair_routing(_pair_index(T, topk), ids.reshape(-1).astype(np.int32), T, topk, E))
     with gpu_call(topk_ids):
         consts = _pair_consts(T, topk)
         if consts is None:
             raise RuntimeError(f"pair_route: the index constants of {T} x {topk} choices are made on the first call, "
                                "which cannot be captured: call it once before the capture")
-        return _pair_routing(consts, _ids_int32(ids.reshape(-1), E), T, topk, E)
+        return _built(_pair_routing(consts, _ids_int32(ids.reshape(-1), E), T, topk, E))
 
 
 def _ids_int32(flat, E: int):
@@ -297,35 +334,61 @@ def _route_kernel(ids, T: int, topk: int, E: int, S: int, max_tokens):
 
 
 def gather_rows(x, routing: MoeRouting, out=None):
-    """A_sorted[i] = x[sorted_token[i]]  ([P, H], x's dtype)."""
+    """A_sorted[i] = x[sorted_token[i]]  ([P, H], x's dtype).  Host routing arrays are checked (check_routing); on
+    the GPU sorted_token must be int32 (host arrays are uploaded), and an entry outside x's rows gathers zeros and
+    sets the ERR_ROWS bit of kbitcupy.grouped.read_errors()."""
     x_, kd = to_backend(x, "x")
+    if x_.ndim != 2:
+        raise ValueError(f"x must be 2-D [tokens, H], got shape {tuple(x_.shape)}")
+    if not isinstance(routing, MoeRouting):
+        raise TypeError(f"routing must be a MoeRouting, got {type(routing).__name__}")
     if kd in ("numpy", "torch_cpu"):
-        return cpu_result(np.ascontiguousarray(x_[np.asarray(routing.sorted_token)]), out, kd)
+        st = _host_rows(routing.sorted_token, "routing.sorted_token", int(x_.shape[0]))
+        return cpu_result(np.ascontiguousarray(x_[st]), out, kd, {"x": x_})
     import cupy as cp
 
-    st = routing.sorted_token
-    if (x_.ndim == 2 and x_.dtype.itemsize == 2 and x_.flags.c_contiguous and kind(st) == "cupy"
-            and st.dtype == np.int32 and st.ndim == 1):
-        # our kernel: it lets the grouped gate/up launch right away under PDL (cp.take would not)
-        with gpu_call(x):
-            check_same_device(x=x_, sorted_token=st)
-            P, H = int(st.size), int(x_.shape[1])
-            o = out_array(out, (P, H), x_.dtype)
-            if P and H:
-                vec = H % 8 == 0 and x_.data.ptr % 16 == 0 and o.data.ptr % 16 == 0
-                units = H // 8 if vec else H
-                fn = GROUPED.function(("gather", "u128" if vec else "u16"))
-                _launch_helper(fn, P * units, (x_, st, o, np.int32(P), np.int32(units)))
-        return out if out is not None else from_backend(o, kd)
     with gpu_call(x):
-        xv = x_.view(cp.uint16) if x_.dtype.itemsize == 2 else x_
-        if out is None:
-            res = cp.take(xv, routing.sorted_token, axis=0)
-        else:
-            o, _ = to_backend(out, "out")
-            res = cp.take(xv, routing.sorted_token, axis=0, out=o.view(xv.dtype))
-        res = res.view(x_.dtype)
-    return out if out is not None else from_backend(res, kd)
+        st = _gpu_rows(routing.sorted_token, "routing.sorted_token", int(x_.shape[0]))
+        check_same_device(x=x_, sorted_token=st)
+        x_ = cp.ascontiguousarray(x_)  # (a copy only for a strided x)
+        P, row_bytes = int(st.size), int(x_.shape[1]) * x_.dtype.itemsize
+        if row_bytes % 2:
+            raise ValueError(f"x's rows must be a whole number of 2-byte units on the GPU, got {dtype_name(x_.dtype)} "
+                             f"x {x_.shape[1]}")
+        # our kernel: it lets the grouped gate/up launch right away under PDL (cp.take would not)
+        o = out_array(out, (P, int(x_.shape[1])), x_.dtype, inputs={"x": x_, "routing.sorted_token": st})
+        if P and row_bytes:
+            vec = row_bytes % 16 == 0 and x_.data.ptr % 16 == 0 and o.data.ptr % 16 == 0
+            units = row_bytes // 16 if vec else row_bytes // 2
+            fn = GROUPED.function(("gather", "u128" if vec else "u16"))
+            _launch_helper(fn, P * units, (x_, st, o, np.int32(P), np.int32(units), np.int32(x_.shape[0]),
+                                           _err_buffer()))
+    return out if out is not None else from_backend(o, kd)
+
+
+_I32 = np.dtype(np.int32)
+
+
+def _gpu_rows(a, name: str, n: int, size: int | None = None):
+    """A routing's row-index array for a GPU kernel: device int32 1-D (of `size` entries) as is; a host one (NumPy,
+    CPU torch) checked against [0, n) and uploaded (not capturable)."""
+    if (getattr(a, "_c_contiguous", False) and a.ndim == 1 and a.dtype == _I32
+            and (size is None or a.size == size)):  # (the common case first: a routing this module built)
+        return a
+    if kind(a) == "numpy" or (kind(a) == "torch" and not a.is_cuda):
+        import cupy as cp
+
+        a = cp.asarray(_host_rows(a.numpy() if kind(a) == "torch" else a, name, n).astype(np.int32))
+    return _device_index_array(a, name, size)
+
+
+def _host_rows(a, name: str, n: int):
+    """A host row-index array (1-D integers) with every entry in [0, n): NumPy indexing would wrap a negative one."""
+    a = _host_index_array(a, name)
+    if a.size and (a.min() < 0 or a.max() >= n):
+        bad = int(np.nonzero((a < 0) | (a >= n))[0][0])
+        raise ValueError(f"{name}[{bad}] = {int(a[bad])} is outside [0, {n})")
+    return a
 
 
 def silu_mul(gate, up, out=None):
@@ -341,7 +404,7 @@ def silu_mul(gate, up, out=None):
         _check_float(g_.dtype, "gate/up")
         g = g_.astype(np.float32)
         r = (g / (np.float32(1) + np.exp(-g)) * u_.astype(np.float32)).astype(g_.dtype)
-        return cpu_result(r, out, kd)
+        return cpu_result(r, out, kd, {"gate": g_, "up": u_}, ("gate", "up"))
 
     if g_.dtype not in ACT_DTYPES:
         raise ValueError(f"gate/up must be float16 or bfloat16 on the GPU, got {dtype_name(g_.dtype)}")
@@ -350,7 +413,7 @@ def silu_mul(gate, up, out=None):
             raise ValueError(f"{nm} must have unit column stride")
     with gpu_call(gate):
         check_same_device(gate=g_, up=u_)
-        o = out_array(out, (rows, I), g_.dtype)
+        o = out_array(out, (rows, I), g_.dtype, inputs={"gate": g_, "up": u_}, same_ok=("gate", "up"))
         if rows and I:
             fn = GROUPED.function(("silu", dtype_name(g_.dtype)))
             _launch_helper(fn, rows * I, (g_, u_, o, np.int32(rows), np.int32(I),
@@ -380,10 +443,12 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None, *, check_
     if kd in ("numpy", "torch_cpu"):
         _check_float(c_.dtype, "C_sorted")
         _check_float(w_.dtype, "topk_weights")
-        pos = np.asarray(routing.pos)
+        pos = _host_rows(routing.pos, "routing.pos", T * topk)
+        if pos.size != T * topk:
+            raise ValueError(f"routing.pos must have tokens * topk = {T * topk} entries, got {pos.size}")
         r = (np.asarray(c_, dtype=np.float32)[pos].reshape(T, topk, H) *
              np.asarray(w_, dtype=np.float32)[:, :, None]).sum(1).astype(c_.dtype)
-        return cpu_result(r, out, kd)
+        return cpu_result(r, out, kd, {"C_sorted": c_, "topk_weights": w_})
 
     wdt = dtype_name(w_.dtype)
     if wdt not in ("float32", "float16", "bfloat16"):
@@ -393,12 +458,14 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None, *, check_
     if not w_.flags.c_contiguous:
         raise ValueError("topk_weights must be contiguous")
     with gpu_call(C_sorted):
+        pos = _gpu_rows(routing.pos, "routing.pos", T * topk, T * topk)  # (an entry outside C_sorted: ERR_ROWS)
         if check_devices:
-            check_same_device(C_sorted=c_, pos=routing.pos, topk_weights=w_)
-        o = out_array(out, (T, H), c_.dtype)
+            check_same_device(C_sorted=c_, pos=pos, topk_weights=w_)
+        o = out_array(out, (T, H), c_.dtype, inputs={"C_sorted": c_, "topk_weights": w_, "routing.pos": pos})
         if T and H:
             fn = GROUPED.function(("combine", dtype_name(c_.dtype), wdt))
-            _launch_helper(fn, T * H, (c_, routing.pos, w_, o, np.int32(T), np.int32(topk), np.int32(H)))
+            _launch_helper(fn, T * H, (c_, pos, w_, o, np.int32(T), np.int32(topk), np.int32(H), np.int32(T * topk),
+                                       _err_buffer()))
     return out if out is not None else from_backend(o, kd)
 
 
@@ -602,7 +669,14 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
         if on_gpu:
             routing, w_ = _routing_to_gpu(routing, w_, topk_weights)
             _check_devices(x_, gate_banks, bank_down, routing, w_)
+        if given and check:
+            check_routing(routing, T)  # (syncs, as check does)
         fuse = on_gpu and not check and method in ("auto", "kernel") and _device_routing(routing)
+        fusions = None if fuse else (False, False)
+        if fuse and given and routing not in _BUILT:
+            # a hand-made routing: the row gather by its kernel, which flags rows outside x (the fused GEMV's
+            # gather reads them as zeros, unflagged)
+            fusions = (False, _fuse_swiglu(x_, bank_down, mt, int(routing.expert_ids.size)))
         ids, offs, P = routing.expert_ids, routing.offsets, int(routing.sorted_token.size)
 
         if on_gpu:
@@ -613,7 +687,7 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
 
         if len(gate_banks) == 1:
             y = expert_mlp(x_, gate_banks[0], bank_down, routing, mt, method=method, check=check,
-                           alloc=lambda name, n: new(n), fusions=None if fuse else (False, False))
+                           alloc=lambda name, n: new(n), fusions=fusions)
         else:
             gm = dict(method=method, check=check, chained=True)  # (expert_mlp's chained)
             A = gather_rows(x_, routing)
@@ -646,10 +720,16 @@ def _routing_to_gpu(routing, w_, topk_weights):
     """Host routing / weights next to a GPU x: upload them (a copy; not capturable)."""
     import cupy as cp
 
+    arrays = (routing.sorted_token, routing.pos, routing.expert_ids, routing.offsets)
     if kind(routing.sorted_token) != "cupy":
-        routing = MoeRouting(*(cp.asarray(a) for a in (routing.sorted_token, routing.pos, routing.expert_ids,
-                                                        routing.offsets)), routing.num_tokens, routing.topk,
-                             routing.num_experts, routing.max_tokens)
+        host = all(kind(a) == "numpy" for a in arrays)
+        if host:  # checked on the host (cheap), so int32 loses nothing and the upload is as good as moe_route's
+            check_routing(routing)
+            validate_routing(routing.expert_ids, routing.offsets, routing.num_experts, routing.num_pairs)
+        routing = MoeRouting(*(cp.asarray(a, dtype=cp.int32) if host else cp.asarray(a) for a in arrays),
+                             routing.num_tokens, routing.topk, routing.num_experts, routing.max_tokens)
+        if host:
+            routing = _built(routing)
     if kind(w_) != "cupy":
         w_ = cp.asarray(np.ascontiguousarray(w_))
     return routing, w_

@@ -186,10 +186,10 @@ def dequantize(qw: KbitWeight, dtype=None, out=None):
     if not qw.on_gpu:
         ref = R.dequantize_flat if qw.layout == "flat" else R.dequantize_tiled
         r = ref(qw.packed, qw.absmax, qw.codebook, qw.k, qw.shape, qw.tensor_scale, dt)
-        return cpu_result(r, out, "numpy")
+        return cpu_result(r, out, "numpy", {"qw.packed": qw.packed, "qw.absmax": qw.absmax})
     # on the weight's device; a torch out= is written on torch's current stream
     with stream_ctx(out if is_torch(out) and out.is_cuda else qw.packed):
-        o = out_array(out, (N, K), dt)
+        o = out_array(out, (N, K), dt, inputs={"qw.packed": qw.packed, "qw.absmax": qw.absmax})
         if o.data.device_id != qw.packed.data.device_id:
             raise ValueError(f"out is on device {o.data.device_id} but the weight on device {qw.packed.data.device_id}")
         if o.data.ptr % 16:  # the kernel stores 8 elements as 16-byte vectors: misaligned, it faults the context

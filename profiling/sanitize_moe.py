@@ -1,6 +1,7 @@
 """compute-sanitizer driver for moe_forward's decode paths: pair_route's one-row slots (T = 1 / 3 / 4 at top-10,
 experts repeated across tokens; fp16 / bf16; PDL safe and full), the sorted routing beside them, ids outside the bank
-(slots skipped, the flag raised: no access outside any array), int64 ids that would wrap, and a CUDA-graph replay with
+(slots skipped, the flag raised: no access outside any array), int64 ids that would wrap, a hand-made routing with rows
+outside x / C_sorted (zeros, the ERR_ROWS flag), and a CUDA-graph replay with
 arrays allocated after the capture.  Each output against moe_forward_reference, one line per check.
 
 usage (GPU machine): compute-sanitizer --tool memcheck python3 profiling/sanitize_moe.py
@@ -52,6 +53,26 @@ for ids in (cp.asarray(bad), cp.asarray(bad).astype(cp.int64) + cp.asarray(np.in
     moe_forward(x, bgu, bdn, ids, w)
     cp.cuda.Device().synchronize()
     print(f"moe_forward ids outside the bank ({ids.dtype}): flag {'raised' if read_errors(reset=True) & ERR_EXPERT_ID else 'MISSING'}")
+# a hand-made routing whose sorted_token / pos point outside x / C_sorted (huge both ways): the gather kernel and
+# the combine read nothing there (zeros, ERR_ROWS), under moe_forward and alone
+from dataclasses import replace  # noqa: E402
+
+from kbitcupy.grouped import ERR_ROWS  # noqa: E402
+from kbitcupy.moe import MoeRouting, gather_rows, moe_combine  # noqa: E402
+
+r = moe_route(cp.asarray(ids_h := np.array([rng.choice(E, 10, replace=False) for _ in range(3)], np.int32)), E)
+st, pos = r.sorted_token.copy(), r.pos.copy()
+st[[1, 17]] = cp.asarray([2**31 - 1, -2**31], dtype=cp.int32)
+pos[[0, 29]] = cp.asarray([30, -2**31], dtype=cp.int32)
+hand = MoeRouting(st, pos, r.expert_ids, r.offsets, 3, 10, E, r.max_tokens)
+for what, call in (("moe_forward", lambda: moe_forward(x, bgu, bdn, cp.asarray(ids_h), w, routing=hand)),
+                   ("gather_rows", lambda: gather_rows(x, hand)),
+                   ("moe_combine", lambda: moe_combine(cp.ones((30, H), cp.float16), hand, w))):
+    read_errors(reset=True)
+    o = call()
+    cp.cuda.Device().synchronize()
+    print(f"{what} hand-made routing rows outside: flag {'raised' if read_errors(reset=True) & ERR_ROWS else 'MISSING'}"
+          f", output {'finite' if bool(cp.isfinite(o).all()) else 'NOT FINITE'}")
 # a graph replay with arrays allocated after the capture (the capture's temporaries kept out of the pool)
 ids_h = np.array([rng.choice(E, 10, replace=False) for _ in range(3)], np.int32)
 ids, w = cp.asarray(ids_h), cp.asarray(rng.random((3, 10)).astype(np.float32))

@@ -201,6 +201,55 @@ def test_out_argument_cpu(rng):
         silu_mul(g, u, out=np.empty((3, 8), np.float32))
 
 
+def check_out_aliasing(xp, rng):
+    """out= overlapping an input the call reads is refused by name on backend xp (numpy / cupy), since a kernel
+    would read what other blocks already wrote; silu_mul may write over gate or up element for element (each element
+    is read before it is written).  Shared by the GPU test (tests/test_checks_gpu.py)."""
+    from kbitcupy.grouped import grouped_matmul, quantize_experts
+    from kbitcupy.moe import gather_rows, moe_combine, moe_route, silu_mul
+
+    def dev(a):
+        return xp.asarray(a)
+
+    W = (rng.standard_normal((64, 64)) * 0.05).astype(np.float32)
+    q = kb.quantize(dev(W), 4)
+    buf = dev(rng.standard_normal((4, 64)).astype(np.float16))
+    A = buf[:2]
+    with pytest.raises(ValueError, match="out overlaps A in memory"):
+        kb.matmul(A, q, out=buf[1:3])  # N = K: the shapes fit
+    with pytest.raises(ValueError, match="out overlaps A in memory"):
+        kb.matmul(A, q, out=A)
+    o = kb.matmul(A, q, out=buf[2:])  # adjacent, not overlapping: runs
+    ref = kb.matmul(dev(np.asarray(buf[:2].get() if hasattr(buf, "get") else buf[:2])), q)
+    np.testing.assert_array_equal(np.asarray(o.get() if hasattr(o, "get") else o),
+                                  np.asarray(ref.get() if hasattr(ref, "get") else ref))
+    bank = quantize_experts(dev((rng.standard_normal((3, 64, 64)) * 0.05).astype(np.float32)), 4)
+    ids, offs = np.array([0, 2], np.int32), np.array([0, 1, 2], np.int32)
+    with pytest.raises(ValueError, match="out overlaps A_sorted in memory"):
+        grouped_matmul(A, bank, ids, offs, 1, out=buf[1:3])
+    T, topk, E = 2, 2, 3
+    r = moe_route(dev(np.array([[0, 1], [2, 0]], np.int32)), E)
+    xb = dev(rng.standard_normal((6, 64)).astype(np.float16))
+    with pytest.raises(ValueError, match="out overlaps x in memory"):
+        gather_rows(xb[:2], r, out=xb[1:5])
+    g = dev(rng.standard_normal((3, 16)).astype(np.float16))
+    u = dev(rng.standard_normal((3, 16)).astype(np.float16))
+    exp = silu_mul(g, u)
+    assert silu_mul(g, u, out=g) is g  # in place, element for element
+    np.testing.assert_array_equal(np.asarray(g.get() if hasattr(g, "get") else g),
+                                  np.asarray(exp.get() if hasattr(exp, "get") else exp))
+    with pytest.raises(ValueError, match="out overlaps gate in memory"):
+        silu_mul(g[:2], u[:2], out=g[1:])
+    C = dev(rng.standard_normal((T * topk, 64)).astype(np.float16))
+    w = dev(rng.random((T, topk)).astype(np.float32))
+    with pytest.raises(ValueError, match="out overlaps C_sorted in memory"):
+        moe_combine(C, r, w, out=C[1:3])
+
+
+def test_out_overlapping_an_input_refused_cpu(rng):
+    check_out_aliasing(np, rng)
+
+
 def test_default_codebook_flag_cpu(rng):
     """KbitWeight.default_codebook is true exactly for create_codebook(k)'s levels, bit for bit,
     and follows the codebook through replace / from_packed."""

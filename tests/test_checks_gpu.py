@@ -31,3 +31,36 @@ def test_low_level_checks_gpu(fn, name, max_m, rng):
     fn(A, q, out)
     ref = kb.matmul(A, q)
     cp.testing.assert_allclose(out.astype(cp.float32), ref.astype(cp.float32), rtol=2e-2, atol=2e-3)
+
+
+def test_out_overlapping_an_input_refused_gpu(rng):
+    """The CPU test's aliasing cases on CuPy arrays, plus matmul's cached-plan path (the plan's pointer check falls
+    back to the general path, which names the overlap), the low-level entry points and torch tensors."""
+    import cupy as cp
+
+    from test_api import check_out_aliasing
+
+    check_out_aliasing(cp, rng)
+    N = K = 256
+    q = kb.quantize(cp.asarray(rng.standard_normal((N, K), dtype=np.float32) * 0.02), 4)
+    buf = cp.asarray(rng.standard_normal((2, K), dtype=np.float32)).astype(cp.float16)
+    A, o = buf[:1], cp.full((1, N), np.nan, cp.float16)
+    for _ in range(3):  # the second call builds the GEMV's plan
+        kb.matmul(A, q, out=o)
+    from kbitcupy import _launch
+
+    assert _launch.lookup(A, q) is not None
+    exp = o.copy()
+    with pytest.raises(ValueError, match="out overlaps A in memory"):
+        kb.matmul(A, q, out=A)
+    cp.testing.assert_array_equal(buf[:1], A)
+    np.testing.assert_array_equal(kb.matmul(A, q).get(), exp.get())
+    for fn, name, max_m in FNS:
+        if name == "wgmma_gemm" and cp.cuda.Device().compute_capability != "90":
+            continue
+        with pytest.raises(ValueError, match=f"{name}: out overlaps A in memory"):
+            fn(A, q, A)
+    torch = pytest.importorskip("torch")
+    At = torch.randn(2, K, dtype=torch.float16, device="cuda")
+    with pytest.raises(ValueError, match="out overlaps A in memory"):
+        kb.matmul(At[:1], q, out=At[:1])

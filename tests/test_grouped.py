@@ -294,6 +294,48 @@ def test_moe_forward_cpu(rng):
     np.testing.assert_allclose(comb.astype(np.float64), exp, rtol=2e-3, atol=2e-3)
 
 
+def test_hand_made_routing_checked_on_host(rng):
+    """A routing's row indices are checked before NumPy uses them (a negative index would wrap to the last row,
+    silently): gather_rows, moe_combine, moe_forward and check_routing name the bad array and entry."""
+    from dataclasses import replace
+
+    from kbitcupy.moe import check_routing
+
+    E, H, I, T, topk = 8, 64, 32, 5, 3
+    bgu, bd, x, ids, w = _moe_setup(rng, E, H, I, T, topk)
+    r = moe_route(ids, E)
+    check_routing(r, T)  # a built routing passes
+    C = rng.standard_normal((T * topk, H)).astype(np.float16)
+    for bad_val in (-1, T):
+        st = r.sorted_token.copy()
+        st[int(rng.integers(st.size))] = bad_val
+        bad = replace(r, sorted_token=st)
+        with pytest.raises(ValueError, match=r"routing\.sorted_token\[\d+\] = -?\d+ is outside \[0, 5\)"):
+            gather_rows(x, bad)
+        with pytest.raises(ValueError, match=r"routing\.sorted_token"):
+            check_routing(bad)
+        with pytest.raises(ValueError, match=r"routing\.sorted_token"):
+            moe_forward(x, bgu, bd, ids, w, routing=bad)
+    for bad_val in (-1, T * topk):
+        pos = r.pos.copy()
+        pos[int(rng.integers(pos.size))] = bad_val
+        bad = replace(r, pos=pos)
+        with pytest.raises(ValueError, match=r"routing\.pos\[\d+\]"):
+            moe_combine(C, bad, w)
+        with pytest.raises(ValueError, match=r"routing\.pos"):
+            check_routing(bad)
+    with pytest.raises(ValueError, match=r"routing\.pos must have tokens \* topk = 15 entries"):
+        moe_combine(C, replace(r, pos=r.pos[:-1]), w)
+    with pytest.raises(ValueError, match=r"routing\.sorted_token must hold integers"):
+        gather_rows(x, replace(r, sorted_token=r.sorted_token.astype(np.float32)))
+    with pytest.raises(ValueError, match="routing is for 5 tokens, x has 4"):
+        check_routing(r, 4)
+    with pytest.raises(ValueError, match=r"routing\.offsets must have len\(routing\.expert_ids\) \+ 1"):
+        check_routing(replace(r, offsets=r.offsets[:-1]))
+    with pytest.raises(TypeError, match="routing must be a MoeRouting"):
+        gather_rows(x, (r.sorted_token,))
+
+
 # ----------------------------------------------------------------------------- planning
 @pytest.mark.parametrize("N,K,k,slots,mt", [(1024, 2048, 4, 10, 1), (512, 2048, 4, 512, 16), (2048, 512, 4, 10, 4),
                                              (2048, 512, 5, 512, 64), (1024, 2048, 5, 300, 64), (20, 96, 2, 3, 7),

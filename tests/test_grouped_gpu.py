@@ -1080,6 +1080,77 @@ def test_gather_rows_gpu(rng, dtype, H):
     np.testing.assert_array_equal(_host(gather_rows(xv, r)).view(np.uint16), exp2.view(np.uint16))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("H", [256, 37])
+def test_hand_made_routing_rows_guarded_gpu(rng, monkeypatch, dtype, H):
+    """Row indices outside x / C_sorted in a hand-made device routing: the gather kernel gathers zeros there and the
+    combine adds nothing for them, each setting ERR_ROWS (no read out of bounds: profiling/sanitize_moe.py runs
+    this under compute-sanitizer); every other row is exact.  moe_forward takes a hand-made routing through the
+    gather kernel (the fused GEMV's gather reads such rows as zeros without the flag), check=True and a host routing
+    refuse bad entries by name, and a non-int32 device pos is refused."""
+    from dataclasses import replace
+
+    import kbitcupy.moe as moe_mod
+    from kbitcupy.grouped import ERR_ROWS
+    from kbitcupy.moe import MoeRouting, gather_rows
+
+    cp = _cp()
+    T, topk, E = 7, 3, 16
+    P = T * topk
+    ids = np.array([rng.choice(E, topk, replace=False) for _ in range(T)], np.int32)
+    r = moe_route(cp.asarray(ids), E)
+    x = rng.standard_normal((T, H)).astype(dtype)
+    st = r.sorted_token.get()
+    b0, b1 = rng.choice(P, 2, replace=False)
+    st[b0], st[b1] = -1, T + 5
+    read_errors(reset=True)
+    out = _nan((P, H), dtype)
+    gather_rows(_dev(x), replace(r, sorted_token=cp.asarray(st)), out=out)
+    assert read_errors(reset=True) == ERR_ROWS
+    exp = x[np.clip(st, 0, T - 1)].copy()
+    exp[[b0, b1]] = 0
+    np.testing.assert_array_equal(_host(out).view(np.uint16), exp.view(np.uint16))
+
+    C = rng.standard_normal((P, H)).astype(dtype)
+    w = rng.random((T, topk)).astype(np.float32)
+    pos = r.pos.get()
+    p0, p1 = rng.choice(P, 2, replace=False)
+    pos[p0], pos[p1] = P, -3
+    o = moe_combine(_dev(C), replace(r, pos=cp.asarray(pos)), _dev(w))
+    assert read_errors(reset=True) == ERR_ROWS
+    Cz = np.concatenate([C.astype(np.float64), np.zeros((1, H))])
+    exp = (Cz[np.where((pos >= 0) & (pos < P), pos, P)].reshape(T, topk, H) * w[:, :, None]).sum(1)
+    np.testing.assert_allclose(_host(o).astype(np.float64), exp, rtol=2 * TOL[np.dtype(dtype)], atol=2e-2)
+    with pytest.raises(ValueError, match=r"routing\.pos must be int32"):
+        moe_combine(_dev(C), replace(r, pos=r.pos.astype(cp.int64)), _dev(w))
+    with pytest.raises(ValueError, match=r"routing\.sorted_token must be int32"):
+        gather_rows(_dev(x), replace(r, sorted_token=r.sorted_token.astype(cp.int64)))
+    assert read_errors(reset=True) == 0
+
+    if H % 8:
+        return
+    I = 64
+    bgu, bd = _moe_banks(rng, E, H, I, 4)
+    xd = _dev(x)
+    ref = moe_forward_reference(x, bgu, bd, ids, w, round=True)
+    calls = []
+    real = moe_mod.gather_rows
+    monkeypatch.setattr(moe_mod, "gather_rows", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    hand = MoeRouting(r.sorted_token, r.pos, r.expert_ids, r.offsets, T, topk, E, r.max_tokens)
+    o = _host(moe_forward(xd, bgu, bd, cp.asarray(ids), cp.asarray(w), routing=hand)).astype(np.float64)
+    assert calls and read_errors(reset=True) == 0
+    assert np.all(np.isfinite(o)) and np.abs(o - ref).max() < 2 * TOL[np.dtype(dtype)] * np.abs(ref).max()
+    bad = replace(hand, sorted_token=cp.asarray(st))
+    o = moe_forward(xd, bgu, bd, cp.asarray(ids), cp.asarray(w), routing=bad)
+    assert read_errors(reset=True) & ERR_ROWS and bool(cp.isfinite(o).all())
+    with pytest.raises(ValueError, match=r"routing\.sorted_token\[\d+\] = -?\d+ is outside \[0, 7\)"):
+        moe_forward(xd, bgu, bd, cp.asarray(ids), cp.asarray(w), routing=bad, check=True)
+    host_bad = MoeRouting(st, r.pos.get(), r.expert_ids.get(), r.offsets.get(), T, topk, E, r.max_tokens)
+    with pytest.raises(ValueError, match=r"routing\.sorted_token\["):
+        moe_forward(xd, bgu, bd, cp.asarray(ids), cp.asarray(w), routing=host_bad)
+
+
 # ----------------------------------------------------------------------------- grouped wgmma / forced kernels
 def _need_sm90():
     if _cp().cuda.Device().compute_capability != "90":

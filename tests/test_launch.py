@@ -185,12 +185,13 @@ def test_hot_path_with_fakes(monkeypatch):
     p.out_shape = (1, 512)
     p.dtype, p.tdevice, p.lock, p.pdl = np.dtype(np.float16), None, threading.Lock(), None
     p.ws_stream = p.keep = None
+    p.a_bytes, p.o_bytes = 4096, 1024
     p.ref = weakref.ref(q)
     monkeypatch.setitem(L._PLANS, ((1, 2048), np.dtype(np.float16), id(q)), p)
 
     A = _FakeArray((1, 2048), 0x1000)
     out = _FakeArray((1, 512), 0x2000)
-    assert L.matmul_fast(A, q, out) is out
+    assert L.matmul_fast(A, q, out) is out  # (out right after A: adjacent, served)
     assert calls[-1] == (0xF00, 320, 1, 1, 256, 1, 1, 70000, 0xABC0, pb.address, 0)
     assert pb.arg_bytes(0) == _le(0x1000, 8) and pb.arg_bytes(2) == _le(0x2000, 8)
     assert pb.arg_bytes(1) == _le(0x5550, 8)  # the weight's pointers stay
@@ -212,6 +213,8 @@ def test_hot_path_with_fakes(monkeypatch):
         (A, q, _FakeArray((1, 512), 0x2000, dev=1)),                                   # out on another device
         (A, q, np.zeros((1, 512), np.float16)),                                        # out of another type
         (np.zeros((1, 2048), np.float16), q, out),                                     # NumPy A
+        (A, q, _FakeArray((1, 512), 0x1ff0)),                                          # out overlapping A's end
+        (_FakeArray((1, 2048), 0x2300), q, out),                                       # A overlapping out's end
     ]
     for a, w, o in misses:
         assert L.matmul_fast(a, w, o) is L.MISS
