@@ -16,14 +16,14 @@ start_run guards
 #   the fifty-seventh session's (pairs T = 1 15.54 us, T = 4 44.24; sorted 17.39 / 46.76): one compare and select per
 #   choice in a latency-bound kernel, nothing measurable.
 if [ "$STEP" = guards ]; then
-  gpu_tests "$W/gpu_tests_guards65.log" 330 tests/test_grouped_gpu.py tests/test_checks_gpu.py tests/test_launch_gpu.py \
+  gpu_tests "$W/gpu_tests_guards65.log" 250 tests/test_grouped_gpu.py tests/test_checks_gpu.py tests/test_launch_gpu.py \
     tests/test_pdl_gpu.py tests/test_layers_gpu.py \
     -k "hand_made or gather_rows or combine or moe_forward_gpu or pair_route or torch_graph or checks or overlapping or launch or moe_gpu_vs or pdl_moe"
   grep -E "^E  |FAILED" "$W/gpu_tests_guards65.log" | head -20
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_moe.py \
+  timeout 110 compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_moe.py \
     > "$W/sanitize_moe65.log" 2>&1
   echo "memcheck: exit $?"; grep -E "ERROR SUMMARY|BAD|MISSING|NOT FINITE|hand-made" "$W/sanitize_moe65.log"
-  TS=1,4 PASSES=1 timeout 100 python3 profiling/moe_route_ab.py > "$W/moe_route_ab65.log" 2>&1
+  TS=1,4 PASSES=1 timeout 70 python3 profiling/moe_route_ab.py > "$W/moe_route_ab65.log" 2>&1
   tail -8 "$W/moe_route_ab65.log"
   finish_run run65
 fi
