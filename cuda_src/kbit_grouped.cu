@@ -355,6 +355,7 @@ __global__ void __launch_bounds__(256) kbit_moe_combine(const T* __restrict__ Cs
         const long tok = idx / H;
         const int h = (int)(idx - tok * H);
         float s = 0.0f;
+        bool bad = false;
         for (int j0 = 0; j0 < topk; j0 += KBIT_COMBINE_BATCH) {
             const long p0 = tok * topk + j0;
             const int nb = min(KBIT_COMBINE_BATCH, topk - j0);
@@ -371,13 +372,14 @@ __global__ void __launch_bounds__(256) kbit_moe_combine(const T* __restrict__ Cs
                 if (u < nb) {
                     const bool ok = (unsigned)pr[u] < (unsigned)ncs;
                     cv[u] = ok ? KbitType<T>::to_float(Cs[(long)pr[u] * H + h]) : 0.0f;
-                    if (!ok && h == 0) atomicOr(err, KBIT_ERR_ROWS);
+                    bad |= !ok;
                 }
 #pragma unroll
             for (int u = 0; u < KBIT_COMBINE_BATCH; u++)
                 if (u < nb) s += wv[u] * cv[u];
         }
         out[idx] = KbitType<T>::from_float(s);
+        if (bad && h == 0) atomicOr(err, KBIT_ERR_ROWS);  // (after the loads: not between them)
     }
 }
 

@@ -27,3 +27,18 @@ if [ "$STEP" = guards ]; then
   tail -8 "$W/moe_route_ab65.log"
   finish_run run65
 fi
+
+# STEP=ab (nvidia-h200): the guards step measured the layer step 1.5 us slower in BOTH arms than the fifty-seventh
+# session (T = 1 pairs 15.54 -> 17.07, sorted 17.39 -> 18.86; another machine, one pass).  Same-process-kind A/B: the
+# previous tree (8de8412, in the ignored ab_prev/, carried) and this one, with the combine's flag now raised once after
+# its loads (the first version had the atomic between the batched loads), T = 1, old / new / old / new.
+# Expect: within ~2 % of each other if the guard costs nothing; else the combine's flag placement is the cause.
+if [ "$STEP" = ab ]; then
+  for t in old new old new; do
+    d=.; [ $t = old ] && d=ab_prev
+    (cd $d && PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kc_$t TS=1 PASSES=1 REPS=${REPS:-15} timeout 60 \
+       python3 profiling/moe_route_ab.py > "$W/moe_route_ab65_$t.log" 2>&1)
+    echo "$t: $(grep 'pass 0' "$W/moe_route_ab65_$t.log")"; cat "$W/moe_route_ab65_$t.log" >> "$W/moe_route_ab65_ab.log"
+  done
+  finish_run run65
+fi
