@@ -337,8 +337,7 @@ __global__ void __launch_bounds__(256) kbit_silu_mul(const T* __restrict__ gate,
 }
 
 // out[tok, h] = sum_j weights[tok, j] * Cs[pos[tok, j], h] in fp32 (fixed j order),
-// rounded once.  pos = row of pair (tok, j) in the expert-sorted layout (one outside Cs's ncs
-// rows -- a hand-made routing -- adds nothing and sets KBIT_ERR_ROWS).  The choices go in
+// rounded once.  pos = row of pair (tok, j) in the expert-sorted layout.  The choices go in
 // batches of 8: their pos / weight loads, then their rows' loads, each batch in flight together,
 // then the sum in j order.  One choice at a time was two dependent L2 round trips per choice
 // (topk = 10 at decode: ~20 in a row per thread).
@@ -346,8 +345,7 @@ __global__ void __launch_bounds__(256) kbit_silu_mul(const T* __restrict__ gate,
 template <typename T, typename WT>
 __global__ void __launch_bounds__(256) kbit_moe_combine(const T* __restrict__ Cs, const int* __restrict__ pos,
                                                         const WT* __restrict__ weights, T* __restrict__ out,
-                                                        int ntok, int topk, int H, int ncs,
-                                                        int* __restrict__ err, int pdl) {
+                                                        int ntok, int topk, int H, int pdl) {
     moe_helper_prologue(pdl);
     const long total = (long)ntok * H;
     const long stride = (long)gridDim.x * blockDim.x;
@@ -355,7 +353,6 @@ __global__ void __launch_bounds__(256) kbit_moe_combine(const T* __restrict__ Cs
         const long tok = idx / H;
         const int h = (int)(idx - tok * H);
         float s = 0.0f;
-        bool bad = false;
         for (int j0 = 0; j0 < topk; j0 += KBIT_COMBINE_BATCH) {
             const long p0 = tok * topk + j0;
             const int nb = min(KBIT_COMBINE_BATCH, topk - j0);
@@ -369,17 +366,12 @@ __global__ void __launch_bounds__(256) kbit_moe_combine(const T* __restrict__ Cs
                 }
 #pragma unroll
             for (int u = 0; u < KBIT_COMBINE_BATCH; u++)
-                if (u < nb) {
-                    const bool ok = (unsigned)pr[u] < (unsigned)ncs;
-                    cv[u] = ok ? KbitType<T>::to_float(Cs[(long)pr[u] * H + h]) : 0.0f;
-                    bad |= !ok;
-                }
+                if (u < nb) cv[u] = KbitType<T>::to_float(Cs[(long)pr[u] * H + h]);
 #pragma unroll
             for (int u = 0; u < KBIT_COMBINE_BATCH; u++)
                 if (u < nb) s += wv[u] * cv[u];
         }
         out[idx] = KbitType<T>::from_float(s);
-        if (bad && h == 0) atomicOr(err, KBIT_ERR_ROWS);  // (after the loads: not between them)
     }
 }
 

@@ -454,7 +454,7 @@ def describe_errors(flags: int) -> list:
         msgs.append("max_tokens: an expert had more tokens than max_tokens (computed correctly, in several passes)")
     if flags & ERR_ROWS:
         msgs.append("routing: a sorted_token entry outside x's rows or a pos entry outside C_sorted's rows (a "
-                    "hand-made MoeRouting); gather_rows gathered zeros there, moe_combine added nothing")
+                    "hand-made MoeRouting); gather_rows gathered zeros there, moe_combine read row 0 with weight 0")
     return msgs
 
 

@@ -33,8 +33,8 @@ from ._arrays import (ACT_DTYPES, check_same_device, cpu_result, dtype_name, fro
                       to_backend)
 from ._capture import capturing, gpu_call
 from .gemv import _sm_count, grouped_swiglu_per_thread
-from .grouped import (ERR_EXPERT_ID, GROUPED, _check_max_tokens, _device_index_array, _err_buffer, _host_index_array,
-                      checked_bank, choose_impl, dequantize_experts, grouped_gemv_fused, grouped_matmul,
+from .grouped import (ERR_EXPERT_ID, ERR_ROWS, GROUPED, _check_max_tokens, _device_index_array, _err_buffer,
+                      _host_index_array, checked_bank, choose_impl, dequantize_experts, grouped_gemv_fused, grouped_matmul,
                       validate_routing)
 
 
@@ -64,9 +64,10 @@ class MoeRouting:
         return self.num_tokens * self.topk
 
 
-# Routings this module built (moe_route, pair_route, uploads it checked): moe_forward fuses the row gather into
-# gate/up only for these.  The fused GEMV reads a row outside x as zeros without a flag; the gather kernel also sets
-# ERR_ROWS, so a hand-made routing takes it.
+# Routings this module built (moe_route, pair_route, uploads it checked), whose row indices are in range by
+# construction (do not write into their arrays).  A hand-made one is guarded on the GPU instead: moe_forward gathers
+# its rows with the gather kernel (which checks them and sets ERR_ROWS; the fused GEMV would read a row outside x as
+# zeros, unflagged), and moe_combine checks its pos first (_guard_pos).
 _BUILT: "weakref.WeakSet[MoeRouting]" = weakref.WeakSet()
 
 
@@ -79,7 +80,7 @@ def check_routing(routing: MoeRouting, num_tokens: int | None = None) -> None:
     """Host check of a routing's row indices (device arrays are copied to the host: a sync): sorted_token [P] in
     [0, T), pos [P] in [0, P), P = num_tokens * topk, offsets one entry more than expert_ids.  Raises ValueError
     naming the array.  moe_forward runs it on a given routing with check=True or host arrays, gather_rows and
-    moe_combine on host arrays; on the GPU they guard the rows instead (zeros and the ERR_ROWS flag)."""
+    moe_combine on host arrays; on the GPU they guard the rows instead (no sync; the ERR_ROWS flag)."""
     if not isinstance(routing, MoeRouting):
         raise TypeError(f"routing must be a MoeRouting, got {type(routing).__name__}")
     T, P = routing.num_tokens, routing.num_pairs
@@ -428,10 +429,14 @@ def _check_float(dt, name: str):
         raise ValueError(f"{name} must be float16, bfloat16, float32 or float64, got {dtype_name(dt)}")
 
 
-def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None, *, check_devices: bool = True):
+def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None, *, check_devices: bool = True,
+                trusted: bool | None = None):
     """out[t] = sum_j topk_weights[t, j] * C_sorted[pos[t * topk + j]]  (fp32 math, j in
     order, one rounding to C_sorted's dtype).  Returns [T, H].  check_devices: refuse arrays off C_sorted's device
-    (moe_forward checked its arrays once and passes False, as to grouped_gemv_fused)."""
+    (moe_forward checked its arrays once and passes False, as to grouped_gemv_fused).  On the GPU a hand-made
+    routing's pos (one moe_route / pair_route did not build) is guarded first, without a sync: an entry outside
+    C_sorted's rows reads row 0 with weight 0 and sets ERR_ROWS (_guard_pos).  trusted: whether the routing is one
+    of this module's (None: looked up; moe_forward passes what it knows)."""
     c_, kd = to_backend(C_sorted, "C_sorted")
     w_, _ = to_backend(topk_weights, "topk_weights")
     T, topk = routing.num_tokens, routing.topk
@@ -458,15 +463,33 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None, *, check_
     if not w_.flags.c_contiguous:
         raise ValueError("topk_weights must be contiguous")
     with gpu_call(C_sorted):
-        pos = _gpu_rows(routing.pos, "routing.pos", T * topk, T * topk)  # (an entry outside C_sorted: ERR_ROWS)
+        pos = _gpu_rows(routing.pos, "routing.pos", T * topk, T * topk)
         if check_devices:
             check_same_device(C_sorted=c_, pos=pos, topk_weights=w_)
         o = out_array(out, (T, H), c_.dtype, inputs={"C_sorted": c_, "topk_weights": w_, "routing.pos": pos})
+        wk = w_
+        if not (trusted if trusted is not None else routing in _BUILT) and pos.size:
+            pos, wk = _guard_pos(pos, w_, T * topk)
         if T and H:
             fn = GROUPED.function(("combine", dtype_name(c_.dtype), wdt))
-            _launch_helper(fn, T * H, (c_, pos, w_, o, np.int32(T), np.int32(topk), np.int32(H), np.int32(T * topk),
-                                       _err_buffer()))
+            _launch_helper(fn, T * H, (c_, pos, wk, o, np.int32(T), np.int32(topk), np.int32(H)))
     return out if out is not None else from_backend(o, kd)
+
+
+def _guard_pos(pos, w_, n: int):
+    """A hand-made routing's pos for the combine kernel, which reads C_sorted[pos] unchecked: entries outside [0, n)
+    read row 0 with weight 0 instead and raise ERR_ROWS (CuPy ops, no sync: capturable).  Not in the kernel: a
+    bound check there broke its batched loads (the layer step 1.5 us slower, H200, 2026-11-30, run65.sh guards).
+    Returns (pos, weights) to launch with."""
+    import cupy as cp
+
+    bad = (pos < 0) | (pos >= n)
+    err = _err_buffer()
+    cp.bitwise_or(err, bad.any().astype(cp.int32) * ERR_ROWS, out=err)
+    pos = cp.where(bad, np.int32(0), pos).astype(cp.int32, copy=False)
+    bits = cp.uint32 if w_.dtype.itemsize == 4 else cp.uint16  # (bfloat16 through its bits)
+    wk = cp.where(bad.reshape(w_.shape), bits(0), w_.view(bits)).astype(bits, copy=False).view(w_.dtype)
+    return pos, wk
 
 
 def _device_routing(routing) -> bool:
@@ -671,9 +694,10 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
             _check_devices(x_, gate_banks, bank_down, routing, w_)
         if given and check:
             check_routing(routing, T)  # (syncs, as check does)
+        trusted = not given or routing in _BUILT  # (a given host routing was checked and uploaded: built)
         fuse = on_gpu and not check and method in ("auto", "kernel") and _device_routing(routing)
         fusions = None if fuse else (False, False)
-        if fuse and given and routing not in _BUILT:
+        if fuse and not trusted:
             # a hand-made routing: the row gather by its kernel, which flags rows outside x (the fused GEMV's
             # gather reads them as zeros, unflagged)
             fusions = (False, _fuse_swiglu(x_, bank_down, mt, int(routing.expert_ids.size)))
@@ -694,7 +718,8 @@ def moe_forward(x, bank_gate_up, bank_down, topk_ids, topk_weights, *, routing: 
             hg = grouped_matmul(A, gate_banks[0], ids, offs, mt, out=new(I), **gm)
             hu = grouped_matmul(A, gate_banks[1], ids, offs, mt, out=new(I), **gm)
             y = grouped_matmul(silu_mul(hg, hu), bank_down, ids, offs, mt, out=new(H), **gm)
-        o = moe_combine(y, routing, w_, check_devices=False)  # (_check_devices checked its arrays, y is ours)
+        # (_check_devices checked its arrays, y is ours)
+        o = moe_combine(y, routing, w_, check_devices=False, trusted=trusted if on_gpu else None)
         return from_backend(o, kd)  # (on the call's device and stream)
 
 

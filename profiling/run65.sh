@@ -27,18 +27,43 @@ if [ "$STEP" = guards ]; then
   tail -8 "$W/moe_route_ab65.log"
   finish_run run65
 fi
+# Result (guards, H200, 8503e0c -- the first form, with the bound check inside kbit_moe_combine;
+#   `nvidia-h200_2026-11-30_{gpu_tests_guards65,sanitize_moe65,moe_route_ab65}.log`): the 250 s pytest timeout ended
+#   the tests after 43 of 64, none failing -- test_grouped_gpu's 31 (test_hand_made_routing_rows_guarded_gpu x 4,
+#   gather, combine, moe_forward, pair route, torch graph) and test_checks_gpu's 6 (test_out_overlapping_an_input_
+#   refused_gpu: the CPU test's cases on CuPy, matmul's cached plan, the low-level entry points, torch) passed; 12
+#   launch tests, the PDL and layer tests did not run.  memcheck 0 errors, the three hand-made routing lines 'flag
+#   raised, output finite', 20 checks right.  Layer step NOT within noise: T = 1 sorted 18.86 / pairs 17.07 us
+#   (57th session 17.39 / 15.54), T = 4 48.49 / 45.77 (46.76 / 44.24) -- both arms ~1.5 us slower, and at T = 1 the
+#   graph runs no gather kernel, so the combine.  Its SASS (nvdisasm here): the original kernel issues a batch's
+#   row loads back to back; with the bound check each load sat in its own branch with its conversion before the
+#   next (a dependent L2 round trip per choice); a clamped-address form kept the loads unconditional in source but
+#   ptxas still serialized them through one register.  So the combine kernel is back to 8de8412's (SASS
+#   byte-identical, checked here) and a hand-made routing's pos is guarded by CuPy ops before it (moe._guard_pos:
+#   out-of-range entries read row 0 with weight 0, ERR_ROWS; routings moe_route / pair_route / moe_forward built
+#   skip it).  That final form has NOT run on a GPU (no device time left).
 
-# STEP=ab (nvidia-h200): the guards step measured the layer step 1.5 us slower in BOTH arms than the fifty-seventh
-# session (T = 1 pairs 15.54 -> 17.07, sorted 17.39 -> 18.86; another machine, one pass).  Same-process-kind A/B: the
-# previous tree (8de8412, in the ignored ab_prev/, carried) and this one, with the combine's flag now raised once after
-# its loads (the first version had the atomic between the batched loads), T = 1, old / new / old / new.
-# Expect: within ~2 % of each other if the guard costs nothing; else the combine's flag placement is the cause.
-if [ "$STEP" = ab ]; then
+# STEP=verify (nvidia-h200; NOT RUN -- for the next session): the final form on the GPU.  The guard tests and the
+# ones the guards step's timeout cut (the same selection, 420 s), memcheck over sanitize_moe.py (the combine's
+# guard now CuPy ops), then the layer step of the previous tree (8de8412 in the ignored ab_prev/, carried: `git archive
+# 8de8412 kbitcupy cuda_src profiling/moe_route_ab.py | tar -x -C ab_prev`) and
+# this one, T = 1 and 4, old / new / old / new.
+# Expect: tests pass; memcheck 0 errors, the three lines 'raised' / 'finite'; the two trees within ~1 % (the T = 1
+#   graph runs byte-identical kernels: the gather kernel, the only one changed, is fused away there).
+if [ "$STEP" = verify ]; then
+  gpu_tests "$W/gpu_tests_verify65.log" 420 tests/test_grouped_gpu.py tests/test_checks_gpu.py tests/test_launch_gpu.py \
+    tests/test_pdl_gpu.py tests/test_layers_gpu.py \
+    -k "hand_made or gather_rows or combine or moe_forward_gpu or pair_route or torch_graph or checks or overlapping or launch or moe_gpu_vs or pdl_moe"
+  grep -E "^E  |FAILED" "$W/gpu_tests_verify65.log" | head -20
+  timeout 110 compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_moe.py \
+    > "$W/sanitize_moe65b.log" 2>&1
+  echo "memcheck: exit $?"; grep -E "ERROR SUMMARY|BAD|MISSING|NOT FINITE|hand-made" "$W/sanitize_moe65b.log"
   for t in old new old new; do
     d=.; [ $t = old ] && d=ab_prev
-    (cd $d && PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kc_$t TS=1 PASSES=1 REPS=${REPS:-15} timeout 60 \
+    (cd $d && PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kc_$t TS=1,4 PASSES=1 timeout 60 \
        python3 profiling/moe_route_ab.py > "$W/moe_route_ab65_$t.log" 2>&1)
-    echo "$t: $(grep 'pass 0' "$W/moe_route_ab65_$t.log")"; cat "$W/moe_route_ab65_$t.log" >> "$W/moe_route_ab65_ab.log"
+    echo "$t: $(grep 'pass 0' "$W/moe_route_ab65_$t.log" | tr '\n' ' ')"
+    cat "$W/moe_route_ab65_$t.log" >> "$W/moe_route_ab65_verify.log"
   done
   finish_run run65
 fi

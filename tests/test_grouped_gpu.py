@@ -1085,8 +1085,9 @@ def test_gather_rows_gpu(rng, dtype, H):
 @pytest.mark.parametrize("H", [256, 37])
 def test_hand_made_routing_rows_guarded_gpu(rng, monkeypatch, dtype, H):
     """Row indices outside x / C_sorted in a hand-made device routing: the gather kernel gathers zeros there and the
-    combine adds nothing for them, each setting ERR_ROWS (no read out of bounds: profiling/sanitize_moe.py runs
-    this under compute-sanitizer); every other row is exact.  moe_forward takes a hand-made routing through the
+    combine (its pos checked by CuPy ops first: moe._guard_pos) adds nothing for them, each setting ERR_ROWS (no read
+    out of bounds: profiling/sanitize_moe.py runs this under compute-sanitizer); every other row is exact; routings
+    moe_route / moe_forward built skip that check.  moe_forward takes a hand-made routing through the
     gather kernel (the fused GEMV's gather reads such rows as zeros without the flag), check=True and a host routing
     refuse bad entries by name, and a non-int32 device pos is refused."""
     from dataclasses import replace
@@ -1122,6 +1123,16 @@ def test_hand_made_routing_rows_guarded_gpu(rng, monkeypatch, dtype, H):
     Cz = np.concatenate([C.astype(np.float64), np.zeros((1, H))])
     exp = (Cz[np.where((pos >= 0) & (pos < P), pos, P)].reshape(T, topk, H) * w[:, :, None]).sum(1)
     np.testing.assert_allclose(_host(o).astype(np.float64), exp, rtol=2 * TOL[np.dtype(dtype)], atol=2e-2)
+    guarded = []
+    real_guard = moe_mod._guard_pos
+    monkeypatch.setattr(moe_mod, "_guard_pos", lambda *a: guarded.append(1) or real_guard(*a))
+    o2 = moe_combine(_dev(C), r, _dev(w))  # built by moe_route: no guard
+    assert not guarded and read_errors(reset=True) == 0
+    exp2 = (C.astype(np.float64)[r.pos.get()].reshape(T, topk, H) * w[:, :, None]).sum(1)
+    np.testing.assert_allclose(_host(o2).astype(np.float64), exp2, rtol=2 * TOL[np.dtype(dtype)], atol=2e-2)
+    moe_combine(_dev(C), replace(r, max_tokens=r.max_tokens + 1), _dev(w))  # a copy: hand-made, guarded
+    assert guarded and read_errors(reset=True) == 0
+    guarded.clear()
     with pytest.raises(ValueError, match=r"routing\.pos must be int32"):
         moe_combine(_dev(C), replace(r, pos=r.pos.astype(cp.int64)), _dev(w))
     with pytest.raises(ValueError, match=r"routing\.sorted_token must be int32"):
@@ -1137,9 +1148,13 @@ def test_hand_made_routing_rows_guarded_gpu(rng, monkeypatch, dtype, H):
     calls = []
     real = moe_mod.gather_rows
     monkeypatch.setattr(moe_mod, "gather_rows", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    moe_forward(xd, bgu, bd, cp.asarray(ids), cp.asarray(w))  # its own routing: no guard
+    moe_forward(xd, bgu, bd, cp.asarray(ids), cp.asarray(w), routing=r)  # moe_route's: no guard
+    assert not guarded
+    calls.clear()
     hand = MoeRouting(r.sorted_token, r.pos, r.expert_ids, r.offsets, T, topk, E, r.max_tokens)
     o = _host(moe_forward(xd, bgu, bd, cp.asarray(ids), cp.asarray(w), routing=hand)).astype(np.float64)
-    assert calls and read_errors(reset=True) == 0
+    assert calls and guarded and read_errors(reset=True) == 0
     assert np.all(np.isfinite(o)) and np.abs(o - ref).max() < 2 * TOL[np.dtype(dtype)] * np.abs(ref).max()
     bad = replace(hand, sorted_token=cp.asarray(st))
     o = moe_forward(xd, bgu, bd, cp.asarray(ids), cp.asarray(w), routing=bad)
