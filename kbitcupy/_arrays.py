@@ -199,7 +199,12 @@ def _span(a):
     """The byte range [lo, hi) a CuPy / NumPy array can touch; None when it is empty."""
     if a.size == 0:
         return None
-    lo = a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+    if isinstance(a, np.ndarray):
+        lo = a.ctypes.data
+    else:
+        lo = a.data.ptr
+        if getattr(a, "_c_contiguous", False):  # (CuPy's flag: the common case without the loop below)
+            return lo, lo + a.nbytes
     hi = lo + a.itemsize
     for n, st in zip(a.shape, a.strides):
         if st < 0:

@@ -811,8 +811,11 @@ def grouped_gemv_fused(A, bank, ids, offs, rows: int, max_tokens: int, *, a_rows
         raise ValueError("A must be C-contiguous and 16-byte aligned")
     if out is None:
         out = cp.empty((rows, N), dtype=A.dtype)
-    elif out.shape != (rows, N) or out.dtype != A.dtype or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a contiguous [{rows}, {N}] array of A's dtype")
+    else:
+        if out.shape != (rows, N) or out.dtype != A.dtype or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a contiguous [{rows}, {N}] array of A's dtype")
+        if check_devices:  # (moe_forward passes its own new arrays)
+            check_no_overlap(out, "out", {"A": A, "a_rows": a_rows, "ids": ids, "offs": offs})
     if rows and ids.size:
         grouped_gemv(A, bank, ids, offs, out, max_tokens, _err_buffer(), ids_stable=ids_stable, a_rows=a_rows,
                      a_silu=a_silu)

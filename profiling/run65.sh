@@ -15,14 +15,20 @@ start_run guards
 # Expect: tests pass; memcheck 0 errors, the three ERR_ROWS lines 'raised' / 'finite'; layer step within noise of
 #   the fifty-seventh session's (pairs T = 1 15.54 us, T = 4 44.24; sorted 17.39 / 46.76): one compare and select per
 #   choice in a latency-bound kernel, nothing measurable.
-if [ "$STEP" = guards ]; then
-  gpu_tests "$W/gpu_tests_guards65.log" 250 tests/test_grouped_gpu.py tests/test_checks_gpu.py tests/test_launch_gpu.py \
+# guard_checks TAG TIMEOUT: the GPU tests around the guards (grouped / MoE helpers, the checks, the cached plans, PDL
+# late writers of the MoE helpers, the layer) into gpu_tests_TAG.log, then memcheck over sanitize_moe.py into
+# sanitize_moe_TAG.log; prints failures and the memcheck verdict.
+guard_checks() {
+  gpu_tests "$W/gpu_tests_$1.log" "$2" tests/test_grouped_gpu.py tests/test_checks_gpu.py tests/test_launch_gpu.py \
     tests/test_pdl_gpu.py tests/test_layers_gpu.py \
     -k "hand_made or gather_rows or combine or moe_forward_gpu or pair_route or torch_graph or checks or overlapping or launch or moe_gpu_vs or pdl_moe"
-  grep -E "^E  |FAILED" "$W/gpu_tests_guards65.log" | head -20
+  grep -E "^E  |FAILED" "$W/gpu_tests_$1.log" | head -20
   timeout 110 compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_moe.py \
-    > "$W/sanitize_moe65.log" 2>&1
-  echo "memcheck: exit $?"; grep -E "ERROR SUMMARY|BAD|MISSING|NOT FINITE|hand-made" "$W/sanitize_moe65.log"
+    > "$W/sanitize_moe_$1.log" 2>&1
+  echo "memcheck: exit $?"; grep -E "ERROR SUMMARY|BAD|MISSING|NOT FINITE|hand-made" "$W/sanitize_moe_$1.log"
+}
+if [ "$STEP" = guards ]; then  # (as run: the two logs were gpu_tests_guards65.log / sanitize_moe65.log)
+  guard_checks guards65 250
   TS=1,4 PASSES=1 timeout 70 python3 profiling/moe_route_ab.py > "$W/moe_route_ab65.log" 2>&1
   tail -8 "$W/moe_route_ab65.log"
   finish_run run65
@@ -51,13 +57,7 @@ fi
 # Expect: tests pass; memcheck 0 errors, the three lines 'raised' / 'finite'; the two trees within ~1 % (the T = 1
 #   graph runs byte-identical kernels: the gather kernel, the only one changed, is fused away there).
 if [ "$STEP" = verify ]; then
-  gpu_tests "$W/gpu_tests_verify65.log" 420 tests/test_grouped_gpu.py tests/test_checks_gpu.py tests/test_launch_gpu.py \
-    tests/test_pdl_gpu.py tests/test_layers_gpu.py \
-    -k "hand_made or gather_rows or combine or moe_forward_gpu or pair_route or torch_graph or checks or overlapping or launch or moe_gpu_vs or pdl_moe"
-  grep -E "^E  |FAILED" "$W/gpu_tests_verify65.log" | head -20
-  timeout 110 compute-sanitizer --tool memcheck --error-exitcode 3 python3 profiling/sanitize_moe.py \
-    > "$W/sanitize_moe65b.log" 2>&1
-  echo "memcheck: exit $?"; grep -E "ERROR SUMMARY|BAD|MISSING|NOT FINITE|hand-made" "$W/sanitize_moe65b.log"
+  guard_checks verify65 420
   for t in old new old new; do
     d=.; [ $t = old ] && d=ab_prev
     (cd $d && PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kc_$t TS=1,4 PASSES=1 timeout 60 \

@@ -250,6 +250,30 @@ def test_out_overlapping_an_input_refused_cpu(rng):
     check_out_aliasing(np, rng)
 
 
+def test_check_no_overlap_spans():
+    """The byte ranges behind check_no_overlap: strided and reversed NumPy views, and the contiguous fast path of a
+    CuPy-like array (data.ptr, _c_contiguous, nbytes)."""
+    from types import SimpleNamespace
+
+    from kbitcupy._arrays import _span, check_no_overlap
+
+    buf = np.zeros((8, 8), np.float16)
+    base = buf.ctypes.data
+    assert _span(buf) == (base, base + 128)
+    assert _span(buf[::-1, ::2]) == (base, base + 128 - 2)  # reversed rows, every other column
+    assert _span(buf[2:3]) == (base + 32, base + 48) and _span(buf[:0]) is None
+    check_no_overlap(buf[4:], "out", {"A": buf[:4], "B": buf[:0], "C": None})  # adjacent / empty / absent: fine
+    with pytest.raises(ValueError, match="out overlaps A in memory"):
+        check_no_overlap(buf[3:], "out", {"A": buf[::-1][4:]})  # rows 3..0 reversed: row 3 shared
+    with pytest.raises(ValueError, match="out overlaps B in memory"):
+        check_no_overlap(buf[:, 1::2], "out", {"B": buf[:, ::2]})  # interleaved columns: bounds overlap (refused)
+    fake = SimpleNamespace(size=64, data=SimpleNamespace(ptr=0x1000), _c_contiguous=True, nbytes=128)
+    assert _span(fake) == (0x1000, 0x1080)
+    check_no_overlap(buf, "out", {"g": buf}, same_ok=("g",))  # the same elements: allowed where named
+    with pytest.raises(ValueError, match="out overlaps g in memory"):
+        check_no_overlap(buf, "out", {"g": buf})
+
+
 def test_default_codebook_flag_cpu(rng):
     """KbitWeight.default_codebook is true exactly for create_codebook(k)'s levels, bit for bit,
     and follows the codebook through replace / from_packed."""

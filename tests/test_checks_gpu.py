@@ -60,6 +60,13 @@ def test_out_overlapping_an_input_refused_gpu(rng):
             continue
         with pytest.raises(ValueError, match=f"{name}: out overlaps A in memory"):
             fn(A, q, A)
+    from kbitcupy.grouped import grouped_gemv_fused, quantize_experts
+
+    bank = quantize_experts(cp.asarray(rng.standard_normal((2, N, K), dtype=np.float32) * 0.02), 4)
+    Ab = cp.asarray(rng.standard_normal((4, K), dtype=np.float32)).astype(cp.float16)
+    ids, offs = cp.asarray([0, 1], cp.int32), cp.asarray([0, 1, 2], cp.int32)
+    with pytest.raises(ValueError, match="out overlaps A in memory"):
+        grouped_gemv_fused(Ab[:2], bank, ids, offs, 2, 1, out=Ab[1:3])
     torch = pytest.importorskip("torch")
     At = torch.randn(2, K, dtype=torch.float16, device="cuda")
     with pytest.raises(ValueError, match="out overlaps A in memory"):
