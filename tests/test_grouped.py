@@ -336,6 +336,39 @@ def test_hand_made_routing_checked_on_host(rng):
         gather_rows(x, (r.sorted_token,))
 
 
+@pytest.mark.parametrize("wdt", [np.float32, np.float16, bfloat16])
+def test_guard_pos_logic_numpy(monkeypatch, rng, wdt):
+    """moe._guard_pos (CuPy ops) run with NumPy in CuPy's place: entries outside [0, n) become row 0 with weight +0
+    (bit pattern 0 in the weights' dtype), the others are kept bit for bit, dtypes are kept, and the flag gets ERR_ROWS
+    only when an entry is bad (the GPU tests run the real thing)."""
+    import sys
+
+    import kbitcupy.moe as moe_mod
+    from kbitcupy.grouped import ERR_ROWS
+
+    err = np.zeros(1, np.int32)
+    monkeypatch.setitem(sys.modules, "cupy", np)
+    monkeypatch.setattr(moe_mod, "_err_buffer", lambda: err)
+    T, topk = 3, 4
+    n = T * topk
+    pos = rng.permutation(n).astype(np.int32)
+    w = rng.random((T, topk)).astype(wdt)
+    p2, w2 = moe_mod._guard_pos(pos, w, n)
+    assert err[0] == 0 and p2.dtype == np.int32 and w2.dtype == w.dtype
+    np.testing.assert_array_equal(p2, pos)
+    np.testing.assert_array_equal(w2.view(np.uint8), w.view(np.uint8))
+    bad = pos.copy()
+    bad[[1, 7]] = [n, -5]
+    p3, w3 = moe_mod._guard_pos(bad, w, n)
+    assert err[0] == ERR_ROWS and p3.dtype == np.int32 and w3.dtype == w.dtype and w3.shape == w.shape
+    exp_p = bad.copy()
+    exp_p[[1, 7]] = 0
+    np.testing.assert_array_equal(p3, exp_p)
+    exp_w = w.copy().reshape(-1)
+    exp_w[[1, 7]] = 0
+    np.testing.assert_array_equal(w3.reshape(-1).view(np.uint8), exp_w.view(np.uint8))
+
+
 # ----------------------------------------------------------------------------- planning
 @pytest.mark.parametrize("N,K,k,slots,mt", [(1024, 2048, 4, 10, 1), (512, 2048, 4, 512, 16), (2048, 512, 4, 10, 4),
                                              (2048, 512, 5, 512, 64), (1024, 2048, 5, 300, 64), (20, 96, 2, 3, 7),
