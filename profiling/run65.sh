@@ -49,15 +49,18 @@ fi
 #   out-of-range entries read row 0 with weight 0, ERR_ROWS; routings moe_route / pair_route / moe_forward built
 #   skip it).  That final form has NOT run on a GPU (no device time left).
 
-# STEP=verify (nvidia-h200; NOT RUN -- for the next session): the final form on the GPU.  The guard tests and the
-# ones the guards step's timeout cut (the same selection, 420 s), memcheck over sanitize_moe.py (the combine's
-# guard now CuPy ops), then the layer step of the previous tree (8de8412 in the ignored ab_prev/, carried: `git archive
-# 8de8412 kbitcupy cuda_src profiling/moe_route_ab.py | tar -x -C ab_prev`) and
-# this one, T = 1 and 4, old / new / old / new.
+# STEP=verify, then STEP=verifyab (nvidia-h200; NOT RUN -- for the next session): the final form on the GPU.
+# verify: the guard tests and the ones the guards step's timeout cut (the same selection, 420 s), memcheck over
+# sanitize_moe.py (the combine's guard now CuPy ops).  verifyab: the layer step of the previous tree (8de8412 in the
+# ignored ab_prev/, carried: `git archive 8de8412 kbitcupy cuda_src profiling/moe_route_ab.py | tar -x -C ab_prev`)
+# and this one, T = 1 and 4, old / new / old / new.
 # Expect: tests pass; memcheck 0 errors, the three lines 'raised' / 'finite'; the two trees within ~1 % (the T = 1
 #   graph runs byte-identical kernels: the gather kernel, the only one changed, is fused away there).
-if [ "$STEP" = verify ]; then
+if [ "$STEP" = verify ]; then  # (two device calls: verify, then verifyab)
   guard_checks verify65 420
+  finish_run run65
+fi
+if [ "$STEP" = verifyab ]; then
   for t in old new old new; do
     d=.; [ $t = old ] && d=ab_prev
     (cd $d && PYTHONPATH=$(pwd) KBITCUPY_CACHE_DIR=/tmp/kc_$t TS=1,4 PASSES=1 timeout 60 \
