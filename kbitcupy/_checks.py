@@ -51,10 +51,7 @@ def check_kernel_call(A, qw, out, fn: str, max_m=None, min_m: int = 0) -> None:
         raise ValueError(f"{fn}: the weight is on the CPU; call qw.cuda()")
     if A.data.ptr % 16:
         raise ValueError(f"{fn}: A's data pointer must be 16-byte aligned")
-    try:
-        check_no_overlap(out, "out", {"A": A})
-    except ValueError as e:
-        raise ValueError(f"{fn}: {e}") from None
+    check_no_overlap(out, f"{fn}: out", {"A": A})
     devs = {"A": A.data.device_id, "out": out.data.device_id, "the weight": qw.packed.data.device_id}
     if len(set(devs.values())) > 1:
         raise ValueError(f"{fn}: A, out and the weight must be on one device, got {devs}")

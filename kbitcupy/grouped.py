@@ -487,16 +487,26 @@ def _host_index_array(x, name):
     return a.astype(np.int64)
 
 
+def _host_rows(x, name, n: int, size=None, note: str = ""):
+    """_host_index_array with every entry in [0, n) (and `size` = tokens * topk entries, for a routing array): an
+    index NumPy would wrap, or a kernel read out of bounds with, raises ValueError naming the entry (note: appended
+    to the message).  The expert ids here, MoeRouting's row indices in kbitcupy.moe."""
+    a = _host_index_array(x, name)
+    if size is not None and a.size != size:
+        raise ValueError(f"{name} must have tokens * topk = {size} entries, got {a.size}")
+    if a.size and (a.min() < 0 or a.max() >= n):
+        bad = int(np.nonzero((a < 0) | (a >= n))[0][0])
+        raise ValueError(f"{name}[{bad}] = {int(a[bad])} is outside [0, {n}){note}")
+    return a
+
+
 def validate_routing(expert_ids, offsets, num_experts: int, rows: int, max_tokens=None):
     """Host check of (expert_ids, offsets) -> (ids int32, offsets int32, largest token count).
     Raises ValueError naming the argument."""
-    ids = _host_index_array(expert_ids, "expert_ids")
+    ids = _host_rows(expert_ids, "expert_ids", num_experts, note=" (the bank's experts)")
     offs = _host_index_array(offsets, "offsets")
     if offs.size != ids.size + 1:
         raise ValueError(f"offsets must have len(expert_ids) + 1 = {ids.size + 1} entries, got {offs.size}")
-    if ids.size and (ids.min() < 0 or ids.max() >= num_experts):
-        bad = int(np.nonzero((ids < 0) | (ids >= num_experts))[0][0])
-        raise ValueError(f"expert_ids[{bad}] = {int(ids[bad])} is outside [0, {num_experts}) (the bank's experts)")
     if offs[0] < 0:
         raise ValueError(f"offsets[0] = {int(offs[0])} is negative")
     d = np.diff(offs)

@@ -34,8 +34,8 @@ from ._arrays import (ACT_DTYPES, check_same_device, cpu_result, dtype_name, fro
 from ._capture import capturing, gpu_call
 from .gemv import _sm_count, grouped_swiglu_per_thread
 from .grouped import (ERR_EXPERT_ID, ERR_ROWS, GROUPED, _check_max_tokens, _device_index_array, _err_buffer,
-                      _host_index_array, checked_bank, choose_impl, dequantize_experts, grouped_gemv_fused, grouped_matmul,
-                      validate_routing)
+                      _host_index_array, _host_rows, checked_bank, choose_impl, dequantize_experts, grouped_gemv_fused,
+                      grouped_matmul, validate_routing)
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,18 +86,16 @@ def check_routing(routing: MoeRouting, num_tokens: int | None = None) -> None:
     T, P = routing.num_tokens, routing.num_pairs
     if num_tokens is not None and T != num_tokens:
         raise ValueError(f"routing is for {T} tokens, x has {num_tokens}")
-    for nm, n, hi in (("sorted_token", P, T), ("pos", P, P), ("expert_ids", None, None), ("offsets", None, None)):
+
+    def host(nm):
         a = getattr(routing, nm)
-        a = _host_index_array(a.get() if kind(a) == "cupy" else a.cpu() if kind(a) == "torch" else a,
-                              f"routing.{nm}")
-        if n is not None and a.size != n:
-            raise ValueError(f"routing.{nm} must have tokens * topk = {n} entries, got {a.size}")
-        if hi is not None and a.size and (a.min() < 0 or a.max() >= hi):
-            bad = int(np.nonzero((a < 0) | (a >= hi))[0][0])
-            raise ValueError(f"routing.{nm}[{bad}] = {int(a[bad])} is outside [0, {hi})")
-    if np.size(routing.offsets) != np.size(routing.expert_ids) + 1:
-        raise ValueError(f"routing.offsets must have len(routing.expert_ids) + 1 = {np.size(routing.expert_ids) + 1} "
-                         f"entries, got {np.size(routing.offsets)}")
+        return a.get() if kind(a) == "cupy" else a.cpu() if kind(a) == "torch" else a
+
+    _host_rows(host("sorted_token"), "routing.sorted_token", T, P)
+    _host_rows(host("pos"), "routing.pos", P, P)
+    ne, no = (_host_index_array(host(nm), f"routing.{nm}").size for nm in ("expert_ids", "offsets"))
+    if no != ne + 1:
+        raise ValueError(f"routing.offsets must have len(routing.expert_ids) + 1 = {ne + 1} entries, got {no}")
 
 
 def _check_topk_ids(ids, num_experts):
@@ -351,11 +349,11 @@ def gather_rows(x, routing: MoeRouting, out=None):
     with gpu_call(x):
         st = _gpu_rows(routing.sorted_token, "routing.sorted_token", int(x_.shape[0]))
         check_same_device(x=x_, sorted_token=st)
-        x_ = cp.ascontiguousarray(x_)  # (a copy only for a strided x)
         P, row_bytes = int(st.size), int(x_.shape[1]) * x_.dtype.itemsize
         if row_bytes % 2:
             raise ValueError(f"x's rows must be a whole number of 2-byte units on the GPU, got {dtype_name(x_.dtype)} "
                              f"x {x_.shape[1]}")
+        x_ = cp.ascontiguousarray(x_)  # (a copy only for a strided x)
         # our kernel: it lets the grouped gate/up launch right away under PDL (cp.take would not)
         o = out_array(out, (P, int(x_.shape[1])), x_.dtype, inputs={"x": x_, "routing.sorted_token": st})
         if P and row_bytes:
@@ -381,15 +379,6 @@ def _gpu_rows(a, name: str, n: int, size: int | None = None):
 
         a = cp.asarray(_host_rows(a.numpy() if kind(a) == "torch" else a, name, n).astype(np.int32))
     return _device_index_array(a, name, size)
-
-
-def _host_rows(a, name: str, n: int):
-    """A host row-index array (1-D integers) with every entry in [0, n): NumPy indexing would wrap a negative one."""
-    a = _host_index_array(a, name)
-    if a.size and (a.min() < 0 or a.max() >= n):
-        bad = int(np.nonzero((a < 0) | (a >= n))[0][0])
-        raise ValueError(f"{name}[{bad}] = {int(a[bad])} is outside [0, {n})")
-    return a
 
 
 def silu_mul(gate, up, out=None):
@@ -448,9 +437,7 @@ def moe_combine(C_sorted, routing: MoeRouting, topk_weights, out=None, *, check_
     if kd in ("numpy", "torch_cpu"):
         _check_float(c_.dtype, "C_sorted")
         _check_float(w_.dtype, "topk_weights")
-        pos = _host_rows(routing.pos, "routing.pos", T * topk)
-        if pos.size != T * topk:
-            raise ValueError(f"routing.pos must have tokens * topk = {T * topk} entries, got {pos.size}")
+        pos = _host_rows(routing.pos, "routing.pos", T * topk, T * topk)
         r = (np.asarray(c_, dtype=np.float32)[pos].reshape(T, topk, H) *
              np.asarray(w_, dtype=np.float32)[:, :, None]).sum(1).astype(c_.dtype)
         return cpu_result(r, out, kd, {"C_sorted": c_, "topk_weights": w_})

@@ -211,6 +211,9 @@ def check_out_aliasing(xp, rng):
     def dev(a):
         return xp.asarray(a)
 
+    def host(a):
+        return np.asarray(a.get() if hasattr(a, "get") else a)
+
     W = (rng.standard_normal((64, 64)) * 0.05).astype(np.float32)
     q = kb.quantize(dev(W), 4)
     buf = dev(rng.standard_normal((4, 64)).astype(np.float16))
@@ -220,9 +223,8 @@ def check_out_aliasing(xp, rng):
     with pytest.raises(ValueError, match="out overlaps A in memory"):
         kb.matmul(A, q, out=A)
     o = kb.matmul(A, q, out=buf[2:])  # adjacent, not overlapping: runs
-    ref = kb.matmul(dev(np.asarray(buf[:2].get() if hasattr(buf, "get") else buf[:2])), q)
-    np.testing.assert_array_equal(np.asarray(o.get() if hasattr(o, "get") else o),
-                                  np.asarray(ref.get() if hasattr(ref, "get") else ref))
+    ref = kb.matmul(dev(host(buf[:2])), q)
+    np.testing.assert_array_equal(host(o), host(ref))
     bank = quantize_experts(dev((rng.standard_normal((3, 64, 64)) * 0.05).astype(np.float32)), 4)
     ids, offs = np.array([0, 2], np.int32), np.array([0, 1, 2], np.int32)
     with pytest.raises(ValueError, match="out overlaps A_sorted in memory"):
@@ -236,8 +238,7 @@ def check_out_aliasing(xp, rng):
     u = dev(rng.standard_normal((3, 16)).astype(np.float16))
     exp = silu_mul(g, u)
     assert silu_mul(g, u, out=g) is g  # in place, element for element
-    np.testing.assert_array_equal(np.asarray(g.get() if hasattr(g, "get") else g),
-                                  np.asarray(exp.get() if hasattr(exp, "get") else exp))
+    np.testing.assert_array_equal(host(g), host(exp))
     with pytest.raises(ValueError, match="out overlaps gate in memory"):
         silu_mul(g[:2], u[:2], out=g[1:])
     C = dev(rng.standard_normal((T * topk, 64)).astype(np.float16))
